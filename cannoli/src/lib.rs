@@ -1,0 +1,327 @@
+//! # cannoli: the client side of the cannoli execution tracer
+//!
+//! A patched QEMU (linux-user) streams every executed instruction and memory
+//! access of the guest into shared-memory rings, one per guest thread, and
+//! tells this library about each ring over a TCP connection. You implement
+//! [`Cannoli`] for your tool and call [`run`]; the library decodes the events
+//! on worker threads, calls your parallel callbacks ([`Cannoli::exec`],
+//! [`Cannoli::read`], [`Cannoli::write`], ...) which turn them into your own
+//! `Trace` values, and then hands those to [`Cannoli::trace`] strictly in
+//! execution order.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use cannoli::{Cannoli, ClientInfo};
+//!
+//! struct Coverage;
+//!
+//! impl Cannoli for Coverage {
+//!     type Trace = u64;
+//!     type TidContext = ();
+//!     type PidContext = ();
+//!
+//!     fn init_pid(_ci: &ClientInfo) -> Arc<()> { Arc::new(()) }
+//!     fn init_tid(_pid: &(), _ci: &ClientInfo) -> (Self, ()) { (Coverage, ()) }
+//!
+//!     fn exec(_pid: &(), _tid: &(), pc: u64, trace: &mut Vec<u64>) {
+//!         trace.push(pc);
+//!     }
+//!
+//!     fn trace(&mut self, _pid: &(), _tid: &(), trace: &[u64]) {
+//!         for pc in trace {
+//!             println!("{pc:#x}");
+//!         }
+//!     }
+//! }
+//!
+//! fn main() -> Result<(), cannoli::Error> {
+//!     let stats = cannoli::run::<Coverage>(2)?;
+//!     eprintln!("{} events", stats.events);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! The library prints nothing on stdout (that is your tool's); warnings, such
+//! as a QEMU that died before handing over its last events, go to stderr as
+//! single lines starting with `cannoli:`.
+//!
+//! When a thread's stream ends, its `Self` value is dropped (after its last
+//! [`Cannoli::trace`] call), then its `TidContext`; the `PidContext` is dropped
+//! when the last thread of the process has ended. Put end-of-thread reporting
+//! in a `Drop` impl.
+
+use std::sync::Arc;
+use std::{fmt, io};
+
+mod decode;
+mod reseq;
+mod server;
+
+pub use server::Server;
+
+/// Re-export of the wire format crate (event tags, handshake messages).
+pub use wire;
+
+/// A trace analysis tool. One value of `Self` exists per traced guest thread.
+///
+/// The parallel callbacks (`exec`, `regs`, `branch`, `read`, `write`, `mmap`,
+/// `munmap`) run on several worker threads at once, on different chunks of
+/// the same guest thread's stream, in no particular order between chunks (but
+/// in execution order within a chunk). They get shared references to the
+/// contexts and append whatever they want to keep to `trace`.
+///
+/// [`Cannoli::trace`] then receives each chunk's `trace` values, one chunk at
+/// a time, strictly in execution order, with `&mut self`.
+pub trait Cannoli: Send + Sync + Sized + 'static {
+    /// What the parallel callbacks produce for the serial phase.
+    type Trace: Send + 'static;
+    /// Per traced guest thread, shared by `&` with the parallel callbacks.
+    type TidContext: Send + Sync + 'static;
+    /// Per traced guest process, shared by all its threads.
+    type PidContext: Send + Sync + 'static;
+
+    /// Called once per guest process, when its first thread connects.
+    fn init_pid(ci: &ClientInfo) -> Arc<Self::PidContext>;
+
+    /// Called once per guest thread, when it connects.
+    fn init_tid(pid: &Self::PidContext, ci: &ClientInfo) -> (Self, Self::TidContext);
+
+    /// An instruction at `pc` is about to execute.
+    #[inline(always)]
+    fn exec(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _pc: u64,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// The instruction at `pc` is about to execute, with the guest registers
+    /// (no wire event yet).
+    #[inline(always)]
+    fn regs(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _pc: u64,
+        _regs: &[u8],
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// A branch at `pc` was (`_branch == true`) or was not taken (no wire
+    /// event yet).
+    #[inline(always)]
+    fn branch(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _pc: u64,
+        _branch: bool,
+        _regs: &[u8],
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// The instruction at `pc` loaded `val` (masked to `sz` bytes: 1, 2, 4 or
+    /// 8) from guest address `addr`.
+    #[inline(always)]
+    fn read(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _pc: u64,
+        _addr: u64,
+        _val: u64,
+        _sz: u8,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// The instruction at `pc` stored `val` (masked to `sz` bytes: 1, 2, 4 or
+    /// 8) to guest address `addr`.
+    #[inline(always)]
+    fn write(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _pc: u64,
+        _addr: u64,
+        _val: u64,
+        _sz: u8,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// The guest mapped memory (no wire event yet).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn mmap(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _base: u64,
+        _len: u64,
+        _anon: bool,
+        _read: bool,
+        _write: bool,
+        _exec: bool,
+        _path: &str,
+        _offset: u64,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// The guest unmapped memory (no wire event yet).
+    #[inline(always)]
+    fn munmap(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _base: u64,
+        _len: u64,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// Serial phase: called with each chunk's trace values strictly in
+    /// execution order, one chunk at a time. Chunks that produced no trace
+    /// values are skipped.
+    fn trace(&mut self, _pid: &Self::PidContext, _tid: &Self::TidContext, _trace: &[Self::Trace]) {}
+}
+
+/// Who is on the other end of a connection: one guest thread.
+#[derive(Debug, Clone)]
+pub struct ClientInfo {
+    pub pid: i32,
+    pub ppid: i32,
+    pub tid: i32,
+    /// QEMU's machine name for the guest, e.g. `mipsel`, `riscv64`.
+    pub arch: String,
+    pub big_endian: bool,
+    /// Guest virtual address width: 32 or 64.
+    pub guest_bits: u32,
+    /// Guest program name, where known.
+    pub comm: Option<String>,
+    /// Path of the guest executable, where known.
+    pub exe: Option<String>,
+    /// Version of QEMU's cannoli hook library.
+    pub jitter_version: String,
+}
+
+impl ClientInfo {
+    pub(crate) fn from_hello(h: &wire::Hello) -> ClientInfo {
+        ClientInfo {
+            pid: h.pid,
+            ppid: h.ppid,
+            tid: h.tid,
+            arch: h.arch.clone(),
+            big_endian: h.big_endian,
+            guest_bits: h.guest_bits,
+            comm: h.comm.clone(),
+            exe: h.exe.clone(),
+            jitter_version: h.jitter_version.clone(),
+        }
+    }
+}
+
+/// Totals over all connections of a run.
+#[derive(Debug, Default, Clone)]
+pub struct Stats {
+    /// Guest threads traced (connections that completed the handshake).
+    pub connections: u64,
+    /// Events decoded and handed to the callbacks.
+    pub events: u64,
+    /// Chunks received.
+    pub chunks: u64,
+    /// Bytes of event data received.
+    pub bytes: u64,
+    /// Events known to be lost: those QEMU could not record (reported in its
+    /// goodbye) plus those skipped in malformed chunks (counted as one per
+    /// skipped 8-byte word).
+    pub lost_events: u64,
+    /// Streams whose QEMU ended without its goodbye, so their last partial
+    /// chunk never arrived.
+    pub incomplete_streams: u64,
+}
+
+impl Stats {
+    pub(crate) fn add(&mut self, o: &Stats) {
+        self.connections += o.connections;
+        self.events += o.events;
+        self.chunks += o.chunks;
+        self.bytes += o.bytes;
+        self.lost_events += o.lost_events;
+        self.incomplete_streams += o.incomplete_streams;
+    }
+}
+
+/// Errors of the client library. Each displays as one line saying what
+/// failed and what to do about it.
+pub enum Error {
+    /// Another process already listens on the address.
+    AddrInUse { addr: String },
+    /// Binding the listening socket failed for another reason.
+    Bind { addr: String, source: io::Error },
+    /// A system call the server loop needs failed.
+    Io {
+        what: &'static str,
+        source: io::Error,
+    },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::AddrInUse { addr } => write!(
+                f,
+                "cannot listen on {addr}: address already in use (another cannoli client is probably running); \
+                 stop it, or set {}=HOST:PORT to a free address for both this client and QEMU",
+                wire::ADDR_ENV
+            ),
+            Error::Bind { addr, source } => write!(
+                f,
+                "cannot listen on {addr}: {source}; set {}=HOST:PORT (e.g. {}) for both this client and QEMU",
+                wire::ADDR_ENV,
+                wire::DEFAULT_ADDR
+            ),
+            Error::Io { what, source } => write!(f, "cannoli: {what}: {source}"),
+        }
+    }
+}
+
+// Debug shows the same single line, so `fn main() -> Result<(), Error>` and
+// `.unwrap()` print something readable.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::AddrInUse { .. } => None,
+            Error::Bind { source, .. } | Error::Io { source, .. } => Some(source),
+        }
+    }
+}
+
+/// Address to listen on: `$CANNOLI_ADDR` if set and non-empty, else
+/// [`wire::DEFAULT_ADDR`].
+pub fn default_addr() -> String {
+    match std::env::var(wire::ADDR_ENV) {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_string(),
+        _ => wire::DEFAULT_ADDR.to_string(),
+    }
+}
+
+/// Listens on [`default_addr`] and traces until every connection of the
+/// traced process tree has ended; returns the totals.
+pub fn run<T: Cannoli>(threads: usize) -> Result<Stats, Error> {
+    Server::bind(&default_addr())?.run::<T>(threads)
+}
+
+/// Listens on [`default_addr`] and serves connections forever.
+pub fn run_forever<T: Cannoli>(threads: usize) -> Result<(), Error> {
+    Server::bind(&default_addr())?.run_forever::<T>(threads)
+}
+
+/// The original Cannoli's name for [`run_forever`].
+pub fn create_cannoli<T: Cannoli>(threads: usize) -> Result<(), Error> {
+    run_forever::<T>(threads)
+}

@@ -1,0 +1,593 @@
+//! End-to-end tests of the client over loopback TCP and a real mempipe ring,
+//! with a fake QEMU side written here.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use cannoli::{Cannoli, ClientInfo, Error, Server, Stats};
+use mempipe::Producer;
+use wire::{tag, Goodbye, Hello, Welcome, MAGIC, WIRE_VERSION};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ev {
+    Exec(u64),
+    Read(u64, u64, u64, u8),
+    Write(u64, u64, u64, u8),
+}
+
+type Traces = HashMap<(i32, i32), Vec<Ev>>;
+
+/// Finished threads' traces, keyed by (pid, tid).
+static RESULTS: Mutex<Option<Traces>> = Mutex::new(None);
+/// init_pid calls, keyed by pid.
+static PID_INITS: Mutex<Option<HashMap<i32, u32>>> = Mutex::new(None);
+
+fn take_result(pid: i32, tid: i32) -> Option<Vec<Ev>> {
+    RESULTS
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .remove(&(pid, tid))
+}
+
+fn pid_inits(pid: i32) -> u32 {
+    PID_INITS
+        .lock()
+        .unwrap()
+        .get_or_insert_with(HashMap::new)
+        .get(&pid)
+        .copied()
+        .unwrap_or(0)
+}
+
+struct PidCtx {
+    pid: i32,
+    threads_seen: AtomicU64,
+}
+
+struct Rec {
+    pid: i32,
+    tid: i32,
+    out: Vec<Ev>,
+}
+
+impl Drop for Rec {
+    fn drop(&mut self) {
+        RESULTS
+            .lock()
+            .unwrap()
+            .get_or_insert_with(HashMap::new)
+            .insert((self.pid, self.tid), std::mem::take(&mut self.out));
+    }
+}
+
+/// Makes chunks finish out of order: some events take a while to "analyse".
+fn jitter_work(pc: u64) {
+    if pc % 97 == 0 {
+        for _ in 0..((pc * 2654435761) % 20_000) {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl Cannoli for Rec {
+    type Trace = Ev;
+    type TidContext = i32;
+    type PidContext = PidCtx;
+
+    fn init_pid(ci: &ClientInfo) -> Arc<PidCtx> {
+        *PID_INITS
+            .lock()
+            .unwrap()
+            .get_or_insert_with(HashMap::new)
+            .entry(ci.pid)
+            .or_default() += 1;
+        Arc::new(PidCtx {
+            pid: ci.pid,
+            threads_seen: AtomicU64::new(0),
+        })
+    }
+
+    fn init_tid(pid: &PidCtx, ci: &ClientInfo) -> (Self, i32) {
+        assert_eq!(pid.pid, ci.pid);
+        assert_eq!(ci.arch, "mipsel");
+        assert_eq!(ci.guest_bits, 32);
+        assert_eq!(ci.exe.as_deref(), Some("/bin/fake"));
+        pid.threads_seen.fetch_add(1, Ordering::Relaxed);
+        (
+            Rec {
+                pid: ci.pid,
+                tid: ci.tid,
+                out: Vec::new(),
+            },
+            ci.tid,
+        )
+    }
+
+    fn exec(_: &PidCtx, _: &i32, pc: u64, t: &mut Vec<Ev>) {
+        jitter_work(pc);
+        t.push(Ev::Exec(pc));
+    }
+
+    fn read(_: &PidCtx, _: &i32, pc: u64, a: u64, v: u64, s: u8, t: &mut Vec<Ev>) {
+        t.push(Ev::Read(pc, a, v, s));
+    }
+
+    fn write(_: &PidCtx, _: &i32, pc: u64, a: u64, v: u64, s: u8, t: &mut Vec<Ev>) {
+        t.push(Ev::Write(pc, a, v, s));
+    }
+
+    fn trace(&mut self, pid: &PidCtx, tid: &i32, trace: &[Ev]) {
+        assert_eq!(pid.pid, self.pid);
+        assert_eq!(*tid, self.tid);
+        self.out.extend_from_slice(trace);
+    }
+}
+
+/// A stream of `chunks` chunks of events for one thread: mostly exec, with a
+/// load or store every few instructions (with junk in the upper bits of the
+/// address and value, which the client must mask off). Returns the chunks'
+/// words and the events the tool must see.
+fn make_stream(chunks: usize, chunk_size: usize, salt: u64) -> (Vec<Vec<u64>>, Vec<Ev>) {
+    let per_chunk = chunk_size / 8;
+    let mut out = Vec::new();
+    let mut want = Vec::new();
+    let mut pc = 0x0040_0000 + salt * 0x10_0000;
+    for c in 0..chunks {
+        // Vary the fill so some chunks are partial.
+        let limit = if c % 5 == 4 { per_chunk / 3 } else { per_chunk };
+        let mut words = Vec::with_capacity(limit);
+        while words.len() + 3 <= limit {
+            pc += 4;
+            if pc % 40 == 0 {
+                let store = pc % 80 == 0;
+                let lg = ((pc / 40) % 4) as u8;
+                words.push(((wire::mem_tag(store, lg) as u64) << 56) | pc);
+                words.push(0xabcd_0000_0000_0000 | (0x7ffe_0000 + pc % 4096));
+                words.push(0x0102_0304_0506_0708 ^ pc);
+                let v = (0x0102_0304_0506_0708 ^ pc)
+                    & [0xff, 0xffff, 0xffff_ffff, u64::MAX][lg as usize];
+                let a = 0x7ffe_0000 + pc % 4096;
+                want.push(if store {
+                    Ev::Write(pc, a, v, 1 << lg)
+                } else {
+                    Ev::Read(pc, a, v, 1 << lg)
+                });
+            } else {
+                words.push(pc);
+                want.push(Ev::Exec(pc));
+            }
+        }
+        out.push(words);
+    }
+    (out, want)
+}
+
+enum Ending {
+    /// Close the ring, say goodbye with this lost-events count.
+    Goodbye { lost: u64 },
+    /// Just drop the socket, as a crashed QEMU would (ring left open).
+    Crash,
+}
+
+struct Fake {
+    pid: i32,
+    tid: i32,
+    wire_version: u32,
+    chunk_size: usize,
+    chunk_count: usize,
+    /// Waited on after the welcome, before streaming.
+    barrier: Option<Arc<Barrier>>,
+}
+
+impl Fake {
+    fn new(pid: i32, tid: i32) -> Fake {
+        Fake {
+            pid,
+            tid,
+            wire_version: WIRE_VERSION,
+            chunk_size: 4096,
+            chunk_count: 4,
+            barrier: None,
+        }
+    }
+
+    /// Plays QEMU's side of one thread. Returns the welcome's error, if any.
+    fn play(
+        &self,
+        addr: std::net::SocketAddr,
+        chunks: &[Vec<u64>],
+        ending: Ending,
+    ) -> Option<String> {
+        let mut p = Producer::create(self.chunk_size, self.chunk_count).expect("create ring");
+        let hello = Hello {
+            magic: MAGIC.into(),
+            wire_version: self.wire_version,
+            jitter_version: "9.9.9-test".into(),
+            pid: self.pid,
+            ppid: 1,
+            tid: self.tid,
+            arch: "mipsel".into(),
+            big_endian: false,
+            guest_bits: 32,
+            ring: p.path().to_string_lossy().into_owned(),
+            comm: Some("fake".into()),
+            exe: Some("/bin/fake".into()),
+        };
+        let mut s = TcpStream::connect(addr).expect("connect");
+        let mut line = serde_json::to_string(&hello).unwrap();
+        line.push('\n');
+        s.write_all(line.as_bytes()).unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut w = String::new();
+        r.read_line(&mut w).unwrap();
+        let welcome: Welcome = serde_json::from_str(w.trim_end()).expect("welcome");
+        if let Some(e) = welcome.error {
+            p.unlink();
+            return Some(e);
+        }
+        if let Some(b) = &self.barrier {
+            b.wait();
+        }
+        for words in chunks {
+            let buf = p.acquire_slice().expect("acquire");
+            for (i, wd) in words.iter().enumerate() {
+                buf[i * 8..i * 8 + 8].copy_from_slice(&wd.to_le_bytes());
+            }
+            p.publish(words.len() * 8).expect("publish");
+        }
+        match ending {
+            Ending::Goodbye { lost } => {
+                p.close();
+                let g = Goodbye {
+                    chunks: p.published(),
+                    lost_events: lost,
+                };
+                let mut line = serde_json::to_string(&g).unwrap();
+                line.push('\n');
+                s.write_all(line.as_bytes()).unwrap();
+            }
+            Ending::Crash => {
+                drop(s);
+                drop(r);
+                // A dead QEMU never closes its ring: keep it open.
+                std::mem::forget(p);
+            }
+        }
+        None
+    }
+}
+
+/// Runs `server` with `threads` workers on another thread; fails the test
+/// instead of hanging forever.
+fn run_with_timeout(server: Server, threads: usize) -> Stats {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(server.run::<Rec>(threads));
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("Server::run did not return within 60 s")
+        .expect("Server::run failed")
+}
+
+fn bind() -> Server {
+    Server::bind("127.0.0.1:0").expect("bind")
+}
+
+#[test]
+fn events_arrive_in_order_with_1_2_4_threads() {
+    for (i, threads) in [1usize, 2, 4].into_iter().enumerate() {
+        let (pid, tid) = (1000 + i as i32, 1000 + i as i32);
+        let (chunks, want) = make_stream(300, 4096, i as u64);
+        let bytes: u64 = chunks.iter().map(|c| c.len() as u64 * 8).sum();
+        let server = bind();
+        let addr = server.local_addr();
+        let fake = std::thread::spawn(move || {
+            Fake::new(pid, tid).play(addr, &chunks, Ending::Goodbye { lost: 0 })
+        });
+        let stats = run_with_timeout(server, threads);
+        assert_eq!(fake.join().unwrap(), None);
+
+        let got = take_result(pid, tid).expect("tool value dropped at the end of the stream");
+        assert_eq!(got.len(), want.len(), "threads={threads}");
+        assert!(
+            got == want,
+            "threads={threads}: events out of order or wrong"
+        );
+        assert_eq!(stats.connections, 1);
+        assert_eq!(stats.events, want.len() as u64);
+        assert_eq!(stats.chunks, 300);
+        assert_eq!(stats.bytes, bytes);
+        assert_eq!(stats.lost_events, 0);
+        assert_eq!(stats.incomplete_streams, 0);
+        assert_eq!(pid_inits(pid), 1);
+    }
+}
+
+#[test]
+fn concurrent_threads_and_processes() {
+    let server = bind();
+    let addr = server.local_addr();
+    let pid = 2000;
+    let barrier = Arc::new(Barrier::new(3));
+    let mut fakes = Vec::new();
+    let mut wants = Vec::new();
+    // Two threads of pid 2000 and one of pid 2001, all connected before any
+    // of them streams, so their connections overlap.
+    for (k, (p, t)) in [(pid, 2000), (pid, 2002), (pid + 1, 2001)]
+        .into_iter()
+        .enumerate()
+    {
+        let (chunks, want) = make_stream(60 + 10 * k, 4096, 10 + k as u64);
+        wants.push(((p, t), want));
+        let barrier = barrier.clone();
+        fakes.push(std::thread::spawn(move || {
+            let mut f = Fake::new(p, t);
+            f.chunk_count = 2;
+            f.barrier = Some(barrier);
+            f.play(addr, &chunks, Ending::Goodbye { lost: 0 })
+        }));
+    }
+    let stats = run_with_timeout(server, 2);
+    for f in fakes {
+        assert_eq!(f.join().unwrap(), None);
+    }
+    assert_eq!(stats.connections, 3);
+    let mut total = 0;
+    for ((p, t), want) in wants {
+        total += want.len() as u64;
+        assert!(take_result(p, t).unwrap() == want, "pid {p} tid {t}");
+    }
+    assert_eq!(stats.events, total);
+    assert_eq!(stats.chunks, 60 + 70 + 80);
+    assert_eq!(pid_inits(pid), 1);
+    assert_eq!(pid_inits(pid + 1), 1);
+}
+
+#[test]
+fn overlapping_threads_get_one_pid_context() {
+    let server = bind();
+    let addr = server.local_addr();
+    let pid = 2500;
+    // Thread A says hello and holds its stream open until thread B is done.
+    let (b_done_tx, b_done_rx) = mpsc::channel::<()>();
+    let a = std::thread::spawn(move || {
+        let mut p = Producer::create(4096, 2).unwrap();
+        let hello = Hello {
+            magic: MAGIC.into(),
+            wire_version: WIRE_VERSION,
+            jitter_version: "t".into(),
+            pid,
+            ppid: 1,
+            tid: pid,
+            arch: "mipsel".into(),
+            big_endian: false,
+            guest_bits: 32,
+            ring: p.path().to_string_lossy().into_owned(),
+            comm: None,
+            exe: Some("/bin/fake".into()),
+        };
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(format!("{}\n", serde_json::to_string(&hello).unwrap()).as_bytes())
+            .unwrap();
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut w = String::new();
+        r.read_line(&mut w).unwrap();
+        assert!(w.contains("null"), "{w}");
+        b_done_rx.recv().unwrap();
+        let buf = p.acquire_slice().unwrap();
+        buf[..8].copy_from_slice(&0x1234u64.to_le_bytes());
+        p.publish(8).unwrap();
+        p.close();
+        s.write_all(b"{\"chunks\":1,\"lost_events\":0}\n").unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let (chunks, want) = make_stream(5, 4096, 7);
+    let b = std::thread::spawn(move || {
+        let r = Fake::new(pid, pid + 1).play(addr, &chunks, Ending::Goodbye { lost: 0 });
+        b_done_tx.send(()).unwrap();
+        r
+    });
+    let stats = run_with_timeout(server, 2);
+    a.join().unwrap();
+    assert_eq!(b.join().unwrap(), None);
+    assert_eq!(stats.connections, 2);
+    assert_eq!(pid_inits(pid), 1);
+    assert_eq!(take_result(pid, pid).unwrap(), vec![Ev::Exec(0x1234)]);
+    assert!(take_result(pid, pid + 1).unwrap() == want);
+}
+
+#[test]
+fn crashed_qemu_is_an_incomplete_stream() {
+    let server = bind();
+    let addr = server.local_addr();
+    let (pid, tid) = (3000, 3000);
+    let (chunks, want) = make_stream(6, 4096, 3);
+    let n_events: usize = {
+        // Events in the 6 chunks: all of `want`.
+        want.len()
+    };
+    let fake = std::thread::spawn(move || Fake::new(pid, tid).play(addr, &chunks, Ending::Crash));
+    let stats = run_with_timeout(server, 2);
+    assert_eq!(fake.join().unwrap(), None);
+    assert_eq!(stats.incomplete_streams, 1);
+    assert_eq!(stats.chunks, 6);
+    assert_eq!(stats.events, n_events as u64);
+    assert!(take_result(pid, tid).unwrap() == want);
+}
+
+#[test]
+fn goodbye_lost_events_and_malformed_chunks_are_counted() {
+    let server = bind();
+    let addr = server.local_addr();
+    let (pid, tid) = (4000, 4000);
+    let bad = vec![
+        vec![0x100, 0x104],
+        // Unknown tag 0x42 after one good event; 3 words skipped.
+        vec![0x108, (0x42u64 << 56) | 0x10c, 0x110, 0x114],
+        // A load cut short.
+        vec![0x118, ((tag::LOAD as u64) << 56) | 0x11c, 0x1000],
+        vec![0x120],
+    ];
+    let fake = std::thread::spawn(move || {
+        Fake::new(pid, tid).play(addr, &bad, Ending::Goodbye { lost: 7 })
+    });
+    let stats = run_with_timeout(server, 2);
+    assert_eq!(fake.join().unwrap(), None);
+    assert_eq!(
+        take_result(pid, tid).unwrap(),
+        vec![
+            Ev::Exec(0x100),
+            Ev::Exec(0x104),
+            Ev::Exec(0x108),
+            Ev::Exec(0x118),
+            Ev::Exec(0x120)
+        ]
+    );
+    assert_eq!(stats.events, 5);
+    assert_eq!(stats.chunks, 4);
+    // 7 from the goodbye, 3 words of chunk 1, 2 words of chunk 2.
+    assert_eq!(stats.lost_events, 7 + 3 + 2);
+    assert_eq!(stats.incomplete_streams, 0);
+}
+
+#[test]
+fn wrong_wire_version_is_rejected_with_both_versions() {
+    let server = bind();
+    let addr = server.local_addr();
+    let fake = std::thread::spawn(move || {
+        let mut f = Fake::new(5000, 5000);
+        f.wire_version = WIRE_VERSION + 41;
+        f.play(addr, &[], Ending::Goodbye { lost: 0 })
+    });
+    let stats = run_with_timeout(server, 1);
+    let err = fake.join().unwrap().expect("a welcome error");
+    assert!(
+        err.contains(&format!("wire version {}", WIRE_VERSION + 41)),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("wire version {WIRE_VERSION}")),
+        "{err}"
+    );
+    assert!(err.contains("rebuild"), "{err}");
+    assert_eq!(stats.connections, 0);
+    assert_eq!(pid_inits(5000), 0);
+}
+
+#[test]
+fn stray_connection_is_rejected() {
+    let server = bind();
+    let addr = server.local_addr();
+    let c = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(b"GET / HTTP/1.0\n").unwrap();
+        let mut w = String::new();
+        BufReader::new(s).read_line(&mut w).unwrap();
+        w
+    });
+    let stats = run_with_timeout(server, 1);
+    let w: Welcome = serde_json::from_str(c.join().unwrap().trim_end()).unwrap();
+    assert!(w.error.unwrap().contains("not a cannoli hello"));
+    assert_eq!(stats.connections, 0);
+}
+
+#[test]
+fn bind_in_use_names_address_cause_and_fix() {
+    let first = bind();
+    let addr = first.local_addr().to_string();
+    let e = match Server::bind(&addr) {
+        Err(e) => e,
+        Ok(_) => panic!("second bind of {addr} succeeded"),
+    };
+    assert!(matches!(e, Error::AddrInUse { .. }));
+    let msg = e.to_string();
+    assert!(msg.contains(&addr), "{msg}");
+    assert!(msg.contains("address already in use"), "{msg}");
+    assert!(msg.contains("CANNOLI_ADDR"), "{msg}");
+    assert!(!msg.contains('\n'));
+}
+
+/// Loopback throughput with a real ring: a producer thread republishes
+/// pre-filled 256 KiB chunks of exec events. Run with
+/// `cargo test -p cannoli --release --test loopback -- --ignored --nocapture throughput`.
+#[test]
+#[ignore]
+fn throughput() {
+    struct Sum(u64);
+    impl Cannoli for Sum {
+        type Trace = u64;
+        type TidContext = ();
+        type PidContext = ();
+        fn init_pid(_: &ClientInfo) -> Arc<()> {
+            Arc::new(())
+        }
+        fn init_tid(_: &(), _: &ClientInfo) -> (Self, ()) {
+            (Sum(0), ())
+        }
+        fn exec(_: &(), _: &(), pc: u64, t: &mut Vec<u64>) {
+            t.push(pc);
+        }
+        fn trace(&mut self, _: &(), _: &(), t: &[u64]) {
+            self.0 = self.0.wrapping_add(t.len() as u64);
+        }
+    }
+
+    const CHUNK: usize = 256 * 1024;
+    const COUNT: usize = 16;
+    const CHUNKS: u64 = 16_000; // 4 GB, 512 M events
+    for threads in [1usize, 2] {
+        let server = Server::bind("127.0.0.1:0").unwrap();
+        let addr = server.local_addr();
+        let prod = std::thread::spawn(move || {
+            let mut p = Producer::create(CHUNK, COUNT).unwrap();
+            let hello = Hello {
+                magic: MAGIC.into(),
+                wire_version: WIRE_VERSION,
+                jitter_version: "bench".into(),
+                pid: 9000 + threads as i32,
+                ppid: 1,
+                tid: 9000,
+                arch: "mipsel".into(),
+                big_endian: false,
+                guest_bits: 32,
+                ring: p.path().to_string_lossy().into_owned(),
+                comm: None,
+                exe: None,
+            };
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(format!("{}\n", serde_json::to_string(&hello).unwrap()).as_bytes())
+                .unwrap();
+            let mut r = BufReader::new(s.try_clone().unwrap());
+            let mut w = String::new();
+            r.read_line(&mut w).unwrap();
+            for c in 0..CHUNKS {
+                let buf = p.acquire_slice().unwrap();
+                if c < COUNT as u64 {
+                    for (i, b) in buf.chunks_exact_mut(8).enumerate() {
+                        b.copy_from_slice(&(0x400000 + 4 * i as u64).to_le_bytes());
+                    }
+                }
+                p.publish(CHUNK).unwrap();
+            }
+            p.close();
+            s.write_all(format!("{{\"chunks\":{CHUNKS},\"lost_events\":0}}\n").as_bytes())
+                .unwrap();
+        });
+        let start = std::time::Instant::now();
+        let stats = server.linger(Duration::ZERO).run::<Sum>(threads).unwrap();
+        let secs = start.elapsed().as_secs_f64();
+        prod.join().unwrap();
+        eprintln!(
+            "{threads} worker(s): {} events in {secs:.2} s = {:.2} G events/s ({:.1} GB/s)",
+            stats.events,
+            stats.events as f64 / secs / 1e9,
+            stats.bytes as f64 / secs / 1e9
+        );
+        assert_eq!(stats.events, CHUNKS * (CHUNK as u64 / 8));
+    }
+}

@@ -1,0 +1,16 @@
+//! Hook library of the symbolizer example: record every executed instruction
+//! and every memory access. Load it into QEMU with
+//! `-cannoli target/release/libsymbolizer.so` and run the `symbolizer`
+//! client first.
+
+use jitter::HookType;
+
+#[no_mangle]
+fn hook_inst(_pc: u64, _branch: bool) -> HookType {
+    HookType::Always
+}
+
+#[no_mangle]
+fn hook_mem(_pc: u64, _write: bool, _size: usize) -> bool {
+    true
+}

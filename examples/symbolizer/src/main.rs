@@ -1,0 +1,506 @@
+//! `symbolizer`: a cannoli client that prints every executed instruction and
+//! memory access of the guest as `symbol+offset`.
+//!
+//! Start it, then run QEMU with `-cannoli libsymbolizer.so` (the hook library
+//! of this package, which records every instruction and memory access):
+//!
+//! ```text
+//! $ symbolizer --binary ./prog > trace.txt &
+//! $ qemu-mipsel -cannoli target/release/libsymbolizer.so ./prog
+//! ```
+//!
+//! Symbols are looked up in the worker threads (the parallel phase); the
+//! serial phase only formats and prints.
+
+mod symbols;
+
+use std::collections::HashMap;
+use std::io::{self, BufWriter, IsTerminal, Stdout, Write};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use cannoli::{Cannoli, ClientInfo};
+use symbols::{Loc, Symbols};
+
+const USAGE: &str = "\
+usage: symbolizer [OPTIONS]
+
+Prints every instruction and memory access traced by QEMU (-cannoli
+libsymbolizer.so) as symbol+offset. Start it before QEMU.
+
+options:
+  --binary PATH     guest ELF to read symbols from (default: the guest's exe)
+  --symbols FILE    extra symbols in nm format (ADDR TYPE NAME or nm -S lines)
+  --base ADDR       load address to add to the symbols (PIE binaries)
+  --threads N       worker threads per traced thread (default 2)
+  --listen ADDR     address to listen on (default $CANNOLI_ADDR or 127.0.0.1:11458)
+  --no-mem          do not print memory accesses
+  --limit N         print at most N trace lines (events are still consumed)
+  --color WHEN      auto, always or never (default auto: when stdout is a terminal)
+  -h, --help        this text";
+
+#[derive(Debug, Clone)]
+struct Opts {
+    binary: Option<PathBuf>,
+    symbols: Option<PathBuf>,
+    base: u64,
+    threads: usize,
+    listen: String,
+    mem: bool,
+    limit: Option<u64>,
+    color: bool,
+}
+
+fn parse_num(s: &str, what: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{what} wants a number, got {s:?}"))
+}
+
+fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String> {
+    let mut o = Opts {
+        binary: None,
+        symbols: None,
+        base: 0,
+        threads: 2,
+        listen: cannoli::default_addr(),
+        mem: true,
+        limit: None,
+        color: io::stdout().is_terminal(),
+    };
+    let mut it = args.into_iter();
+    while let Some(arg) = it.next() {
+        // Accept both `--opt value` and `--opt=value`.
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (arg.clone(), None),
+        };
+        let mut value = |name: &str| -> Result<String, String> {
+            inline
+                .clone()
+                .or_else(|| it.next())
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--binary" => o.binary = Some(value("--binary")?.into()),
+            "--symbols" => o.symbols = Some(value("--symbols")?.into()),
+            "--base" => o.base = parse_num(&value("--base")?, "--base")?,
+            "--threads" => {
+                o.threads = parse_num(&value("--threads")?, "--threads")? as usize;
+                if o.threads == 0 {
+                    return Err("--threads must be at least 1".into());
+                }
+            }
+            "--listen" => o.listen = value("--listen")?,
+            "--no-mem" => o.mem = false,
+            "--limit" => o.limit = Some(parse_num(&value("--limit")?, "--limit")?),
+            "--color" | "--colour" => {
+                o.color = match value("--color")?.as_str() {
+                    "always" => true,
+                    "never" => false,
+                    "auto" => io::stdout().is_terminal(),
+                    v => return Err(format!("--color wants auto, always or never, got {v:?}")),
+                }
+            }
+            _ => return Err(format!("unknown argument {arg:?}")),
+        }
+    }
+    Ok(Some(o))
+}
+
+static OPTS: OnceLock<Opts> = OnceLock::new();
+
+fn opts() -> &'static Opts {
+    OPTS.get()
+        .expect("options are set before the server starts")
+}
+
+// ---------------------------------------------------------------------------
+// Symbol tables, one per guest executable, shared by the processes running it
+// ---------------------------------------------------------------------------
+
+static TABLES: Mutex<Option<HashMap<Option<PathBuf>, Arc<Symbols>>>> = Mutex::new(None);
+
+/// The table for a process whose executable is `exe` (when no `--binary`).
+fn table_for(exe: Option<&str>) -> Arc<Symbols> {
+    let o = opts();
+    let path = o.binary.clone().or_else(|| exe.map(PathBuf::from));
+    let mut tables = TABLES.lock().unwrap();
+    let tables = tables.get_or_insert_with(HashMap::new);
+    if let Some(t) = tables.get(&path) {
+        return t.clone();
+    }
+    let mut t = match &path {
+        Some(p) => match Symbols::from_elf(p, o.base) {
+            Ok(t) => {
+                if t.pie && o.base == 0 {
+                    eprintln!(
+                        "symbolizer: {} is position independent; pass --base ADDR with its load address \
+                         or the symbols will not match",
+                        p.display()
+                    );
+                }
+                t
+            }
+            Err(e) => {
+                eprintln!("symbolizer: {e}; printing bare addresses");
+                Symbols::default()
+            }
+        },
+        None => Symbols::default(),
+    };
+    if let Some(nm) = &o.symbols {
+        match std::fs::read_to_string(nm) {
+            Ok(text) => t = t.merge(Symbols::from_nm(&text, o.base)),
+            Err(e) => eprintln!("symbolizer: cannot read {}: {e}", nm.display()),
+        }
+    }
+    if !t.is_empty() {
+        let from: Vec<String> = path
+            .iter()
+            .chain(o.symbols.iter())
+            .map(|p| p.display().to_string())
+            .collect();
+        eprintln!(
+            "symbolizer: {} symbols from {}",
+            t.len(),
+            from.join(" and ")
+        );
+    }
+    if t.is_empty() && path.is_none() && o.symbols.is_none() {
+        eprintln!("symbolizer: QEMU did not say which program runs and no --binary was given; printing bare addresses");
+    }
+    let t = Arc::new(t);
+    tables.insert(path, t.clone());
+    t
+}
+
+// ---------------------------------------------------------------------------
+// The tool
+// ---------------------------------------------------------------------------
+
+/// One printed line, symbolized in the parallel phase.
+enum Line {
+    Exec {
+        pc: u64,
+        at: Option<Loc>,
+    },
+    Mem {
+        pc: u64,
+        at: Option<Loc>,
+        write: bool,
+        sz: u8,
+        addr: u64,
+        val: u64,
+        addr_at: Option<Loc>,
+    },
+}
+
+struct Pid {
+    pid: i32,
+    syms: Arc<Symbols>,
+    /// Print memory accesses (no --no-mem).
+    mem: bool,
+}
+
+struct Tid {
+    tid: i32,
+    /// Hex digits of a guest address.
+    width: usize,
+}
+
+struct Symbolizer;
+
+/// The shared, buffered stdout.
+struct Out {
+    w: BufWriter<Stdout>,
+    /// Trace lines printed.
+    lines: u64,
+    /// Stop printing: broken pipe, write error or --limit reached.
+    stopped: bool,
+    /// Thread whose lines were printed last.
+    last: Option<(i32, i32)>,
+}
+
+static OUT: Mutex<Option<Out>> = Mutex::new(None);
+
+const RESET: &str = "\x1b[0m";
+const DIM: &str = "\x1b[2m";
+const BOLD: &str = "\x1b[1m";
+const CYAN: &str = "\x1b[36m";
+const GREEN: &str = "\x1b[32m";
+const RED: &str = "\x1b[31m";
+const MAGENTA: &str = "\x1b[35m";
+
+/// Colours, or empty strings.
+struct Pal {
+    reset: &'static str,
+    dim: &'static str,
+    bold: &'static str,
+    sym: &'static str,
+    read: &'static str,
+    write: &'static str,
+    val: &'static str,
+}
+
+impl Pal {
+    fn new(color: bool) -> Pal {
+        if color {
+            Pal {
+                reset: RESET,
+                dim: DIM,
+                bold: BOLD,
+                sym: CYAN,
+                read: GREEN,
+                write: RED,
+                val: MAGENTA,
+            }
+        } else {
+            Pal {
+                reset: "",
+                dim: "",
+                bold: "",
+                sym: "",
+                read: "",
+                write: "",
+                val: "",
+            }
+        }
+    }
+}
+
+fn write_sym(w: &mut impl Write, syms: &Symbols, at: Option<Loc>, p: &Pal) -> io::Result<()> {
+    if let Some(l) = at {
+        let (name, off) = syms.name(l);
+        write!(w, " {}{name}+{off:#x}{}", p.sym, p.reset)?;
+    }
+    Ok(())
+}
+
+fn write_lines(out: &mut Out, pid: &Pid, tid: &Tid, trace: &[Line]) -> io::Result<()> {
+    let o = opts();
+    let p = Pal::new(o.color);
+    let width = tid.width;
+    if out.last != Some((pid.pid, tid.tid)) {
+        out.last = Some((pid.pid, tid.tid));
+        writeln!(
+            out.w,
+            "{}== pid {} tid {} =={}",
+            p.bold, pid.pid, tid.tid, p.reset
+        )?;
+    }
+    for line in trace {
+        if let Some(limit) = o.limit {
+            if out.lines >= limit {
+                out.stopped = true;
+                break;
+            }
+        }
+        out.lines += 1;
+        match *line {
+            Line::Exec { pc, at } => {
+                write!(out.w, "  {}0x{pc:0width$x}{}", p.dim, p.reset)?;
+                write_sym(&mut out.w, &pid.syms, at, &p)?;
+                out.w.write_all(b"\n")?;
+            }
+            Line::Mem {
+                pc,
+                at,
+                write,
+                sz,
+                addr,
+                val,
+                addr_at,
+            } => {
+                write!(out.w, "  {}0x{pc:0width$x}{}", p.dim, p.reset)?;
+                write_sym(&mut out.w, &pid.syms, at, &p)?;
+                let (c, rw) = if write { (p.write, 'W') } else { (p.read, 'R') };
+                write!(out.w, "   {c}{rw}{sz}{} [0x{addr:0width$x}", p.reset)?;
+                write_sym(&mut out.w, &pid.syms, addr_at, &p)?;
+                writeln!(out.w, "] = {}{val:#x}{}", p.val, p.reset)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Cannoli for Symbolizer {
+    type Trace = Line;
+    type TidContext = Tid;
+    type PidContext = Pid;
+
+    fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
+        Arc::new(Pid {
+            pid: ci.pid,
+            syms: table_for(ci.exe.as_deref()),
+            mem: opts().mem,
+        })
+    }
+
+    fn init_tid(_pid: &Pid, ci: &ClientInfo) -> (Self, Tid) {
+        let width = if ci.guest_bits > 32 { 16 } else { 8 };
+        (Symbolizer, Tid { tid: ci.tid, width })
+    }
+
+    #[inline]
+    fn exec(pid: &Pid, _tid: &Tid, pc: u64, trace: &mut Vec<Line>) {
+        trace.push(Line::Exec {
+            pc,
+            at: pid.syms.symbol(pc),
+        });
+    }
+
+    #[inline]
+    fn read(pid: &Pid, _tid: &Tid, pc: u64, addr: u64, val: u64, sz: u8, trace: &mut Vec<Line>) {
+        mem(pid, pc, false, addr, val, sz, trace);
+    }
+
+    #[inline]
+    fn write(pid: &Pid, _tid: &Tid, pc: u64, addr: u64, val: u64, sz: u8, trace: &mut Vec<Line>) {
+        mem(pid, pc, true, addr, val, sz, trace);
+    }
+
+    fn trace(&mut self, pid: &Pid, tid: &Tid, trace: &[Line]) {
+        let mut guard = OUT.lock().unwrap();
+        let Some(out) = guard.as_mut() else { return };
+        if out.stopped {
+            return;
+        }
+        if let Err(e) = write_lines(out, pid, tid, trace) {
+            out.stopped = true;
+            if e.kind() != io::ErrorKind::BrokenPipe {
+                eprintln!("symbolizer: writing the trace failed: {e}; still consuming events");
+            }
+        }
+    }
+}
+
+#[inline]
+fn mem(pid: &Pid, pc: u64, write: bool, addr: u64, val: u64, sz: u8, trace: &mut Vec<Line>) {
+    if pid.mem {
+        trace.push(Line::Mem {
+            pc,
+            at: pid.syms.symbol(pc),
+            write,
+            sz,
+            addr,
+            val,
+            addr_at: pid.syms.locate(addr),
+        });
+    }
+}
+
+fn main() {
+    let o = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return;
+        }
+        Err(e) => {
+            eprintln!("symbolizer: {e}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let server = match cannoli::Server::bind(&o.listen) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("symbolizer: {e}");
+            std::process::exit(1);
+        }
+    };
+    let threads = o.threads;
+    OPTS.set(o).expect("options set once");
+    *OUT.lock().unwrap() = Some(Out {
+        w: BufWriter::with_capacity(1 << 16, io::stdout()),
+        lines: 0,
+        stopped: false,
+        last: None,
+    });
+    eprintln!(
+        "symbolizer: listening on {}; now start QEMU with -cannoli libsymbolizer.so",
+        server.local_addr()
+    );
+
+    let start = Instant::now();
+    let result = server.run::<Symbolizer>(threads);
+    let secs = start.elapsed().as_secs_f64();
+
+    let (lines, stopped) = {
+        let mut guard = OUT.lock().unwrap();
+        let out = guard.as_mut().expect("set above");
+        if let Err(e) = out.w.flush() {
+            if e.kind() != io::ErrorKind::BrokenPipe && !out.stopped {
+                eprintln!("symbolizer: writing the trace failed: {e}");
+            }
+        }
+        (out.lines, out.stopped)
+    };
+    match result {
+        Ok(st) => {
+            let mut extra = String::new();
+            if st.lost_events > 0 {
+                extra += &format!(", {} lost", st.lost_events);
+            }
+            if st.incomplete_streams > 0 {
+                extra += &format!(", {} incomplete streams", st.incomplete_streams);
+            }
+            if stopped {
+                extra += &format!(", printed {lines} lines");
+            }
+            eprintln!(
+                "symbolizer: {} events in {} chunks from {} guest thread{}, {secs:.3} s, {:.1} M events/s{extra}",
+                st.events,
+                st.chunks,
+                st.connections,
+                if st.connections == 1 { "" } else { "s" },
+                st.events as f64 / secs.max(1e-9) / 1e6
+            );
+        }
+        Err(e) => {
+            eprintln!("symbolizer: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn options() {
+        let o = parse_args(args(
+            "--binary /bin/x --threads 4 --no-mem --limit 10 --color never --base 0x1000",
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(o.binary.as_deref(), Some(std::path::Path::new("/bin/x")));
+        assert_eq!(
+            (o.threads, o.mem, o.limit, o.color, o.base),
+            (4, false, Some(10), false, 0x1000)
+        );
+        let o = parse_args(args("--listen=127.0.0.1:5 --color=always"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(o.listen, "127.0.0.1:5");
+        assert!(o.color);
+        assert!(parse_args(args("--help")).unwrap().is_none());
+        assert!(parse_args(args("--threads"))
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(parse_args(args("--threads x"))
+            .unwrap_err()
+            .contains("number"));
+        assert!(parse_args(args("--bogus")).unwrap_err().contains("--bogus"));
+        assert!(parse_args(args("--color sometimes")).is_err());
+    }
+}

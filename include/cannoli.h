@@ -1,0 +1,123 @@
+/*
+ * cannoli.h: the interface between QEMU (qemu_patches.patch) and a cannoli
+ * jitter library loaded with `-cannoli lib.so`.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ *
+ * QEMU owns the JIT; the jitter owns what gets spliced into it. At lift time
+ * QEMU asks the jitter for x86-64 machine code to place (a) before each guest
+ * instruction, (b) around each guest load and store, (c) at JIT entry and
+ * exit and before every helper call, plus (d) one out-of-line "runtime" stub
+ * placed right after the TCG prologue. Everything the spliced code needs at
+ * run time lives in two host registers reserved from the TCG allocator and
+ * in a CannoliCursor stored in each vCPU's CPUNegativeOffsetState.
+ *
+ * Register convention (x86-64 host), fixed by this ABI version:
+ *   r14  cursor: where the next event is written; valid only inside the JIT
+ *   r15  end:    the spliced code hands over the chunk once cursor >= end
+ *   rbp  env (TCG_AREG0), as always in QEMU
+ * Outside the JIT the CannoliCursor in memory is authoritative. The JIT-exit
+ * code, the code before every helper call (helpers may longjmp out of the JIT,
+ * and may record memory accesses themselves) and QEMU's host signal handler
+ * (for faults inside generated code) store r14 and r15 back into it; the
+ * code after a helper call loads them again.
+ *
+ * The emitted code may clobber host flags, nothing else: it runs at points
+ * where TCG keeps no value in the flags.
+ */
+#ifndef CANNOLI_H
+#define CANNOLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+/* Bump on any change to this file. QEMU refuses a jitter of another version. */
+#define CANNOLI_ABI_VERSION 1
+
+/* Name of the CannoliOps symbol a jitter library exports. */
+#define CANNOLI_OPS_SYMBOL "cannoli_ops"
+
+/* x86-64 register numbers (as in TCG and in ModRM encodings). */
+#define CANNOLI_REG_CURSOR 14
+#define CANNOLI_REG_END    15
+
+/* Per-vCPU stream position, embedded in CPUNegativeOffsetState. */
+typedef struct CannoliCursor {
+    uint64_t cursor;
+    uint64_t end;
+    uint64_t pc;    /* guest pc of the instruction that called a helper */
+} CannoliCursor;
+
+/* What QEMU tells the jitter once, at load time. */
+typedef struct CannoliGuestInfo {
+    uint32_t abi_version;      /* CANNOLI_ABI_VERSION QEMU was built with */
+    uint32_t guest_bits;       /* TARGET_LONG_BITS: 32 or 64 */
+    uint32_t big_endian;       /* TARGET_BIG_ENDIAN */
+    int32_t cursor_env_offset; /* offset of the CannoliCursor from env */
+    const char *arch;          /* UNAME_MACHINE, e.g. "mipsel" */
+    const char *exe;           /* guest executable, as given to QEMU */
+    const char *qemu_version;  /* QEMU_VERSION */
+} CannoliGuestInfo;
+
+/* Where code is being spliced. */
+typedef enum CannoliSite {
+    CANNOLI_SITE_RUNTIME = 0,   /* out-of-line stubs, after the prologue */
+    CANNOLI_SITE_JIT_ENTER = 1, /* prologue, after env is in rbp */
+    CANNOLI_SITE_JIT_EXIT = 2,  /* epilogue, rax holds the return value */
+    CANNOLI_SITE_CALL = 3,      /* before a call to a helper */
+    CANNOLI_SITE_CALL_RETURN = 4, /* after a call to a helper returned */
+} CannoliSite;
+
+/* One guest memory access being lifted. */
+typedef struct CannoliMemAccess {
+    uint64_t pc;        /* guest pc of the instruction */
+    uint8_t store;      /* 1 for a store, 0 for a load */
+    uint8_t size_log2;  /* access size: 1 << size_log2 bytes */
+    uint8_t addr_reg;   /* host register holding the guest address */
+    uint8_t value_reg;  /* host register holding the value */
+    uint8_t after;      /* 0: code placed before the access, 1: after it */
+    uint8_t pad[3];
+} CannoliMemAccess;
+
+/* Exported by the jitter library as `const CannoliOps cannoli_ops`. */
+typedef struct CannoliOps {
+    /* Must equal CANNOLI_ABI_VERSION; checked before anything else is used. */
+    uint32_t abi_version;
+    uint32_t size;              /* sizeof(CannoliOps) */
+    const char *jitter_version; /* for messages */
+
+    /* Once, before any code is generated. Returns 0 or writes a one-line
+     * message into err and returns -1. */
+    int (*init)(const CannoliGuestInfo *info, char *err, size_t errlen);
+
+    /* Code generation. Each writes at most `cap` bytes of machine code to
+     * `buf`, which will execute at address `rx`, and returns its length. */
+    size_t (*emit_site)(CannoliSite site, uint8_t *buf, size_t cap,
+                        uintptr_t rx);
+    /* Before each guest instruction; can_end_block says whether TCG ops of
+     * this instruction may end the translation block (a branch, an exit). */
+    size_t (*lift_insn)(uint64_t pc, bool can_end_block, uint8_t *buf,
+                        size_t cap, uintptr_t rx);
+    /* Around a guest load (called with after=0, then after=1) or before a
+     * guest store (after=0 only). */
+    size_t (*lift_mem)(const CannoliMemAccess *access, uint8_t *buf,
+                       size_t cap, uintptr_t rx);
+
+    /* Run time, outside the JIT. */
+    /* Each time a vCPU thread is about to run guest code (cpu_exec). */
+    void (*cpu_enter)(CannoliCursor *c);
+    /* The vCPU thread or the whole process is exiting: hand over every event.
+     * `code` is the exit status (or 128 + signal). */
+    void (*cpu_exit)(CannoliCursor *c, int code);
+    /* A helper (not the JIT) accessed guest memory for the instruction at
+     * c->pc: e.g. MIPS lwl/swr, atomics. Called where QEMU's plugin API
+     * reports such accesses; a read-modify-write is a load then a store. */
+    void (*helper_mem)(CannoliCursor *c, uint64_t addr, uint64_t value,
+                       unsigned size_log2, bool store);
+} CannoliOps;
+
+/* The loaded jitter, or NULL when QEMU runs without -cannoli. */
+extern const CannoliOps *cannoli;
+
+#endif /* CANNOLI_H */

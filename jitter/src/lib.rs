@@ -1,0 +1,81 @@
+//! QEMU's side of cannoli.
+//!
+//! A user's hook library is a `cdylib` that depends on this crate and defines
+//! two functions, exactly as in the original Cannoli:
+//!
+//! ```ignore
+//! use jitter::HookType;
+//!
+//! #[no_mangle]
+//! fn hook_inst(_pc: u64, _branch: bool) -> HookType { HookType::Always }
+//!
+//! #[no_mangle]
+//! fn hook_mem(_pc: u64, _write: bool, _size: usize) -> bool { true }
+//! ```
+//!
+//! QEMU (built with `qemu_patches.patch`) loads that library with
+//! `-cannoli lib.so`. The hooks run once per lift, when QEMU translates a
+//! guest instruction; their answers decide what x86-64 code this crate
+//! splices into the translation. That code runs at JIT speed and appends
+//! fixed-layout events (see the `cannoli-wire` crate) to a shared-memory
+//! chunk, which is handed to the client process when full.
+//!
+//! Modules: [`asm`] encodes machine code, `codegen` decides what code each
+//! site gets, `stream` owns a guest thread's connection and ring, `ffi` is the
+//! C interface QEMU calls (see `include/cannoli.h`).
+
+pub mod asm;
+mod codegen;
+mod ffi;
+mod stream;
+
+/// What to record each time a guest instruction executes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HookType {
+    /// Report the pc every time the instruction runs.
+    Always,
+    /// Report the pc the first time this translation of it runs (coverage).
+    Once,
+    /// Report the pc and the guest's general purpose registers.
+    Register,
+    /// Report the pc, whether it can end a basic block, and the registers.
+    Branch,
+    /// Don't report this instruction.
+    Never,
+}
+
+extern "Rust" {
+    // Defined by the user's hook library with `#[no_mangle]`; resolved when
+    // that cdylib is linked.
+    fn hook_inst(pc: u64, branch: bool) -> HookType;
+    fn hook_mem(pc: u64, write: bool, size: usize) -> bool;
+}
+
+/// The user's instruction hook.
+fn user_hook_inst(pc: u64, branch: bool) -> HookType {
+    // SAFETY: the user's library defines `hook_inst` with exactly this
+    // signature (the documented seed API); it is a plain Rust function.
+    unsafe { hook_inst(pc, branch) }
+}
+
+/// The user's memory hook.
+fn user_hook_mem(pc: u64, write: bool, size: usize) -> bool {
+    // SAFETY: as for `user_hook_inst`.
+    unsafe { hook_mem(pc, write, size) }
+}
+
+// The unit tests link this crate without a user hook library.
+#[cfg(test)]
+mod test_hooks {
+    use super::HookType;
+
+    #[no_mangle]
+    fn hook_inst(_pc: u64, _branch: bool) -> HookType {
+        HookType::Always
+    }
+
+    #[no_mangle]
+    fn hook_mem(_pc: u64, _write: bool, _size: usize) -> bool {
+        true
+    }
+}

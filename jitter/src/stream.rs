@@ -1,0 +1,240 @@
+//! A guest thread's event stream: its TCP connection to the client (control
+//! and liveness) and its mempipe ring (the events themselves).
+
+use std::cell::RefCell;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::OnceLock;
+use std::time::Duration;
+use wire::{Goodbye, Hello, Welcome, ADDR_ENV, DEFAULT_ADDR, MAGIC, MAX_JIT_EVENT, WIRE_VERSION};
+
+/// Facts about the guest that every connection announces.
+pub struct Guest {
+    pub arch: String,
+    pub big_endian: bool,
+    pub guest_bits: u32,
+    pub exe: Option<String>,
+}
+
+pub static GUEST: OnceLock<Guest> = OnceLock::new();
+
+/// Chunk geometry; `CANNOLI_CHUNK_KB` and `CANNOLI_CHUNKS` override it.
+fn geometry() -> (usize, usize) {
+    let get = |k: &str, d: usize| {
+        std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+    };
+    let kb = get("CANNOLI_CHUNK_KB", 128).clamp(4, 64 * 1024);
+    let n = get("CANNOLI_CHUNKS", 32).clamp(2, 4096).next_power_of_two();
+    ((kb * 1024 + 4095) & !4095, n)
+}
+
+/// The window the JIT may fill: events start below `end`.
+#[derive(Clone, Copy)]
+pub struct Window {
+    pub cursor: u64,
+    pub end: u64,
+}
+
+pub struct Stream {
+    ring: mempipe::Producer,
+    sock: TcpStream,
+    addr: String,
+    /// Start of the chunk being filled (or of `scratch` once the client is gone).
+    chunk: *mut u8,
+    /// Where events go once the client has gone away.
+    scratch: Option<Box<[u64]>>,
+    lost_bytes: u64,
+}
+
+thread_local! {
+    /// This thread's stream; the JIT's flush stub reaches it from here.
+    static STREAM: RefCell<Option<Stream>> = const { RefCell::new(None) };
+}
+
+fn client_addr() -> String {
+    std::env::var(ADDR_ENV).unwrap_or_else(|_| DEFAULT_ADDR.to_string())
+}
+
+impl Stream {
+    /// Connects this guest thread to the client and opens its ring.
+    pub fn connect() -> Result<Stream, String> {
+        let guest = GUEST.get().ok_or("cannoli used before init")?;
+        let addr = client_addr();
+        let mut sock = TcpStream::connect(&addr).map_err(|e| {
+            format!("no cannoli client is listening on {addr} ({e}): start your client first, \
+                     or point {ADDR_ENV} at it")
+        })?;
+        let _ = sock.set_nodelay(true);
+        let (chunk_size, chunks) = geometry();
+        let ring = mempipe::Producer::create(chunk_size, chunks)
+            .map_err(|e| format!("cannot create the event ring: {e}"))?;
+        let result = (|| {
+            // SAFETY: plain libc getters with no preconditions.
+            let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid()) };
+            let hello = Hello {
+                magic: MAGIC.into(),
+                wire_version: WIRE_VERSION,
+                jitter_version: env!("CARGO_PKG_VERSION").into(),
+                pid,
+                ppid,
+                tid,
+                arch: guest.arch.clone(),
+                big_endian: guest.big_endian,
+                guest_bits: guest.guest_bits,
+                ring: ring.path().to_string_lossy().into_owned(),
+                comm: guest.exe.as_deref().and_then(|e| e.rsplit('/').next()).map(Into::into),
+                exe: guest.exe.clone(),
+            };
+            let mut line = serde_json::to_string(&hello).expect("Hello serializes");
+            line.push('\n');
+            sock.write_all(line.as_bytes())
+                .map_err(|e| format!("lost the client at {addr} during the handshake: {e}"))?;
+            sock.set_read_timeout(Some(Duration::from_secs(10))).ok();
+            let mut reply = String::new();
+            BufReader::new(&sock).read_line(&mut reply).map_err(|e| {
+                format!("the client at {addr} did not answer the handshake: {e}")
+            })?;
+            sock.set_read_timeout(None).ok();
+            if reply.is_empty() {
+                return Err(format!("the client at {addr} closed the connection during the \
+                                    handshake (is it a cannoli client?)"));
+            }
+            let welcome: Welcome = serde_json::from_str(&reply).map_err(|_| {
+                format!("{addr} answered the handshake with something that is not a cannoli \
+                         client: {:?}", reply.trim_end())
+            })?;
+            match welcome.error {
+                Some(e) => Err(format!("the client at {addr} refused the trace: {e}")),
+                None => Ok(()),
+            }
+        })();
+        if let Err(e) = result {
+            ring.unlink();
+            return Err(e);
+        }
+        Ok(Stream { ring, sock, addr, chunk: std::ptr::null_mut(), scratch: None, lost_bytes: 0 })
+    }
+
+    fn window(&self) -> Window {
+        let start = self.chunk as u64;
+        let size = match &self.scratch {
+            Some(s) => s.len() * 8,
+            None => self.ring.chunk_size(),
+        };
+        Window { cursor: start, end: start + (size - MAX_JIT_EVENT) as u64 }
+    }
+
+    /// Takes the next chunk; switches to untraced mode if the client is gone.
+    fn next_chunk(&mut self) -> Window {
+        if self.scratch.is_none() {
+            match self.ring.acquire() {
+                Ok(p) => {
+                    self.chunk = p;
+                    return self.window();
+                }
+                Err(e) => self.client_gone(&e.to_string()),
+            }
+        }
+        self.window()
+    }
+
+    fn client_gone(&mut self, why: &str) {
+        eprintln!("qemu: cannoli: the client at {} stopped reading ({why}); the program goes on \
+                   untraced", self.addr);
+        let s = self.scratch.insert(vec![0u64; 16 * 1024].into_boxed_slice());
+        self.chunk = s.as_mut_ptr() as *mut u8;
+    }
+
+    /// Hands over the chunk filled up to `cursor` and returns the next window.
+    pub fn flush(&mut self, cursor: u64) -> Window {
+        let len = cursor.saturating_sub(self.chunk as u64) as usize;
+        if self.scratch.is_some() {
+            self.lost_bytes += len as u64;
+        } else if let Err(e) = self.ring.publish(len) {
+            self.lost_bytes += len as u64;
+            self.client_gone(&e.to_string());
+        }
+        self.next_chunk()
+    }
+
+    /// Hands over everything up to `cursor` and ends the stream cleanly.
+    pub fn finish(mut self, cursor: u64) {
+        if cursor != 0 {
+            let len = cursor.saturating_sub(self.chunk as u64) as usize;
+            if self.scratch.is_some() {
+                self.lost_bytes += len as u64;
+            } else if len > 0 && self.ring.publish(len).is_err() {
+                self.lost_bytes += len as u64;
+            }
+        }
+        self.ring.close();
+        let bye = Goodbye { chunks: self.ring.published(), lost_events: self.lost_bytes / 8 };
+        let line = serde_json::to_string(&bye).expect("Goodbye serializes") + "\n";
+        let _ = self.sock.write_all(line.as_bytes());
+        let _ = self.sock.shutdown(Shutdown::Both);
+        if self.lost_bytes > 0 {
+            eprintln!("qemu: cannoli: {} bytes of events (up to {} events) could not be delivered \
+                       to the client", self.lost_bytes, self.lost_bytes / 8);
+        }
+    }
+}
+
+/// Makes `stream` this thread's stream.
+pub fn install(stream: Stream) {
+    STREAM.with(|s| *s.borrow_mut() = Some(stream));
+}
+
+/// A vCPU thread is about to run guest code: give it a window if it has none.
+pub fn enter() -> Option<Window> {
+    STREAM.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.is_none() {
+            match Stream::connect() {
+                Ok(st) => *s = Some(st),
+                Err(e) => {
+                    eprintln!("qemu: cannoli: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
+        s.as_mut().map(|st| st.next_chunk())
+    })
+}
+
+/// The JIT filled its window.
+pub fn flush(cursor: u64) -> Window {
+    STREAM.with(|s| {
+        s.borrow_mut().as_mut().expect("flush without a stream").flush(cursor)
+    })
+}
+
+/// The thread or process is exiting.
+pub fn finish(cursor: u64) {
+    if let Some(st) = STREAM.with(|s| s.borrow_mut().take()) {
+        st.finish(cursor);
+    }
+}
+
+/// Appends a memory access made by a QEMU helper (outside the JIT) at `w`.
+pub fn helper_mem(w: Window, pc: u64, addr: u64, value: u64, size_log2: u8, store: bool) -> Window {
+    if !crate::user_hook_mem(pc, store, 1 << size_log2) {
+        return w;
+    }
+    let t = wire::mem_tag(store, size_log2) as u64;
+    let words: &[u64] = if wire::pc_fits(pc) {
+        &[t << 56 | pc, addr, value]
+    } else {
+        &[(wire::tag::MEM_LONG as u64) << 56 | t, pc, addr, value]
+    };
+    // SAFETY: the window guarantees MAX_JIT_EVENT (32) writable bytes at
+    // `cursor`, and `words` is at most 32 bytes; cursor is 8-byte aligned.
+    unsafe {
+        std::ptr::copy_nonoverlapping(words.as_ptr(), w.cursor as *mut u64, words.len());
+    }
+    let cursor = w.cursor + 8 * words.len() as u64;
+    if cursor >= w.end {
+        flush(cursor)
+    } else {
+        Window { cursor, end: w.end }
+    }
+}

@@ -1,0 +1,606 @@
+use super::*;
+use std::collections::HashSet;
+use std::io::{Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+const CS: usize = 4096;
+
+/// Deterministic content for `seq`: a length and a checksum-able pattern whose
+/// first 8 bytes are the sequence number.
+fn pattern_len(seq: u64, chunk_size: usize) -> usize {
+    (8 + (seq.wrapping_mul(2_654_435_761) % (chunk_size as u64 - 7)) as usize).min(chunk_size)
+}
+
+fn fill(seq: u64, buf: &mut [u8]) {
+    buf[..8].copy_from_slice(&seq.to_le_bytes());
+    let mut x = seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for b in &mut buf[8..] {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+}
+
+fn check(seq: u64, data: &[u8], chunk_size: usize) {
+    assert_eq!(data.len(), pattern_len(seq, chunk_size), "len of seq {seq}");
+    assert_eq!(data.as_ptr() as usize % 8, 0);
+    let mut want = vec![0u8; data.len()];
+    fill(seq, &mut want);
+    assert!(data == &want[..], "content of seq {seq}");
+}
+
+fn send_pattern(p: &mut Producer, seq: u64) {
+    let cs = p.chunk_size();
+    let len = pattern_len(seq, cs);
+    let buf = p.acquire_slice().unwrap();
+    fill(seq, &mut buf[..len]);
+    assert_eq!(p.publish(len).unwrap(), seq);
+}
+
+fn pair(chunk_size: usize, count: usize) -> (Producer, Consumer) {
+    let p = Producer::create(chunk_size, count).unwrap();
+    let c = Consumer::open(p.path()).unwrap();
+    (p, c)
+}
+
+#[test]
+fn thread_safety_markers() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<Producer>();
+    send::<Consumer>();
+    sync::<Consumer>();
+    send::<Chunk<'static>>();
+    sync::<Chunk<'static>>();
+}
+
+#[test]
+fn roundtrip_close_and_drain() {
+    let (mut p, c) = pair(CS, 4);
+    assert_eq!(c.chunk_size(), CS);
+    assert_eq!(c.chunk_count(), 4);
+    assert_eq!(c.producer_pid(), std::process::id());
+    assert!(p.consumer_attached());
+    for seq in 0..3 {
+        send_pattern(&mut p, seq);
+    }
+    assert_eq!(p.published(), 3);
+    assert_eq!(c.published(), 3);
+    assert!(!c.closed_by_producer());
+    p.close();
+    p.close(); // idempotent
+    assert!(c.closed_by_producer());
+    assert!(matches!(p.acquire(), Err(Error::Closed)));
+    assert!(matches!(p.publish(0), Err(Error::Closed)));
+    for seq in 0..3 {
+        let ch = c.recv().unwrap();
+        assert_eq!(ch.seq(), seq);
+        check(seq, ch.data(), CS);
+    }
+    assert!(c.recv().is_none());
+    assert!(c.recv().is_none());
+    assert!(c.is_finished());
+}
+
+#[test]
+fn producer_gone_before_consumer_opens() {
+    // A short run may finish before the client opens the ring.
+    let mut p = Producer::create(CS, 8).unwrap();
+    let path = p.path().to_path_buf();
+    for seq in 0..5 {
+        send_pattern(&mut p, seq);
+    }
+    drop(p);
+    let c = Consumer::open(&path).unwrap();
+    assert!(c.closed_by_producer());
+    let seqs: Vec<u64> = std::iter::from_fn(|| c.recv().map(|ch| ch.seq())).collect();
+    assert_eq!(seqs, vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn acquire_twice_same_chunk_and_publish_errors() {
+    let (mut p, c) = pair(CS, 2);
+    assert!(matches!(p.publish(1), Err(Error::NotAcquired)));
+    let a = p.acquire().unwrap();
+    let b = p.acquire().unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a as usize % PAGE_SIZE, 0);
+    assert!(
+        matches!(p.publish(CS + 1), Err(Error::TooLong { len, chunk_size: CS }) if len == CS + 1)
+    );
+    assert_eq!(p.publish(CS).unwrap(), 0);
+    assert!(matches!(p.publish(0), Err(Error::NotAcquired)));
+    let ch = c.recv().unwrap();
+    assert_eq!(ch.data().len(), CS);
+    // Zero-length chunks are fine.
+    p.acquire().unwrap();
+    assert_eq!(p.publish(0).unwrap(), 1);
+    let ch1 = c.recv().unwrap();
+    assert!(ch1.is_empty());
+    assert_eq!(ch1.seq(), 1);
+}
+
+#[test]
+fn ordering_and_integrity_single_consumer() {
+    const N: u64 = 3000;
+    let (mut p, c) = pair(2 * CS, 8);
+    let prod = thread::spawn(move || {
+        for seq in 0..N {
+            send_pattern(&mut p, seq);
+        }
+        // dropped: closes
+    });
+    let mut expect = 0;
+    while let Some(ch) = c.recv() {
+        assert_eq!(ch.seq(), expect);
+        check(ch.seq(), ch.data(), 2 * CS);
+        expect += 1;
+    }
+    assert_eq!(expect, N);
+    prod.join().unwrap();
+}
+
+#[test]
+fn several_consumers_out_of_order_release() {
+    const N: u64 = 4000;
+    const THREADS: usize = 3;
+    let (mut p, c) = pair(CS, 16);
+    let prod = thread::spawn(move || {
+        for seq in 0..N {
+            send_pattern(&mut p, seq);
+        }
+    });
+    let seen = Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let c = &c;
+            let seen = &seen;
+            s.spawn(move || {
+                let mut mine = Vec::new();
+                let mut last = None;
+                let mut take = |ch: &Chunk<'_>, mine: &mut Vec<u64>| {
+                    // Claimed in increasing order, as seen by one thread.
+                    assert!(last < Some(ch.seq()));
+                    last = Some(ch.seq());
+                    check(ch.seq(), ch.data(), CS);
+                    mine.push(ch.seq());
+                };
+                // Blocking recv only while holding nothing (holding a chunk while
+                // blocked in recv could wait for a slot this thread holds).
+                while let Some(first) = c.recv() {
+                    take(&first, &mut mine);
+                    let mut held = vec![first];
+                    while held.len() <= t + 1 {
+                        match c.try_recv() {
+                            Some(ch) => {
+                                take(&ch, &mut mine);
+                                held.push(ch);
+                            }
+                            None => break,
+                        }
+                    }
+                    // Release out of order: newest first, or oldest-but-one first.
+                    if mine.len() % 2 == 0 {
+                        while let Some(h) = held.pop() {
+                            drop(h);
+                        }
+                    } else {
+                        let second = if held.len() > 1 {
+                            Some(held.remove(1))
+                        } else {
+                            None
+                        };
+                        drop(second);
+                        drop(held);
+                    }
+                    if mine.len() % 64 < 2 {
+                        thread::yield_now();
+                    }
+                }
+                seen.lock().unwrap().extend(mine);
+            });
+        }
+    });
+    prod.join().unwrap();
+    let mut all = seen.into_inner().unwrap();
+    all.sort_unstable();
+    assert_eq!(all, (0..N).collect::<Vec<_>>());
+}
+
+#[test]
+fn release_from_other_thread() {
+    let (mut p, c) = pair(CS, 4);
+    for seq in 0..4 {
+        send_pattern(&mut p, seq);
+    }
+    p.close();
+    let chunks: Vec<Chunk<'_>> = std::iter::from_fn(|| c.recv()).collect();
+    assert_eq!(chunks.len(), 4);
+    thread::scope(|s| {
+        for ch in chunks {
+            s.spawn(move || {
+                check(ch.seq(), ch.data(), CS);
+                drop(ch);
+            });
+        }
+    });
+    for idx in 0..4 {
+        assert_eq!(c.ring.slot(idx).state.load(Ordering::SeqCst), SLOT_FREE);
+    }
+}
+
+#[test]
+fn backpressure_blocks_until_the_right_slot_is_released() {
+    let (mut p, c) = pair(CS, 4);
+    for seq in 0..4 {
+        send_pattern(&mut p, seq);
+    }
+    assert!(p
+        .acquire_timeout(Duration::from_millis(20))
+        .unwrap()
+        .is_none());
+    let (tx, rx) = mpsc::channel();
+    let prod = thread::spawn(move || {
+        for seq in 4..12 {
+            send_pattern(&mut p, seq);
+            tx.send(seq).unwrap();
+        }
+        p
+    });
+    // Ring full: the producer must wait.
+    let held: Vec<Chunk<'_>> = (0..4).map(|_| c.recv().unwrap()).collect();
+    assert!(rx.recv_timeout(Duration::from_millis(150)).is_err());
+    let mut held: Vec<Option<Chunk<'_>>> = held.into_iter().map(Some).collect();
+    // Releasing seq 2 frees slot 2, but seq 4 needs slot 0.
+    held[2] = None;
+    assert!(rx.recv_timeout(Duration::from_millis(150)).is_err());
+    held[0] = None;
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), 4);
+    // seq 5 needs slot 1, still held.
+    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+    drop(held);
+    let mut got = Vec::new();
+    while got.len() < 8 {
+        let ch = c.recv().unwrap();
+        check(ch.seq(), ch.data(), CS);
+        got.push(ch.seq());
+    }
+    assert_eq!(got, (4..12).collect::<Vec<_>>());
+    let mut p = prod.join().unwrap();
+    assert_eq!(rx.try_iter().count(), 7);
+    p.close();
+    assert!(c.recv().is_none());
+}
+
+#[test]
+fn blocked_consumers_wake_on_publish_and_close() {
+    let (mut p, c) = pair(CS, 4);
+    thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut n = 0;
+                    while let Some(ch) = c.recv() {
+                        check(ch.seq(), ch.data(), CS);
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        thread::sleep(Duration::from_millis(30)); // let them sleep
+        for seq in 0..10 {
+            send_pattern(&mut p, seq);
+            if seq % 3 == 0 {
+                thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let t0 = Instant::now();
+        p.close();
+        let total: i32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(total, 10);
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "close should wake all consumers at once"
+        );
+    });
+}
+
+#[test]
+fn abandon_drains_then_returns_none() {
+    let (mut p, c) = pair(CS, 4);
+    send_pattern(&mut p, 0);
+    send_pattern(&mut p, 1);
+    thread::scope(|s| {
+        let h = s.spawn(|| {
+            let mut seqs = Vec::new();
+            while let Some(ch) = c.recv() {
+                seqs.push(ch.seq());
+            }
+            seqs
+        });
+        thread::sleep(Duration::from_millis(50)); // drained, now asleep
+        let t0 = Instant::now();
+        c.abandon();
+        assert_eq!(h.join().unwrap(), vec![0, 1]);
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "abandon should wake at once"
+        );
+    });
+    assert!(!c.closed_by_producer());
+    assert!(c.recv().is_none());
+    assert!(c.is_finished());
+}
+
+#[test]
+fn abandon_before_recv_still_drains() {
+    let (mut p, c) = pair(CS, 4);
+    for seq in 0..3 {
+        send_pattern(&mut p, seq);
+    }
+    c.abandon();
+    let seqs: Vec<u64> = std::iter::from_fn(|| c.recv().map(|ch| ch.seq())).collect();
+    assert_eq!(seqs, vec![0, 1, 2]);
+}
+
+#[test]
+fn consumer_drop_gives_consumer_gone() {
+    let (mut p, c) = pair(CS, 2);
+    send_pattern(&mut p, 0);
+    send_pattern(&mut p, 1);
+    let (tx, rx) = mpsc::channel();
+    let prod = thread::spawn(move || {
+        let r = p.acquire().map(|_| ());
+        tx.send(()).unwrap();
+        (p, r)
+    });
+    assert!(rx.recv_timeout(Duration::from_millis(100)).is_err());
+    let t0 = Instant::now();
+    drop(c);
+    rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "close should wake the producer at once"
+    );
+    let (mut p, r) = prod.join().unwrap();
+    assert!(matches!(r, Err(Error::ConsumerGone)), "{r:?}");
+    assert!(matches!(p.acquire(), Err(Error::ConsumerGone)));
+}
+
+#[test]
+fn consumer_close_with_free_slot() {
+    let (mut p, c) = pair(CS, 2);
+    p.acquire().unwrap();
+    c.close();
+    c.close();
+    assert!(matches!(p.publish(1), Err(Error::ConsumerGone)));
+    assert!(matches!(p.acquire(), Err(Error::ConsumerGone)));
+    assert!(c.recv().is_none());
+}
+
+#[test]
+fn file_unlinked_after_open() {
+    let p = Producer::create(CS, 2).unwrap();
+    let path = p.path().to_path_buf();
+    assert!(path.exists());
+    let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+    assert!(
+        name.starts_with(&format!("mempipe-{}-", std::process::id())),
+        "{name}"
+    );
+    let meta = std::fs::metadata(&path).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta.len() as usize, 4096 + 4096 + 2 * CS);
+    let c = Consumer::open(&path).unwrap();
+    assert!(!path.exists());
+    p.unlink(); // idempotent
+    match Consumer::open(&path) {
+        Err(Error::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::NotFound),
+        other => panic!("{other:?}"),
+    }
+    drop(c);
+}
+
+#[test]
+fn producer_unlink_when_consumer_never_came() {
+    let p = Producer::create(CS, 2).unwrap();
+    assert!(!p.consumer_attached());
+    assert!(p.path().exists());
+    p.unlink();
+    assert!(!p.path().exists());
+    p.unlink();
+}
+
+#[test]
+fn create_in_dir_and_dir_env() {
+    let dir = std::env::temp_dir().join(format!("mempipe-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (mut p, c) = {
+        let p = Producer::create_in(&dir, CS, 2).unwrap();
+        assert_eq!(p.path().parent().unwrap(), dir);
+        let c = Consumer::open(p.path()).unwrap();
+        (p, c)
+    };
+    send_pattern(&mut p, 0);
+    check(0, c.recv().unwrap().data(), CS);
+    std::fs::remove_dir(&dir).unwrap(); // empty: the ring was unlinked
+    assert_eq!(dir_from(None), PathBuf::from("/dev/shm"));
+    assert_eq!(dir_from(Some("".into())), PathBuf::from("/dev/shm"));
+    assert_eq!(dir_from(Some("/tmp/x".into())), PathBuf::from("/tmp/x"));
+    match Producer::create_in(Path::new("/nonexistent/mempipe"), CS, 2) {
+        Err(e @ Error::Io(_)) => assert!(e.to_string().contains(DIR_ENV), "{e}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn create_validates_arguments() {
+    for (cs, cc) in [
+        (0, 4),
+        (1000, 4),
+        (4097, 4),
+        (8192 + 1, 4),
+        (CS, 0),
+        (CS, 1),
+        (CS, 3),
+        (CS, 6),
+        (usize::MAX & !4095, 1 << 20),
+    ] {
+        match Producer::create(cs, cc) {
+            Err(Error::InvalidArgument(m)) => assert!(!m.is_empty()),
+            other => panic!("({cs}, {cc}): {other:?}"),
+        }
+    }
+}
+
+fn expect_bad_header(path: &Path, needle: &str) {
+    match Consumer::open(path) {
+        Err(e @ Error::BadHeader(_)) => {
+            let s = e.to_string();
+            assert!(s.contains(needle), "{s}");
+            assert!(!s.contains('\n'));
+        }
+        other => panic!("expected BadHeader containing {needle:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn header_validation_errors() {
+    let dir = std::env::temp_dir().join(format!("mempipe-hdr-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    // Not a ring at all.
+    let junk = dir.join("junk");
+    std::fs::write(&junk, vec![0xAB; 3 * 4096]).unwrap();
+    expect_bad_header(&junk, "magic");
+    // Too short.
+    std::fs::write(&junk, b"MEMPIPE1").unwrap();
+    expect_bad_header(&junk, "smaller than");
+    std::fs::remove_file(&junk).unwrap();
+
+    let patch = |p: &Producer, off: u64, bytes: &[u8]| {
+        let f = OpenOptions::new().write(true).open(p.path()).unwrap();
+        f.write_all_at(bytes, off).unwrap();
+    };
+    // Wrong version.
+    let p = Producer::create_in(&dir, CS, 4).unwrap();
+    patch(&p, 8, &7u32.to_ne_bytes());
+    expect_bad_header(p.path(), "version 7");
+    p.unlink();
+    // Corrupt chunk_count (not a power of two).
+    let p = Producer::create_in(&dir, CS, 4).unwrap();
+    patch(&p, 32, &3u64.to_ne_bytes());
+    expect_bad_header(p.path(), "power of two");
+    p.unlink();
+    // Corrupt chunk_size (data_offset/file_len no longer match).
+    let p = Producer::create_in(&dir, CS, 4).unwrap();
+    patch(&p, 24, &(2 * CS as u64).to_ne_bytes());
+    expect_bad_header(p.path(), "corrupted");
+    p.unlink();
+    // File length does not match the header.
+    let p = Producer::create_in(&dir, CS, 4).unwrap();
+    let mut f = OpenOptions::new().write(true).open(p.path()).unwrap();
+    f.seek(SeekFrom::End(0)).unwrap();
+    f.write_all(&[0u8; 4096]).unwrap();
+    expect_bad_header(p.path(), "truncated or extended");
+    // A failed open leaves the file in place and does not claim the ring.
+    assert!(p.path().exists());
+    assert!(!p.consumer_attached());
+    p.unlink();
+    // Directory instead of a file.
+    match Consumer::open(&dir) {
+        Err(Error::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::IsADirectory),
+        other => panic!("{other:?}"),
+    }
+    std::fs::remove_dir(&dir).unwrap();
+}
+
+#[test]
+fn second_consumer_is_refused() {
+    let p = Producer::create(CS, 2).unwrap();
+    let path = p.path().to_path_buf();
+    // Keep a hard link so the path survives the first open's unlink.
+    let link = path.with_extension("link");
+    std::fs::hard_link(&path, &link).unwrap();
+    let _c = Consumer::open(&path).unwrap();
+    match Consumer::open(&link) {
+        Err(e @ Error::AlreadyOpened { pid }) => {
+            assert_eq!(pid, std::process::id());
+            assert!(e.to_string().contains("already opened"));
+        }
+        other => panic!("{other:?}"),
+    }
+    let _ = std::fs::remove_file(&link);
+}
+
+#[test]
+fn errors_display_one_line() {
+    let errs = [
+        io_error(
+            "opening ring file /x",
+            io::Error::from(io::ErrorKind::NotFound),
+        ),
+        Error::BadHeader("x".into()),
+        Error::ConsumerGone,
+        Error::InvalidArgument("y".into()),
+        Error::Closed,
+        Error::NotAcquired,
+        Error::TooLong {
+            len: 5,
+            chunk_size: 4,
+        },
+        Error::AlreadyOpened { pid: 3 },
+    ];
+    for e in errs {
+        let s = e.to_string();
+        assert!(s.starts_with("mempipe: ") && !s.contains('\n'), "{s}");
+        let _: &dyn std::error::Error = &e;
+    }
+    let e = io_error(
+        "opening ring file /x",
+        io::Error::from(io::ErrorKind::NotFound),
+    );
+    assert!(e.to_string().contains("opening ring file /x"));
+}
+
+#[test]
+fn concurrent_stress_small_ring() {
+    // Tight ring, several consumers with tiny chunks: exercises the sleep and
+    // wake paths on both sides.
+    const N: u64 = 20_000;
+    let (mut p, c) = pair(CS, 2);
+    let c = Arc::new(c);
+    let prod = thread::spawn(move || {
+        for seq in 0..N {
+            p.acquire().unwrap();
+            assert_eq!(p.publish((seq % 64) as usize).unwrap(), seq);
+        }
+    });
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            let c = Arc::clone(&c);
+            thread::spawn(move || {
+                let mut v = Vec::new();
+                while let Some(ch) = c.recv() {
+                    assert_eq!(ch.len() as u64, ch.seq() % 64);
+                    v.push(ch.seq());
+                }
+                v
+            })
+        })
+        .collect();
+    prod.join().unwrap();
+    let mut set = HashSet::new();
+    for h in handles {
+        for s in h.join().unwrap() {
+            assert!(set.insert(s), "seq {s} twice");
+        }
+    }
+    assert_eq!(set.len() as u64, N);
+}

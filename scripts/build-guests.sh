@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# Builds the guest test programs (tests/programs/*.c) as static -O2 binaries
+# for every guest architecture the tests use:
+#
+#   target/guests/<arch>/<name>      arch = mipsel | riscv64
+#
+# Outputs that are newer than their source (and this script) are skipped.
+#
+# usage: scripts/build-guests.sh [-f|--force] [-q|--quiet] [ARCH...]
+#   ARCH defaults to "mipsel riscv64".
+# env:   CANNOLI_GUEST_CFLAGS  extra compiler flags (appended)
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+src_dir="$root/tests/programs"
+out_root="$root/target/guests"
+self="$here/$(basename "${BASH_SOURCE[0]}")"
+
+force=0
+quiet=0
+arches=()
+for a in "$@"; do
+  case "$a" in
+    -f|--force) force=1 ;;
+    -q|--quiet) quiet=1 ;;
+    -h|--help) sed -n '3,13p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "build-guests: unknown option: $a" >&2; exit 2 ;;
+    *) arches+=("$a") ;;
+  esac
+done
+[ ${#arches[@]} -eq 0 ] && arches=(mipsel riscv64)
+
+log() { [ "$quiet" = 1 ] || echo "build-guests: $*" >&2; }
+
+# arch -> compiler, Debian packages that provide it
+compiler_for() {
+  case "$1" in
+    mipsel) echo "mipsel-linux-gnu-gcc" ;;
+    riscv64) echo "riscv64-linux-gnu-gcc" ;;
+    *) return 1 ;;
+  esac
+}
+packages_for() {
+  case "$1" in
+    mipsel) echo "gcc-mipsel-linux-gnu libc6-dev-mipsel-cross" ;;
+    riscv64) echo "gcc-riscv64-linux-gnu libc6-dev-riscv64-cross" ;;
+  esac
+}
+
+shopt -s nullglob
+sources=("$src_dir"/*.c)
+if [ ${#sources[@]} -eq 0 ]; then
+  echo "build-guests: no sources in $src_dir" >&2
+  exit 1
+fi
+
+CFLAGS=(-O2 -static -g0 -Wall -Wextra -Wno-unused-parameter -std=gnu11)
+# shellcheck disable=SC2206
+extra=(${CANNOLI_GUEST_CFLAGS:-})
+
+built=0
+skipped=0
+for arch in "${arches[@]}"; do
+  cc="$(compiler_for "$arch")" || { echo "build-guests: unknown arch '$arch' (known: mipsel riscv64)" >&2; exit 2; }
+  if ! command -v "$cc" >/dev/null 2>&1; then
+    echo "build-guests: error: cross compiler '$cc' not found for $arch." >&2
+    echo "build-guests: install it with: apt-get install -y $(packages_for "$arch")" >&2
+    exit 1
+  fi
+  out_dir="$out_root/$arch"
+  mkdir -p "$out_dir"
+  for src in "${sources[@]}"; do
+    name="$(basename "$src" .c)"
+    out="$out_dir/$name"
+    if [ "$force" = 0 ] && [ -x "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$self" ]; then
+      skipped=$((skipped + 1))
+      continue
+    fi
+    log "$arch/$name"
+    tmp="$out.tmp.$$"
+    if ! "$cc" "${CFLAGS[@]}" "${extra[@]}" -o "$tmp" "$src" 2>"$tmp.log"; then
+      cat "$tmp.log" >&2
+      rm -f "$tmp" "$tmp.log"
+      echo "build-guests: error: compiling $src for $arch failed" \
+           "(is the C library for the target installed? apt-get install -y $(packages_for "$arch"))" >&2
+      exit 1
+    fi
+    if [ -s "$tmp.log" ]; then cat "$tmp.log" >&2; fi
+    rm -f "$tmp.log"
+    mv -f "$tmp" "$out"   # atomic: concurrent test processes never see a partial binary
+    built=$((built + 1))
+  done
+done
+log "done: $built built, $skipped up to date ($out_root)"

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Builds QEMU 10.0 linux-user with qemu_patches.patch applied, twice from the
+# same patched source: build-cannoli (configured --with-cannoli, plus QEMU's
+# own plugins for ground truth) and build-plain (no CANNOLI: the patch must be
+# inert). The result lives in a cache outside the work tree, keyed by the QEMU
+# version and a hash of the patch + cannoli.h + this script's build flags, so
+# running it again is a no-op. Writes target/qemu.env for the tests.
+#
+# Source, in order of preference:
+#   QEMU_SRC=/path/to/qemu-10.0.x      an unpacked source tree
+#   QEMU_TARBALL=/path/to/qemu.tar.xz  a release or Debian orig tarball
+#   otherwise Debian's source package (apt-get source qemu/trixie).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cache=${CANNOLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cannoli}
+targets=${CANNOLI_QEMU_TARGETS:-mipsel-linux-user,riscv64-linux-user}
+jobs=${JOBS:-$(nproc)}
+log() { echo "build-qemu: $*" >&2; }
+die() { echo "build-qemu: error: $*" >&2; exit 1; }
+
+# Debian's orig tarball we have verified the patch against.
+known_sha256="6a0888e806c2ffc0c5f0733e974f9aea55491950d3c47c98669c8b236dde59ae"  # qemu_10.0.13+ds.orig.tar.xz
+
+conf_common=(--target-list="$targets" --disable-system --disable-tools --disable-docs
+  --disable-werror --disable-install-blobs --disable-debug-info --enable-plugins
+  --python="$(command -v python3)")
+
+key=$( { cat "$repo/qemu_patches.patch" "$repo/include/cannoli.h"; echo "${conf_common[*]}"; } \
+       | sha256sum | cut -c1-16)
+
+fetch_tarball() {
+  local dl="$cache/dl"
+  mkdir -p "$dl"
+  local t
+  t=$(ls "$dl"/qemu_10.0.*+ds.orig.tar.xz 2>/dev/null | sort -V | tail -n1 || true)
+  if [ -z "$t" ]; then
+    command -v apt-get >/dev/null || die "no QEMU source: set QEMU_SRC or QEMU_TARBALL"
+    if ! grep -rqs "deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+      [ "$(id -u)" = 0 ] || die "no deb-src entry for Debian trixie; run as root: sudo bash scripts/deps.sh"
+      bash "$repo/scripts/deps.sh"
+    fi
+    log "fetching Debian's qemu source package (trixie)"
+    local ok=0
+    for i in 1 2 3; do
+      (cd "$dl" && apt-get source --download-only qemu/trixie >&2) && { ok=1; break; }
+      log "apt-get source failed (try $i); refreshing indexes"
+      apt-get update >&2 || true; sleep 5
+    done
+    [ $ok = 1 ] || die "could not fetch the qemu source package; set QEMU_SRC or QEMU_TARBALL"
+    t=$(ls "$dl"/qemu_10.0.*+ds.orig.tar.xz | sort -V | tail -n1)
+  fi
+  local sum; sum=$(sha256sum "$t" | cut -d' ' -f1)
+  if [ "$(basename "$t")" = "qemu_10.0.13+ds.orig.tar.xz" ] && [ "$sum" != "$known_sha256" ]; then
+    die "$t has sha256 $sum, expected $known_sha256; delete it and retry"
+  fi
+  echo "$t"
+}
+
+if [ -n "${QEMU_SRC:-}" ]; then
+  [ -f "$QEMU_SRC/VERSION" ] || die "QEMU_SRC=$QEMU_SRC is not a QEMU source tree"
+  version=$(cat "$QEMU_SRC/VERSION")
+else
+  tarball=${QEMU_TARBALL:-$(fetch_tarball)}
+  version=$(tar -xOf "$tarball" --wildcards --no-wildcards-match-slash '*/VERSION')
+fi
+case "$version" in 10.0.*) ;; *) die "QEMU $version: the patch is for QEMU 10.0.x" ;; esac
+
+dir="$cache/qemu-$version-$key"
+if [ -f "$dir/.done" ]; then
+  log "up to date: $dir"
+else
+  log "building QEMU $version with the cannoli patch into $dir"
+  rm -rf "$dir"; mkdir -p "$dir/cannoli/include"
+  if [ -n "${QEMU_SRC:-}" ]; then
+    cp -a "$QEMU_SRC" "$dir/src"
+  else
+    mkdir "$dir/src"; tar -xf "$tarball" -C "$dir/src" --strip-components=1
+  fi
+  cp "$repo/include/cannoli.h" "$dir/cannoli/include/"
+  (cd "$dir/src" && patch -p1 --forward --quiet < "$repo/qemu_patches.patch") \
+    || die "qemu_patches.patch does not apply to QEMU $version"
+  for variant in cannoli plain; do
+    extra=(); [ $variant = cannoli ] && extra=(--with-cannoli="$dir/cannoli")
+    mkdir -p "$dir/build-$variant"
+    (cd "$dir/build-$variant" && ../src/configure "${conf_common[@]}" "${extra[@]}" >configure.log 2>&1) \
+      || { tail -n 30 "$dir/build-$variant/configure.log" >&2; die "configure ($variant) failed; full log in $dir/build-$variant/configure.log"; }
+  done
+  bins=(); IFS=, read -ra tl <<<"$targets"
+  for t in "${tl[@]}"; do bins+=("qemu-${t%-linux-user}"); done
+  plugins=(tests/tcg/plugins/libinsn.so tests/tcg/plugins/libmem.so contrib/plugins/libexeclog.so)
+  ninja -C "$dir/build-cannoli" -j "$jobs" "${bins[@]}" "${plugins[@]}" >&2
+  ninja -C "$dir/build-plain" -j "$jobs" "${bins[@]}" >&2
+  touch "$dir/.done"
+fi
+
+mkdir -p "$repo/target"
+cat > "$repo/target/qemu.env" <<ENV
+CANNOLI_QEMU_VERSION=$version
+CANNOLI_QEMU_BUILD=$dir/build-cannoli
+CANNOLI_QEMU_PLAIN=$dir/build-plain
+ENV
+log "wrote target/qemu.env (CANNOLI_QEMU_BUILD=$dir/build-cannoli)"
