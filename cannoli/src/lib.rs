@@ -304,10 +304,7 @@ impl std::error::Error for Error {
 /// Address to listen on: `$CANNOLI_ADDR` if set and non-empty, else
 /// [`wire::DEFAULT_ADDR`].
 pub fn default_addr() -> String {
-    match std::env::var(wire::ADDR_ENV) {
-        Ok(a) if !a.trim().is_empty() => a.trim().to_string(),
-        _ => wire::DEFAULT_ADDR.to_string(),
-    }
+    wire::client_addr()
 }
 
 /// Listens on [`default_addr`] and traces until every connection of the

@@ -92,6 +92,30 @@ fn not_a_cannoli_library() {
 }
 
 #[test]
+fn hook_library_of_another_abi_version() {
+    let dir = RunDir::new();
+    let root = workspace_root();
+    let lib = dir.file("libother_abi.so");
+    let cc = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg(root.join("e2e/tests/fixtures/other_abi.c"))
+        .status()
+        .expect("run cc (Debian package build-essential)");
+    assert!(cc.success(), "cc failed to build the fixture");
+    for arch in ARCHES {
+        let mut client = DumpClient::start(&dir, &format!("client-{arch}"), 1);
+        let run = run_with_lib(&dir, &format!("otherabi-{arch}"), arch, &lib, &client.addr);
+        client.kill();
+        assert_clean_failure(&run, "-cannoli libother_abi.so", |l| {
+            l.contains("cannoli") && l.contains("abi 2") && l.contains("abi 1") && l.contains("rebuild")
+        });
+    }
+}
+
+#[test]
 fn no_client_listening() {
     let dir = RunDir::new();
     let lib = jitter_lib();

@@ -111,7 +111,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         std::fs::canonicalize(&e).map(|p| p.to_string_lossy().into_owned()).unwrap_or(e)
     });
     let guest = stream::Guest {
-        arch: cstr(info.arch).unwrap_or_default(),
+        arch: wire::arch_name(&cstr(info.arch).unwrap_or_default(), info.big_endian != 0),
         big_endian: info.big_endian != 0,
         guest_bits: info.guest_bits,
         exe,

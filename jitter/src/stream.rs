@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::OnceLock;
 use std::time::Duration;
-use wire::{Goodbye, Hello, Welcome, ADDR_ENV, DEFAULT_ADDR, MAGIC, MAX_JIT_EVENT, WIRE_VERSION};
+use wire::{Goodbye, Hello, Welcome, ADDR_ENV, MAGIC, MAX_JIT_EVENT, WIRE_VERSION};
 
 /// Facts about the guest that every connection announces.
 pub struct Guest {
@@ -51,15 +51,11 @@ thread_local! {
     static STREAM: RefCell<Option<Stream>> = const { RefCell::new(None) };
 }
 
-fn client_addr() -> String {
-    std::env::var(ADDR_ENV).unwrap_or_else(|_| DEFAULT_ADDR.to_string())
-}
-
 impl Stream {
     /// Connects this guest thread to the client and opens its ring.
     pub fn connect() -> Result<Stream, String> {
         let guest = GUEST.get().ok_or("cannoli used before init")?;
-        let addr = client_addr();
+        let addr = wire::client_addr();
         let mut sock = TcpStream::connect(&addr).map_err(|e| {
             format!("no cannoli client is listening on {addr} ({e}): start your client first, \
                      or point {ADDR_ENV} at it")

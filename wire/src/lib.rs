@@ -36,6 +36,26 @@ pub const DEFAULT_ADDR: &str = "127.0.0.1:11458";
 /// Environment variable naming the client's address, read by both sides.
 pub const ADDR_ENV: &str = "CANNOLI_ADDR";
 
+/// The client's address as both sides see it: `CANNOLI_ADDR` unless unset
+/// or blank, else [`DEFAULT_ADDR`].
+pub fn client_addr() -> String {
+    match std::env::var(ADDR_ENV) {
+        Ok(a) if !a.trim().is_empty() => a.trim().to_string(),
+        _ => DEFAULT_ADDR.to_string(),
+    }
+}
+
+/// The guest architecture's name as users know it. QEMU reports
+/// `UNAME_MACHINE` ("mips" for both endiannesses of 32-bit MIPS); a
+/// little-endian MIPS guest is called "mipsel" like its qemu-mipsel binary.
+pub fn arch_name(uname_machine: &str, big_endian: bool) -> String {
+    match (uname_machine, big_endian) {
+        ("mips", false) => "mipsel".into(),
+        ("mips64", false) => "mips64el".into(),
+        (m, _) => m.into(),
+    }
+}
+
 /// Number of bits of the first word that carry the pc.
 pub const PC_BITS: u32 = 56;
 /// Mask selecting the pc bits of a first word.
