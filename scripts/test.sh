@@ -9,4 +9,11 @@ bash scripts/deps.sh
 bash scripts/build-qemu.sh
 bash scripts/build-guests.sh
 cargo build --release --workspace --all-targets
-cargo test --release --workspace -- --test-threads="${TEST_THREADS:-2}"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --release --workspace -- --test-threads="${TEST_THREADS:-2}" 2>&1 | tee "$log" || status=$?
+# One closing line over all of cargo's test binaries.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "all: %d passed, %d failed\n", p, f }' "$log"
+exit $status
