@@ -82,7 +82,7 @@ pub fn before_call(a: &mut Asm) {
 
 /// The flush stub: called with the cursor past a complete event and at or
 /// beyond `end`; hands the chunk over and loads the next chunk's window.
-pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::ffi::Window) {
+pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::stream::Window) {
     const SAVED: [Reg; 9] = [Reg::Rax, Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi,
                              Reg::R8, Reg::R9, Reg::R10, Reg::R11];
     FLUSH_STUB.store(a.here(), Ordering::Relaxed);

@@ -37,14 +37,6 @@ pub struct CannoliMemAccess {
     pad: [u8; 3],
 }
 
-/// Returned by the flush function in rax:rdx (SysV returns a pair of u64
-/// in registers), which the flush stub moves into r14:r15.
-#[repr(C)]
-pub struct Window {
-    cursor: u64,
-    end: u64,
-}
-
 const SITE_RUNTIME: u32 = 0;
 const SITE_JIT_ENTER: u32 = 1;
 const SITE_JIT_EXIT: u32 = 2;
@@ -177,9 +169,8 @@ unsafe extern "C" fn lift_mem(x: *const CannoliMemAccess, buf: *mut u8, cap: usi
 }
 
 /// Called from the flush stub with every register saved.
-extern "C" fn flush(cursor: u64) -> Window {
-    let w = stream::flush(cursor);
-    Window { cursor: w.cursor, end: w.end }
+extern "C" fn flush(cursor: u64) -> stream::Window {
+    stream::flush(cursor)
 }
 
 unsafe extern "C" fn cpu_enter(c: *mut CannoliCursor) {

@@ -28,8 +28,11 @@ fn geometry() -> (usize, usize) {
     ((kb * 1024 + 4095) & !4095, n)
 }
 
-/// The window the JIT may fill: events start below `end`.
+/// The window the JIT may fill: events start below `end`. Returned by the
+/// flush function in rax:rdx (SysV returns a pair of u64 in registers), which
+/// the flush stub moves into r14:r15.
 #[derive(Clone, Copy)]
+#[repr(C)]
 pub struct Window {
     pub cursor: u64,
     pub end: u64,
