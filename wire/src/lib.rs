@@ -177,6 +177,14 @@ mod tests {
     }
 
     #[test]
+    fn arch_names() {
+        assert_eq!(arch_name("mips", false), "mipsel");
+        assert_eq!(arch_name("mips", true), "mips");
+        assert_eq!(arch_name("mips64", false), "mips64el");
+        assert_eq!(arch_name("riscv64", false), "riscv64");
+    }
+
+    #[test]
     fn pc_fits_boundaries() {
         assert!(pc_fits(0x00ff_ffff_ffff_ffff));
         assert!(!pc_fits(0x0100_0000_0000_0000));
