@@ -21,14 +21,37 @@
 //! | `0x10 \| log2(size)` | load: `tag\|pc`, `addr`, `value` | 3 |
 //! | `0x18 \| log2(size)` | store: `tag\|pc`, `addr`, `value` | 3 |
 //! | `0x1f` | memory access whose pc needs more than 56 bits: `tag\|kind`, `pc`, `addr`, `value` | 4 |
+//! | `0x20`.. | framed event (below) | `len` |
 //!
 //! `addr` and `value` are the raw host register contents: the reader masks
 //! `addr` to the guest's address width and `value` to the access size.
+//!
+//! ## Framed events
+//!
+//! Rare events (registers, syscalls, mappings, signals) share one frame so a
+//! reader can always skip them: the first word is
+//! `tag << 56 | aux << 32 | len`, where `len` is the event's total length in
+//! words (header included, at least 1) and `aux` is 24 bits whose meaning
+//! depends on the tag. Byte payloads are padded with zeros to whole words.
+//!
+//! | tag | event | aux | words after the header |
+//! |-----|-------|-----|------------------------|
+//! | `0x20` | registers | [`RegsKind`] | `pc`, then one word per register ([`Hello::regs`] of them) |
+//! | `0x21` | syscall | bit 0: returned | `num`, `ret`, `arg0`..`arg5`, `data_len`, `data_total`, then `data_len` bytes |
+//! | `0x22` | mmap | [`map_flags`] | `base`, `len`, `offset`, `path_len`, then `path_len` bytes of path |
+//! | `0x23` | munmap | 0 | `base`, `len` |
+//! | `0x24` | mprotect | [`map_flags`] (prot bits only) | `base`, `len` |
+//! | `0x25` | signal | 0 | `signo`, `code`, `fault_addr`, `handler` (0: default action) |
+//!
+//! A syscall's `data` is the buffer it read or wrote where that is known
+//! (`read`, `write`, `pread64`, `pwrite64`, `getrandom`, `readlink`: the bytes;
+//! `open`, `openat`, `execve`, ...: the path), `data_total` its full length
+//! when the capture was cut at [`MAX_SYSCALL_DATA`].
 
 use serde::{Deserialize, Serialize};
 
 /// Version of the event layout and handshake. Both sides must agree.
-pub const WIRE_VERSION: u32 = 1;
+pub const WIRE_VERSION: u32 = 2;
 
 /// Default address of the client; `CANNOLI_ADDR` overrides it on both sides.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:11458";
@@ -78,6 +101,113 @@ pub mod tag {
     /// Memory access with the pc in the next word; the low byte of the first
     /// word is the `LOAD`/`STORE` tag it stands for.
     pub const MEM_LONG: u8 = 0x1f;
+    /// First tag of the framed events; every tag from here on is framed.
+    pub const FRAMED: u8 = 0x20;
+    /// Guest registers at an instruction (Register and Branch hooks).
+    pub const REGS: u8 = 0x20;
+    /// A guest system call with its arguments and result.
+    pub const SYSCALL: u8 = 0x21;
+    /// A new guest mapping.
+    pub const MMAP: u8 = 0x22;
+    /// Guest memory unmapped.
+    pub const MUNMAP: u8 = 0x23;
+    /// Guest memory protection changed.
+    pub const MPROTECT: u8 = 0x24;
+    /// A signal delivered to the guest.
+    pub const SIGNAL: u8 = 0x25;
+}
+
+/// First word of a framed event: tag, 24 bits of `aux`, length in words.
+#[inline]
+pub fn frame(tag: u8, aux: u32, len_words: u32) -> u64 {
+    debug_assert!(tag >= tag::FRAMED && aux < 1 << 24 && len_words >= 1);
+    (tag as u64) << 56 | ((aux & 0xff_ffff) as u64) << 32 | len_words as u64
+}
+
+/// Splits a framed event's first word into (tag, aux, length in words).
+#[inline]
+pub fn unframe(w: u64) -> (u8, u32, u32) {
+    ((w >> 56) as u8, ((w >> 32) & 0xff_ffff) as u32, w as u32)
+}
+
+/// `aux` of a registers event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum RegsKind {
+    /// A Register hook: `regs` callback.
+    Regs = 0,
+    /// A Branch hook on an instruction that cannot end a basic block.
+    BranchNo = 1,
+    /// A Branch hook on an instruction that can end a basic block.
+    BranchYes = 2,
+}
+
+/// Bits of the `aux` of mmap and mprotect events.
+pub mod map_flags {
+    pub const READ: u32 = 1;
+    pub const WRITE: u32 = 2;
+    pub const EXEC: u32 = 4;
+    /// Not backed by a file (the path is empty).
+    pub const ANON: u32 = 8;
+    /// MAP_SHARED.
+    pub const SHARED: u32 = 16;
+}
+
+/// Most bytes of a syscall's buffer carried in its event.
+pub const MAX_SYSCALL_DATA: usize = 4096;
+
+/// Words a framed event needs for `payload_bytes` bytes after `fixed_words`.
+#[inline]
+pub fn framed_len(fixed_words: usize, payload_bytes: usize) -> usize {
+    fixed_words + payload_bytes.div_ceil(8)
+}
+
+/// Where a guest's general purpose registers are, as QEMU describes them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RegLayout {
+    /// Number of registers in a registers event (one word each, the guest
+    /// value zero-extended to 64 bits).
+    pub count: u32,
+    /// Bytes each register has in the guest (4 or 8).
+    pub bytes: u32,
+    /// Their names, in event order (empty when the arch is unknown here).
+    pub names: Vec<String>,
+}
+
+/// The general purpose register names of `arch` (as [`arch_name`] gives it),
+/// in the order QEMU keeps them; empty for an arch this crate doesn't know.
+pub fn reg_names(arch: &str) -> &'static [&'static str] {
+    const MIPS: [&str; 32] = [
+        "zero", "at", "v0", "v1", "a0", "a1", "a2", "a3", "t0", "t1", "t2", "t3", "t4", "t5",
+        "t6", "t7", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "t8", "t9", "k0", "k1", "gp",
+        "sp", "fp", "ra",
+    ];
+    const RISCV: [&str; 32] = [
+        "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1", "a0", "a1", "a2", "a3",
+        "a4", "a5", "a6", "a7", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11",
+        "t3", "t4", "t5", "t6",
+    ];
+    const AARCH64: [&str; 32] = [
+        "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13",
+        "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25",
+        "x26", "x27", "x28", "x29", "x30", "sp",
+    ];
+    const X86_64: [&str; 16] = [
+        "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12",
+        "r13", "r14", "r15",
+    ];
+    const ARM: [&str; 16] = [
+        "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "sp",
+        "lr", "pc",
+    ];
+    match arch {
+        "mips" | "mipsel" | "mips64" | "mips64el" => &MIPS,
+        "riscv32" | "riscv64" => &RISCV,
+        "aarch64" | "aarch64_be" => &AARCH64,
+        "x86_64" => &X86_64,
+        "arm" | "armeb" | "armv7l" => &ARM,
+        _ => &[],
+    }
 }
 
 /// True if `pc` fits in the first word of an event.
@@ -115,6 +245,12 @@ pub struct Hello {
     /// Guest program name and path, where known.
     pub comm: Option<String>,
     pub exe: Option<String>,
+    /// What a registers event carries.
+    #[serde(default)]
+    pub regs: RegLayout,
+    /// Syscall names by the guest's own syscall numbers, where QEMU knows them.
+    #[serde(default)]
+    pub syscall_names: std::collections::BTreeMap<u64, String>,
 }
 
 /// Magic string of [`Hello`].
@@ -170,6 +306,8 @@ mod tests {
             ring: "/dev/shm/x".into(),
             comm: None,
             exe: Some("/bin/true".into()),
+            regs: RegLayout { count: 32, bytes: 4, names: vec!["zero".into()] },
+            syscall_names: [(4001, "exit".to_string())].into_iter().collect(),
         };
         let s = serde_json::to_string(&h).unwrap();
         assert!(!s.contains('\n'));
@@ -182,6 +320,26 @@ mod tests {
         assert_eq!(arch_name("mips", true), "mips");
         assert_eq!(arch_name("mips64", false), "mips64el");
         assert_eq!(arch_name("riscv64", false), "riscv64");
+    }
+
+    #[test]
+    fn frames_roundtrip() {
+        let w = frame(tag::SYSCALL, 1, 12);
+        assert_eq!(w >> 56, tag::SYSCALL as u64);
+        assert_eq!(unframe(w), (tag::SYSCALL, 1, 12));
+        assert_eq!(unframe(frame(tag::SIGNAL, 0xff_ffff, u32::MAX)), (tag::SIGNAL, 0xff_ffff, u32::MAX));
+        assert_eq!(framed_len(10, 0), 10);
+        assert_eq!(framed_len(10, 1), 11);
+        assert_eq!(framed_len(10, 8), 11);
+        assert_eq!(framed_len(10, 9), 12);
+    }
+
+    #[test]
+    fn register_names() {
+        assert_eq!(reg_names("mipsel")[29], "sp");
+        assert_eq!(reg_names("riscv64")[1], "ra");
+        assert_eq!(reg_names("x86_64")[4], "rsp");
+        assert!(reg_names("sparc").is_empty());
     }
 
     #[test]
