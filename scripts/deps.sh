@@ -9,6 +9,7 @@ APT_PKGS=(
   zlib1g-dev flex bison python3-venv dpkg-dev xz-utils ca-certificates
   gcc-mipsel-linux-gnu libc6-dev-mipsel-cross
   gcc-riscv64-linux-gnu libc6-dev-riscv64-cross
+  nix-bin
 )
 PIP_PKGS=("meson>=1.5" "pycotap==1.3.1")
 

@@ -28,6 +28,8 @@ const MAX_LINE: u64 = 64 * 1024;
 /// How long [`Server::run`] keeps listening after the last connection ended,
 /// for a forked child that has not connected yet.
 const DEFAULT_LINGER: Duration = Duration::from_millis(100);
+/// How often [`Server::run_until`] asks its condition while it is false.
+const DONE_POLL: Duration = Duration::from_millis(10);
 
 /// A listening client. Create it with [`Server::bind`], then call
 /// [`Server::run`] or [`Server::run_forever`].
@@ -83,15 +85,38 @@ impl Server {
     /// [`Cannoli::trace`]. `threads` worker threads decode each connection's
     /// stream (at least 1).
     pub fn run<T: Cannoli>(self, threads: usize) -> Result<Stats, Error> {
-        self.serve::<T>(threads, true)
+        self.serve::<T>(threads, true, None)
+    }
+
+    /// Serves until `done()` has returned true and, after that, every
+    /// connection made so far (those still waiting in the listen backlog
+    /// included) has ended and every event was delivered to
+    /// [`Cannoli::trace`]. Unlike [`Server::run`] it also returns when no
+    /// connection ever arrived, and it does not linger.
+    ///
+    /// For a launcher: bind, start QEMU with this address, pass "QEMU has
+    /// exited" as `done`. Once the traced process has exited, every
+    /// connection it made is established (in the backlog at least), so none
+    /// is missed. `done` is asked every 10 ms while it is false.
+    pub fn run_until<T: Cannoli>(
+        self,
+        threads: usize,
+        done: impl Fn() -> bool,
+    ) -> Result<Stats, Error> {
+        self.serve::<T>(threads, false, Some(&done))
     }
 
     /// Serves connections forever (returns only on an error).
     pub fn run_forever<T: Cannoli>(self, threads: usize) -> Result<(), Error> {
-        self.serve::<T>(threads, false).map(|_| ())
+        self.serve::<T>(threads, false, None).map(|_| ())
     }
 
-    fn serve<T: Cannoli>(self, threads: usize, until_idle: bool) -> Result<Stats, Error> {
+    fn serve<T: Cannoli>(
+        self,
+        threads: usize,
+        until_idle: bool,
+        done: Option<&dyn Fn() -> bool>,
+    ) -> Result<Stats, Error> {
         let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| Error::Io {
             what: "creating the wake-up socket pair",
             source: e,
@@ -118,8 +143,18 @@ impl Server {
         let mut seen_any = false;
 
         loop {
-            let idle = until_idle && seen_any && *lock(&shared.live) == 0;
-            let timeout = if idle { Some(self.linger) } else { None };
+            let none_live = *lock(&shared.live) == 0;
+            let idle = until_idle && seen_any && none_live;
+            // run_until: once done() holds, drain the backlog (a zero-timeout
+            // poll) and the live connections (each wakes us when it ends).
+            let finishing = done.is_some_and(|d| d());
+            let timeout = match done {
+                Some(_) if finishing && none_live => Some(Duration::ZERO),
+                Some(_) if finishing => None,
+                Some(_) => Some(DONE_POLL),
+                None if idle => Some(self.linger),
+                None => None,
+            };
             let ready =
                 poll2(self.listener.as_raw_fd(), wake_rx.as_raw_fd(), timeout).map_err(|e| {
                     Error::Io {
@@ -127,8 +162,8 @@ impl Server {
                         source: e,
                     }
                 })?;
-            if ready == [false, false] && idle {
-                break; // lingered long enough without a new connection
+            if ready == [false, false] && (idle || (finishing && none_live)) {
+                break; // lingered long enough, or done with nothing pending
             }
             if ready[1] {
                 let mut buf = [0u8; 64];

@@ -3,16 +3,20 @@
 //! the first connection to the last event.
 //!
 //! ```sh
-//! benchmark --threads 1 &
+//! benchmark --threads 1 ./nop_loop        # one command (cannoli-launch)
+//!
+//! benchmark --threads 1 &                 # or two: the client first,
 //! qemu-mipsel -cannoli target/release/libbenchmark.so ./nop_loop
 //! ```
+//!
+//! With a program, the time counts from just before QEMU starts.
 
 use cannoli::{Cannoli, ClientInfo};
+use std::ffi::OsString;
 use std::sync::Arc;
 use std::time::Instant;
 
 struct Counter;
-
 
 impl Cannoli for Counter {
     type Trace = ();
@@ -31,38 +35,68 @@ impl Cannoli for Counter {
     // per-event work here (even an atomic increment) would be what we measure.
 }
 
+const USAGE: &str = "usage: benchmark [--threads N] [PROGRAM [ARGS...]]
+  with PROGRAM: runs it under the patched QEMU (-cannoli libbenchmark.so) and
+  exits with its status; without: listens on $CANNOLI_ADDR for QEMU started
+  separately";
+
 fn main() {
     let mut threads = 1;
-    let mut args = std::env::args().skip(1);
+    let mut args = std::env::args_os().skip(1);
+    let mut program: Vec<OsString> = Vec::new();
     while let Some(a) = args.next() {
-        match a.as_str() {
-            "--threads" => threads = args.next().and_then(|v| v.parse().ok()).unwrap_or_else(|| {
-                eprintln!("benchmark: --threads needs a number");
+        match a.to_str() {
+            Some("--threads") => {
+                threads = args
+                    .next()
+                    .and_then(|v| v.to_str().and_then(|v| v.parse().ok()))
+                    .filter(|&n: &usize| n > 0)
+                    .unwrap_or_else(|| {
+                        eprintln!("benchmark: --threads needs a number (at least 1)");
+                        std::process::exit(2)
+                    })
+            }
+            Some("-h" | "--help") => {
+                println!("{USAGE}");
+                return;
+            }
+            Some("--") => {
+                program.extend(args.by_ref());
+            }
+            Some(o) if o.starts_with('-') => {
+                eprintln!("benchmark: unknown option {o:?}\n{USAGE}");
                 std::process::exit(2)
-            }),
+            }
             _ => {
-                eprintln!("usage: benchmark [--threads N]");
-                std::process::exit(2)
+                program.push(a);
+                program.extend(args.by_ref());
             }
         }
     }
-    let server = cannoli::Server::bind(&cannoli::default_addr()).unwrap_or_else(|e| {
-        eprintln!("benchmark: {e}");
-        std::process::exit(1)
-    });
-    eprintln!("benchmark: listening on {}", server.local_addr());
     let start = Instant::now();
-    let stats = server.run::<Counter>(threads).unwrap_or_else(|e| {
+    let report = launch::Launcher::new(launch::Options {
+        hooks: "benchmark",
+        threads,
+    })
+    .run::<Counter>(program)
+    .unwrap_or_else(|e| {
         eprintln!("benchmark: {e}");
-        std::process::exit(1)
+        std::process::exit(e.exit_code())
     });
+    let stats = report.stats;
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "{} events in {} chunks, {:.3} s since listening, {:.1} M events/s, {} lost",
+        "{} events in {} chunks, {:.3} s since {}, {:.1} M events/s, {} lost",
         stats.events,
         stats.chunks,
         secs,
+        if report.exit.is_some() {
+            "starting QEMU"
+        } else {
+            "listening"
+        },
         stats.events as f64 / secs / 1e6,
         stats.lost_events
     );
+    std::process::exit(report.status);
 }

@@ -1,8 +1,11 @@
 //! `symbolizer`: a cannoli client that prints every executed instruction and
 //! memory access of the guest as `symbol+offset`.
 //!
-//! Start it, then run QEMU with `-cannoli libsymbolizer.so` (the hook library
-//! of this package, which records every instruction and memory access):
+//! One command: `symbolizer [OPTIONS] ./prog ARGS...` starts the client,
+//! runs `./prog` under the patched QEMU with `-cannoli libsymbolizer.so` (the
+//! hook library of this package, which records every instruction and memory
+//! access) and exits with the program's status (see the `cannoli-launch`
+//! crate). Or, in two terminals, start it without a program, then QEMU:
 //!
 //! ```text
 //! $ symbolizer --binary ./prog > trace.txt &
@@ -15,7 +18,9 @@
 mod symbols;
 
 use std::collections::HashMap;
-use std::io::{self, BufWriter, IsTerminal, Stdout, Write};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -24,20 +29,30 @@ use cannoli::{Cannoli, ClientInfo};
 use symbols::{Loc, Symbols};
 
 const USAGE: &str = "\
-usage: symbolizer [OPTIONS]
+usage: symbolizer [OPTIONS] [--] PROGRAM [ARGS...]
+       symbolizer [OPTIONS]
 
 Prints every instruction and memory access traced by QEMU (-cannoli
-libsymbolizer.so) as symbol+offset. Start it before QEMU.
+libsymbolizer.so) as symbol+offset.
+
+With a PROGRAM, runs it under the patched QEMU for its architecture (found
+via $CANNOLI_QEMU, $CANNOLI_QEMU_DIR or target/qemu.env) and exits with its
+exit status once the trace is printed; extra QEMU options go in
+$CANNOLI_QEMU_ARGS. Without one, listens for QEMU started separately with
+-cannoli libsymbolizer.so (start this first).
 
 options:
   --binary PATH     guest ELF to read symbols from (default: the guest's exe)
   --symbols FILE    extra symbols in nm format (ADDR TYPE NAME or nm -S lines)
   --base ADDR       load address to add to the symbols (PIE binaries)
   --threads N       worker threads per traced thread (default 2)
-  --listen ADDR     address to listen on (default $CANNOLI_ADDR or 127.0.0.1:11458)
+  --listen ADDR     without PROGRAM: address to listen on
+                    (default $CANNOLI_ADDR or 127.0.0.1:11458)
+  -o, --output FILE write the trace to FILE instead of stdout
   --no-mem          do not print memory accesses
   --limit N         print at most N trace lines (events are still consumed)
-  --color WHEN      auto, always or never (default auto: when stdout is a terminal)
+  --color WHEN      auto, always or never (default auto: when the trace goes
+                    to a terminal)
   -h, --help        this text";
 
 #[derive(Debug, Clone)]
@@ -46,10 +61,14 @@ struct Opts {
     symbols: Option<PathBuf>,
     base: u64,
     threads: usize,
-    listen: String,
+    /// `--listen`, for the classic mode.
+    listen: Option<String>,
+    output: Option<PathBuf>,
     mem: bool,
     limit: Option<u64>,
     color: bool,
+    /// `PROGRAM ARGS...`: launch mode when not empty.
+    program: Vec<OsString>,
 }
 
 fn parse_num(s: &str, what: &str) -> Result<u64, String> {
@@ -60,19 +79,38 @@ fn parse_num(s: &str, what: &str) -> Result<u64, String> {
     r.map_err(|_| format!("{what} wants a number, got {s:?}"))
 }
 
-fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, String> {
+fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Option<Opts>, String> {
     let mut o = Opts {
         binary: None,
         symbols: None,
         base: 0,
         threads: 2,
-        listen: cannoli::default_addr(),
+        listen: None,
+        output: None,
         mem: true,
         limit: None,
-        color: io::stdout().is_terminal(),
+        color: false,
+        program: Vec::new(),
     };
+    // None: auto.
+    let mut color = None;
     let mut it = args.into_iter();
-    while let Some(arg) = it.next() {
+    while let Some(os_arg) = it.next() {
+        // The first argument that is not an option (or the one after `--`)
+        // is the program; it and everything after it are its command line.
+        if os_arg == "--" {
+            o.program.extend(it.by_ref());
+            break;
+        }
+        let arg = match os_arg.to_str() {
+            Some(a) if a.starts_with('-') && a != "-" => a.to_string(),
+            _ => {
+                o.program.push(os_arg);
+                o.program.extend(it.by_ref());
+                break;
+            }
+        };
+        let mut it = it.by_ref().map(|a| a.to_string_lossy().into_owned());
         // Accept both `--opt value` and `--opt=value`.
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
@@ -95,20 +133,28 @@ fn parse_args(args: impl IntoIterator<Item = String>) -> Result<Option<Opts>, St
                     return Err("--threads must be at least 1".into());
                 }
             }
-            "--listen" => o.listen = value("--listen")?,
+            "--listen" => o.listen = Some(value("--listen")?),
+            "-o" | "--output" => o.output = Some(value("--output")?.into()),
             "--no-mem" => o.mem = false,
             "--limit" => o.limit = Some(parse_num(&value("--limit")?, "--limit")?),
             "--color" | "--colour" => {
-                o.color = match value("--color")?.as_str() {
-                    "always" => true,
-                    "never" => false,
-                    "auto" => io::stdout().is_terminal(),
+                color = match value("--color")?.as_str() {
+                    "always" => Some(true),
+                    "never" => Some(false),
+                    "auto" => None,
                     v => return Err(format!("--color wants auto, always or never, got {v:?}")),
                 }
             }
             _ => return Err(format!("unknown argument {arg:?}")),
         }
     }
+    if o.listen.is_some() && !o.program.is_empty() {
+        return Err(
+            "--listen is for the two-terminal mode; with a PROGRAM the client listens on a free port"
+                .into(),
+        );
+    }
+    o.color = color.unwrap_or_else(|| o.output.is_none() && io::stdout().is_terminal());
     Ok(Some(o))
 }
 
@@ -217,7 +263,7 @@ struct Symbolizer;
 
 /// The shared, buffered stdout.
 struct Out {
-    w: BufWriter<Stdout>,
+    w: BufWriter<Box<dyn Write + Send>>,
     /// Trace lines printed.
     lines: u64,
     /// Stop printing: broken pipe, write error or --limit reached.
@@ -395,7 +441,7 @@ fn mem(pid: &Pid, pc: u64, write: bool, addr: u64, val: u64, sz: u8, trace: &mut
 }
 
 fn main() {
-    let o = match parse_args(std::env::args().skip(1)) {
+    let o = match parse_args(std::env::args_os().skip(1)) {
         Ok(Some(o)) => o,
         Ok(None) => {
             println!("{USAGE}");
@@ -406,28 +452,34 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let server = match cannoli::Server::bind(&o.listen) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("symbolizer: {e}");
-            std::process::exit(1);
-        }
+    let w: Box<dyn Write + Send> = match &o.output {
+        Some(p) => match File::create(p) {
+            Ok(f) => Box::new(f),
+            Err(e) => {
+                eprintln!("symbolizer: cannot create {}: {e}", p.display());
+                std::process::exit(1);
+            }
+        },
+        None => Box::new(io::stdout()),
     };
-    let threads = o.threads;
+    let mut launcher = launch::Launcher::new(launch::Options {
+        hooks: "symbolizer",
+        threads: o.threads,
+    });
+    if let Some(addr) = &o.listen {
+        launcher = launcher.listen(addr.clone());
+    }
+    let program = o.program.clone();
     OPTS.set(o).expect("options set once");
     *OUT.lock().unwrap() = Some(Out {
-        w: BufWriter::with_capacity(1 << 16, io::stdout()),
+        w: BufWriter::with_capacity(1 << 16, w),
         lines: 0,
         stopped: false,
         last: None,
     });
-    eprintln!(
-        "symbolizer: listening on {}; now start QEMU with -cannoli libsymbolizer.so",
-        server.local_addr()
-    );
 
     let start = Instant::now();
-    let result = server.run::<Symbolizer>(threads);
+    let result = launcher.run::<Symbolizer>(program);
     let secs = start.elapsed().as_secs_f64();
 
     let (lines, stopped) = {
@@ -441,7 +493,8 @@ fn main() {
         (out.lines, out.stopped)
     };
     match result {
-        Ok(st) => {
+        Ok(report) => {
+            let st = report.stats;
             let mut extra = String::new();
             if st.lost_events > 0 {
                 extra += &format!(", {} lost", st.lost_events);
@@ -460,10 +513,11 @@ fn main() {
                 if st.connections == 1 { "" } else { "s" },
                 st.events as f64 / secs.max(1e-9) / 1e6
             );
+            std::process::exit(report.status);
         }
         Err(e) => {
             eprintln!("symbolizer: {e}");
-            std::process::exit(1);
+            std::process::exit(e.exit_code());
         }
     }
 }
@@ -472,8 +526,8 @@ fn main() {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
+    fn args(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
     }
 
     #[test]
@@ -491,8 +545,9 @@ mod tests {
         let o = parse_args(args("--listen=127.0.0.1:5 --color=always"))
             .unwrap()
             .unwrap();
-        assert_eq!(o.listen, "127.0.0.1:5");
+        assert_eq!(o.listen.as_deref(), Some("127.0.0.1:5"));
         assert!(o.color);
+        assert!(o.program.is_empty());
         assert!(parse_args(args("--help")).unwrap().is_none());
         assert!(parse_args(args("--threads"))
             .unwrap_err()
@@ -502,5 +557,28 @@ mod tests {
             .contains("number"));
         assert!(parse_args(args("--bogus")).unwrap_err().contains("--bogus"));
         assert!(parse_args(args("--color sometimes")).is_err());
+    }
+
+    #[test]
+    fn program_and_its_arguments() {
+        let o = parse_args(args("--no-mem ./prog --limit 3 -x"))
+            .unwrap()
+            .unwrap();
+        assert!(!o.mem);
+        assert_eq!(o.limit, None);
+        assert_eq!(o.program, args("./prog --limit 3 -x"));
+        let o = parse_args(args("--threads 1 -- --weird-name a"))
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.threads, o.program), (1, args("--weird-name a")));
+        let o = parse_args(args("-o /tmp/t.txt prog")).unwrap().unwrap();
+        assert_eq!(
+            o.output.as_deref(),
+            Some(std::path::Path::new("/tmp/t.txt"))
+        );
+        assert!(!o.color, "auto colour is off when the trace goes to a file");
+        assert!(parse_args(args("--listen 127.0.0.1:1 prog"))
+            .unwrap_err()
+            .contains("--listen"));
     }
 }

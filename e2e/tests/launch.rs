@@ -1,0 +1,596 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! One-command launching (the `cannoli-launch` crate, used by the examples):
+//! `symbolizer PROGRAM ARGS...` starts the client, finds the patched QEMU and
+//! the hook library, runs the program and exits with its status; errors are
+//! one line; the classic two-terminal mode still works.
+//!
+//! Needs `cargo build --release` first (target/release/symbolizer,
+//! libsymbolizer.so, benchmark, libbenchmark.so) and the QEMU builds.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use e2e::*;
+
+/// One run of a tool binary.
+struct ToolRun {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+    cmdline: String,
+}
+
+impl ToolRun {
+    fn code(&self) -> i32 {
+        self.status.code().unwrap_or_else(|| {
+            panic!(
+                "`{}` died of {} instead of exiting.\n--- stderr ---\n{}",
+                self.cmdline,
+                self.status,
+                tail(&self.stderr, 30)
+            )
+        })
+    }
+
+    fn assert_code(&self, want: i32) {
+        assert_eq!(
+            self.code(),
+            want,
+            "`{}` exited with the wrong status.\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.cmdline,
+            tail(&self.stdout, 20),
+            tail(&self.stderr, 30)
+        );
+    }
+
+    /// Exactly one stderr line, satisfying `ok` (lowercased).
+    fn assert_one_line_error(&self, ok: impl Fn(&str) -> bool) {
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert!(
+            lines.len() == 1 && ok(&lines[0].to_lowercase()),
+            "`{}`: expected one stderr line naming the problem, got:\n{}",
+            self.cmdline,
+            self.stderr
+        );
+        assert!(
+            self.stdout.is_empty(),
+            "`{}` printed on stdout:\n{}",
+            self.cmdline,
+            self.stdout
+        );
+    }
+}
+
+/// `target/release/<tool> args...` with a clean environment (only `PATH`,
+/// and `CANNOLI_QEMU_BUILD` if the caller set it, as the harness allows),
+/// plus `env`; cwd `dir`, stdout and stderr to files.
+fn command(
+    dir: &RunDir,
+    tag: &str,
+    tool: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Command, String) {
+    let exe = release_artifact(tool);
+    let mut c = Command::new(&exe);
+    c.args(args)
+        .env_clear()
+        .current_dir(dir.path())
+        .stdin(Stdio::null());
+    if let Some(p) = std::env::var_os("PATH") {
+        c.env("PATH", p);
+    }
+    if let Some(b) = std::env::var_os("CANNOLI_QEMU_BUILD") {
+        c.env("CANNOLI_QEMU_BUILD", b);
+    }
+    c.envs(env.iter().copied());
+    c.stdout(fs::File::create(dir.file(&format!("{tag}.stdout"))).unwrap());
+    c.stderr(fs::File::create(dir.file(&format!("{tag}.stderr"))).unwrap());
+    let mut line = String::new();
+    for (k, v) in env {
+        line += &format!("{k}={v} ");
+    }
+    line += &exe.display().to_string();
+    for a in args {
+        line += &format!(" {a}");
+    }
+    (c, line)
+}
+
+fn spawn_tool(
+    dir: &RunDir,
+    tag: &str,
+    tool: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (ChildGuard, String) {
+    let (mut c, line) = command(dir, tag, tool, args, env);
+    let child = c
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `{line}`: {e}"));
+    (ChildGuard::new(child, line.clone()), line)
+}
+
+fn finish_tool(dir: &RunDir, tag: &str, mut child: ChildGuard, cmdline: String) -> ToolRun {
+    let limit = timeout();
+    let status = child.wait_timeout(limit);
+    let stdout = fs::read_to_string(dir.file(&format!("{tag}.stdout"))).unwrap_or_default();
+    let stderr = fs::read_to_string(dir.file(&format!("{tag}.stderr"))).unwrap_or_default();
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "`{cmdline}` did not finish within {limit:?}; killed.\n--- stderr ---\n{}",
+            tail(&stderr, 30)
+        )
+    });
+    ToolRun {
+        status,
+        stdout,
+        stderr,
+        cmdline,
+    }
+}
+
+fn run_tool(dir: &RunDir, tag: &str, tool: &str, args: &[&str], env: &[(&str, &str)]) -> ToolRun {
+    let (child, line) = spawn_tool(dir, tag, tool, args, env);
+    finish_tool(dir, tag, child, line)
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
+}
+
+/// The symbolizer's summary says the whole stream arrived.
+fn assert_complete(run: &ToolRun) {
+    let summary = run
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("symbolizer: ") && l.contains(" events in "))
+        .unwrap_or_else(|| {
+            panic!(
+                "`{}`: no summary line.\n--- stderr ---\n{}",
+                run.cmdline, run.stderr
+            )
+        });
+    assert!(
+        summary.contains("from 1 guest thread,")
+            && !summary.contains("lost")
+            && !summary.contains("incomplete"),
+        "`{}`: the trace is not complete: {summary}",
+        run.cmdline
+    );
+}
+
+#[test]
+fn one_command_traces_and_returns_the_program_output() {
+    let dir = RunDir::new();
+    let prog = guest("mipsel", "calls");
+    let trace = dir.file("trace.txt");
+    let run = run_tool(
+        &dir,
+        "calls",
+        "symbolizer",
+        &["--color", "never", "-o", s(&trace), s(&prog)],
+        &[],
+    );
+    run.assert_code(0);
+    assert_complete(&run);
+    let want = expected_stdout("calls").expect("tests/programs/calls.expected");
+    assert_eq!(
+        run.stdout.as_bytes(),
+        &want[..],
+        "the program's output differs under the launcher"
+    );
+    let text = fs::read_to_string(&trace).unwrap();
+    assert!(
+        text.starts_with("== pid "),
+        "the trace does not start with its thread header"
+    );
+    for sym in ["__start+0x0", "main+0x0", "fib+0x"] {
+        assert!(text.contains(sym), "the trace has no {sym}");
+    }
+}
+
+fn exit_status(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "exitcode");
+    let run = run_tool(
+        &dir,
+        "default",
+        "symbolizer",
+        &["-o", "/dev/null", s(&prog)],
+        &[],
+    );
+    run.assert_code(3);
+    assert_eq!(run.stdout, "exitcode: argc 1\n");
+    assert_complete(&run);
+
+    // Arguments reach the program untouched, options included.
+    let run = run_tool(
+        &dir,
+        "args",
+        "symbolizer",
+        &[
+            "--no-mem",
+            "-o",
+            "/dev/null",
+            s(&prog),
+            "42",
+            "0",
+            "--limit",
+            "-o",
+        ],
+        &[],
+    );
+    run.assert_code(42);
+    assert_eq!(run.stdout, "exitcode: argc 5 [42] [0] [--limit] [-o]\n");
+
+    let run = run_tool(
+        &dir,
+        "bench",
+        "benchmark",
+        &["--threads", "2", s(&prog), "0"],
+        &[],
+    );
+    run.assert_code(0);
+    let last = run.stdout.lines().last().unwrap_or("");
+    assert!(
+        run.stdout.starts_with("exitcode: argc 2 [0]\n")
+            && last.contains(" events in ")
+            && last.ends_with(" 0 lost"),
+        "benchmark output:\n{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn exit_status_mipsel() {
+    exit_status("mipsel");
+}
+
+#[test]
+fn exit_status_riscv64() {
+    exit_status("riscv64");
+}
+
+#[test]
+fn a_guest_killed_by_a_signal_exits_128_plus_the_signal() {
+    let dir = RunDir::new();
+    for arch in ARCHES {
+        let prog = guest(arch, "crash");
+        let run = run_tool(
+            &dir,
+            &format!("crash-{arch}"),
+            "symbolizer",
+            &["-o", "/dev/null", s(&prog)],
+            &[],
+        );
+        // QEMU re-raises the guest's fatal signal on itself.
+        let plain = Command::new(qemu_builds().qemu(arch))
+            .arg(&prog)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        let sig = plain
+            .signal()
+            .expect("the crash program dies of a signal under QEMU");
+        run.assert_code(128 + sig);
+        assert_complete(&run);
+    }
+}
+
+/// `exitcode.c` dynamically linked: the launcher must find Debian's cross
+/// sysroot for `-L` by itself.
+#[test]
+fn dynamic_guests_get_the_debian_cross_sysroot() {
+    let dir = RunDir::new();
+    let src = workspace_root().join("tests/programs/exitcode.c");
+    for (arch, cc, triple) in [
+        ("mipsel", "mipsel-linux-gnu-gcc", "mipsel-linux-gnu"),
+        ("riscv64", "riscv64-linux-gnu-gcc", "riscv64-linux-gnu"),
+    ] {
+        let exe = dir.file(&format!("exitcode-dyn-{arch}"));
+        let st = Command::new(cc)
+            .args(["-O2", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {cc} ({e}): run scripts/deps.sh"));
+        assert!(st.success(), "{cc} failed on {}", src.display());
+        let run = run_tool(
+            &dir,
+            &format!("dyn-{arch}"),
+            "symbolizer",
+            &["-o", "/dev/null", s(&exe), "5"],
+            &[("CANNOLI_VERBOSE", "1")],
+        );
+        run.assert_code(5);
+        assert_eq!(run.stdout, "exitcode: argc 2 [5]\n");
+        assert!(
+            run.stderr.contains(&format!(" -L /usr/{triple} -cannoli ")),
+            "the QEMU command line has no -L /usr/{triple}:\n{}",
+            run.stderr
+        );
+        assert_complete(&run);
+    }
+}
+
+#[test]
+fn extra_qemu_options_from_the_environment() {
+    let dir = RunDir::new();
+    let prog = guest("riscv64", "exitcode");
+    let run = run_tool(
+        &dir,
+        "strace",
+        "symbolizer",
+        &["-o", "/dev/null", s(&prog)],
+        &[("CANNOLI_QEMU_ARGS", " -strace  ")],
+    );
+    run.assert_code(3);
+    assert!(
+        run.stderr.contains("exit_group(3)"),
+        "no -strace output:\n{}",
+        tail(&run.stderr, 10)
+    );
+}
+
+#[test]
+fn qemu_from_cannoli_qemu_dir() {
+    let dir = RunDir::new();
+    let prog = guest("mipsel", "exitcode");
+    let build = qemu_builds().qemu("mipsel").parent().unwrap().to_path_buf();
+    let run = run_tool(
+        &dir,
+        "dir",
+        "symbolizer",
+        &["-o", "/dev/null", s(&prog), "9"],
+        &[("CANNOLI_QEMU_DIR", s(&build)), ("CANNOLI_VERBOSE", "1")],
+    );
+    run.assert_code(9);
+    assert!(
+        run.stderr.contains(s(&build.join("qemu-mipsel"))),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn missing_program_is_one_line() {
+    let dir = RunDir::new();
+    let run = run_tool(
+        &dir,
+        "missing",
+        "symbolizer",
+        &["/nonexistent/program", "x"],
+        &[],
+    );
+    run.assert_code(127);
+    run.assert_one_line_error(|l| {
+        l.contains("/nonexistent/program") && l.contains("no such program")
+    });
+}
+
+#[test]
+fn non_elf_file_is_one_line() {
+    let dir = RunDir::new();
+    let script = dir.file("script.sh");
+    fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755)).unwrap();
+    let run = run_tool(&dir, "script", "symbolizer", &[s(&script)], &[]);
+    run.assert_code(126);
+    run.assert_one_line_error(|l| l.contains("script.sh") && l.contains("not an elf"));
+
+    let text = dir.file("notes.txt");
+    fs::write(&text, "just text\n").unwrap();
+    fs::set_permissions(&text, fs::Permissions::from_mode(0o755)).unwrap();
+    let run = run_tool(&dir, "text", "benchmark", &[s(&text)], &[]);
+    run.assert_code(126);
+    run.assert_one_line_error(|l| l.starts_with("benchmark: ") && l.contains("not an elf"));
+}
+
+#[test]
+fn unknown_machine_is_one_line() {
+    let dir = RunDir::new();
+    // An ELF64 little-endian executable header for machine 0x4242.
+    let mut h = vec![0u8; 64];
+    h[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+    h[16] = 2; // ET_EXEC
+    h[18..20].copy_from_slice(&0x4242u16.to_le_bytes());
+    h[20] = 1;
+    h[52] = 64;
+    h[54] = 56;
+    let elf = dir.file("odd.elf");
+    fs::write(&elf, &h).unwrap();
+    fs::set_permissions(&elf, fs::Permissions::from_mode(0o755)).unwrap();
+    let run = run_tool(&dir, "odd", "symbolizer", &[s(&elf)], &[]);
+    run.assert_code(126);
+    run.assert_one_line_error(|l| l.contains("0x4242") && l.contains("64-bit little-endian"));
+}
+
+#[test]
+fn no_qemu_for_the_arch_is_one_line() {
+    let dir = RunDir::new();
+    // A host (x86-64) program: no patched qemu-x86_64 is built.
+    let prog = PathBuf::from("/bin/true");
+    let run = run_tool(&dir, "x86", "symbolizer", &[s(&prog)], &[]);
+    run.assert_code(1);
+    run.assert_one_line_error(|l| {
+        l.contains("no patched qemu for x86_64")
+            && l.contains("scripts/build-qemu.sh")
+            && l.contains("cannoli_qemu")
+    });
+
+    let prog = guest("mipsel", "exitcode");
+    let run = run_tool(
+        &dir,
+        "env",
+        "symbolizer",
+        &[s(&prog)],
+        &[("CANNOLI_QEMU", "/nonexistent/qemu")],
+    );
+    run.assert_code(1);
+    run.assert_one_line_error(|l| l.contains("mipsel") && l.contains("/nonexistent/qemu"));
+}
+
+#[test]
+fn no_hook_library_is_one_line() {
+    let dir = RunDir::new();
+    let prog = guest("mipsel", "exitcode");
+    let run = run_tool(
+        &dir,
+        "hooks",
+        "symbolizer",
+        &[s(&prog)],
+        &[("CANNOLI_HOOKS", "/nonexistent/libx.so")],
+    );
+    run.assert_code(1);
+    run.assert_one_line_error(|l| {
+        l.contains("no hook library") && l.contains("/nonexistent/libx.so")
+    });
+}
+
+/// The seed's way: the client in one terminal, QEMU in another.
+#[test]
+fn classic_two_terminal_mode_still_works() {
+    let dir = RunDir::new();
+    let addr = format!("127.0.0.1:{}", unused_port());
+    let trace = dir.file("trace.txt");
+    let (client, line) = spawn_tool(
+        &dir,
+        "client",
+        "symbolizer",
+        &["--color", "never", "-o", s(&trace)],
+        &[("CANNOLI_ADDR", &addr)],
+    );
+    let mut client = Some(client);
+    // Wait until it listens (its first stderr line says so).
+    let start = Instant::now();
+    loop {
+        let err = fs::read_to_string(dir.file("client.stderr")).unwrap_or_default();
+        if err.contains(&format!(
+            "symbolizer: listening on {addr}; now start QEMU with -cannoli "
+        )) {
+            assert!(err.contains("libsymbolizer.so"), "{err}");
+            break;
+        }
+        if let Some(st) = client.as_mut().unwrap().child_mut().try_wait().unwrap() {
+            panic!("`{line}` exited ({st}) before listening:\n{err}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "`{line}` did not listen within 30 s:\n{err}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let prog = guest("mipsel", "calls");
+    let cmd = GuestCmd::new("mipsel", qemu_builds().qemu("mipsel"), &prog, &[])
+        .qemu_arg("-cannoli")
+        .qemu_arg(release_artifact("libsymbolizer.so"))
+        .env("CANNOLI_ADDR", &addr);
+    let qemu = run_guest(&dir, "qemu", &cmd);
+    qemu.assert_success();
+    assert_eq!(qemu.stdout, expected_stdout("calls").unwrap());
+    let run = finish_tool(&dir, "client", client.take().unwrap(), line);
+    run.assert_code(0);
+    assert_complete(&run);
+    let text = fs::read_to_string(&trace).unwrap();
+    assert!(text.contains("main+0x0"), "the trace has no main");
+}
+
+/// Children of `pid` (all its threads).
+fn children(pid: u32) -> Vec<u32> {
+    let mut v = Vec::new();
+    if let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            if let Ok(c) = fs::read_to_string(t.path().join("children")) {
+                v.extend(c.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
+            }
+        }
+    }
+    v
+}
+
+/// Whether `pid` is gone (or a zombie nobody reaped yet).
+fn gone(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+            .unwrap_or(true),
+    }
+}
+
+/// Starts `symbolizer exitcode 0 600` on riscv64; returns it and QEMU's pid
+/// once the guest runs (it printed its line and sleeps).
+fn start_sleeper(dir: &RunDir, tag: &str) -> (ChildGuard, String, u32) {
+    let prog = guest("riscv64", "exitcode");
+    let (mut child, line) = spawn_tool(
+        dir,
+        tag,
+        "symbolizer",
+        &["-o", "/dev/null", s(&prog), "0", "600"],
+        &[],
+    );
+    let start = Instant::now();
+    loop {
+        let out = fs::read_to_string(dir.file(&format!("{tag}.stdout"))).unwrap_or_default();
+        if out.contains("exitcode: argc 3") {
+            break;
+        }
+        if let Some(st) = child.child_mut().try_wait().unwrap() {
+            panic!("`{line}` exited early ({st})");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the guest did not start within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let kids = children(child.id());
+    assert_eq!(
+        kids.len(),
+        1,
+        "the launcher should have exactly one child (QEMU): {kids:?}"
+    );
+    (child, line, kids[0])
+}
+
+fn wait_gone(pid: u32, what: &str) {
+    let start = Instant::now();
+    while !gone(pid) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{what}: QEMU (pid {pid}) is still running"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_to_the_launcher_reaches_the_program() {
+    let dir = RunDir::new();
+    let (child, line, qemu) = start_sleeper(&dir, "term");
+    // SAFETY: plain kill of our own child.
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let run = finish_tool(&dir, "term", child, line);
+    run.assert_code(128 + 15);
+    wait_gone(qemu, "after SIGTERM to the launcher");
+}
+
+#[test]
+fn killing_the_launcher_leaves_no_qemu_behind() {
+    let dir = RunDir::new();
+    let (mut child, _line, qemu) = start_sleeper(&dir, "kill");
+    child.kill(); // SIGKILL: no chance to clean up; PR_SET_PDEATHSIG must do it
+    wait_gone(qemu, "after SIGKILL to the launcher");
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}

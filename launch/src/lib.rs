@@ -1,0 +1,487 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! One-command launching for cannoli tools.
+//!
+//! A tool's `main` parses its own flags and hands the rest of the command
+//! line to [`run`]:
+//!
+//! ```no_run
+//! # use cannoli::{Cannoli, ClientInfo};
+//! # use std::sync::Arc;
+//! # struct MyTool;
+//! # impl Cannoli for MyTool {
+//! #     type Trace = (); type TidContext = (); type PidContext = ();
+//! #     fn init_pid(_: &ClientInfo) -> Arc<()> { Arc::new(()) }
+//! #     fn init_tid(_: &(), _: &ClientInfo) -> (Self, ()) { (MyTool, ()) }
+//! # }
+//! let rest: Vec<String> = std::env::args().skip(1).collect();
+//! match launch::run::<MyTool>(launch::Options { hooks: "my_tool", threads: 2 }, rest) {
+//!     Ok(code) => std::process::exit(code),
+//!     Err(e) => {
+//!         eprintln!("my_tool: {e}");
+//!         std::process::exit(e.exit_code())
+//!     }
+//! }
+//! ```
+//!
+//! * No program (`rest` empty): the classic two-terminal mode. The client
+//!   listens on `$CANNOLI_ADDR` (default `127.0.0.1:11458`) and serves until
+//!   the traced process tree is done; start QEMU yourself. Returns 0.
+//! * `rest` = `PROGRAM [ARGS...]`: launch mode. The client listens on a free
+//!   port of 127.0.0.1, and QEMU runs the program with
+//!   `CANNOLI_ADDR=<that port>`:
+//!
+//!   ```text
+//!   <qemu> $CANNOLI_QEMU_ARGS [-L <sysroot>] -cannoli <lib<hooks>.so> PROGRAM ARGS...
+//!   ```
+//!
+//!   `run` returns the program's exit status (128 + N if it died of signal
+//!   N) once QEMU has exited and every event was handed to the tool.
+//!
+//! Where things come from (launch mode):
+//!
+//! * **QEMU**, by the program's ELF machine, class, byte order and flags
+//!   ([`arch::ARCHES`]): `$CANNOLI_QEMU` (one binary), else
+//!   `$CANNOLI_QEMU_DIR/qemu-<arch>`, `$CANNOLI_QEMU_BUILD/qemu-<arch>`, the
+//!   `CANNOLI_QEMU_BUILD` of `target/qemu.env` (written by
+//!   `scripts/build-qemu.sh`; searched above the running executable, then in
+//!   the workspace this crate was built in), else `qemu-<arch>` on `PATH` if
+//!   its `-h` lists `-cannoli`.
+//! * **The hook library**: `$CANNOLI_HOOKS`, else `lib<hooks>.so` next to
+//!   the running executable (where cargo puts a package's cdylib).
+//! * **The sysroot** of a dynamically linked program (one with `PT_INTERP`):
+//!   Debian's cross sysroot `/usr/<triple>` (package `libc6-<arch>-cross`),
+//!   unless `-L` is in the QEMU options or `QEMU_LD_PREFIX` is set.
+//! * **Extra QEMU options**: `$CANNOLI_QEMU_ARGS`, split at whitespace, e.g.
+//!   `CANNOLI_QEMU_ARGS="-strace -L /my/sysroot"`, and
+//!   [`Launcher::qemu_arg`].
+
+pub mod arch;
+pub mod find;
+mod signals;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cannoli::{Cannoli, Server, Stats};
+
+pub use arch::{Arch, Guest};
+
+/// What a tool tells the launcher about itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Options<'a> {
+    /// The hook library's name: `lib<hooks>.so` next to the executable
+    /// (a name with a `/` or ending in `.so` is a path).
+    pub hooks: &'a str,
+    /// Worker threads per traced guest thread (at least 1).
+    pub threads: usize,
+}
+
+/// Runs the tool: classic mode if `args` is empty, else launches `args` =
+/// `PROGRAM [ARGS...]` under the patched QEMU. Returns the exit status the
+/// tool should exit with: the program's in launch mode, 0 in classic mode.
+pub fn run<T: Cannoli>(
+    opts: Options<'_>,
+    args: impl IntoIterator<Item = impl Into<OsString>>,
+) -> Result<i32, Error> {
+    Launcher::new(opts).run::<T>(args).map(|r| r.status)
+}
+
+/// How a run ended.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Launch mode: the program's exit status, 128 + N if it died of signal
+    /// N. Classic mode: 0.
+    pub status: i32,
+    /// QEMU's wait status (launch mode).
+    pub exit: Option<ExitStatus>,
+    /// The server's totals.
+    pub stats: Stats,
+}
+
+/// [`run`] with more control.
+#[derive(Debug, Clone)]
+pub struct Launcher {
+    hooks: String,
+    threads: usize,
+    listen: Option<String>,
+    qemu_args: Vec<OsString>,
+    name: String,
+    announce: bool,
+}
+
+impl Launcher {
+    pub fn new(opts: Options<'_>) -> Launcher {
+        Launcher {
+            hooks: opts.hooks.to_string(),
+            threads: opts.threads.max(1),
+            listen: None,
+            qemu_args: Vec::new(),
+            name: tool_name(),
+            announce: true,
+        }
+    }
+
+    /// Classic mode: listen here instead of `$CANNOLI_ADDR`.
+    pub fn listen(mut self, addr: impl Into<String>) -> Launcher {
+        self.listen = Some(addr.into());
+        self
+    }
+
+    /// Launch mode: one more QEMU option, after `$CANNOLI_QEMU_ARGS`.
+    pub fn qemu_arg(mut self, arg: impl Into<OsString>) -> Launcher {
+        self.qemu_args.push(arg.into());
+        self
+    }
+
+    /// Classic mode prints `<name>: listening on ADDR; now start QEMU ...`
+    /// on stderr (default: yes).
+    pub fn announce(mut self, yes: bool) -> Launcher {
+        self.announce = yes;
+        self
+    }
+
+    /// Classic mode if `args` is empty, else launch mode.
+    pub fn run<T: Cannoli>(
+        self,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+    ) -> Result<Report, Error> {
+        let mut args = args.into_iter().map(Into::into);
+        match args.next() {
+            None => self.classic::<T>(),
+            Some(program) => self.launch::<T>(program, args.collect()),
+        }
+    }
+
+    fn classic<T: Cannoli>(self) -> Result<Report, Error> {
+        let addr = self.listen.clone().unwrap_or_else(cannoli::default_addr);
+        let server = Server::bind(&addr).map_err(Error::Listen)?;
+        if self.announce {
+            let lib = find::find_hooks(&self.hooks)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| find::hooks_file(&self.hooks));
+            eprintln!(
+                "{}: listening on {}; now start QEMU with -cannoli {lib}",
+                self.name,
+                server.local_addr()
+            );
+        }
+        let stats = server.run::<T>(self.threads).map_err(Error::Server)?;
+        Ok(Report {
+            status: 0,
+            exit: None,
+            stats,
+        })
+    }
+
+    /// The QEMU command line for `program` (resolved), without running it.
+    pub fn command(&self, program: &OsString, args: &[OsString]) -> Result<Command, Error> {
+        let path = find::resolve_program(program)?;
+        let guest = arch::inspect(&path)?;
+        let qemu = find::find_qemu(guest.arch)?;
+        let hooks = find::find_hooks(&self.hooks)?;
+        let mut qemu_args = find::env_qemu_args();
+        qemu_args.extend(self.qemu_args.iter().cloned());
+        let sysroot = find::find_sysroot(&guest, &qemu_args)?;
+        let mut cmd = Command::new(&qemu);
+        cmd.args(&qemu_args);
+        if let Some(root) = sysroot {
+            cmd.arg("-L").arg(root);
+        }
+        cmd.arg("-cannoli").arg(hooks).arg(&path).args(args);
+        Ok(cmd)
+    }
+
+    fn launch<T: Cannoli>(self, program: OsString, args: Vec<OsString>) -> Result<Report, Error> {
+        let mut cmd = self.command(&program, &args)?;
+        let server = Server::bind("127.0.0.1:0").map_err(Error::Listen)?;
+        cmd.env(cannoli::wire::ADDR_ENV, server.local_addr().to_string());
+        if std::env::var_os("CANNOLI_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0") {
+            eprintln!("{}: {}", self.name, show_command(&cmd));
+        }
+        signals::kill_with_parent(&mut cmd);
+
+        let forwarding = signals::Forwarding::install();
+        let mut child = cmd.spawn().map_err(|e| Error::Spawn {
+            qemu: PathBuf::from(cmd.get_program()),
+            source: e,
+        })?;
+        let pid = child.id();
+        forwarding.set_child(pid);
+
+        // Set, under the lock, once QEMU has exited but before it is reaped:
+        // until then the server thread may still kill it by pid.
+        let exited = Arc::new((Mutex::new(false), AtomicBool::new(false)));
+        let exited2 = exited.clone();
+        let threads = self.threads;
+        let server_thread = std::thread::Builder::new()
+            .name("cannoli-server".into())
+            .spawn(move || {
+                let r = server.run_until::<T>(threads, || exited2.1.load(Ordering::Acquire));
+                if r.is_err() {
+                    // QEMU would wait forever for a client that is gone.
+                    let gone = exited2.0.lock().unwrap_or_else(|p| p.into_inner());
+                    if !*gone {
+                        // SAFETY: plain kill of our unreaped child.
+                        unsafe {
+                            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+                        }
+                    }
+                }
+                r
+            });
+        let server_thread = match server_thread {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Error::Io {
+                    what: "cannot start the server thread".into(),
+                    source: e,
+                });
+            }
+        };
+
+        let waited = signals::wait_exited_nowait(pid);
+        *exited.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        let status = waited.and_then(|()| child.wait());
+        drop(forwarding);
+        exited.1.store(true, Ordering::Release);
+        let status = status.map_err(|e| Error::Io {
+            what: "waiting for QEMU".into(),
+            source: e,
+        })?;
+        let stats = match server_thread.join() {
+            Ok(r) => r.map_err(Error::Server)?,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        Ok(Report {
+            status: exit_code(status),
+            exit: Some(status),
+            stats,
+        })
+    }
+}
+
+/// The status a shell would report: the exit code, or 128 + the signal.
+pub fn exit_code(status: ExitStatus) -> i32 {
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 1,
+    }
+}
+
+/// The running executable's file name (for messages), without the
+/// `.NAME-wrapped` of a Nix wrapper.
+pub fn tool_name() -> String {
+    let name = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "cannoli".into());
+    match name
+        .strip_prefix('.')
+        .and_then(|n| n.strip_suffix("-wrapped"))
+    {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => name,
+    }
+}
+
+fn show_command(cmd: &Command) -> String {
+    let mut s = String::new();
+    for (k, v) in cmd.get_envs() {
+        if let Some(v) = v {
+            s += &format!("{}={} ", k.to_string_lossy(), v.to_string_lossy());
+        }
+    }
+    s += &cmd.get_program().to_string_lossy();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s += &a.to_string_lossy();
+    }
+    s
+}
+
+/// Everything that can go wrong before the program runs. Each displays as
+/// one line that names the fix.
+#[derive(Debug)]
+pub enum Error {
+    /// The program does not exist.
+    NoProgram { program: PathBuf },
+    /// The program is a directory, not executable, ...
+    NotExecutable { path: PathBuf, why: String },
+    /// The program is not an ELF executable.
+    NotElf { path: PathBuf, what: String },
+    /// No QEMU target for the program's machine.
+    UnsupportedArch {
+        path: PathBuf,
+        machine: u16,
+        bits: u8,
+        big_endian: bool,
+    },
+    /// No patched QEMU for the program's architecture.
+    NoQemu {
+        arch: &'static Arch,
+        looked: Vec<String>,
+    },
+    /// No hook library.
+    NoHooks { name: String, looked: Vec<String> },
+    /// A dynamically linked program and no sysroot with its interpreter.
+    NoSysroot {
+        path: PathBuf,
+        arch: &'static Arch,
+        interp: String,
+    },
+    /// Binding the listening socket failed.
+    Listen(cannoli::Error),
+    /// Starting QEMU failed.
+    Spawn { qemu: PathBuf, source: io::Error },
+    /// The server failed.
+    Server(cannoli::Error),
+    /// Another system call failed.
+    Io { what: String, source: io::Error },
+}
+
+impl Error {
+    /// The exit status for this error, as shells use them: 127 for a
+    /// program that does not exist, 126 for one that cannot be run, else 1.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::NoProgram { .. } => 127,
+            Error::NotExecutable { .. } | Error::NotElf { .. } | Error::UnsupportedArch { .. } => {
+                126
+            }
+            _ => 1,
+        }
+    }
+}
+
+fn machine_name(m: u16) -> Option<&'static str> {
+    use object::elf::*;
+    Some(match m {
+        EM_386 => "i386",
+        EM_X86_64 => "x86-64",
+        EM_ARM => "ARM",
+        EM_AARCH64 => "AArch64",
+        EM_MIPS => "MIPS",
+        EM_RISCV => "RISC-V",
+        EM_PPC => "PowerPC",
+        EM_PPC64 => "PowerPC64",
+        EM_S390 => "S/390",
+        EM_SPARC | EM_SPARCV9 => "SPARC",
+        EM_LOONGARCH => "LoongArch",
+        EM_68K => "m68k",
+        EM_SH => "SuperH",
+        EM_PARISC => "PA-RISC",
+        EM_ALPHA => "Alpha",
+        EM_XTENSA => "Xtensa",
+        EM_MICROBLAZE => "MicroBlaze",
+        EM_OPENRISC => "OpenRISC",
+        EM_HEXAGON => "Hexagon",
+        _ => return None,
+    })
+}
+
+fn built_targets_hint(arch: &Arch) -> String {
+    if ["mipsel", "riscv64"].contains(&arch.name) {
+        "build it with `bash scripts/build-qemu.sh`".to_string()
+    } else {
+        format!(
+            "build it with `CANNOLI_QEMU_TARGETS=mipsel-linux-user,riscv64-linux-user,{} bash scripts/build-qemu.sh`",
+            arch.qemu_target()
+        )
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoProgram { program } => {
+                write!(f, "{}: no such program", program.display())
+            }
+            Error::NotExecutable { path, why } => {
+                write!(f, "{}: cannot run it: {why}", path.display())
+            }
+            Error::NotElf { path, what } => {
+                write!(f, "{}: not an ELF program ({what})", path.display())
+            }
+            Error::UnsupportedArch {
+                path,
+                machine,
+                bits,
+                big_endian,
+            } => {
+                let endian = if *big_endian { "big" } else { "little" };
+                let name = machine_name(*machine)
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default();
+                write!(
+                    f,
+                    "{}: a {bits}-bit {endian}-endian ELF for machine {machine:#x}{name}, \
+                     which has no QEMU linux-user target cannoli knows",
+                    path.display()
+                )
+            }
+            Error::NoQemu { arch, looked } => write!(
+                f,
+                "no patched QEMU for {} ({} with -cannoli); looked at {}; {}, or set {}=/path/to/{}",
+                arch.name,
+                arch.qemu_binary(),
+                looked.join(", "),
+                built_targets_hint(arch),
+                find::QEMU_ENV,
+                arch.qemu_binary()
+            ),
+            Error::NoHooks { name, looked } => write!(
+                f,
+                "no hook library {}: looked in {}; build it with `cargo build --release` \
+                 (the tool's cdylib), or set {}=/path/to/lib.so",
+                if name.contains('/') || name.ends_with(".so") {
+                    name.clone()
+                } else {
+                    find::hooks_file(name)
+                },
+                looked.join(", "),
+                find::HOOKS_ENV
+            ),
+            Error::NoSysroot { path, arch, interp } => {
+                let fix = match (arch.sysroot(), arch.libc_package) {
+                    (Some(root), Some(pkg)) => format!(
+                        "{} has no {interp}: install it with `apt-get install {pkg}`, or",
+                        root.display()
+                    ),
+                    _ => format!("there is no Debian cross sysroot for {}:", arch.name),
+                };
+                write!(
+                    f,
+                    "{} is dynamically linked ({} interpreter {interp}) and {fix} \
+                     give QEMU a sysroot with CANNOLI_QEMU_ARGS=\"-L /path\" or QEMU_LD_PREFIX=/path",
+                    path.display(),
+                    arch.name
+                )
+            }
+            Error::Listen(e) => write!(f, "{e}"),
+            Error::Spawn { qemu, source } => {
+                write!(f, "cannot start {}: {source}", qemu.display())
+            }
+            Error::Server(e) => write!(f, "{e}"),
+            Error::Io { what, source } => write!(f, "{what}: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Listen(e) | Error::Server(e) => Some(e),
+            Error::Spawn { source, .. } | Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Signals while the traced program runs, so that no QEMU is left behind.
+//!
+//! * SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to the launcher by another
+//!   process (`kill`) are forwarded to QEMU; the launcher itself keeps
+//!   running, drains the trace and exits with QEMU's status. The ones the
+//!   terminal sends (Ctrl-C) already reach QEMU too, as it is in the same
+//!   foreground process group, so they are not sent twice.
+//! * QEMU gets `PR_SET_PDEATHSIG` = SIGKILL: if the launcher dies anyway
+//!   (SIGKILL, a panic in the tool), QEMU dies with it.
+//!
+//! The dispositions are restored once QEMU has exited, so Ctrl-C while the
+//! rest of the trace is processed stops the launcher as usual.
+
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
+
+/// QEMU's pid while it runs, else 0.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    let pid = CHILD.load(Ordering::Relaxed);
+    if pid <= 0 {
+        return;
+    }
+    // si_code <= 0: sent by a process (SI_USER, SI_QUEUE, SI_TKILL); > 0:
+    // by the kernel, e.g. the terminal's Ctrl-C to the whole process group.
+    // SAFETY: the kernel passes a valid siginfo_t with SA_SIGINFO.
+    let from_process = info.is_null() || unsafe { (*info).si_code } <= 0;
+    if from_process {
+        // SAFETY: kill is async-signal-safe.
+        unsafe {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// Installed signal forwarding; dropping it restores the old dispositions.
+pub struct Forwarding {
+    old: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl Forwarding {
+    /// Installs the handlers (signals ignored on entry stay ignored, as a
+    /// shell's background job expects).
+    pub fn install() -> Forwarding {
+        let mut old = Vec::new();
+        for sig in FORWARDED {
+            // SAFETY: plain sigaction calls with valid, zero-initialised
+            // structs; the handler only does async-signal-safe work.
+            unsafe {
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut prev) != 0
+                    || prev.sa_sigaction == libc::SIG_IGN
+                {
+                    continue;
+                }
+                let mut act: libc::sigaction = std::mem::zeroed();
+                act.sa_sigaction = forward as *const () as usize;
+                act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+                libc::sigemptyset(&mut act.sa_mask);
+                if libc::sigaction(sig, &act, std::ptr::null_mut()) == 0 {
+                    old.push((sig, prev));
+                }
+            }
+        }
+        Forwarding { old }
+    }
+
+    /// Forwards to `pid` from now on.
+    pub fn set_child(&self, pid: u32) {
+        CHILD.store(pid as i32, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        CHILD.store(0, Ordering::SeqCst);
+        for (sig, prev) in &self.old {
+            // SAFETY: restores a disposition sigaction gave us.
+            unsafe {
+                libc::sigaction(*sig, prev, std::ptr::null_mut());
+            }
+        }
+    }
+}
+
+/// Makes the child die with SIGKILL when the launcher's thread that spawned
+/// it ends (so: when the launcher dies).
+pub fn kill_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before the prctl.
+            if libc::getppid() != parent {
+                libc::_exit(137);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Waits until the child `pid` has exited without reaping it (its pid stays
+/// valid until the caller's `wait`).
+pub fn wait_exited_nowait(pid: u32) -> io::Result<()> {
+    loop {
+        // SAFETY: waitid with a valid out-pointer.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
