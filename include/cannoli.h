@@ -33,7 +33,7 @@
 #include <stdbool.h>
 
 /* Bump on any change to this file. QEMU refuses a jitter of another version. */
-#define CANNOLI_ABI_VERSION 1
+#define CANNOLI_ABI_VERSION 2
 
 /* Name of the CannoliOps symbol a jitter library exports. */
 #define CANNOLI_OPS_SYMBOL "cannoli_ops"
@@ -58,7 +58,28 @@ typedef struct CannoliGuestInfo {
     const char *arch;          /* UNAME_MACHINE, e.g. "mipsel" */
     const char *exe;           /* guest executable, as given to QEMU */
     const char *qemu_version;  /* QEMU_VERSION */
+    /* The guest's general purpose registers: reg_count of reg_bytes each,
+     * starting at env + regs_env_offset, host byte order. */
+    int32_t regs_env_offset;
+    uint32_t reg_count;
+    uint32_t reg_bytes;
+    uint32_t pad;
+    const char *interp_prefix; /* -L, QEMU's default when not given */
+    /* Name of a guest syscall number (target numbering), or NULL. */
+    const char *(*syscall_name)(int num);
+    /* Copies guest memory; 0 on success, -1 if any byte is unreadable. */
+    int (*read_guest)(uint64_t addr, void *buf, size_t len);
 } CannoliGuestInfo;
+
+/* Flags of hook_insn. */
+#define CANNOLI_INSN_CAN_END_BLOCK 1u /* an op of the insn may end the TB */
+#define CANNOLI_INSN_FIRST         2u /* first insn of the TB */
+
+/* Answer of hook_insn: QEMU inserts a call of insn_helper(env, pc, answer)
+ * right after the insn's insn_start, with the guest registers synced to env
+ * (like a plugin callback that reads registers). Bits above this one are
+ * the jitter's own and come back to it in `answer`. */
+#define CANNOLI_WANT_HELPER 1u
 
 /* Where code is being spliced. */
 typedef enum CannoliSite {
@@ -91,14 +112,18 @@ typedef struct CannoliOps {
      * message into err and returns -1. */
     int (*init)(const CannoliGuestInfo *info, char *err, size_t errlen);
 
+    /* Translation: once per guest instruction, when a translation block has
+     * been translated, in order. Returns CANNOLI_WANT_* bits. */
+    uint32_t (*hook_insn)(uint64_t pc, uint32_t flags);
+    /* The call inserted for CANNOLI_WANT_HELPER (a TCG helper). */
+    void (*insn_helper)(void *env, uint64_t pc, uint32_t answer);
+
     /* Code generation. Each writes at most `cap` bytes of machine code to
      * `buf`, which will execute at address `rx`, and returns its length. */
     size_t (*emit_site)(CannoliSite site, uint8_t *buf, size_t cap,
                         uintptr_t rx);
-    /* Before each guest instruction; can_end_block says whether TCG ops of
-     * this instruction may end the translation block (a branch, an exit). */
-    size_t (*lift_insn)(uint64_t pc, bool can_end_block, uint8_t *buf,
-                        size_t cap, uintptr_t rx);
+    /* Before each guest instruction (after hook_insn saw its block). */
+    size_t (*lift_insn)(uint64_t pc, uint8_t *buf, size_t cap, uintptr_t rx);
     /* Around a guest load (called with after=0, then after=1) or before a
      * guest store (after=0 only). */
     size_t (*lift_mem)(const CannoliMemAccess *access, uint8_t *buf,
@@ -115,9 +140,38 @@ typedef struct CannoliOps {
      * reports such accesses; a read-modify-write is a load then a store. */
     void (*helper_mem)(CannoliCursor *c, uint64_t addr, uint64_t value,
                        unsigned size_log2, bool store);
+
+    /* Process events, from QEMU's C code on the thread that caused them.
+     * `c` may be a vCPU whose thread has no stream yet. */
+    /* A guest syscall starts (args as the guest passed them) ... */
+    void (*syscall_enter)(CannoliCursor *c, int num, const int64_t args[6]);
+    /* ... and returns `ret` to the guest (not called for exit, exit_group
+     * or a successful execve). */
+    void (*syscall_exit)(CannoliCursor *c, int num, int64_t ret);
+    /* Successful mapping changes (host MAP_* flags, host fd or -1). */
+    void (*mmap)(CannoliCursor *c, uint64_t base, uint64_t len, int prot,
+                 int flags, int fd, uint64_t offset);
+    void (*munmap)(CannoliCursor *c, uint64_t base, uint64_t len);
+    void (*mprotect)(CannoliCursor *c, uint64_t base, uint64_t len, int prot);
+    /* A signal is delivered to the guest; handler 0: its default action. */
+    void (*signal)(CannoliCursor *c, int sig, int code, uint64_t fault_addr,
+                   uint64_t handler);
+    /* In the child of a fork, before it runs guest code again. */
+    void (*fork_child)(CannoliCursor *c);
+    /* Before the host execve for a guest execve: the jitter ends the stream
+     * and may rewrite the call (e.g. to run the new program under this QEMU
+     * again). Returns 1 if it did: QEMU then calls execve(*path, *argv,
+     * *envp) instead of what the guest asked for. */
+    int (*execve)(CannoliCursor *c, int dirfd, const char **path,
+                  char ***argv, char ***envp);
 } CannoliOps;
 
 /* The loaded jitter, or NULL when QEMU runs without -cannoli. */
 extern const CannoliOps *cannoli;
+
+/* Defined by the QEMU patch for its own use. */
+struct TCGOp;
+void cannoli_gen_tb(struct TCGOp *first_insn_start); /* tcg/tcg.c */
+const char *cannoli_syscall_name(int num);          /* linux-user/strace.c */
 
 #endif /* CANNOLI_H */

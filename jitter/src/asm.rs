@@ -65,6 +65,10 @@ impl<'a> Asm<'a> {
     /// Execution address of the next byte.
     pub fn here(&self) -> u64 { self.rx + self.len as u64 }
 
+    /// Whether the code executes at the address it is written to (no split
+    /// W^X mapping), so that it can patch itself.
+    pub fn writable_where_it_runs(&self) -> bool { self.buf.as_ptr() as u64 == self.rx }
+
     fn byte(&mut self, b: u8) {
         self.buf[self.len] = b;
         self.len += 1;
@@ -220,6 +224,16 @@ impl<'a> Asm<'a> {
         self.bytes(&rel.to_le_bytes());
     }
 
+    /// `call rel32` to a target not known yet; returns where its rel32 field
+    /// is written (host pointer) and the execution address it is relative
+    /// to, for [`patch_rel32`].
+    pub fn call_rel32_later(&mut self) -> (*mut u8, u64) {
+        self.byte(0xe8);
+        let field = self.buf[self.len..].as_mut_ptr();
+        self.bytes(&[0; 4]);
+        (field, self.here())
+    }
+
     /// `call r`.
     pub fn call_r(&mut self, r: Reg) {
         self.rex(false, 0, r);
@@ -258,6 +272,45 @@ impl<'a> Asm<'a> {
     pub fn ret(&mut self) {
         self.byte(0xc3);
     }
+
+    /// `nop` (one byte).
+    pub fn nop1(&mut self) {
+        self.byte(0x90);
+    }
+
+    /// `xchg ax, ax`: a two-byte nop that can later be overwritten, in one
+    /// aligned 16-bit store, by a two-byte `jmp rel8` (see [`jmp8_bytes`]).
+    pub fn nop2(&mut self) {
+        self.bytes(&[0x66, 0x90]);
+    }
+
+    /// `mov word [rip + x], imm16`, storing to the execution address `target`.
+    pub fn mov_rip_m16_imm16(&mut self, target: u64, imm: u16) {
+        // 66 c7 05 disp32 imm16: disp is relative to the end of the insn.
+        let next = self.here() + 9;
+        let rel = i32::try_from(target.wrapping_sub(next) as i64)
+            .expect("rip-relative target out of reach");
+        self.bytes(&[0x66, 0xc7, 0x05]);
+        self.bytes(&rel.to_le_bytes());
+        self.bytes(&imm.to_le_bytes());
+    }
+}
+
+/// Points a [`Asm::call_rel32_later`] call at `target`.
+///
+/// # Safety
+/// `field` is the still writable rel32 field that call returned.
+pub unsafe fn patch_rel32(field: *mut u8, next: u64, target: u64) {
+    let rel = i32::try_from(target.wrapping_sub(next) as i64).expect("call target out of rel32 reach");
+    std::ptr::copy_nonoverlapping(rel.to_le_bytes().as_ptr(), field, 4);
+}
+
+/// The two bytes of `jmp rel8` from `from` (the jump's address) to `to`, as
+/// the little-endian u16 a single store writes.
+pub fn jmp8_bytes(from: u64, to: u64) -> u16 {
+    let rel = to.wrapping_sub(from + 2) as i64;
+    let rel = i8::try_from(rel).expect("short jump out of reach");
+    u16::from_le_bytes([0xeb, rel as u8])
 }
 
 #[cfg(test)]
@@ -335,6 +388,18 @@ mod tests {
         assert_eq!(one(|a| a.xsave64(mem(Rsp, 0))), "xsave64 (%rsp)");
         assert_eq!(one(|a| a.xrstor64(mem(Rsp, 0))), "xrstor64 (%rsp)");
         assert_eq!(one(|a| a.ret()), "ret");
+        assert_eq!(one(|a| a.nop1()), "nop");
+        assert_eq!(one(|a| a.nop2()), "xchg %ax,%ax");
+        // iced shows the resolved rip-relative target.
+        assert_eq!(one(|a| a.mov_rip_m16_imm16(0x2000, 0x10eb)), "movw $0x10eb,0x2000");
+    }
+
+    #[test]
+    fn self_patching_jump() {
+        // A nop2 at 0x1000 overwritten with jmp8_bytes(0x1000, 0x1010)
+        // decodes as a jump to 0x1010.
+        let j = jmp8_bytes(0x1000, 0x1010);
+        assert_eq!(dis(&j.to_le_bytes(), 0x1000), ["jmp 0x0000000000001010"]);
     }
 
     #[test]

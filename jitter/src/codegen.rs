@@ -3,16 +3,40 @@
 //! Conventions (see `include/cannoli.h`): `r14` is the cursor into the
 //! current chunk, `r15` the point past which the chunk must be handed over,
 //! `rbp` is QEMU's env. Hook code clobbers only the flags. An event is
-//! written at `[r14]`, then `r14` advances and a single compare decides
-//! whether to call the out-of-line flush stub; that stub preserves every
-//! register and the whole extended (SIMD) state, so TCG may keep values in
-//! any register across a hook.
+//! written at `[r14]` and `r14` advances; a compare then decides whether to
+//! call the out-of-line flush stub, which preserves every register and the
+//! whole extended (SIMD) state, so TCG may keep values in any register
+//! across a hook.
+//!
+//! The compare is not paid on every instruction. A chunk's window ends
+//! [`HEADROOM`] bytes before the chunk does, and exec events skip the check
+//! except at instructions that can end a block, at every
+//! [`CHECK_EVERY`]th instruction of a long block, and at JIT entry. Any path
+//! through generated code therefore writes at most `CHECK_EVERY` unchecked
+//! exec events past the window's end, which the headroom absorbs. Memory
+//! events always check: an instruction may make many accesses.
 
-use crate::asm::{mem, Asm, Reg};
+use crate::asm::{jmp8_bytes, mem, Asm, Reg};
 use crate::{user_hook_inst, user_hook_mem, HookType};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use wire::{mem_tag, pc_fits, tag};
+
+/// Longest run of exec events written without checking the window.
+pub const CHECK_EVERY: u32 = 32;
+/// Bytes between a window's end and its chunk's end: room for the unchecked
+/// exec events (16 bytes at most each) and one memory event after them.
+pub const HEADROOM: usize = 1024;
+const _: () = assert!(HEADROOM >= CHECK_EVERY as usize * 16 + wire::MAX_JIT_EVENT);
+
+/// `hook_insn` flags (include/cannoli.h).
+pub const INSN_CAN_END_BLOCK: u32 = 1;
+pub const INSN_FIRST: u32 = 2;
+/// `hook_insn` answer: insert a call of `insn_helper`. The bits above it
+/// carry the [`wire::RegsKind`] the helper reports.
+pub const WANT_HELPER: u32 = 1;
+const KIND_SHIFT: u32 = 8;
 
 const CURSOR: Reg = Reg::R14;
 const END: Reg = Reg::R15;
@@ -54,6 +78,25 @@ pub fn load_cursor(a: &mut Asm) {
     a.mov_r_m64(END, cursor_home(1));
 }
 
+/// JIT entry: load the window and make sure there is room in it. Code
+/// entered here may have left the JIT mid-block (an exception, a fault)
+/// after unchecked events, so the runs of unchecked events of two blocks
+/// never add up.
+///
+/// The prologue comes before the flush stub in the code buffer, so its call
+/// is patched once the stub exists (both are written in one go).
+pub fn jit_enter(a: &mut Asm) {
+    load_cursor(a);
+    a.cmp_r_r(CURSOR, END);
+    let room = a.jb_fwd();
+    let (field, next) = a.call_rel32_later();
+    a.bind(room);
+    *PROLOGUE_CALL.lock().unwrap_or_else(|e| e.into_inner()) = Some((field as usize, next));
+}
+
+/// The prologue's call to the flush stub, waiting for the stub's address.
+static PROLOGUE_CALL: std::sync::Mutex<Option<(usize, u64)>> = std::sync::Mutex::new(None);
+
 /// JIT exit: cursor and end go back to the vCPU (the flush stub may have
 /// moved both to a new chunk).
 pub fn save_cursor(a: &mut Asm) {
@@ -86,6 +129,11 @@ pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::stream::Window) 
     const SAVED: [Reg; 9] = [Reg::Rax, Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi,
                              Reg::R8, Reg::R9, Reg::R10, Reg::R11];
     FLUSH_STUB.store(a.here(), Ordering::Relaxed);
+    if let Some((field, next)) = PROLOGUE_CALL.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        // SAFETY: QEMU writes the prologue and then this stub into the same,
+        // still writable, code buffer before running either.
+        unsafe { crate::asm::patch_rel32(field as *mut u8, next, a.here()) };
+    }
     a.push(Reg::Rbp);
     a.mov_r_r(Reg::Rbp, Reg::Rsp);
     for r in SAVED {
@@ -117,13 +165,18 @@ pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::stream::Window) 
     a.ret();
 }
 
-/// Steps the cursor over an event of `bytes` and flushes if the chunk is full.
-fn advance(a: &mut Asm, bytes: i32) {
-    a.add_r_imm(CURSOR, bytes);
+/// Calls the flush stub if the cursor is at or past the window's end.
+fn check(a: &mut Asm) {
     a.cmp_r_r(CURSOR, END);
     let room = a.jb_fwd();
     a.call_rel32(FLUSH_STUB.load(Ordering::Relaxed));
     a.bind(room);
+}
+
+/// Steps the cursor over an event of `bytes` and flushes if the chunk is full.
+fn advance(a: &mut Asm, bytes: i32) {
+    a.add_r_imm(CURSOR, bytes);
+    check(a);
 }
 
 /// Stores a 64-bit constant at `[r14 + disp]` with as few stores as possible.
@@ -136,24 +189,108 @@ fn store_word(a: &mut Asm, disp: i32, w: u64) {
     }
 }
 
+thread_local! {
+    /// The user's answers for the block being translated on this thread,
+    /// from `hook_insn` (translation) to `lift_insn` (code generation).
+    static DECISIONS: RefCell<HashMap<u64, (HookType, u32)>> = RefCell::new(HashMap::new());
+    /// Exec events lifted since the last check, in lift order.
+    static UNCHECKED: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A translated block's instruction: ask the user's hook once, remember the
+/// answer for code generation, and say whether QEMU must insert the helper
+/// call (for hooks that report registers).
+pub fn hook_insn(pc: u64, flags: u32) -> u32 {
+    let hook = user_hook_inst(pc, flags & INSN_CAN_END_BLOCK != 0);
+    DECISIONS.with(|d| {
+        let mut d = d.borrow_mut();
+        if flags & INSN_FIRST != 0 {
+            d.clear();
+        }
+        d.insert(pc, (hook, flags));
+    });
+    let kind = match hook {
+        HookType::Register => wire::RegsKind::Regs,
+        HookType::Branch if flags & INSN_CAN_END_BLOCK != 0 => wire::RegsKind::BranchYes,
+        HookType::Branch => wire::RegsKind::BranchNo,
+        _ => return 0,
+    };
+    WANT_HELPER | (kind as u32) << KIND_SHIFT
+}
+
+/// The [`wire::RegsKind`] a `hook_insn` answer asked the helper to report.
+pub fn helper_kind(want: u32) -> u32 {
+    want >> KIND_SHIFT
+}
+
 /// Code placed before a guest instruction.
-pub fn lift_insn(a: &mut Asm, pc: u64, can_end_block: bool) {
+pub fn lift_insn(a: &mut Asm, pc: u64) {
     LIFT_PC.with(|p| p.set(pc));
-    match user_hook_inst(pc, can_end_block) {
-        HookType::Never => {}
-        // Once, Register and Branch get their own events in a later
-        // version; until then they trace like Always.
-        HookType::Always | HookType::Once | HookType::Register | HookType::Branch => {
-            if pc_fits(pc) {
-                store_word(a, 0, pc);
-                advance(a, 8);
-            } else {
-                store_word(a, 0, (tag::EXEC_LONG as u64) << 56);
-                store_word(a, 8, pc);
-                advance(a, 16);
+    let (hook, flags) = DECISIONS.with(|d| d.borrow().get(&pc).copied())
+        // Not seen at translation (should not happen): ask now and check.
+        .unwrap_or_else(|| (user_hook_inst(pc, true), INSN_CAN_END_BLOCK));
+    let unchecked = UNCHECKED.with(|u| u.get());
+    let must_check = flags & INSN_CAN_END_BLOCK != 0 || unchecked + 1 >= CHECK_EVERY;
+    match hook {
+        HookType::Never => {
+            if must_check && unchecked > 0 {
+                check(a);
+                UNCHECKED.with(|u| u.set(0));
             }
         }
+        // The inserted helper call writes the event from C, which always
+        // leaves the cursor inside the window.
+        HookType::Register | HookType::Branch => UNCHECKED.with(|u| u.set(0)),
+        HookType::Always => {
+            let len = exec_event(a, pc);
+            a.add_r_imm(CURSOR, len);
+            if must_check {
+                check(a);
+                UNCHECKED.with(|u| u.set(0));
+            } else {
+                UNCHECKED.with(|u| u.set(unchecked + 1));
+            }
+        }
+        HookType::Once => {
+            lift_once(a, pc);
+            UNCHECKED.with(|u| u.set(0));
+        }
     }
+}
+
+/// Writes an exec event for `pc` at the cursor; returns its length.
+fn exec_event(a: &mut Asm, pc: u64) -> i32 {
+    if pc_fits(pc) {
+        store_word(a, 0, pc);
+        8
+    } else {
+        store_word(a, 0, (tag::EXEC_LONG as u64) << 56);
+        store_word(a, 8, pc);
+        16
+    }
+}
+
+/// A self-silencing exec event: the first run writes it and then turns the
+/// two-byte nop in front of it into a jump over the whole hook, so later
+/// runs of this translation cost one jump. The patch is one aligned 16-bit
+/// store, atomic for threads running the same code. With a split W^X code
+/// buffer the code is not writable where it runs, so it reports every run.
+fn lift_once(a: &mut Asm, pc: u64) {
+    if !a.writable_where_it_runs() {
+        let len = exec_event(a, pc);
+        advance(a, len);
+        return;
+    }
+    if a.here() % 2 != 0 {
+        a.nop1();
+    }
+    let gate = a.here();
+    a.nop2();
+    let len = exec_event(a, pc);
+    advance(a, len);
+    // The store's own length is fixed (9 bytes), so the jump target is known.
+    let after = a.here() + 9;
+    a.mov_rip_m16_imm16(gate, jmp8_bytes(gate, after));
 }
 
 thread_local! {
@@ -213,4 +350,5 @@ pub fn lift_mem(a: &mut Asm, x: &Access) {
         store_word(a, 8, x.pc);
     }
     advance(a, len);
+    UNCHECKED.with(|u| u.set(0));
 }

@@ -2,18 +2,12 @@
 //! unsafe about talking to QEMU is in this file.
 
 use crate::asm::{Asm, Reg};
-use crate::{codegen, stream};
+use crate::stream::Cursor as CannoliCursor;
+use crate::{codegen, events, stream};
 use std::ffi::{c_char, c_int, CStr};
 
 /// Must match `CANNOLI_ABI_VERSION` in include/cannoli.h.
-pub const ABI_VERSION: u32 = 1;
-
-#[repr(C)]
-pub struct CannoliCursor {
-    pub cursor: u64,
-    pub end: u64,
-    pub pc: u64,
-}
+pub const ABI_VERSION: u32 = 2;
 
 #[repr(C)]
 pub struct CannoliGuestInfo {
@@ -24,6 +18,13 @@ pub struct CannoliGuestInfo {
     arch: *const c_char,
     exe: *const c_char,
     qemu_version: *const c_char,
+    regs_env_offset: i32,
+    reg_count: u32,
+    reg_bytes: u32,
+    pad: u32,
+    interp_prefix: *const c_char,
+    syscall_name: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
+    read_guest: Option<unsafe extern "C" fn(u64, *mut u8, usize) -> c_int>,
 }
 
 #[repr(C)]
@@ -43,18 +44,31 @@ const SITE_JIT_EXIT: u32 = 2;
 const SITE_CALL: u32 = 3;
 const SITE_CALL_RETURN: u32 = 4;
 
+type Cur = *mut CannoliCursor;
+
 #[repr(C)]
 pub struct CannoliOps {
     abi_version: u32,
     size: u32,
     jitter_version: *const c_char,
     init: unsafe extern "C" fn(*const CannoliGuestInfo, *mut c_char, usize) -> c_int,
+    hook_insn: unsafe extern "C" fn(u64, u32) -> u32,
+    insn_helper: unsafe extern "C" fn(*mut u8, u64, u32),
     emit_site: unsafe extern "C" fn(u32, *mut u8, usize, usize) -> usize,
-    lift_insn: unsafe extern "C" fn(u64, bool, *mut u8, usize, usize) -> usize,
+    lift_insn: unsafe extern "C" fn(u64, *mut u8, usize, usize) -> usize,
     lift_mem: unsafe extern "C" fn(*const CannoliMemAccess, *mut u8, usize, usize) -> usize,
-    cpu_enter: unsafe extern "C" fn(*mut CannoliCursor),
-    cpu_exit: unsafe extern "C" fn(*mut CannoliCursor, c_int),
-    helper_mem: unsafe extern "C" fn(*mut CannoliCursor, u64, u64, u32, bool),
+    cpu_enter: unsafe extern "C" fn(Cur),
+    cpu_exit: unsafe extern "C" fn(Cur, c_int),
+    helper_mem: unsafe extern "C" fn(Cur, u64, u64, u32, bool),
+    syscall_enter: unsafe extern "C" fn(Cur, c_int, *const i64),
+    syscall_exit: unsafe extern "C" fn(Cur, c_int, i64),
+    mmap: unsafe extern "C" fn(Cur, u64, u64, c_int, c_int, c_int, u64),
+    munmap: unsafe extern "C" fn(Cur, u64, u64),
+    mprotect: unsafe extern "C" fn(Cur, u64, u64, c_int),
+    signal: unsafe extern "C" fn(Cur, c_int, c_int, u64, u64),
+    fork_child: unsafe extern "C" fn(Cur),
+    execve: unsafe extern "C" fn(Cur, c_int, *mut *const c_char, *mut *mut *mut c_char,
+                                 *mut *mut *mut c_char) -> c_int,
 }
 
 // SAFETY: the only pointer is to a 'static NUL-terminated string.
@@ -67,12 +81,22 @@ pub static cannoli_ops: CannoliOps = CannoliOps {
     size: std::mem::size_of::<CannoliOps>() as u32,
     jitter_version: concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char,
     init,
+    hook_insn,
+    insn_helper,
     emit_site,
     lift_insn,
     lift_mem,
     cpu_enter,
     cpu_exit,
     helper_mem,
+    syscall_enter,
+    syscall_exit,
+    mmap,
+    munmap,
+    mprotect,
+    signal,
+    fork_child,
+    execve,
 };
 
 /// Copies `msg` into QEMU's error buffer, truncated and NUL-terminated.
@@ -102,11 +126,39 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     let exe = cstr(info.exe).map(|e| {
         std::fs::canonicalize(&e).map(|p| p.to_string_lossy().into_owned()).unwrap_or(e)
     });
+    let arch = wire::arch_name(&cstr(info.arch).unwrap_or_default(), info.big_endian != 0);
+    let mut syscall_names = std::collections::BTreeMap::new();
+    if let Some(name) = info.syscall_name {
+        // Every ABI's numbers lie below 7000 (MIPS n32 starts at 6000).
+        for n in 0..7000 {
+            if let Some(s) = cstr(name(n)) {
+                syscall_names.insert(n as u64, s);
+            }
+        }
+    }
+    events::set_syscall_names(&syscall_names);
+    let _ = events::ENV.set(events::Env {
+        regs_env_offset: info.regs_env_offset,
+        reg_count: info.reg_count,
+        reg_bytes: info.reg_bytes,
+        cursor_env_offset: info.cursor_env_offset,
+        read_guest: info.read_guest,
+        interp_prefix: cstr(info.interp_prefix),
+        elf_ident: exe.as_deref().and_then(|e| events::elf_ident(std::path::Path::new(e))),
+        hook_syscall: user_hook_syscall(),
+    });
     let guest = stream::Guest {
-        arch: wire::arch_name(&cstr(info.arch).unwrap_or_default(), info.big_endian != 0),
+        regs: wire::RegLayout {
+            count: info.reg_count,
+            bytes: info.reg_bytes,
+            names: wire::reg_names(&arch).iter().take(info.reg_count as usize)
+                .map(|s| s.to_string()).collect(),
+        },
+        arch,
         big_endian: info.big_endian != 0,
         guest_bits: info.guest_bits,
         exe,
+        syscall_names,
     };
     let _ = stream::GUEST.set(guest);
     if let Err(e) = codegen::configure(info.cursor_env_offset) {
@@ -137,7 +189,8 @@ unsafe extern "C" fn emit_site(site: u32, buf: *mut u8, cap: usize, rx: usize) -
     let mut a = asm(buf, cap, rx);
     match site {
         SITE_RUNTIME => codegen::runtime(&mut a, flush),
-        SITE_JIT_ENTER | SITE_CALL_RETURN => codegen::load_cursor(&mut a),
+        SITE_JIT_ENTER => codegen::jit_enter(&mut a),
+        SITE_CALL_RETURN => codegen::load_cursor(&mut a),
         SITE_JIT_EXIT => codegen::save_cursor(&mut a),
         SITE_CALL => codegen::before_call(&mut a),
         _ => {}
@@ -145,9 +198,19 @@ unsafe extern "C" fn emit_site(site: u32, buf: *mut u8, cap: usize, rx: usize) -
     a.len()
 }
 
-unsafe extern "C" fn lift_insn(pc: u64, can_end_block: bool, buf: *mut u8, cap: usize, rx: usize) -> usize {
+unsafe extern "C" fn hook_insn(pc: u64, flags: u32) -> u32 {
+    codegen::hook_insn(pc, flags)
+}
+
+/// # Safety
+/// QEMU calls it from generated code with its env, as a TCG helper.
+unsafe extern "C" fn insn_helper(env: *mut u8, pc: u64, want: u32) {
+    events::insn_helper(env, pc, codegen::helper_kind(want));
+}
+
+unsafe extern "C" fn lift_insn(pc: u64, buf: *mut u8, cap: usize, rx: usize) -> usize {
     let mut a = asm(buf, cap, rx);
-    codegen::lift_insn(&mut a, pc, can_end_block);
+    codegen::lift_insn(&mut a, pc);
     a.len()
 }
 
@@ -173,35 +236,76 @@ extern "C" fn flush(cursor: u64) -> stream::Window {
     stream::flush(cursor)
 }
 
-unsafe extern "C" fn cpu_enter(c: *mut CannoliCursor) {
+/// # Safety (for every function below)
+/// QEMU passes its vCPU's cursor (or NULL where noted), outside the JIT.
+unsafe extern "C" fn cpu_enter(c: Cur) {
+    stream::enter(&mut *c);
+}
+
+unsafe extern "C" fn helper_mem(c: Cur, addr: u64, value: u64, size_log2: u32, store: bool) {
+    stream::helper_mem(&mut *c, addr, value, size_log2 as u8, store);
+}
+
+unsafe extern "C" fn cpu_exit(c: Cur, _code: c_int) {
     let c = &mut *c;
     if c.cursor != 0 {
-        return;
+        events::syscall_unfinished(c);
     }
-    if let Some(w) = stream::enter() {
-        c.cursor = w.cursor;
-        c.end = w.end;
-    }
+    stream::finish(c);
 }
 
-/// # Safety
-/// QEMU passes its vCPU's cursor, outside the JIT (inside a helper).
-unsafe extern "C" fn helper_mem(c: *mut CannoliCursor, addr: u64, value: u64, size_log2: u32, store: bool) {
-    let c = &mut *c;
-    if c.cursor == 0 {
-        return;
-    }
-    let w = stream::helper_mem(stream::Window { cursor: c.cursor, end: c.end }, c.pc, addr, value,
-                               size_log2 as u8, store);
-    c.cursor = w.cursor;
-    c.end = w.end;
+unsafe extern "C" fn syscall_enter(_c: Cur, num: c_int, args: *const i64) {
+    events::syscall_enter(num, *(args as *const [i64; 6]));
 }
 
-unsafe extern "C" fn cpu_exit(c: *mut CannoliCursor, _code: c_int) {
-    let c = &mut *c;
-    stream::finish(c.cursor);
-    c.cursor = 0;
-    c.end = 0;
+unsafe extern "C" fn syscall_exit(c: Cur, num: c_int, ret: i64) {
+    events::syscall_exit(&mut *c, num, ret);
+}
+
+unsafe extern "C" fn mmap(c: Cur, base: u64, len: u64, prot: c_int, flags: c_int, fd: c_int, off: u64) {
+    events::mmap(c.as_mut(), base, len, prot, flags, fd, off);
+}
+
+unsafe extern "C" fn munmap(c: Cur, base: u64, len: u64) {
+    events::munmap(c.as_mut(), base, len);
+}
+
+unsafe extern "C" fn mprotect(c: Cur, base: u64, len: u64, prot: c_int) {
+    events::mprotect(c.as_mut(), base, len, prot);
+}
+
+unsafe extern "C" fn signal(c: Cur, sig: c_int, code: c_int, addr: u64, handler: u64) {
+    events::signal(&mut *c, sig, code, addr, handler);
+}
+
+unsafe extern "C" fn fork_child(c: Cur) {
+    events::fork_child(&mut *c);
+}
+
+unsafe extern "C" fn execve(c: Cur, dirfd: c_int, path: *mut *const c_char,
+                            argv: *mut *mut *mut c_char, envp: *mut *mut *mut c_char) -> c_int {
+    events::execve(&mut *c, dirfd, &mut *path, &mut *argv, &mut *envp) as c_int
+}
+
+/// The user's optional `#[no_mangle] fn hook_syscall(num: u64) -> bool`,
+/// looked up in the hook library itself (this crate is linked into it).
+fn user_hook_syscall() -> Option<fn(u64) -> bool> {
+    // SAFETY: dladdr/dlopen(RTLD_NOLOAD)/dlsym only look up our own, already
+    // loaded library. A `hook_syscall` symbol there is the user's function
+    // with the documented Rust signature, so the transmute is to its type.
+    unsafe {
+        let mut info: libc::Dl_info = std::mem::zeroed();
+        if libc::dladdr(user_hook_syscall as *const () as *const libc::c_void, &mut info) == 0
+            || info.dli_fname.is_null() {
+            return None;
+        }
+        let h = libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+        if h.is_null() {
+            return None;
+        }
+        let f = libc::dlsym(h, c"hook_syscall".as_ptr());
+        (!f.is_null()).then(|| std::mem::transmute::<*mut libc::c_void, fn(u64) -> bool>(f))
+    }
 }
 
 #[cfg(test)]
@@ -216,10 +320,10 @@ mod tests {
 
     #[test]
     fn ops_layout_matches_header() {
-        // Two u32, a string pointer and seven function pointers on x86-64.
-        assert_eq!(std::mem::size_of::<super::CannoliOps>(), 8 + 8 + 7 * 8);
+        // Two u32, a string pointer and seventeen function pointers on x86-64.
+        assert_eq!(std::mem::size_of::<super::CannoliOps>(), 8 + 8 + 17 * 8);
         assert_eq!(std::mem::size_of::<super::CannoliCursor>(), 24);
         assert_eq!(std::mem::size_of::<super::CannoliMemAccess>(), 16);
-        assert_eq!(std::mem::size_of::<super::CannoliGuestInfo>(), 16 + 24);
+        assert_eq!(std::mem::size_of::<super::CannoliGuestInfo>(), 16 + 24 + 16 + 24);
     }
 }

@@ -26,6 +26,7 @@
 
 pub mod asm;
 mod codegen;
+mod events;
 mod ffi;
 mod stream;
 

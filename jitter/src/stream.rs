@@ -1,12 +1,27 @@
 //! A guest thread's event stream: its TCP connection to the client (control
-//! and liveness) and its mempipe ring (the events themselves).
+//! and liveness) and its mempipe ring (the events themselves), plus the one
+//! way QEMU's C code appends events to it ([`append`]).
 
+use crate::codegen::HEADROOM;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-use wire::{Goodbye, Hello, Welcome, ADDR_ENV, MAGIC, MAX_JIT_EVENT, WIRE_VERSION};
+use wire::{Goodbye, Hello, RegLayout, Welcome, ADDR_ENV, MAGIC, WIRE_VERSION};
+
+/// Per-vCPU stream position, embedded in QEMU's CPUNegativeOffsetState
+/// (`CannoliCursor` in include/cannoli.h). Outside the JIT it is the truth
+/// about where this thread's next event goes; `cursor == 0` means the
+/// thread has no window (no stream yet, or it ended).
+#[repr(C)]
+pub struct Cursor {
+    pub cursor: u64,
+    pub end: u64,
+    /// Guest pc of the instruction that called a helper.
+    pub pc: u64,
+}
 
 /// Facts about the guest that every connection announces.
 pub struct Guest {
@@ -14,6 +29,8 @@ pub struct Guest {
     pub big_endian: bool,
     pub guest_bits: u32,
     pub exe: Option<String>,
+    pub regs: RegLayout,
+    pub syscall_names: BTreeMap<u64, String>,
 }
 
 pub static GUEST: OnceLock<Guest> = OnceLock::new();
@@ -23,7 +40,7 @@ fn geometry() -> (usize, usize) {
     let get = |k: &str, d: usize| {
         std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
     };
-    let kb = get("CANNOLI_CHUNK_KB", 128).clamp(4, 64 * 1024);
+    let kb = get("CANNOLI_CHUNK_KB", 128).clamp(8, 64 * 1024);
     let n = get("CANNOLI_CHUNKS", 32).clamp(2, 4096).next_power_of_two();
     ((kb * 1024 + 4095) & !4095, n)
 }
@@ -83,6 +100,8 @@ impl Stream {
                 ring: ring.path().to_string_lossy().into_owned(),
                 comm: guest.exe.as_deref().and_then(|e| e.rsplit('/').next()).map(Into::into),
                 exe: guest.exe.clone(),
+                regs: guest.regs.clone(),
+                syscall_names: guest.syscall_names.clone(),
             };
             let mut line = serde_json::to_string(&hello).expect("Hello serializes");
             line.push('\n');
@@ -114,13 +133,17 @@ impl Stream {
         Ok(Stream { ring, sock, addr, chunk: std::ptr::null_mut(), scratch: None, lost_bytes: 0 })
     }
 
-    fn window(&self) -> Window {
-        let start = self.chunk as u64;
-        let size = match &self.scratch {
+    /// Bytes of the chunk being filled.
+    fn chunk_len(&self) -> usize {
+        match &self.scratch {
             Some(s) => s.len() * 8,
             None => self.ring.chunk_size(),
-        };
-        Window { cursor: start, end: start + (size - MAX_JIT_EVENT) as u64 }
+        }
+    }
+
+    fn window(&self) -> Window {
+        let start = self.chunk as u64;
+        Window { cursor: start, end: start + (self.chunk_len() - HEADROOM) as u64 }
     }
 
     /// Takes the next chunk; switches to untraced mode if the client is gone.
@@ -176,6 +199,19 @@ impl Stream {
                        to the client", self.lost_bytes, self.lost_bytes / 8);
         }
     }
+
+    /// In a forked child: let go of the parent's stream without touching it
+    /// (the ring is shared memory the parent still writes, the socket is the
+    /// parent's connection).
+    fn abandon_inherited(self) {
+        use std::os::fd::IntoRawFd;
+        let Stream { ring, sock, .. } = self;
+        // SAFETY: the fd is ours (a copy made by fork); closing it leaves the
+        // parent's copy open.
+        unsafe { libc::close(sock.into_raw_fd()) };
+        // Dropping the producer would mark the shared ring closed.
+        std::mem::forget(ring);
+    }
 }
 
 /// Makes `stream` this thread's stream.
@@ -183,21 +219,38 @@ pub fn install(stream: Stream) {
     STREAM.with(|s| *s.borrow_mut() = Some(stream));
 }
 
-/// A vCPU thread is about to run guest code: give it a window if it has none.
-pub fn enter() -> Option<Window> {
-    STREAM.with(|s| {
-        let mut s = s.borrow_mut();
-        if s.is_none() {
-            match Stream::connect() {
-                Ok(st) => *s = Some(st),
-                Err(e) => {
-                    eprintln!("qemu: cannoli: {e}");
-                    std::process::exit(1);
-                }
+/// Connects this thread if it has no stream; a missing client ends QEMU
+/// (there is nobody to trace for).
+fn connect_if_needed(s: &mut Option<Stream>) -> &mut Stream {
+    if s.is_none() {
+        match Stream::connect() {
+            Ok(st) => *s = Some(st),
+            Err(e) => {
+                eprintln!("qemu: cannoli: {e}");
+                std::process::exit(1);
             }
         }
-        s.as_mut().map(|st| st.next_chunk())
-    })
+    }
+    s.as_mut().expect("connected")
+}
+
+/// Gives the vCPU a window if it has none; reports whether it is new (the
+/// stream may be new too, and owe the client the process's mappings).
+fn ensure_window(c: &mut Cursor) -> bool {
+    if c.cursor != 0 {
+        return false;
+    }
+    let w = STREAM.with(|s| connect_if_needed(&mut s.borrow_mut()).next_chunk());
+    c.cursor = w.cursor;
+    c.end = w.end;
+    true
+}
+
+/// A vCPU thread is about to run guest code.
+pub fn enter(c: &mut Cursor) {
+    if ensure_window(c) {
+        crate::events::replay_if_owed(c);
+    }
 }
 
 /// The JIT filled its window.
@@ -207,33 +260,90 @@ pub fn flush(cursor: u64) -> Window {
     })
 }
 
-/// The thread or process is exiting.
-pub fn finish(cursor: u64) {
+/// The thread or process is exiting, or about to execve: hand over every event.
+pub fn finish(c: &mut Cursor) {
     if let Some(st) = STREAM.with(|s| s.borrow_mut().take()) {
-        st.finish(cursor);
+        st.finish(c.cursor);
+    }
+    c.cursor = 0;
+    c.end = 0;
+}
+
+/// In a forked child: forget the parent's stream; the child connects anew.
+pub fn forked_child(c: &mut Cursor) {
+    if let Some(st) = STREAM.with(|s| s.borrow_mut().take()) {
+        st.abandon_inherited();
+    }
+    c.cursor = 0;
+    c.end = 0;
+}
+
+/// Appends one event, `words` then `payload` padded to whole words, at the
+/// vCPU's cursor, outside the JIT. Leaves the cursor inside the window.
+pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
+    if ensure_window(c) {
+        crate::events::replay_if_owed(c);
+    }
+    let len = 8 * words.len() + payload.len().next_multiple_of(8);
+    STREAM.with(|s| {
+        let mut s = s.borrow_mut();
+        let st = s.as_mut().expect("window without a stream");
+        let chunk_end = st.chunk as u64 + st.chunk_len() as u64;
+        if c.cursor + len as u64 > chunk_end {
+            let w = st.flush(c.cursor);
+            c.cursor = w.cursor;
+            c.end = w.end;
+        }
+        debug_assert!(len <= st.chunk_len());
+        // SAFETY: [cursor, cursor + len) lies inside the current chunk (just
+        // checked; events are at most MAX_SYSCALL_DATA plus a few words, far
+        // below a chunk), which this thread alone writes until it publishes
+        // it; the cursor is 8-byte aligned.
+        unsafe {
+            let p = c.cursor as *mut u8;
+            std::ptr::copy_nonoverlapping(words.as_ptr() as *const u8, p, 8 * words.len());
+            let q = p.add(8 * words.len());
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), q, payload.len());
+            std::ptr::write_bytes(q.add(payload.len()), 0, len - 8 * words.len() - payload.len());
+        }
+        c.cursor += len as u64;
+        if c.cursor >= c.end {
+            let w = st.flush(c.cursor);
+            c.cursor = w.cursor;
+            c.end = w.end;
+        }
+    });
+}
+
+/// Events that happened where no vCPU was at hand (QEMU-internal threads);
+/// they go out with the next event of any thread.
+static ORPHANS: Mutex<Vec<(Vec<u64>, Vec<u8>)>> = Mutex::new(Vec::new());
+
+/// Like [`append`], for a caller that may have no vCPU.
+pub fn append_or_keep(c: Option<&mut Cursor>, words: &[u64], payload: &[u8]) {
+    match c {
+        Some(c) => {
+            let orphans = std::mem::take(&mut *ORPHANS.lock().unwrap_or_else(|e| e.into_inner()));
+            for (w, p) in &orphans {
+                append(c, w, p);
+            }
+            append(c, words, payload)
+        }
+        None => ORPHANS.lock().unwrap_or_else(|e| e.into_inner())
+            .push((words.to_vec(), payload.to_vec())),
     }
 }
 
-/// Appends a memory access made by a QEMU helper (outside the JIT) at `w`.
-pub fn helper_mem(w: Window, pc: u64, addr: u64, value: u64, size_log2: u8, store: bool) -> Window {
+/// Appends a memory access made by a QEMU helper (outside the JIT).
+pub fn helper_mem(c: &mut Cursor, addr: u64, value: u64, size_log2: u8, store: bool) {
+    let pc = c.pc;
     if !crate::user_hook_mem(pc, store, 1 << size_log2) {
-        return w;
+        return;
     }
     let t = wire::mem_tag(store, size_log2) as u64;
-    let words: &[u64] = if wire::pc_fits(pc) {
-        &[t << 56 | pc, addr, value]
+    if wire::pc_fits(pc) {
+        append(c, &[t << 56 | pc, addr, value], &[]);
     } else {
-        &[(wire::tag::MEM_LONG as u64) << 56 | t, pc, addr, value]
-    };
-    // SAFETY: the window guarantees MAX_JIT_EVENT (32) writable bytes at
-    // `cursor`, and `words` is at most 32 bytes; cursor is 8-byte aligned.
-    unsafe {
-        std::ptr::copy_nonoverlapping(words.as_ptr(), w.cursor as *mut u64, words.len());
-    }
-    let cursor = w.cursor + 8 * words.len() as u64;
-    if cursor >= w.end {
-        flush(cursor)
-    } else {
-        Window { cursor, end: w.end }
+        append(c, &[(wire::tag::MEM_LONG as u64) << 56 | t, pc, addr, value], &[]);
     }
 }

@@ -1,0 +1,417 @@
+//! The rare events QEMU's C code reports: registers, syscalls, mappings,
+//! signals; and what a fork or an execve does to a stream.
+//!
+//! Each is encoded as a framed event (see the `cannoli-wire` crate) and
+//! appended through the vCPU's cursor, so it lands in the thread's stream in
+//! execution order, between the exec and memory events around it.
+
+use crate::stream::{self, Cursor};
+use std::cell::RefCell;
+use std::ffi::{c_char, CStr, CString};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use wire::{frame, map_flags, tag, MAX_SYSCALL_DATA};
+
+/// What the C side told us at init that these events need.
+pub struct Env {
+    pub regs_env_offset: i32,
+    pub reg_count: u32,
+    pub reg_bytes: u32,
+    pub cursor_env_offset: i32,
+    pub read_guest: Option<unsafe extern "C" fn(u64, *mut u8, usize) -> i32>,
+    pub interp_prefix: Option<String>,
+    /// The guest executable's ELF identity: (class, data, machine).
+    pub elf_ident: Option<(u8, u8, u16)>,
+    /// How the user's library filters syscalls, if it does.
+    pub hook_syscall: Option<fn(u64) -> bool>,
+}
+
+pub static ENV: OnceLock<Env> = OnceLock::new();
+
+fn env() -> &'static Env {
+    ENV.get().expect("cannoli events before init")
+}
+
+/// Copies guest memory; None if any of it is unreadable.
+fn read_guest(addr: u64, len: usize) -> Option<Vec<u8>> {
+    let f = env().read_guest?;
+    let mut v = vec![0u8; len];
+    // SAFETY: `v` has `len` writable bytes; QEMU's copy_from_user checks the
+    // guest range and writes at most `len` bytes.
+    (unsafe { f(addr, v.as_mut_ptr(), len) } == 0).then_some(v)
+}
+
+/// A NUL-terminated guest string of at most MAX_SYSCALL_DATA bytes.
+fn read_guest_str(addr: u64) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut a = addr;
+    while out.len() < MAX_SYSCALL_DATA {
+        // Read up to the next page boundary so a string ending just before an
+        // unmapped page is still read.
+        let n = (4096 - (a as usize & 4095)).min(MAX_SYSCALL_DATA - out.len());
+        let piece = read_guest(a, n)?;
+        if let Some(z) = piece.iter().position(|&b| b == 0) {
+            out.extend_from_slice(&piece[..z]);
+            return Some(out);
+        }
+        out.extend_from_slice(&piece);
+        a += n as u64;
+    }
+    Some(out)
+}
+
+// ---------------------------------------------------------------------------
+// Registers
+// ---------------------------------------------------------------------------
+
+/// The helper QEMU calls, with the guest registers synced to env, before an
+/// instruction whose hook is Register or Branch.
+pub fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
+    let e = env();
+    let n = e.reg_count as usize;
+    let mut words = Vec::with_capacity(2 + n);
+    words.push(frame(tag::REGS, kind, (2 + n) as u32));
+    words.push(pc);
+    for i in 0..n {
+        // SAFETY: QEMU described `reg_count` registers of `reg_bytes` bytes at
+        // env + regs_env_offset, inside its CPUArchState.
+        let v = unsafe {
+            let p = env_ptr.offset(e.regs_env_offset as isize + (i * e.reg_bytes as usize) as isize);
+            match e.reg_bytes {
+                4 => (p as *const u32).read_unaligned() as u64,
+                _ => (p as *const u64).read_unaligned(),
+            }
+        };
+        words.push(v);
+    }
+    // SAFETY: the CannoliCursor sits at a fixed offset from env in the vCPU.
+    let c = unsafe { &mut *(env_ptr.offset(e.cursor_env_offset as isize) as *mut Cursor) };
+    stream::append(c, &words, &[]);
+}
+
+// ---------------------------------------------------------------------------
+// Syscalls
+// ---------------------------------------------------------------------------
+
+/// Which buffer of a syscall is worth carrying, by its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Capture {
+    None,
+    /// A path at argument `n`, read when the syscall starts.
+    Path(usize),
+    /// `ret` bytes at argument `buf`, read when it returns (data in).
+    Filled { buf: usize },
+    /// `arg[len]` bytes at argument `buf` (data out).
+    Given { buf: usize, len: usize },
+}
+
+fn capture_for(name: &str) -> Capture {
+    match name {
+        "read" | "pread64" | "recv" | "recvfrom" => Capture::Filled { buf: 1 },
+        "getrandom" => Capture::Filled { buf: 0 },
+        "readlink" => Capture::Filled { buf: 1 },
+        "readlinkat" => Capture::Filled { buf: 2 },
+        "getcwd" => Capture::Filled { buf: 0 },
+        "write" | "pwrite64" | "send" | "sendto" => Capture::Given { buf: 1, len: 2 },
+        "open" | "creat" | "stat" | "stat64" | "lstat" | "lstat64" | "access" | "unlink"
+        | "mkdir" | "rmdir" | "execve" | "chdir" | "truncate" | "truncate64" | "statfs"
+        | "statfs64" | "chmod" | "chown" | "lchown" | "chroot" | "symlink" | "link"
+        | "rename" => Capture::Path(0),
+        "openat" | "openat2" | "unlinkat" | "fstatat64" | "newfstatat" | "faccessat"
+        | "faccessat2" | "mkdirat" | "execveat" | "statx" | "fchmodat" | "fchownat"
+        | "utimensat" | "mknodat" | "renameat" | "renameat2" => Capture::Path(1),
+        _ => Capture::None,
+    }
+}
+
+/// The capture rule of each syscall number, from QEMU's names.
+static CAPTURES: OnceLock<std::collections::HashMap<u64, Capture>> = OnceLock::new();
+
+pub fn set_syscall_names(names: &std::collections::BTreeMap<u64, String>) {
+    let _ = CAPTURES.set(names.iter()
+        .map(|(&n, name)| (n, capture_for(name)))
+        .filter(|(_, c)| *c != Capture::None)
+        .collect());
+}
+
+/// A syscall that started and has not returned yet.
+struct Pending {
+    num: u64,
+    args: [u64; 6],
+    data: Vec<u8>,
+    total: u64,
+}
+
+thread_local! {
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+}
+
+fn wanted(num: u64) -> bool {
+    env().hook_syscall.is_none_or(|f| f(num))
+}
+
+pub fn syscall_enter(num: i32, args: [i64; 6]) {
+    let num = num as u32 as u64;
+    if !wanted(num) {
+        return;
+    }
+    let args = args.map(|a| a as u64);
+    let mut p = Pending { num, args, data: Vec::new(), total: 0 };
+    if let Some(Capture::Path(i)) = CAPTURES.get().and_then(|c| c.get(&num)) {
+        if let Some(s) = read_guest_str(args[*i]) {
+            p.total = s.len() as u64;
+            p.data = s;
+        }
+    }
+    PENDING.with(|q| *q.borrow_mut() = Some(p));
+}
+
+pub fn syscall_exit(c: &mut Cursor, num: i32, ret: i64) {
+    let Some(mut p) = PENDING.with(|q| q.borrow_mut().take()) else { return };
+    if p.num != num as u32 as u64 {
+        return;
+    }
+    match CAPTURES.get().and_then(|c| c.get(&p.num)) {
+        Some(Capture::Filled { buf }) if ret > 0 => {
+            let n = (ret as usize).min(MAX_SYSCALL_DATA);
+            p.data = read_guest(p.args[*buf], n).unwrap_or_default();
+            p.total = ret as u64;
+        }
+        Some(Capture::Given { buf, len }) => {
+            let want = p.args[*len] as usize;
+            p.data = read_guest(p.args[*buf], want.min(MAX_SYSCALL_DATA)).unwrap_or_default();
+            p.total = want as u64;
+        }
+        _ => {}
+    }
+    write_syscall(c, &p, Some(ret));
+}
+
+/// A syscall that will not return (exit, exit_group, execve) is reported
+/// before its stream ends.
+pub fn syscall_unfinished(c: &mut Cursor) {
+    if let Some(p) = PENDING.with(|q| q.borrow_mut().take()) {
+        write_syscall(c, &p, None);
+    }
+}
+
+fn write_syscall(c: &mut Cursor, p: &Pending, ret: Option<i64>) {
+    let data = &p.data[..p.data.len().min(MAX_SYSCALL_DATA)];
+    let len = wire::framed_len(11, data.len()) as u32;
+    let mut w = [0u64; 11];
+    w[0] = frame(tag::SYSCALL, ret.is_some() as u32, len);
+    w[1] = p.num;
+    w[2] = ret.unwrap_or(0) as u64;
+    w[3..9].copy_from_slice(&p.args);
+    w[9] = data.len() as u64;
+    w[10] = p.total;
+    stream::append(c, &w, data);
+}
+
+// ---------------------------------------------------------------------------
+// Mappings
+// ---------------------------------------------------------------------------
+
+/// Every mapping event of this process so far, replayed to the client by a
+/// forked child (which inherits the mappings but not the parent's stream).
+/// Written only under QEMU's mmap_lock, which fork holds, so the child never
+/// inherits it locked.
+static MAP_LOG: Mutex<Vec<(Vec<u64>, Vec<u8>)>> = Mutex::new(Vec::new());
+/// Past this many entries the log stops growing (and says so once).
+const MAP_LOG_MAX: usize = 1 << 16;
+static MAP_LOG_FULL: AtomicBool = AtomicBool::new(false);
+/// Set in a forked child until its new stream has the replay.
+static REPLAY_OWED: AtomicBool = AtomicBool::new(false);
+
+fn log_map(words: &[u64], payload: &[u8]) {
+    let mut log = MAP_LOG.lock().unwrap_or_else(|e| e.into_inner());
+    if log.len() < MAP_LOG_MAX {
+        log.push((words.to_vec(), payload.to_vec()));
+    } else if !MAP_LOG_FULL.swap(true, Ordering::Relaxed) {
+        eprintln!("qemu: cannoli: more than {MAP_LOG_MAX} mapping changes: a forked child's \
+                   trace will not start with all of its parent's mappings");
+    }
+}
+
+fn map_event(c: Option<&mut Cursor>, words: &[u64], payload: &[u8]) {
+    log_map(words, payload);
+    stream::append_or_keep(c, words, payload);
+}
+
+/// Called when a thread gets a new window: a forked child's first stream
+/// starts with the mappings it inherited.
+pub fn replay_if_owed(c: &mut Cursor) {
+    if REPLAY_OWED.swap(false, Ordering::AcqRel) {
+        let log = std::mem::take(&mut *MAP_LOG.lock().unwrap_or_else(|e| e.into_inner()));
+        for (w, p) in &log {
+            stream::append(c, w, p);
+        }
+        *MAP_LOG.lock().unwrap_or_else(|e| e.into_inner()) = log;
+    }
+}
+
+fn prot_bits(prot: i32) -> u32 {
+    let mut b = 0;
+    if prot & libc::PROT_READ != 0 { b |= map_flags::READ; }
+    if prot & libc::PROT_WRITE != 0 { b |= map_flags::WRITE; }
+    if prot & libc::PROT_EXEC != 0 { b |= map_flags::EXEC; }
+    b
+}
+
+pub fn mmap(c: Option<&mut Cursor>, base: u64, len: u64, prot: i32, flags: i32, fd: i32, offset: u64) {
+    let mut aux = prot_bits(prot);
+    if flags & libc::MAP_SHARED != 0 {
+        aux |= map_flags::SHARED;
+    }
+    let path = if flags & libc::MAP_ANONYMOUS != 0 || fd < 0 {
+        aux |= map_flags::ANON;
+        Vec::new()
+    } else {
+        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map(|p| p.into_os_string().into_encoded_bytes())
+            .unwrap_or_default()
+    };
+    let path = &path[..path.len().min(MAX_SYSCALL_DATA)];
+    let words = [frame(tag::MMAP, aux, wire::framed_len(5, path.len()) as u32), base, len, offset,
+                 path.len() as u64];
+    map_event(c, &words, path);
+}
+
+pub fn munmap(c: Option<&mut Cursor>, base: u64, len: u64) {
+    map_event(c, &[frame(tag::MUNMAP, 0, 3), base, len], &[]);
+}
+
+pub fn mprotect(c: Option<&mut Cursor>, base: u64, len: u64, prot: i32) {
+    map_event(c, &[frame(tag::MPROTECT, prot_bits(prot), 3), base, len], &[]);
+}
+
+// ---------------------------------------------------------------------------
+// Signals, fork, execve
+// ---------------------------------------------------------------------------
+
+pub fn signal(c: &mut Cursor, sig: i32, code: i32, fault_addr: u64, handler: u64) {
+    stream::append(c, &[frame(tag::SIGNAL, 0, 5), sig as u32 as u64, code as u32 as u64,
+                        fault_addr, handler], &[]);
+}
+
+pub fn fork_child(c: &mut Cursor) {
+    stream::forked_child(c);
+    REPLAY_OWED.store(true, Ordering::Release);
+}
+
+/// Our own QEMU binary and hook library, for running an exec'd guest program
+/// under the same tracer.
+static SELF_PATHS: OnceLock<Option<(CString, CString)>> = OnceLock::new();
+static EXEC_WARNED: AtomicI32 = AtomicI32::new(0);
+
+fn self_paths() -> Option<&'static (CString, CString)> {
+    SELF_PATHS.get_or_init(|| {
+        let qemu = std::fs::read_link("/proc/self/exe").ok()?;
+        // SAFETY: dladdr only reads our own code address and fills `info`.
+        let lib = unsafe {
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            if libc::dladdr(self_paths as *const () as *const libc::c_void, &mut info) == 0
+                || info.dli_fname.is_null() {
+                return None;
+            }
+            CStr::from_ptr(info.dli_fname).to_owned()
+        };
+        let lib = std::fs::canonicalize(lib.to_str().ok()?).ok()?;
+        Some((CString::new(qemu.into_os_string().into_encoded_bytes()).ok()?,
+              CString::new(lib.into_os_string().into_encoded_bytes()).ok()?))
+    }).as_ref()
+}
+
+/// (class, data, machine) of an ELF file, if it is one.
+pub fn elf_ident(path: &std::path::Path) -> Option<(u8, u8, u16)> {
+    use std::io::Read;
+    let mut h = [0u8; 20];
+    std::fs::File::open(path).ok()?.read_exact(&mut h).ok()?;
+    if &h[..4] != b"\x7fELF" {
+        return None;
+    }
+    let machine = if h[5] == 2 { u16::from_be_bytes([h[18], h[19]]) } else { u16::from_le_bytes([h[18], h[19]]) };
+    Some((h[4], h[5], machine))
+}
+
+/// Reads a NULL-terminated array of C strings.
+///
+/// # Safety
+/// `v` is NULL or a valid NULL-terminated array of valid C strings.
+unsafe fn c_strings(v: *const *mut c_char) -> Vec<CString> {
+    let mut out = Vec::new();
+    if v.is_null() {
+        return out;
+    }
+    let mut i = 0;
+    while !(*v.add(i)).is_null() {
+        out.push(CStr::from_ptr(*v.add(i)).to_owned());
+        i += 1;
+    }
+    out
+}
+
+/// Leaks a NULL-terminated array for execve (it either replaces the process
+/// or fails, which is rare enough to leak).
+fn leak_argv(v: Vec<CString>) -> *mut *mut c_char {
+    let mut ptrs: Vec<*mut c_char> = v.into_iter().map(CString::into_raw).collect();
+    ptrs.push(std::ptr::null_mut());
+    Box::leak(ptrs.into_boxed_slice()).as_mut_ptr()
+}
+
+/// The guest is about to execve: end the stream (reporting the execve), and
+/// if the new program is a guest binary of the same kind, run it under this
+/// QEMU and hook library again so its trace continues as a new connection.
+///
+/// # Safety
+/// `path`, `argv` and `envp` are valid as for execve(2).
+pub unsafe fn execve(c: &mut Cursor, dirfd: i32, path: &mut *const c_char,
+                     argv: &mut *mut *mut c_char, envp: &mut *mut *mut c_char) -> bool {
+    syscall_unfinished(c);
+    stream::finish(c);
+    let guest = CStr::from_ptr(*path).to_owned();
+    let mut target = std::path::PathBuf::from(std::ffi::OsStr::from_encoded_bytes_unchecked(guest.to_bytes()));
+    if target.is_relative() && dirfd != libc::AT_FDCWD {
+        target = std::path::Path::new(&format!("/proc/self/fd/{dirfd}")).join(target);
+    }
+    let same_kind = env().elf_ident.is_some() && elf_ident(&target) == env().elf_ident;
+    let Some((qemu, lib)) = self_paths().filter(|_| same_kind) else {
+        if EXEC_WARNED.fetch_add(1, Ordering::Relaxed) == 0 && elf_ident(&target).is_some() && !same_kind {
+            eprintln!("qemu: cannoli: {} is not a {} program; it runs untraced",
+                      target.display(), crate::stream::GUEST.get().map_or("guest", |g| g.arch.as_str()));
+        }
+        return false;
+    };
+    let Ok(target) = CString::new(target.into_os_string().into_encoded_bytes()) else { return false };
+    let old_argv = c_strings(*argv);
+    let mut new_argv = vec![qemu.clone(), c"-cannoli".into(), lib.clone()];
+    if let Some(p) = &env().interp_prefix {
+        if let Ok(p) = CString::new(p.as_str()) {
+            new_argv.extend([c"-L".into(), p]);
+        }
+    }
+    if let Some(a0) = old_argv.first() {
+        new_argv.extend([c"-0".into(), a0.clone()]);
+    }
+    new_argv.push(target);
+    new_argv.extend(old_argv.into_iter().skip(1));
+    // The guest's environment lost our CANNOLI_* settings (QEMU strips them);
+    // the next QEMU needs them again.
+    let mut new_envp: Vec<CString> = c_strings(*envp).into_iter()
+        .filter(|e| !e.to_bytes().starts_with(b"CANNOLI_"))
+        .collect();
+    for (k, v) in std::env::vars_os() {
+        if k.as_encoded_bytes().starts_with(b"CANNOLI_") {
+            let mut kv = k.into_encoded_bytes();
+            kv.push(b'=');
+            kv.extend(v.into_encoded_bytes());
+            if let Ok(kv) = CString::new(kv) {
+                new_envp.push(kv);
+            }
+        }
+    }
+    *path = qemu.as_ptr();
+    *argv = leak_argv(new_argv);
+    *envp = leak_argv(new_envp);
+    true
+}
