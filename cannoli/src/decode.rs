@@ -6,12 +6,24 @@
 //! compare on the common path: an exec event is the bare pc, i.e. any word
 //! whose top byte is zero.
 //!
-//! To add an event: give it a tag in `wire::tag`, add a match arm in
+//! The rare framed events (tags from `0x20` on: registers, syscalls,
+//! mappings, signals) are decoded out of line in [`framed`], after every
+//! JIT event kind has been tried. A framed tag this client does not know is
+//! skipped whole (its frame says how long it is) and counted in
+//! [`Decoded::skipped`], so an older client can read a newer QEMU side's
+//! stream.
+//!
+//! To add a JIT event: give it a tag in `wire::tag`, add a match arm in
 //! [`decode_words`] that checks it has enough words, calls the callback and
 //! advances `i` (adding the words after the first to `extra`), and a test.
+//! To add a framed event: a tag from `0x26` on, its minimum length in
+//! [`frame_min`], a match arm in [`framed`], and a test.
 
-use crate::Cannoli;
-use wire::{tag, PC_BITS, PC_MASK};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use crate::{Cannoli, ClientInfo, Signal, Syscall};
+use wire::{map_flags, tag, PC_BITS, PC_MASK};
 
 /// What went wrong in a chunk. Decoding stops at the first malformed event;
 /// the rest of the chunk is skipped.
@@ -26,6 +38,12 @@ pub(crate) enum Problem {
     /// The chunk's length is not a multiple of 8: `len % 8` stray bytes at
     /// the end.
     TrailingBytes(usize),
+    /// A framed event `len` words long that needs at least `min` words (for
+    /// its fixed fields, registers, or the byte payload its length field
+    /// announces).
+    ShortFrame { len: u32, min: u64 },
+    /// A registers event whose `aux` is not a `wire::RegsKind`.
+    BadRegsKind(u32),
 }
 
 /// A malformed spot in a chunk.
@@ -64,6 +82,16 @@ impl std::fmt::Display for Malformed {
                 self.tag
             )?,
             Problem::TrailingBytes(n) => write!(f, "chunk length is not a multiple of 8 ({n} stray bytes at the end)")?,
+            Problem::ShortFrame { len, min } => write!(
+                f,
+                "framed event with tag {:#04x} is {len} words long but needs at least {min}",
+                self.tag
+            )?,
+            Problem::BadRegsKind(k) => write!(
+                f,
+                "registers event (tag {:#04x}) has kind {k}, which is none of regs (0), branch-no (1), branch-yes (2)",
+                self.tag
+            )?,
         }
         write!(
             f,
@@ -78,7 +106,31 @@ impl std::fmt::Display for Malformed {
 pub(crate) struct Decoded {
     /// Events handed to the callbacks.
     pub events: u64,
+    /// Framed events of unknown tags, skipped.
+    pub skipped: u64,
+    /// The tag of the first of them.
+    pub skipped_tag: Option<u8>,
     pub error: Option<Malformed>,
+}
+
+/// What decoding needs to know about a stream, from its [`ClientInfo`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout<'a> {
+    /// From [`addr_mask`].
+    pub addr_mask: u64,
+    /// Register words in a registers event.
+    pub reg_words: usize,
+    pub syscall_names: &'a BTreeMap<u64, String>,
+}
+
+impl<'a> Layout<'a> {
+    pub fn new(ci: &'a ClientInfo) -> Layout<'a> {
+        Layout {
+            addr_mask: addr_mask(ci.guest_bits),
+            reg_words: ci.regs.count as usize,
+            syscall_names: &ci.syscall_names,
+        }
+    }
 }
 
 /// Mask selecting the guest address bits.
@@ -96,21 +148,21 @@ const VAL_MASK: [u64; 4] = [0xff, 0xffff, 0xffff_ffff, u64::MAX];
 
 /// Decodes one chunk's bytes, calling `T`'s callbacks in order.
 ///
-/// `addr_mask` comes from [`addr_mask`]. Never panics on malformed input: it
-/// stops at the first bad event and reports it.
+/// Never panics on malformed input: it stops at the first bad event and
+/// reports it.
 #[inline]
 pub(crate) fn decode<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
     data: &[u8],
-    addr_mask: u64,
+    lay: &Layout<'_>,
     trace: &mut Vec<T::Trace>,
 ) -> Decoded {
     let whole = data.len() & !7;
     let (body, tail) = data.split_at(whole);
 
     let mut d = with_words(body, |words| {
-        decode_words::<T>(pid, tid, words, addr_mask, trace)
+        decode_words::<T>(pid, tid, words, body, lay, trace)
     });
     if d.error.is_none() && !tail.is_empty() {
         d.error = Some(Malformed {
@@ -145,19 +197,29 @@ fn with_words<R>(bytes: &[u8], f: impl FnOnce(&[u64]) -> R) -> R {
     f(&copy)
 }
 
-/// The decode loop proper, over whole words.
+/// The decode loop proper, over whole words. `bytes` are the same words as
+/// little-endian bytes (for the byte payloads of framed events).
 #[inline(always)]
 fn decode_words<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
     words: &[u64],
-    addr_mask: u64,
+    bytes: &[u8],
+    lay: &Layout<'_>,
     trace: &mut Vec<T::Trace>,
 ) -> Decoded {
+    debug_assert_eq!(words.len() * 8, bytes.len());
+    let addr_mask = lay.addr_mask;
     let n = words.len();
     let mut i = 0usize;
-    // Words consumed that did not start an event: events = i - extra.
+    // Words consumed that did not start a delivered event: events = i - extra.
     let mut extra = 0usize;
+    let mut skipped = Skipped::default();
+    macro_rules! malformed {
+        ($t:expr, $problem:expr $(,)?) => {
+            return malformed(i, n, extra, skipped, $t, $problem)
+        };
+    }
 
     while i < n {
         let w = words[i];
@@ -172,10 +234,7 @@ fn decode_words<T: Cannoli>(
             // Loads 0x10..=0x13, stores 0x18..=0x1b.
             0x10..=0x13 | 0x18..=0x1b => {
                 if n - i < 3 {
-                    return malformed(
-                        i,
-                        n,
-                        extra,
+                    malformed!(
                         t,
                         Problem::Truncated {
                             need: 3,
@@ -198,10 +257,7 @@ fn decode_words<T: Cannoli>(
             }
             tag::EXEC_LONG => {
                 if n - i < 2 {
-                    return malformed(
-                        i,
-                        n,
-                        extra,
+                    malformed!(
                         t,
                         Problem::Truncated {
                             need: 2,
@@ -215,10 +271,7 @@ fn decode_words<T: Cannoli>(
             }
             tag::MEM_LONG => {
                 if n - i < 4 {
-                    return malformed(
-                        i,
-                        n,
-                        extra,
+                    malformed!(
                         t,
                         Problem::Truncated {
                             need: 4,
@@ -228,7 +281,7 @@ fn decode_words<T: Cannoli>(
                 }
                 let kind = w as u8;
                 if !matches!(kind, 0x10..=0x13 | 0x18..=0x1b) {
-                    return malformed(i, n, extra, t, Problem::BadMemKind(kind));
+                    malformed!(t, Problem::BadMemKind(kind));
                 }
                 mem::<T>(
                     pid,
@@ -243,13 +296,173 @@ fn decode_words<T: Cannoli>(
                 i += 4;
                 extra += 3;
             }
-            _ => return malformed(i, n, extra, t, Problem::UnknownTag),
+            t if t >= tag::FRAMED => {
+                match framed::<T>(pid, tid, &words[i..], &bytes[i * 8..], lay, trace) {
+                    Ok(Frame::Known(len)) => {
+                        i += len;
+                        extra += len - 1;
+                    }
+                    Ok(Frame::Unknown(len)) => {
+                        skipped.add(t);
+                        i += len;
+                        extra += len;
+                    }
+                    Err(p) => malformed!(t, p),
+                }
+            }
+            _ => malformed!(t, Problem::UnknownTag),
         }
     }
     Decoded {
         events: (i - extra) as u64,
+        skipped: skipped.count,
+        skipped_tag: skipped.first,
         error: None,
     }
+}
+
+/// Framed events of unknown tags seen in a chunk.
+#[derive(Debug, Clone, Copy, Default)]
+struct Skipped {
+    count: u64,
+    first: Option<u8>,
+}
+
+impl Skipped {
+    #[cold]
+    fn add(&mut self, t: u8) {
+        self.count += 1;
+        self.first.get_or_insert(t);
+    }
+}
+
+/// A well-formed framed event: its length in words, and whether it was
+/// delivered (a tag this client knows) or skipped.
+enum Frame {
+    Known(usize),
+    Unknown(usize),
+}
+
+/// Fewest words a framed event of tag `t` can have, before its byte payload;
+/// 1 (the header) for a tag this client does not know.
+#[inline]
+fn frame_min(t: u8, reg_words: usize) -> usize {
+    match t {
+        tag::REGS => 2 + reg_words,
+        tag::SYSCALL => 11,
+        tag::MMAP => 5,
+        tag::MUNMAP | tag::MPROTECT => 3,
+        tag::SIGNAL => 5,
+        _ => 1,
+    }
+}
+
+/// Decodes the framed event at the start of `words` (`bytes`: the same, as
+/// little-endian bytes) and calls its callback. Out of line: framed events
+/// are rare, and this keeps the hot loop small.
+#[inline(never)]
+fn framed<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    words: &[u64],
+    bytes: &[u8],
+    lay: &Layout<'_>,
+    trace: &mut Vec<T::Trace>,
+) -> Result<Frame, Problem> {
+    let (t, aux, len32) = wire::unframe(words[0]);
+    let len = len32 as usize;
+    let min = frame_min(t, lay.reg_words);
+    if len < min {
+        return Err(Problem::ShortFrame {
+            len: len32,
+            min: min as u64,
+        });
+    }
+    if len > words.len() {
+        return Err(Problem::Truncated {
+            need: len,
+            have: words.len(),
+        });
+    }
+    let f = &words[..len];
+    // `n` payload bytes from word `at` on, if the frame has room for them.
+    let payload = |at: usize, n: u64| -> Result<&[u8], Problem> {
+        let need = at as u64 + n.div_ceil(8);
+        if need > len as u64 {
+            return Err(Problem::ShortFrame {
+                len: len32,
+                min: need,
+            });
+        }
+        Ok(&bytes[at * 8..at * 8 + n as usize])
+    };
+    let m = lay.addr_mask;
+    match t {
+        tag::REGS => {
+            let regs = &bytes[16..16 + lay.reg_words * 8];
+            match aux {
+                0 => T::regs(pid, tid, f[1], regs, trace),
+                1 | 2 => T::branch(pid, tid, f[1], aux == 2, regs, trace),
+                _ => return Err(Problem::BadRegsKind(aux)),
+            }
+        }
+        tag::SYSCALL => {
+            let data = payload(11, f[9])?;
+            let num = f[1];
+            let sc = Syscall {
+                num,
+                name: lay.syscall_names.get(&num).map(String::as_str),
+                args: [f[3] & m, f[4] & m, f[5] & m, f[6] & m, f[7] & m, f[8] & m],
+                ret: if aux & 1 != 0 {
+                    Some(f[2] as i64)
+                } else {
+                    None
+                },
+                data,
+                data_total: f[10],
+            };
+            T::syscall(pid, tid, &sc, trace);
+        }
+        tag::MMAP => {
+            // Borrowed unless the path is not UTF-8.
+            let path: Cow<'_, str> = String::from_utf8_lossy(payload(5, f[4])?);
+            T::mmap(
+                pid,
+                tid,
+                f[1] & m,
+                f[2],
+                aux & map_flags::ANON != 0,
+                aux & map_flags::READ != 0,
+                aux & map_flags::WRITE != 0,
+                aux & map_flags::EXEC != 0,
+                &path,
+                f[3],
+                trace,
+            );
+        }
+        tag::MUNMAP => T::munmap(pid, tid, f[1] & m, f[2], trace),
+        tag::MPROTECT => T::mprotect(
+            pid,
+            tid,
+            f[1] & m,
+            f[2],
+            aux & map_flags::READ != 0,
+            aux & map_flags::WRITE != 0,
+            aux & map_flags::EXEC != 0,
+            trace,
+        ),
+        tag::SIGNAL => {
+            let sig = Signal {
+                signo: f[1] as i32,
+                code: f[2] as i32,
+                fault_addr: f[3] & m,
+                handler: if f[4] == 0 { None } else { Some(f[4] & m) },
+            };
+            T::signal(pid, tid, &sig, trace);
+        }
+        _ => return Ok(Frame::Unknown(len)),
+    }
+    Ok(Frame::Known(len))
 }
 
 /// A load or store: `t` is its `LOAD`/`STORE` tag.
@@ -278,9 +491,18 @@ fn mem<T: Cannoli>(
 
 #[cold]
 #[inline(never)]
-fn malformed(i: usize, n: usize, extra: usize, tag: u8, problem: Problem) -> Decoded {
+fn malformed(
+    i: usize,
+    n: usize,
+    extra: usize,
+    skipped: Skipped,
+    tag: u8,
+    problem: Problem,
+) -> Decoded {
     Decoded {
         events: (i - extra) as u64,
+        skipped: skipped.count,
+        skipped_tag: skipped.first,
         error: Some(Malformed {
             offset: i * 8,
             tag,
@@ -296,11 +518,37 @@ mod tests {
     use crate::ClientInfo;
     use std::sync::Arc;
 
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[derive(Debug, Clone, PartialEq, Eq)]
     pub enum Ev {
         Exec(u64),
         Read(u64, u64, u64, u8),
         Write(u64, u64, u64, u8),
+        Regs(u64, Vec<u8>),
+        Branch(u64, bool, Vec<u8>),
+        Mmap {
+            base: u64,
+            len: u64,
+            anon: bool,
+            prot: &'static str,
+            path: String,
+            offset: u64,
+        },
+        Munmap(u64, u64),
+        Mprotect(u64, u64, &'static str),
+        Syscall {
+            num: u64,
+            name: Option<String>,
+            args: [u64; 6],
+            ret: Option<i64>,
+            data: Vec<u8>,
+            total: u64,
+        },
+        Signal(Signal),
+    }
+
+    fn prot(r: bool, w: bool, x: bool) -> &'static str {
+        ["---", "--x", "-w-", "-wx", "r--", "r-x", "rw-", "rwx"]
+            [(r as usize) << 2 | (w as usize) << 1 | x as usize]
     }
 
     pub struct Rec;
@@ -323,6 +571,93 @@ mod tests {
         fn write(_: &(), _: &(), pc: u64, a: u64, v: u64, s: u8, t: &mut Vec<Ev>) {
             t.push(Ev::Write(pc, a, v, s));
         }
+        fn regs(_: &(), _: &(), pc: u64, regs: &[u8], t: &mut Vec<Ev>) {
+            t.push(Ev::Regs(pc, regs.to_vec()));
+        }
+        fn branch(_: &(), _: &(), pc: u64, b: bool, regs: &[u8], t: &mut Vec<Ev>) {
+            t.push(Ev::Branch(pc, b, regs.to_vec()));
+        }
+        fn mmap(
+            _: &(),
+            _: &(),
+            base: u64,
+            len: u64,
+            anon: bool,
+            r: bool,
+            w: bool,
+            x: bool,
+            path: &str,
+            offset: u64,
+            t: &mut Vec<Ev>,
+        ) {
+            t.push(Ev::Mmap {
+                base,
+                len,
+                anon,
+                prot: prot(r, w, x),
+                path: path.to_string(),
+                offset,
+            });
+        }
+        fn munmap(_: &(), _: &(), base: u64, len: u64, t: &mut Vec<Ev>) {
+            t.push(Ev::Munmap(base, len));
+        }
+        fn mprotect(
+            _: &(),
+            _: &(),
+            base: u64,
+            len: u64,
+            r: bool,
+            w: bool,
+            x: bool,
+            t: &mut Vec<Ev>,
+        ) {
+            t.push(Ev::Mprotect(base, len, prot(r, w, x)));
+        }
+        fn syscall(_: &(), _: &(), sc: &Syscall<'_>, t: &mut Vec<Ev>) {
+            t.push(Ev::Syscall {
+                num: sc.num,
+                name: sc.name.map(str::to_string),
+                args: sc.args,
+                ret: sc.ret,
+                data: sc.data.to_vec(),
+                total: sc.data_total,
+            });
+        }
+        fn signal(_: &(), _: &(), sig: &Signal, t: &mut Vec<Ev>) {
+            t.push(Ev::Signal(*sig));
+        }
+    }
+
+    /// Register words in the tests' registers events.
+    const REGS: usize = 3;
+
+    fn names() -> &'static BTreeMap<u64, String> {
+        static N: std::sync::OnceLock<BTreeMap<u64, String>> = std::sync::OnceLock::new();
+        N.get_or_init(|| {
+            [(4004, "write".to_string()), (4001, "exit".to_string())]
+                .into_iter()
+                .collect()
+        })
+    }
+
+    fn layout(bits: u32) -> Layout<'static> {
+        Layout {
+            addr_mask: addr_mask(bits),
+            reg_words: REGS,
+            syscall_names: names(),
+        }
+    }
+
+    /// `b` as little-endian words, zero-padded.
+    fn pad(b: &[u8]) -> Vec<u64> {
+        b.chunks(8)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(w)
+            })
+            .collect()
     }
 
     fn bytes(words: &[u64]) -> Vec<u8> {
@@ -335,7 +670,7 @@ mod tests {
 
     fn run_bytes(b: &[u8], bits: u32) -> (Vec<Ev>, Decoded) {
         let mut t = Vec::new();
-        let d = decode::<Rec>(&(), &(), b, addr_mask(bits), &mut t);
+        let d = decode::<Rec>(&(), &(), b, &layout(bits), &mut t);
         (t, d)
     }
 
@@ -359,7 +694,7 @@ mod tests {
             d,
             Decoded {
                 events: 4,
-                error: None
+                ..Default::default()
             }
         );
     }
@@ -372,7 +707,7 @@ mod tests {
             d,
             Decoded {
                 events: 0,
-                error: None
+                ..Default::default()
             }
         );
     }
@@ -402,7 +737,7 @@ mod tests {
             d,
             Decoded {
                 events: 8,
-                error: None
+                ..Default::default()
             }
         );
 
@@ -441,25 +776,25 @@ mod tests {
             d,
             Decoded {
                 events: 4,
-                error: None
+                ..Default::default()
             }
         );
     }
 
     #[test]
     fn unknown_tag_stops_and_reports() {
-        let words = [0x10, 0x14, top(0x42) | 0x18, 0x1c, 0x20];
+        let words = [0x10, 0x14, top(0x05) | 0x18, 0x1c, 0x20];
         let (t, d) = run(&words, 32);
         assert_eq!(t, vec![Ev::Exec(0x10), Ev::Exec(0x14)]);
         let e = d.error.unwrap();
         assert_eq!(d.events, 2);
         assert_eq!(e.offset, 16);
-        assert_eq!(e.tag, 0x42);
+        assert_eq!(e.tag, 0x05);
         assert_eq!(e.problem, Problem::UnknownTag);
         assert_eq!(e.skipped_bytes, 24);
         assert_eq!(e.lost_events(), 3);
         let msg = e.to_string();
-        assert!(msg.contains("0x42") && msg.contains("offset 16"), "{msg}");
+        assert!(msg.contains("0x05") && msg.contains("offset 16"), "{msg}");
     }
 
     #[test]
@@ -526,6 +861,508 @@ mod tests {
         assert_eq!(d.events, 3);
     }
 
+    /// A syscall event's words.
+    #[allow(clippy::too_many_arguments)]
+    fn syscall_words(
+        returned: bool,
+        num: u64,
+        ret: u64,
+        args: [u64; 6],
+        data: &[u8],
+        total: u64,
+    ) -> Vec<u64> {
+        let len = wire::framed_len(11, data.len());
+        let mut w = vec![
+            wire::frame(tag::SYSCALL, returned as u32, len as u32),
+            num,
+            ret,
+        ];
+        w.extend(args);
+        w.extend([data.len() as u64, total]);
+        w.extend(pad(data));
+        assert_eq!(w.len(), len);
+        w
+    }
+
+    fn mmap_words(flags: u32, base: u64, len: u64, offset: u64, path: &[u8]) -> Vec<u64> {
+        let n = wire::framed_len(5, path.len());
+        let mut w = vec![
+            wire::frame(tag::MMAP, flags, n as u32),
+            base,
+            len,
+            offset,
+            path.len() as u64,
+        ];
+        w.extend(pad(path));
+        w
+    }
+
+    #[test]
+    fn regs_and_branch_events() {
+        use wire::RegsKind;
+        let r = [0x11u64, 0xffff_ffff_8000_0000, 0x33];
+        let mut words = vec![
+            0x400000,
+            wire::frame(tag::REGS, RegsKind::Regs as u32, 5),
+            0x400004,
+        ];
+        words.extend(r);
+        words.extend([
+            wire::frame(tag::REGS, RegsKind::BranchNo as u32, 5),
+            0x400008,
+        ]);
+        words.extend(r);
+        words.extend([
+            wire::frame(tag::REGS, RegsKind::BranchYes as u32, 5),
+            0x40000c,
+        ]);
+        words.extend(r);
+        // A longer frame (a newer writer's extra word) is fine; the extra
+        // word is not a register.
+        words.extend([wire::frame(tag::REGS, RegsKind::Regs as u32, 6), 0x400010]);
+        words.extend(r);
+        words.push(0xdead);
+        words.push(0x400014);
+        let (t, d) = run(&words, 32);
+        let rb = bytes(&r);
+        assert_eq!(
+            t,
+            vec![
+                Ev::Exec(0x400000),
+                Ev::Regs(0x400004, rb.clone()),
+                Ev::Branch(0x400008, false, rb.clone()),
+                Ev::Branch(0x40000c, true, rb.clone()),
+                Ev::Regs(0x400010, rb.clone()),
+                Ev::Exec(0x400014),
+            ]
+        );
+        assert_eq!(
+            d,
+            Decoded {
+                events: 6,
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn reg_values_by_name() {
+        let mut h = wire::Hello {
+            magic: wire::MAGIC.into(),
+            wire_version: wire::WIRE_VERSION,
+            jitter_version: "t".into(),
+            pid: 1,
+            ppid: 0,
+            tid: 1,
+            arch: "mipsel".into(),
+            big_endian: false,
+            guest_bits: 32,
+            ring: String::new(),
+            comm: None,
+            exe: None,
+            regs: wire::RegLayout {
+                count: 32,
+                bytes: 4,
+                names: vec![],
+            },
+            syscall_names: [(4004, "write".to_string())].into_iter().collect(),
+        };
+        let ci = ClientInfo::from_hello(&h);
+        assert_eq!(ci.regs.names.len(), 32);
+        assert_eq!(ci.regs.names[29], "sp");
+        let mut words: Vec<u64> = (0..32u64).map(|i| 0xabcd_0000_0000_0000 | i).collect();
+        words[29] = 0x7fff_fff0;
+        let b = bytes(&words);
+        assert_eq!(ci.reg(&b, "sp"), Some(0x7fff_fff0));
+        assert_eq!(ci.reg(&b, "a0"), Some(4)); // upper bits masked to 4 bytes
+        assert_eq!(ci.reg(&b, "rip"), None);
+        assert_eq!(ci.reg(&b[..8], "sp"), None);
+        let v: Vec<(&str, u64)> = ci.reg_values(&b).take(3).collect();
+        assert_eq!(v, vec![("zero", 0), ("at", 1), ("v0", 2)]);
+        assert_eq!(ci.reg_values(&b).count(), 32);
+        assert_eq!(ci.syscall_name(4004), Some("write"));
+        assert_eq!(ci.syscall_name(4005), None);
+
+        // The hello's own names win; missing ones are made up; 8-byte
+        // registers are not masked.
+        h.arch = "sparc64".into();
+        h.regs = wire::RegLayout {
+            count: 3,
+            bytes: 8,
+            names: vec!["pc".into()],
+        };
+        let ci = ClientInfo::from_hello(&h);
+        assert_eq!(ci.regs.names, ["pc", "r1", "r2"]);
+        let b = bytes(&[u64::MAX, 1, 2]);
+        assert_eq!(
+            ci.reg_values(&b).collect::<Vec<_>>(),
+            vec![("pc", u64::MAX), ("r1", 1), ("r2", 2)]
+        );
+    }
+
+    #[test]
+    fn syscall_events() {
+        let junk = 0xabcd_0000_0000_0000u64;
+        let mut words = vec![0x10];
+        // write(1, buf, 6) = 6 on a 32-bit guest: args masked.
+        words.extend(syscall_words(
+            true,
+            4004,
+            6,
+            [1, junk | 0x7ffe_0010, 6, junk, 0, 0],
+            b"hello\n",
+            6,
+        ));
+        // An unknown syscall failing with -ENOENT, its data cut short.
+        words.extend(syscall_words(
+            true,
+            4999,
+            (-2i64) as u64,
+            [0; 6],
+            &[0xff; 9],
+            100,
+        ));
+        // exit(3): did not return.
+        words.extend(syscall_words(false, 4001, 0, [3, 0, 0, 0, 0, 0], b"", 0));
+        words.push(0x14);
+        let (t, d) = run(&words, 32);
+        assert_eq!(
+            t,
+            vec![
+                Ev::Exec(0x10),
+                Ev::Syscall {
+                    num: 4004,
+                    name: Some("write".into()),
+                    args: [1, 0x7ffe_0010, 6, 0, 0, 0],
+                    ret: Some(6),
+                    data: b"hello\n".to_vec(),
+                    total: 6
+                },
+                Ev::Syscall {
+                    num: 4999,
+                    name: None,
+                    args: [0; 6],
+                    ret: Some(-2),
+                    data: vec![0xff; 9],
+                    total: 100
+                },
+                Ev::Syscall {
+                    num: 4001,
+                    name: Some("exit".into()),
+                    args: [3, 0, 0, 0, 0, 0],
+                    ret: None,
+                    data: vec![],
+                    total: 0
+                },
+                Ev::Exec(0x14),
+            ]
+        );
+        assert_eq!(
+            d,
+            Decoded {
+                events: 5,
+                ..Default::default()
+            }
+        );
+
+        // A 64-bit guest keeps whole arguments.
+        let (t, _) = run(&syscall_words(true, 64, 1, [junk; 6], b"", 0), 64);
+        assert!(matches!(&t[0], Ev::Syscall { args, .. } if *args == [junk; 6]));
+    }
+
+    #[test]
+    fn mapping_events() {
+        use wire::map_flags::*;
+        let mut words = vec![0x10];
+        words.extend(mmap_words(
+            READ | EXEC,
+            0xffff_ffff_7700_0000,
+            0x1000,
+            0x2000,
+            b"/lib/libc.so.6",
+        ));
+        words.extend(mmap_words(
+            READ | WRITE | ANON | SHARED,
+            0x7600_0000,
+            0x3000,
+            0,
+            b"",
+        ));
+        words.extend(mmap_words(0, 0x7500_0000, 0x1000, 0, b"/tmp/\xff\xfex"));
+        words.extend([wire::frame(tag::MPROTECT, READ, 3), 0x7600_1000, 0x1000]);
+        words.extend([wire::frame(tag::MUNMAP, 0, 3), 0x7600_0000, 0x3000]);
+        words.push(0x14);
+        let (t, d) = run(&words, 32);
+        assert_eq!(
+            t,
+            vec![
+                Ev::Exec(0x10),
+                Ev::Mmap {
+                    base: 0x7700_0000,
+                    len: 0x1000,
+                    anon: false,
+                    prot: "r-x",
+                    path: "/lib/libc.so.6".into(),
+                    offset: 0x2000
+                },
+                Ev::Mmap {
+                    base: 0x7600_0000,
+                    len: 0x3000,
+                    anon: true,
+                    prot: "rw-",
+                    path: "".into(),
+                    offset: 0
+                },
+                Ev::Mmap {
+                    base: 0x7500_0000,
+                    len: 0x1000,
+                    anon: false,
+                    prot: "---",
+                    path: "/tmp/\u{fffd}\u{fffd}x".into(),
+                    offset: 0
+                },
+                Ev::Mprotect(0x7600_1000, 0x1000, "r--"),
+                Ev::Munmap(0x7600_0000, 0x3000),
+                Ev::Exec(0x14),
+            ]
+        );
+        assert_eq!(
+            d,
+            Decoded {
+                events: 7,
+                ..Default::default()
+            }
+        );
+    }
+
+    #[test]
+    fn signal_events() {
+        let words = [
+            wire::frame(tag::SIGNAL, 0, 5),
+            11,
+            1, // SEGV_MAPERR
+            0xffff_ffff_0000_0008,
+            0,
+            wire::frame(tag::SIGNAL, 0, 5),
+            10,
+            (-6i64) as u64, // SI_TKILL, sign-extended
+            0,
+            0x0040_1234,
+            wire::frame(tag::SIGNAL, 0, 5),
+            2,
+            0xffff_fffa, // SI_TKILL, zero-extended
+            0,
+            0x0040_1234,
+        ];
+        let (t, d) = run(&words, 32);
+        assert_eq!(
+            t,
+            vec![
+                Ev::Signal(Signal {
+                    signo: 11,
+                    code: 1,
+                    fault_addr: 8,
+                    handler: None
+                }),
+                Ev::Signal(Signal {
+                    signo: 10,
+                    code: -6,
+                    fault_addr: 0,
+                    handler: Some(0x401234)
+                }),
+                Ev::Signal(Signal {
+                    signo: 2,
+                    code: -6,
+                    fault_addr: 0,
+                    handler: Some(0x401234)
+                }),
+            ]
+        );
+        assert_eq!(d.events, 3);
+    }
+
+    #[test]
+    fn unknown_framed_tags_are_skipped() {
+        let words = [
+            0x10,
+            wire::frame(0x2a, 0x123, 3),
+            0x1111,
+            top(0x05), // would be an unknown JIT tag, but it is payload
+            0x14,
+            wire::frame(0xff, 0, 1),
+            wire::frame(0x30, 0, 2),
+            u64::MAX,
+            wire::frame(tag::MUNMAP, 0, 3),
+            0x1000,
+            0x2000,
+        ];
+        let (t, d) = run(&words, 32);
+        assert_eq!(
+            t,
+            vec![Ev::Exec(0x10), Ev::Exec(0x14), Ev::Munmap(0x1000, 0x2000)]
+        );
+        assert_eq!(
+            d,
+            Decoded {
+                events: 3,
+                skipped: 3,
+                skipped_tag: Some(0x2a),
+                error: None
+            }
+        );
+
+        // An unknown framed tag must still have a sane length.
+        let (t, d) = run(&[0x10, wire::frame(0x2a, 0, 4), 1, 2], 32);
+        assert_eq!(t, vec![Ev::Exec(0x10)]);
+        let e = d.error.unwrap();
+        assert_eq!((e.offset, e.tag), (8, 0x2a));
+        assert_eq!(e.problem, Problem::Truncated { need: 4, have: 3 });
+        let (_, d) = run(&[0x2a << 56], 32);
+        assert_eq!(
+            d.error.unwrap().problem,
+            Problem::ShortFrame { len: 0, min: 1 }
+        );
+    }
+
+    #[test]
+    fn malformed_frames() {
+        let check = |words: &[u64], t: u8, p: Problem| {
+            let mut all = vec![0x10];
+            all.extend_from_slice(words);
+            let (evs, d) = run(&all, 32);
+            assert_eq!(evs, vec![Ev::Exec(0x10)], "{words:x?}");
+            assert_eq!(d.events, 1);
+            let e = d.error.unwrap();
+            assert_eq!((e.offset, e.tag, e.problem), (8, t, p), "{words:x?}");
+            assert_eq!(e.skipped_bytes, words.len() * 8);
+            assert!(e.to_string().contains(&format!("{t:#04x}")), "{e}");
+        };
+        // Shorter than the tag's fixed fields.
+        for (t, min) in [
+            (tag::REGS, 2 + REGS),
+            (tag::SYSCALL, 11),
+            (tag::MMAP, 5),
+            (tag::MUNMAP, 3),
+            (tag::MPROTECT, 3),
+            (tag::SIGNAL, 5),
+        ] {
+            let len = min as u32 - 1;
+            let mut w = vec![wire::frame(t, 0, len)];
+            w.resize(len as usize + 4, 0); // room in the chunk is not enough
+            check(
+                &w,
+                t,
+                Problem::ShortFrame {
+                    len,
+                    min: min as u64,
+                },
+            );
+            let mut w = vec![(t as u64) << 56];
+            w.resize(8, 0);
+            check(
+                &w,
+                t,
+                Problem::ShortFrame {
+                    len: 0,
+                    min: min as u64,
+                },
+            );
+        }
+        // Running past the end of the chunk.
+        let mut w = syscall_words(true, 4004, 0, [0; 6], b"abcdefghij", 10);
+        w.pop();
+        check(&w, tag::SYSCALL, Problem::Truncated { need: 13, have: 12 });
+        check(
+            &[wire::frame(tag::SIGNAL, 0, 5), 11, 0],
+            tag::SIGNAL,
+            Problem::Truncated { need: 5, have: 3 },
+        );
+        check(
+            &[wire::frame(tag::MUNMAP, 0, u32::MAX), 0, 0],
+            tag::MUNMAP,
+            Problem::Truncated {
+                need: u32::MAX as usize,
+                have: 3,
+            },
+        );
+        // Payload lengths that do not fit in the frame.
+        let mut w = syscall_words(true, 4004, 0, [0; 6], b"abcdefghij", 10);
+        w[9] = 17;
+        check(&w, tag::SYSCALL, Problem::ShortFrame { len: 13, min: 14 });
+        w[9] = u64::MAX;
+        check(
+            &w,
+            tag::SYSCALL,
+            Problem::ShortFrame {
+                len: 13,
+                min: 11 + u64::MAX.div_ceil(8),
+            },
+        );
+        let mut w = mmap_words(0, 0, 0, 0, b"/bin/sh");
+        w[4] = 9;
+        check(&w, tag::MMAP, Problem::ShortFrame { len: 6, min: 7 });
+        // Registers event of an unknown kind.
+        let mut w = vec![wire::frame(tag::REGS, 3, 5), 0x14];
+        w.extend([0; REGS]);
+        check(&w, tag::REGS, Problem::BadRegsKind(3));
+    }
+
+    #[test]
+    fn framed_events_in_unaligned_input() {
+        let mut words = vec![0x10];
+        words.extend(syscall_words(true, 4004, 3, [0; 6], b"abc", 3));
+        words.extend(mmap_words(wire::map_flags::READ, 0x1000, 0x1000, 0, b"/x"));
+        let b = bytes(&words);
+        let mut storage = vec![0u8; b.len() + 1];
+        storage[1..].copy_from_slice(&b);
+        let (t, d) = run_bytes(&storage[1..], 32);
+        assert_eq!(
+            d,
+            Decoded {
+                events: 3,
+                ..Default::default()
+            }
+        );
+        assert!(matches!(&t[1], Ev::Syscall { data, .. } if data == b"abc"));
+        assert!(matches!(&t[2], Ev::Mmap { path, .. } if path == "/x"));
+    }
+
+    /// Random words, biased towards framed tags with plausible lengths, never
+    /// panic the decoder, and what it reports adds up.
+    #[test]
+    fn random_chunks_never_panic() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..20_000 {
+            let n = (next() % 24) as usize;
+            let words: Vec<u64> = (0..n)
+                .map(|_| {
+                    let r = next();
+                    match r % 6 {
+                        0 => r >> 8,
+                        1 => wire::frame(
+                            0x20 + (r >> 8) as u8 % 8,
+                            (r >> 16) as u32 & 0xff_ffff,
+                            (r >> 40) as u32 % 16,
+                        ),
+                        2 => r % 64,
+                        _ => r,
+                    }
+                })
+                .collect();
+            let (t, d) = run(&words, 32);
+            assert_eq!(t.len() as u64, d.events);
+            if let Some(e) = d.error {
+                assert_eq!(e.offset + e.skipped_bytes, n * 8);
+            }
+        }
+    }
+
     #[test]
     fn addr_masks() {
         assert_eq!(addr_mask(32), 0xffff_ffff);
@@ -583,6 +1420,7 @@ mod tests {
         for (i, w) in pure.iter_mut().enumerate() {
             *w = 0x400000 + 4 * i as u64;
         }
+        let lay = layout(32);
         for (name, words) in [("exec+loads", &words), ("exec only", &pure)] {
             let b = bytes(words);
             let mut t = Vec::with_capacity(words.len());
@@ -591,8 +1429,7 @@ mod tests {
             let mut ev = 0;
             for _ in 0..rounds {
                 t.clear();
-                let d =
-                    decode::<Count>(&(), &(), std::hint::black_box(&b), u32::MAX as u64, &mut t);
+                let d = decode::<Count>(&(), &(), std::hint::black_box(&b), &lay, &mut t);
                 ev += d.events;
                 std::hint::black_box(&t);
             }
@@ -611,7 +1448,7 @@ mod tests {
                     &(),
                     &Default::default(),
                     std::hint::black_box(&b),
-                    u32::MAX as u64,
+                    &lay,
                     &mut t2,
                 );
                 ev += d.events;

@@ -1,7 +1,9 @@
 //! # cannoli: the client side of the cannoli execution tracer
 //!
 //! A patched QEMU (linux-user) streams every executed instruction and memory
-//! access of the guest into shared-memory rings, one per guest thread, and
+//! access of the guest, and the rarer events (registers at chosen
+//! instructions, system calls, mappings, signals), into shared-memory rings,
+//! one per guest thread, and
 //! tells this library about each ring over a TCP connection. You implement
 //! [`Cannoli`] for your tool and call [`run`]; the library decodes the events
 //! on worker threads, calls your parallel callbacks ([`Cannoli::exec`],
@@ -50,13 +52,16 @@
 //! when the last thread of the process has ended. Put end-of-thread reporting
 //! in a `Drop` impl.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::{fmt, io};
 
 mod decode;
+mod event;
 mod reseq;
 mod server;
 
+pub use event::{Signal, Syscall};
 pub use server::Server;
 
 /// Re-export of the wire format crate (event tags, handshake messages).
@@ -65,7 +70,7 @@ pub use wire;
 /// A trace analysis tool. One value of `Self` exists per traced guest thread.
 ///
 /// The parallel callbacks (`exec`, `regs`, `branch`, `read`, `write`, `mmap`,
-/// `munmap`) run on several worker threads at once, on different chunks of
+/// `munmap`, `mprotect`, `syscall`, `signal`) run on several worker threads at once, on different chunks of
 /// the same guest thread's stream, in no particular order between chunks (but
 /// in execution order within a chunk). They get shared references to the
 /// contexts and append whatever they want to keep to `trace`.
@@ -96,8 +101,11 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     ) {
     }
 
-    /// The instruction at `pc` is about to execute, with the guest registers
-    /// (no wire event yet).
+    /// The instruction at `pc` is about to execute (a `Register` hook), with
+    /// the guest's general purpose registers: `regs` holds one little-endian
+    /// `u64` word per register, [`ClientInfo::regs`]`.count` of them, in the
+    /// order of [`ClientInfo::regs`]`.names`. Read them with
+    /// [`ClientInfo::reg_values`] or [`ClientInfo::reg`].
     #[inline(always)]
     fn regs(
         _pid: &Self::PidContext,
@@ -108,8 +116,10 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     ) {
     }
 
-    /// A branch at `pc` was (`_branch == true`) or was not taken (no wire
-    /// event yet).
+    /// The instruction at `pc` is about to execute (a `Branch` hook), with the
+    /// guest registers as for [`Cannoli::regs`]. `_branch` tells whether the
+    /// instruction can end a basic block (a branch, jump, call, return or
+    /// trap); whether it is taken shows in the next executed pc.
     #[inline(always)]
     fn branch(
         _pid: &Self::PidContext,
@@ -149,7 +159,11 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     ) {
     }
 
-    /// The guest mapped memory (no wire event yet).
+    /// The guest mapped `len` bytes at `base` (an `mmap`, or a mapping QEMU
+    /// made for it, e.g. of the program and its interpreter). `anon`: not
+    /// backed by a file, `path` is then empty; otherwise `path` names the file
+    /// (lossily converted if it is not UTF-8) and `offset` is the offset in
+    /// it. `read`/`write`/`exec`: the protection.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn mmap(
@@ -167,13 +181,50 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     ) {
     }
 
-    /// The guest unmapped memory (no wire event yet).
+    /// The guest unmapped `len` bytes at `base`.
     #[inline(always)]
     fn munmap(
         _pid: &Self::PidContext,
         _tid: &Self::TidContext,
         _base: u64,
         _len: u64,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// The guest changed the protection of `len` bytes at `base`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn mprotect(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _base: u64,
+        _len: u64,
+        _read: bool,
+        _write: bool,
+        _exec: bool,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// The guest made a system call (see [`Syscall`]): its number, name,
+    /// arguments, result (`None` if it did not return to the guest, like
+    /// `exit` or a successful `execve`) and the buffer it read or wrote.
+    #[inline(always)]
+    fn syscall(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _sc: &Syscall<'_>,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// A signal is being delivered to the guest (see [`Signal`]).
+    #[inline(always)]
+    fn signal(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _sig: &Signal,
         _trace: &mut Vec<Self::Trace>,
     ) {
     }
@@ -201,6 +252,12 @@ pub struct ClientInfo {
     pub exe: Option<String>,
     /// Version of QEMU's cannoli hook library.
     pub jitter_version: String,
+    /// What a registers event ([`Cannoli::regs`], [`Cannoli::branch`])
+    /// carries. `names` has at least `count` entries: QEMU's own, else the
+    /// arch's usual ones ([`wire::reg_names`]), else `r<i>` for the rest.
+    pub regs: wire::RegLayout,
+    /// Syscall names by the guest's syscall numbers, where QEMU knows them.
+    pub syscall_names: BTreeMap<u64, String>,
 }
 
 impl ClientInfo {
@@ -215,8 +272,58 @@ impl ClientInfo {
             comm: h.comm.clone(),
             exe: h.exe.clone(),
             jitter_version: h.jitter_version.clone(),
+            regs: reg_layout(h),
+            syscall_names: h.syscall_names.clone(),
         }
     }
+
+    /// The registers of a registers event as (name, value) pairs, in event
+    /// order. `regs` is the callback's byte slice; each value is masked to
+    /// the guest register width (`regs.bytes`).
+    pub fn reg_values<'a>(&'a self, regs: &'a [u8]) -> impl Iterator<Item = (&'a str, u64)> + 'a {
+        let mask = self.reg_mask();
+        self.regs
+            .names
+            .iter()
+            .zip(regs.chunks_exact(8))
+            .map(move |(n, w)| (n.as_str(), u64::from_le_bytes(w.try_into().unwrap()) & mask))
+    }
+
+    /// The value of the register called `name` in a registers event, masked
+    /// to the guest register width; `None` if there is no such register.
+    pub fn reg(&self, regs: &[u8], name: &str) -> Option<u64> {
+        let i = self.regs.names.iter().position(|n| n == name)?;
+        let w = regs.get(i * 8..i * 8 + 8)?;
+        Some(u64::from_le_bytes(w.try_into().unwrap()) & self.reg_mask())
+    }
+
+    /// The name of guest syscall number `num`, where QEMU's side knows it.
+    pub fn syscall_name(&self, num: u64) -> Option<&str> {
+        self.syscall_names.get(&num).map(String::as_str)
+    }
+
+    /// Mask of a register value: `regs.bytes` wide (all 64 bits if unknown).
+    fn reg_mask(&self) -> u64 {
+        match self.regs.bytes {
+            1..=7 => (1u64 << (self.regs.bytes * 8)) - 1,
+            _ => u64::MAX,
+        }
+    }
+}
+
+/// The hello's register layout, with names filled in where it has none.
+fn reg_layout(h: &wire::Hello) -> wire::RegLayout {
+    let mut l = h.regs.clone();
+    if l.names.is_empty() {
+        l.names = wire::reg_names(&h.arch)
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    }
+    while l.names.len() < l.count as usize {
+        l.names.push(format!("r{}", l.names.len()));
+    }
+    l
 }
 
 /// Totals over all connections of a run.
@@ -237,6 +344,9 @@ pub struct Stats {
     /// Streams whose QEMU ended without its goodbye, so their last partial
     /// chunk never arrived.
     pub incomplete_streams: u64,
+    /// Framed events of a kind this client does not know (written by a newer
+    /// QEMU side), skipped. Not part of `events` nor of `lost_events`.
+    pub skipped_events: u64,
 }
 
 impl Stats {
@@ -247,6 +357,7 @@ impl Stats {
         self.bytes += o.bytes;
         self.lost_events += o.lost_events;
         self.incomplete_streams += o.incomplete_streams;
+        self.skipped_events += o.skipped_events;
     }
 }
 

@@ -9,7 +9,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use std::time::Duration;
 use mempipe::Consumer;
 use wire::{Goodbye, Hello, Welcome, MAGIC, WIRE_VERSION};
 
-use crate::decode::{addr_mask, decode};
+use crate::decode::{decode, Layout};
 use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Error, Stats};
 
@@ -470,13 +470,17 @@ struct Conn<'a, T: Cannoli> {
     tool: Mutex<T>,
     consumer: &'a Consumer,
     reseq: Reseq<T::Trace>,
-    addr_mask: u64,
+    layout: Layout<'a>,
     pid: i32,
     tid: i32,
     events: AtomicU64,
     chunks: AtomicU64,
     bytes: AtomicU64,
     lost: AtomicU64,
+    /// Framed events of unknown tags skipped, and the first such tag (+1; 0:
+    /// none yet).
+    skipped: AtomicU64,
+    skipped_tag: AtomicU32,
 }
 
 fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAddr) {
@@ -504,13 +508,15 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         tool: Mutex::new(tool),
         consumer: &consumer,
         reseq: Reseq::new(0, 2 * threads + 4),
-        addr_mask: addr_mask(ci.guest_bits),
+        layout: Layout::new(&ci),
         pid: ci.pid,
         tid: ci.tid,
         events: AtomicU64::new(0),
         chunks: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         lost: AtomicU64::new(0),
+        skipped: AtomicU64::new(0),
+        skipped_tag: AtomicU32::new(0),
     };
 
     let mut incomplete = 0;
@@ -542,8 +548,23 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         chunks,
         bytes,
         lost,
+        skipped,
+        skipped_tag,
         ..
     } = conn;
+    let skipped = skipped.into_inner();
+    if skipped > 0 {
+        eprintln!(
+            "cannoli: pid {} tid {}: skipped {skipped} event{} of a kind this client does not know \
+             (framed tag {:#04x}, ...); QEMU's hook library is newer than this client (cannoli {}): \
+             rebuild the client against the same cannoli version",
+            ci.pid,
+            ci.tid,
+            if skipped == 1 { "" } else { "s" },
+            skipped_tag.into_inner().saturating_sub(1),
+            env!("CARGO_PKG_VERSION")
+        );
+    }
     drop(tool); // the tool's per-thread value: its Drop may report
     drop(tid_ctx);
     drop(consumer);
@@ -558,6 +579,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         bytes: bytes.into_inner(),
         lost_events: lost.into_inner(),
         incomplete_streams: incomplete,
+        skipped_events: skipped,
     });
 }
 
@@ -634,7 +656,7 @@ fn control<T: Cannoli>(reader: &mut BufReader<TcpStream>, conn: &Conn<'_, T>) ->
 /// One worker: claim a chunk, decode it into a trace buffer, release it,
 /// hand the buffer to the resequencer. Until the ring is finished.
 fn worker<T: Cannoli>(conn: &Conn<'_, T>) {
-    let (mut events, mut chunks, mut bytes, mut lost) = (0u64, 0u64, 0u64, 0u64);
+    let (mut events, mut chunks, mut bytes, mut lost, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
     loop {
         let mut buf = conn.reseq.claim();
         let Some(chunk) = conn.consumer.recv() else {
@@ -643,11 +665,20 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>) {
         };
         let seq = chunk.seq();
         let data = chunk.data();
-        let d = decode::<T>(conn.pid_ctx, conn.tid_ctx, data, conn.addr_mask, &mut buf);
+        let d = decode::<T>(conn.pid_ctx, conn.tid_ctx, data, &conn.layout, &mut buf);
         bytes += data.len() as u64;
         drop(chunk); // give the slot back to QEMU before the serial phase
         chunks += 1;
         events += d.events;
+        if let Some(t) = d.skipped_tag {
+            skipped += d.skipped;
+            let _ = conn.skipped_tag.compare_exchange(
+                0,
+                t as u32 + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
         if let Some(m) = d.error {
             lost += m.lost_events();
             eprintln!(
@@ -665,4 +696,5 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>) {
     conn.chunks.fetch_add(chunks, Ordering::Relaxed);
     conn.bytes.fetch_add(bytes, Ordering::Relaxed);
     conn.lost.fetch_add(lost, Ordering::Relaxed);
+    conn.skipped.fetch_add(skipped, Ordering::Relaxed);
 }

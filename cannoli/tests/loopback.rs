@@ -8,15 +8,38 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::Duration;
 
-use cannoli::{Cannoli, ClientInfo, Error, Server, Stats};
+use cannoli::{Cannoli, ClientInfo, Error, Server, Signal, Stats, Syscall};
 use mempipe::Producer;
-use wire::{tag, Goodbye, Hello, Welcome, MAGIC, WIRE_VERSION};
+use wire::{tag, Goodbye, Hello, RegLayout, Welcome, MAGIC, WIRE_VERSION};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Ev {
     Exec(u64),
     Read(u64, u64, u64, u8),
     Write(u64, u64, u64, u8),
+    /// pc, branch (None: a regs event), sp, a0
+    Regs(u64, Option<bool>, u64, u64),
+    Syscall(u64, Option<String>, Option<i64>, [u64; 6], Vec<u8>, u64),
+    Mmap(u64, u64, bool, String, u64, [bool; 3]),
+    Munmap(u64, u64),
+    Mprotect(u64, u64, [bool; 3]),
+    Signal(Signal),
+}
+
+/// The register layout and syscall names the fake QEMU side announces.
+fn fake_regs() -> RegLayout {
+    RegLayout {
+        count: 32,
+        bytes: 4,
+        names: vec![],
+    }
+}
+
+fn fake_syscall_names() -> std::collections::BTreeMap<u64, String> {
+    [(4004, "write"), (4090, "mmap"), (4246, "exit_group")]
+        .into_iter()
+        .map(|(n, s)| (n, s.to_string()))
+        .collect()
 }
 
 type Traces = HashMap<(i32, i32), Vec<Ev>>;
@@ -47,6 +70,7 @@ fn pid_inits(pid: i32) -> u32 {
 struct PidCtx {
     pid: i32,
     threads_seen: AtomicU64,
+    ci: ClientInfo,
 }
 
 struct Rec {
@@ -89,6 +113,7 @@ impl Cannoli for Rec {
         Arc::new(PidCtx {
             pid: ci.pid,
             threads_seen: AtomicU64::new(0),
+            ci: ci.clone(),
         })
     }
 
@@ -97,6 +122,9 @@ impl Cannoli for Rec {
         assert_eq!(ci.arch, "mipsel");
         assert_eq!(ci.guest_bits, 32);
         assert_eq!(ci.exe.as_deref(), Some("/bin/fake"));
+        assert_eq!((ci.regs.count, ci.regs.bytes), (32, 4));
+        assert_eq!(ci.regs.names[29], "sp", "names filled in from the arch");
+        assert_eq!(ci.syscall_name(4004), Some("write"));
         pid.threads_seen.fetch_add(1, Ordering::Relaxed);
         (
             Rec {
@@ -119,6 +147,77 @@ impl Cannoli for Rec {
 
     fn write(_: &PidCtx, _: &i32, pc: u64, a: u64, v: u64, s: u8, t: &mut Vec<Ev>) {
         t.push(Ev::Write(pc, a, v, s));
+    }
+
+    fn regs(pid: &PidCtx, _: &i32, pc: u64, regs: &[u8], t: &mut Vec<Ev>) {
+        let (sp, a0) = (
+            pid.ci.reg(regs, "sp").unwrap(),
+            pid.ci.reg(regs, "a0").unwrap(),
+        );
+        t.push(Ev::Regs(pc, None, sp, a0));
+    }
+
+    fn branch(pid: &PidCtx, _: &i32, pc: u64, b: bool, regs: &[u8], t: &mut Vec<Ev>) {
+        let (sp, a0) = (
+            pid.ci.reg(regs, "sp").unwrap(),
+            pid.ci.reg(regs, "a0").unwrap(),
+        );
+        t.push(Ev::Regs(pc, Some(b), sp, a0));
+    }
+
+    fn syscall(_: &PidCtx, _: &i32, sc: &Syscall<'_>, t: &mut Vec<Ev>) {
+        t.push(Ev::Syscall(
+            sc.num,
+            sc.name.map(str::to_string),
+            sc.ret,
+            sc.args,
+            sc.data.to_vec(),
+            sc.data_total,
+        ));
+    }
+
+    fn mmap(
+        _: &PidCtx,
+        _: &i32,
+        base: u64,
+        len: u64,
+        anon: bool,
+        r: bool,
+        w: bool,
+        x: bool,
+        path: &str,
+        offset: u64,
+        t: &mut Vec<Ev>,
+    ) {
+        t.push(Ev::Mmap(
+            base,
+            len,
+            anon,
+            path.to_string(),
+            offset,
+            [r, w, x],
+        ));
+    }
+
+    fn munmap(_: &PidCtx, _: &i32, base: u64, len: u64, t: &mut Vec<Ev>) {
+        t.push(Ev::Munmap(base, len));
+    }
+
+    fn mprotect(
+        _: &PidCtx,
+        _: &i32,
+        base: u64,
+        len: u64,
+        r: bool,
+        w: bool,
+        x: bool,
+        t: &mut Vec<Ev>,
+    ) {
+        t.push(Ev::Mprotect(base, len, [r, w, x]));
+    }
+
+    fn signal(_: &PidCtx, _: &i32, sig: &Signal, t: &mut Vec<Ev>) {
+        t.push(Ev::Signal(*sig));
     }
 
     fn trace(&mut self, pid: &PidCtx, tid: &i32, trace: &[Ev]) {
@@ -217,6 +316,8 @@ impl Fake {
             ring: p.path().to_string_lossy().into_owned(),
             comm: Some("fake".into()),
             exe: Some("/bin/fake".into()),
+            regs: fake_regs(),
+            syscall_names: fake_syscall_names(),
         };
         let mut s = TcpStream::connect(addr).expect("connect");
         let mut line = serde_json::to_string(&hello).unwrap();
@@ -370,6 +471,8 @@ fn overlapping_threads_get_one_pid_context() {
             ring: p.path().to_string_lossy().into_owned(),
             comm: None,
             exe: Some("/bin/fake".into()),
+            regs: fake_regs(),
+            syscall_names: fake_syscall_names(),
         };
         let mut s = TcpStream::connect(addr).unwrap();
         s.write_all(format!("{}\n", serde_json::to_string(&hello).unwrap()).as_bytes())
@@ -427,8 +530,8 @@ fn goodbye_lost_events_and_malformed_chunks_are_counted() {
     let (pid, tid) = (4000, 4000);
     let bad = vec![
         vec![0x100, 0x104],
-        // Unknown tag 0x42 after one good event; 3 words skipped.
-        vec![0x108, (0x42u64 << 56) | 0x10c, 0x110, 0x114],
+        // Unknown (non-framed) tag 0x05 after one good event; 3 words skipped.
+        vec![0x108, (0x05u64 << 56) | 0x10c, 0x110, 0x114],
         // A load cut short.
         vec![0x118, ((tag::LOAD as u64) << 56) | 0x11c, 0x1000],
         vec![0x120],
@@ -453,6 +556,164 @@ fn goodbye_lost_events_and_malformed_chunks_are_counted() {
     // 7 from the goodbye, 3 words of chunk 1, 2 words of chunk 2.
     assert_eq!(stats.lost_events, 7 + 3 + 2);
     assert_eq!(stats.incomplete_streams, 0);
+}
+
+/// Little-endian words of `b`, zero-padded.
+fn pad(b: &[u8]) -> Vec<u64> {
+    b.chunks(8)
+        .map(|c| {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            u64::from_le_bytes(w)
+        })
+        .collect()
+}
+
+/// A stream with every framed event kind (and one of a kind this client
+/// does not know) between exec events, as the jitter writes them.
+fn make_framed_stream() -> (Vec<Vec<u64>>, Vec<Ev>) {
+    let mut chunks = Vec::new();
+    let mut want = Vec::new();
+    let mut pc = 0x0040_0000u64;
+    for c in 0..40u64 {
+        let mut w = Vec::new();
+        for _ in 0..20 {
+            pc += 4;
+            w.push(pc);
+            want.push(Ev::Exec(pc));
+        }
+        // Registers: sp = 0x7fff0000 + c, a0 with junk above 32 bits.
+        let mut regs = [0u64; 32];
+        regs[29] = 0x7fff_0000 + c;
+        regs[4] = 0xdead_0000_0000_0000 | c;
+        let kind = (c % 3) as u32;
+        w.extend([wire::frame(tag::REGS, kind, 34), pc]);
+        w.extend(regs);
+        want.push(Ev::Regs(
+            pc,
+            [None, Some(false), Some(true)][kind as usize],
+            0x7fff_0000 + c,
+            c,
+        ));
+        // write(1, buf, n) = n with the bytes, junk above 32 bits in an arg.
+        let data = format!("line {c}\n").into_bytes();
+        let n = data.len() as u64;
+        w.extend([
+            wire::frame(tag::SYSCALL, 1, wire::framed_len(11, data.len()) as u32),
+            4004,
+            n,
+            1,
+            0xffff_ffff_0041_0000,
+            n,
+            0,
+            0,
+            0,
+            n,
+            n,
+        ]);
+        w.extend(pad(&data));
+        want.push(Ev::Syscall(
+            4004,
+            Some("write".into()),
+            Some(n as i64),
+            [1, 0x0041_0000, n, 0, 0, 0],
+            data,
+            n,
+        ));
+        match c % 5 {
+            0 => {
+                let path = b"/lib/ld.so.1";
+                w.extend([
+                    wire::frame(tag::MMAP, 1 | 4, wire::framed_len(5, path.len()) as u32),
+                    0x7700_0000,
+                    0x2000,
+                    0x1000,
+                    path.len() as u64,
+                ]);
+                w.extend(pad(path));
+                want.push(Ev::Mmap(
+                    0x7700_0000,
+                    0x2000,
+                    false,
+                    "/lib/ld.so.1".into(),
+                    0x1000,
+                    [true, false, true],
+                ));
+            }
+            1 => {
+                w.extend([wire::frame(tag::MPROTECT, 1, 3), 0x7700_1000, 0x1000]);
+                want.push(Ev::Mprotect(0x7700_1000, 0x1000, [true, false, false]));
+            }
+            2 => {
+                w.extend([wire::frame(tag::MUNMAP, 0, 3), 0x7700_0000, 0x2000]);
+                want.push(Ev::Munmap(0x7700_0000, 0x2000));
+            }
+            3 => {
+                // A framed event from the future: skipped.
+                w.extend([wire::frame(0x3f, 7, 4), 1, 2, 3]);
+            }
+            _ => {
+                w.extend([wire::frame(tag::SIGNAL, 0, 5), 11, 1, 0x10, 0x0040_2000]);
+                want.push(Ev::Signal(Signal {
+                    signo: 11,
+                    code: 1,
+                    fault_addr: 0x10,
+                    handler: Some(0x0040_2000),
+                }));
+            }
+        }
+        chunks.push(w);
+    }
+    // exit_group(0): does not return.
+    let mut last = vec![
+        wire::frame(tag::SYSCALL, 0, 11),
+        4246,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+    ];
+    last.push(pc + 4);
+    want.push(Ev::Syscall(
+        4246,
+        Some("exit_group".into()),
+        None,
+        [0; 6],
+        vec![],
+        0,
+    ));
+    want.push(Ev::Exec(pc + 4));
+    chunks.push(last);
+    (chunks, want)
+}
+
+#[test]
+fn framed_events_arrive_in_order() {
+    for threads in [1usize, 3] {
+        let (pid, tid) = (6000 + threads as i32, 6000);
+        let (chunks, want) = make_framed_stream();
+        let server = bind();
+        let addr = server.local_addr();
+        let fake = std::thread::spawn(move || {
+            Fake::new(pid, tid).play(addr, &chunks, Ending::Goodbye { lost: 0 })
+        });
+        let stats = run_with_timeout(server, threads);
+        assert_eq!(fake.join().unwrap(), None);
+        let got = take_result(pid, tid).unwrap();
+        assert_eq!(got.len(), want.len());
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "event {i}, threads={threads}");
+        }
+        assert_eq!(stats.events, want.len() as u64);
+        assert_eq!(stats.skipped_events, 8);
+        assert_eq!(stats.lost_events, 0);
+        assert_eq!(stats.chunks, 41);
+    }
 }
 
 #[test]
@@ -558,6 +819,8 @@ fn throughput() {
                 ring: p.path().to_string_lossy().into_owned(),
                 comm: None,
                 exe: None,
+                regs: RegLayout::default(),
+                syscall_names: Default::default(),
             };
             let mut s = TcpStream::connect(addr).unwrap();
             s.write_all(format!("{}\n", serde_json::to_string(&hello).unwrap()).as_bytes())

@@ -6,13 +6,40 @@
 //! X <pc>                              executed instruction
 //! L <pc> <addr> <size> <value>        load
 //! S <pc> <addr> <size> <value>        store
+//! R <pc> <r0> <r1> ...                registers at an instruction (Register hook)
+//! B <pc> <0|1> <r0> <r1> ...          registers at an instruction (Branch hook;
+//!                                     1: it can end a basic block)
+//! Y <num> <name> <ret> <a0> <a1> <a2> <a3> <a4> <a5> <total> <data>
+//!                                     system call
+//! M <base> <len> <prot> <anon|file> <offset> <path>
+//!                                     new mapping
+//! U <base> <len>                      unmapped
+//! P <base> <len> <prot>               protection changed
+//! G <signo> <code> <fault_addr> <handler>
+//!                                     signal delivered
 //! ```
 //!
-//! `pc`, `addr` and `value` are lowercase hex without `0x`; `size` is the
-//! access size in bytes, in decimal. The end-to-end tests compare this file
-//! against QEMU's own plugins (libinsn, libexeclog, libmem).
+//! Numbers are lowercase hex without `0x`, except these, in decimal: `size`
+//! (the access size in bytes), the syscall number `num`, `signo` and `code`
+//! (which may be negative). Registers are in the order of the hello's
+//! register layout, masked to the guest register width. `name` is the
+//! syscall's name, `?` where QEMU's side does not know it. `ret` is the
+//! result as a signed hex number (`-2` is -ENOENT, `-16` is -EINVAL), `-` for
+//! a syscall that did not return (`exit`, a successful `execve`). `total` is
+//! the full length of the syscall's buffer and `data` the captured part (at
+//! most 4096 bytes): `-` when empty, `"text"` when every byte is printable
+//! ASCII, tab, newline or carriage return (with `\"`, `\\`, `\t`, `\n`,
+//! `\r` escaped), else plain hex, two digits a byte. `prot` is `rwx` with `-`
+//! for each missing right. `path` is the rest of the line (it may contain
+//! spaces; `\\` and `\xHH` for control characters), `-` for an anonymous
+//! mapping. `handler` is the guest handler's address, `-` for the default
+//! action.
 //!
-//! usage: `cannoli-dump [--listen ADDR] [--threads N] [--out FILE] [-v]`
+//! The end-to-end tests compare the `X`, `L` and `S` lines against QEMU's own
+//! plugins (libinsn, libexeclog, libmem).
+//!
+//! usage: `cannoli-dump [--listen ADDR] [--threads N] [--out FILE] [--only KINDS]
+//! [--no-exec] [-v]`
 //!
 //! The first line on stdout is `listening <addr>` (flushed at once), so a
 //! caller that asked for port 0 learns the real port before starting QEMU.
@@ -23,7 +50,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
-use cannoli::{Cannoli, ClientInfo, Server};
+use cannoli::{Cannoli, ClientInfo, Server, Signal, Syscall};
 
 /// Where `trace` writes; shared by every traced thread and process.
 struct Output {
@@ -34,9 +61,33 @@ struct Output {
 
 static OUT: OnceLock<Mutex<Output>> = OnceLock::new();
 static VERBOSE: OnceLock<bool> = OnceLock::new();
+/// Line kinds to print: bit `letter - 'A'` set for each.
+static KINDS: OnceLock<u32> = OnceLock::new();
+
+/// Every line kind.
+const ALL_KINDS: &str = "XLSRBYMUPG";
+
+fn kind_bits(kinds: &str) -> Result<u32, String> {
+    let mut bits = 0;
+    for c in kinds.chars() {
+        if !ALL_KINDS.contains(c) {
+            return Err(format!("unknown line kind '{c}' (kinds: {ALL_KINDS})"));
+        }
+        bits |= 1 << (c as u32 - 'A' as u32);
+    }
+    Ok(bits)
+}
+
+/// True if lines of kind `k` (an uppercase letter) are printed.
+#[inline(always)]
+fn want(k: u8) -> bool {
+    match KINDS.get() {
+        Some(b) => b & (1 << (k - b'A')) != 0,
+        None => true,
+    }
+}
 
 /// One event, produced by the parallel callbacks and formatted by `trace`.
-#[derive(Clone, Copy)]
 enum Ev {
     Exec(u64),
     Load {
@@ -51,6 +102,8 @@ enum Ev {
         val: u64,
         sz: u8,
     },
+    /// A rare event's whole line (with its newline), formatted in parallel.
+    Line(Box<[u8]>),
 }
 
 struct Dump {
@@ -96,9 +149,88 @@ fn push_mem(buf: &mut Vec<u8>, kind: u8, pc: u64, addr: u64, sz: u8, val: u64) {
     buf.push(b'\n');
 }
 
+/// `v` as signed hex: `-` and the magnitude when negative.
+fn push_signed_hex(buf: &mut Vec<u8>, v: i64) {
+    if v < 0 {
+        buf.push(b'-');
+    }
+    push_hex(buf, v.unsigned_abs());
+}
+
+fn push_prot(buf: &mut Vec<u8>, r: bool, w: bool, x: bool) {
+    buf.push(if r { b'r' } else { b'-' });
+    buf.push(if w { b'w' } else { b'-' });
+    buf.push(if x { b'x' } else { b'-' });
+}
+
+/// A syscall buffer: `-`, `"text"` or hex (see the file header).
+fn push_data(buf: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        buf.push(b'-');
+    } else if data
+        .iter()
+        .all(|&c| (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r'))
+    {
+        buf.push(b'"');
+        for &c in data {
+            match c {
+                b'"' => buf.extend_from_slice(b"\\\""),
+                b'\\' => buf.extend_from_slice(b"\\\\"),
+                b'\t' => buf.extend_from_slice(b"\\t"),
+                b'\n' => buf.extend_from_slice(b"\\n"),
+                b'\r' => buf.extend_from_slice(b"\\r"),
+                c => buf.push(c),
+            }
+        }
+        buf.push(b'"');
+    } else {
+        for &c in data {
+            buf.push(HEX[(c >> 4) as usize]);
+            buf.push(HEX[(c & 15) as usize]);
+        }
+    }
+}
+
+/// A path: `-` when empty, else as is but for `\\` and `\xHH` for control
+/// characters.
+fn push_path(buf: &mut Vec<u8>, path: &str) {
+    if path.is_empty() {
+        buf.push(b'-');
+        return;
+    }
+    for &c in path.as_bytes() {
+        match c {
+            b'\\' => buf.extend_from_slice(b"\\\\"),
+            0..=0x1f | 0x7f => {
+                buf.extend_from_slice(b"\\x");
+                buf.push(HEX[(c >> 4) as usize]);
+                buf.push(HEX[(c & 15) as usize]);
+            }
+            c => buf.push(c),
+        }
+    }
+}
+
+/// Formats one rare event's line with `f` and queues it.
+#[inline]
+fn line(trace: &mut Vec<Ev>, f: impl FnOnce(&mut Vec<u8>)) {
+    let mut b = Vec::with_capacity(64);
+    f(&mut b);
+    b.push(b'\n');
+    trace.push(Ev::Line(b.into_boxed_slice()));
+}
+
+fn push_regs(b: &mut Vec<u8>, ci: &ClientInfo, regs: &[u8]) {
+    for (_, v) in ci.reg_values(regs) {
+        b.push(b' ');
+        push_hex(b, v);
+    }
+}
+
 impl Cannoli for Dump {
     type Trace = Ev;
-    type TidContext = ();
+    /// The thread's hello, for its register layout.
+    type TidContext = ClientInfo;
     type PidContext = ();
 
     fn init_pid(ci: &ClientInfo) -> Arc<Self::PidContext> {
@@ -116,6 +248,13 @@ impl Cannoli for Dump {
                 },
                 ci.exe.as_deref().unwrap_or("?"),
             );
+            eprintln!(
+                "cannoli-dump: {} registers of {} bytes ({}), {} syscall names",
+                ci.regs.count,
+                ci.regs.bytes,
+                ci.regs.names.join(" "),
+                ci.syscall_names.len()
+            );
         }
         Arc::new(())
     }
@@ -128,40 +267,181 @@ impl Cannoli for Dump {
             Dump {
                 buf: Vec::with_capacity(1 << 16),
             },
-            (),
+            ci.clone(),
         )
     }
 
     #[inline]
-    fn exec(_pid: &(), _tid: &(), pc: u64, trace: &mut Vec<Ev>) {
-        trace.push(Ev::Exec(pc));
+    fn exec(_pid: &(), _tid: &ClientInfo, pc: u64, trace: &mut Vec<Ev>) {
+        if want(b'X') {
+            trace.push(Ev::Exec(pc));
+        }
     }
 
     #[inline]
-    fn read(_pid: &(), _tid: &(), pc: u64, addr: u64, val: u64, sz: u8, trace: &mut Vec<Ev>) {
-        trace.push(Ev::Load { pc, addr, val, sz });
+    fn read(
+        _pid: &(),
+        _tid: &ClientInfo,
+        pc: u64,
+        addr: u64,
+        val: u64,
+        sz: u8,
+        trace: &mut Vec<Ev>,
+    ) {
+        if want(b'L') {
+            trace.push(Ev::Load { pc, addr, val, sz });
+        }
     }
 
     #[inline]
-    fn write(_pid: &(), _tid: &(), pc: u64, addr: u64, val: u64, sz: u8, trace: &mut Vec<Ev>) {
-        trace.push(Ev::Store { pc, addr, val, sz });
+    fn write(
+        _pid: &(),
+        _tid: &ClientInfo,
+        pc: u64,
+        addr: u64,
+        val: u64,
+        sz: u8,
+        trace: &mut Vec<Ev>,
+    ) {
+        if want(b'S') {
+            trace.push(Ev::Store { pc, addr, val, sz });
+        }
     }
 
-    fn trace(&mut self, _pid: &(), _tid: &(), trace: &[Ev]) {
+    fn regs(_pid: &(), ci: &ClientInfo, pc: u64, regs: &[u8], trace: &mut Vec<Ev>) {
+        if want(b'R') {
+            line(trace, |b| {
+                b.push(b'R');
+                b.push(b' ');
+                push_hex(b, pc);
+                push_regs(b, ci, regs);
+            });
+        }
+    }
+
+    fn branch(_pid: &(), ci: &ClientInfo, pc: u64, branch: bool, regs: &[u8], trace: &mut Vec<Ev>) {
+        if want(b'B') {
+            line(trace, |b| {
+                b.extend_from_slice(b"B ");
+                push_hex(b, pc);
+                b.extend_from_slice(if branch { b" 1" } else { b" 0" });
+                push_regs(b, ci, regs);
+            });
+        }
+    }
+
+    fn syscall(_pid: &(), _tid: &ClientInfo, sc: &Syscall<'_>, trace: &mut Vec<Ev>) {
+        if want(b'Y') {
+            line(trace, |b| {
+                b.extend_from_slice(format!("Y {} {} ", sc.num, sc.name.unwrap_or("?")).as_bytes());
+                match sc.ret {
+                    Some(r) => push_signed_hex(b, r),
+                    None => b.push(b'-'),
+                }
+                for a in sc.args {
+                    b.push(b' ');
+                    push_hex(b, a);
+                }
+                b.push(b' ');
+                push_hex(b, sc.data_total);
+                b.push(b' ');
+                push_data(b, sc.data);
+            });
+        }
+    }
+
+    fn mmap(
+        _pid: &(),
+        _tid: &ClientInfo,
+        base: u64,
+        len: u64,
+        anon: bool,
+        read: bool,
+        write: bool,
+        exec: bool,
+        path: &str,
+        offset: u64,
+        trace: &mut Vec<Ev>,
+    ) {
+        if want(b'M') {
+            line(trace, |b| {
+                b.extend_from_slice(b"M ");
+                push_hex(b, base);
+                b.push(b' ');
+                push_hex(b, len);
+                b.push(b' ');
+                push_prot(b, read, write, exec);
+                b.extend_from_slice(if anon { b" anon " } else { b" file " });
+                push_hex(b, offset);
+                b.push(b' ');
+                push_path(b, path);
+            });
+        }
+    }
+
+    fn munmap(_pid: &(), _tid: &ClientInfo, base: u64, len: u64, trace: &mut Vec<Ev>) {
+        if want(b'U') {
+            line(trace, |b| {
+                b.extend_from_slice(b"U ");
+                push_hex(b, base);
+                b.push(b' ');
+                push_hex(b, len);
+            });
+        }
+    }
+
+    fn mprotect(
+        _pid: &(),
+        _tid: &ClientInfo,
+        base: u64,
+        len: u64,
+        read: bool,
+        write: bool,
+        exec: bool,
+        trace: &mut Vec<Ev>,
+    ) {
+        if want(b'P') {
+            line(trace, |b| {
+                b.extend_from_slice(b"P ");
+                push_hex(b, base);
+                b.push(b' ');
+                push_hex(b, len);
+                b.push(b' ');
+                push_prot(b, read, write, exec);
+            });
+        }
+    }
+
+    fn signal(_pid: &(), _tid: &ClientInfo, sig: &Signal, trace: &mut Vec<Ev>) {
+        if want(b'G') {
+            line(trace, |b| {
+                b.extend_from_slice(format!("G {} {} ", sig.signo, sig.code).as_bytes());
+                push_hex(b, sig.fault_addr);
+                b.push(b' ');
+                match sig.handler {
+                    Some(h) => push_hex(b, h),
+                    None => b.push(b'-'),
+                }
+            });
+        }
+    }
+
+    fn trace(&mut self, _pid: &(), _tid: &ClientInfo, trace: &[Ev]) {
         if trace.is_empty() {
             return;
         }
         let buf = &mut self.buf;
         buf.clear();
         for ev in trace {
-            match *ev {
-                Ev::Exec(pc) => {
+            match ev {
+                &Ev::Exec(pc) => {
                     buf.extend_from_slice(b"X ");
                     push_hex(buf, pc);
                     buf.push(b'\n');
                 }
-                Ev::Load { pc, addr, val, sz } => push_mem(buf, b'L', pc, addr, sz, val),
-                Ev::Store { pc, addr, val, sz } => push_mem(buf, b'S', pc, addr, sz, val),
+                &Ev::Load { pc, addr, val, sz } => push_mem(buf, b'L', pc, addr, sz, val),
+                &Ev::Store { pc, addr, val, sz } => push_mem(buf, b'S', pc, addr, sz, val),
+                Ev::Line(l) => buf.extend_from_slice(l),
             }
         }
         let mut out = OUT
@@ -183,14 +463,20 @@ struct Args {
     threads: usize,
     out: String,
     verbose: bool,
+    /// `KINDS` bits.
+    kinds: u32,
 }
 
 const USAGE: &str = "\
-usage: cannoli-dump [--listen ADDR] [--threads N] [--out FILE|-] [-v]
+usage: cannoli-dump [--listen ADDR] [--threads N] [--out FILE|-] [--only KINDS] [--no-exec] [-v]
   --listen ADDR   address to listen on (default 127.0.0.1:0 = any free port)
   --threads N     worker threads for the parallel callbacks (default: number of cpus)
   --out FILE      where to write the trace, '-' for stdout (default -)
+  --only KINDS    print only lines of these kinds (letters of XLSRBYMUPG; default all)
+  --no-exec       do not print X lines
   -v, --verbose   log every traced process and thread to stderr
+Line kinds: X exec, L load, S store, R registers, B branch registers,
+Y syscall, M mmap, U munmap, P mprotect, G signal (formats: see the source).
 Prints 'listening <addr>' as the first line on stdout, then serves until the
 first traced process and all its children have exited.";
 
@@ -202,7 +488,9 @@ fn parse_args() -> Result<Args, String> {
             .unwrap_or(1),
         out: "-".to_string(),
         verbose: false,
+        kinds: kind_bits(ALL_KINDS).unwrap(),
     };
+    let mut no_exec = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let (name, inline) = match arg.split_once('=') {
@@ -225,6 +513,10 @@ fn parse_args() -> Result<Args, String> {
                     })?;
             }
             "--out" | "-o" => args.out = value(&name)?,
+            "--only" => {
+                args.kinds = kind_bits(&value(&name)?).map_err(|e| format!("--only: {e}"))?
+            }
+            "--no-exec" => no_exec = true,
             "--verbose" | "-v" => args.verbose = true,
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -232,6 +524,9 @@ fn parse_args() -> Result<Args, String> {
             }
             _ => return Err(format!("unknown argument '{arg}'")),
         }
+    }
+    if no_exec {
+        args.kinds &= !kind_bits("X").unwrap();
     }
     Ok(args)
 }
@@ -245,6 +540,7 @@ fn main() -> ExitCode {
         }
     };
     let _ = VERBOSE.set(args.verbose);
+    let _ = KINDS.set(args.kinds);
 
     // Open the output first so a bad path fails before anyone connects.
     let w: Box<dyn Write + Send> = if args.out == "-" {
@@ -323,4 +619,167 @@ fn main() -> ExitCode {
         return ExitCode::from(3);
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ci() -> ClientInfo {
+        ClientInfo {
+            pid: 1,
+            ppid: 0,
+            tid: 1,
+            arch: "mipsel".into(),
+            big_endian: false,
+            guest_bits: 32,
+            comm: None,
+            exe: None,
+            jitter_version: "t".into(),
+            regs: cannoli::wire::RegLayout {
+                count: 3,
+                bytes: 4,
+                names: vec!["zero".into(), "at".into(), "v0".into()],
+            },
+            syscall_names: Default::default(),
+        }
+    }
+
+    /// The lines the callbacks queued, formatted as `trace` would.
+    fn lines(trace: &[Ev]) -> Vec<String> {
+        trace
+            .iter()
+            .map(|e| match e {
+                Ev::Line(l) => String::from_utf8(l.to_vec()).unwrap(),
+                &Ev::Exec(pc) => format!("X {pc:x}\n"),
+                _ => unreachable!(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rare_event_lines() {
+        let ci = ci();
+        let mut t = Vec::new();
+        let regs: Vec<u8> = [0u64, 0xffff_ffff_8000_0001, 0x10]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        Dump::regs(&(), &ci, 0x400000, &regs, &mut t);
+        Dump::branch(&(), &ci, 0x400004, true, &regs, &mut t);
+        Dump::branch(&(), &ci, 0x400008, false, &regs, &mut t);
+        let sc = |name, ret, data: &'static [u8], total| Syscall {
+            num: 4004,
+            name,
+            args: [1, 0x7ffe_0010, 6, 0, 0, 0],
+            ret,
+            data,
+            data_total: total,
+        };
+        Dump::syscall(
+            &(),
+            &ci,
+            &sc(Some("write"), Some(6), b"hi \"x\"\\\n", 8),
+            &mut t,
+        );
+        Dump::syscall(
+            &(),
+            &ci,
+            &sc(None, Some(-22), &[0, 0xff, 0x41], 100),
+            &mut t,
+        );
+        Dump::syscall(&(), &ci, &sc(Some("exit"), None, b"", 0), &mut t);
+        Dump::mmap(
+            &(),
+            &ci,
+            0x7700_0000,
+            0x2000,
+            false,
+            true,
+            false,
+            true,
+            "/lib/a b.so",
+            0x1000,
+            &mut t,
+        );
+        Dump::mmap(
+            &(),
+            &ci,
+            0x7600_0000,
+            0x1000,
+            true,
+            true,
+            true,
+            false,
+            "",
+            0,
+            &mut t,
+        );
+        Dump::mmap(
+            &(),
+            &ci,
+            0x7500_0000,
+            0x1000,
+            false,
+            false,
+            false,
+            false,
+            "/x\n\\y",
+            0,
+            &mut t,
+        );
+        Dump::munmap(&(), &ci, 0x7600_0000, 0x1000, &mut t);
+        Dump::mprotect(&(), &ci, 0x7700_1000, 0x1000, true, false, false, &mut t);
+        let sig = Signal {
+            signo: 11,
+            code: -6,
+            fault_addr: 0x10,
+            handler: None,
+        };
+        Dump::signal(&(), &ci, &sig, &mut t);
+        Dump::signal(
+            &(),
+            &ci,
+            &Signal {
+                handler: Some(0x401000),
+                ..sig
+            },
+            &mut t,
+        );
+        assert_eq!(
+            lines(&t).concat(),
+            "R 400000 0 80000001 10\n\
+             B 400004 1 0 80000001 10\n\
+             B 400008 0 0 80000001 10\n\
+             Y 4004 write 6 1 7ffe0010 6 0 0 0 8 \"hi \\\"x\\\"\\\\\\n\"\n\
+             Y 4004 ? -16 1 7ffe0010 6 0 0 0 64 00ff41\n\
+             Y 4004 exit - 1 7ffe0010 6 0 0 0 0 -\n\
+             M 77000000 2000 r-x file 1000 /lib/a b.so\n\
+             M 76000000 1000 rw- anon 0 -\n\
+             M 75000000 1000 --- file 0 /x\\x0a\\\\y\n\
+             U 76000000 1000\n\
+             P 77001000 1000 r--\n\
+             G 11 -6 10 -\n\
+             G 11 -6 10 401000\n"
+        );
+    }
+
+    #[test]
+    fn kinds() {
+        assert_eq!(kind_bits("X").unwrap(), 1 << 23);
+        assert_eq!(kind_bits(ALL_KINDS).unwrap().count_ones(), 10);
+        assert!(kind_bits("XQ").unwrap_err().contains("'Q'"));
+        assert!(kind_bits("x").is_err());
+    }
+
+    #[test]
+    fn signed_hex() {
+        let mut b = Vec::new();
+        push_signed_hex(&mut b, i64::MIN);
+        b.push(b' ');
+        push_signed_hex(&mut b, -1);
+        b.push(b' ');
+        push_signed_hex(&mut b, 0);
+        assert_eq!(b, b"-8000000000000000 -1 0");
+    }
 }
