@@ -358,6 +358,37 @@ fn qemu_from_cannoli_qemu_dir() {
     );
 }
 
+/// The guest forks and its parent exits first: the launcher must wait for
+/// the orphaned child (it is a child subreaper) and return the parent's
+/// status.
+#[test]
+fn a_forked_child_that_outlives_its_parent_is_waited_for() {
+    let dir = RunDir::new();
+    for arch in ARCHES {
+        let prog = guest(arch, "orphan");
+        let start = Instant::now();
+        let run = run_tool(
+            &dir,
+            &format!("orphan-{arch}"),
+            "benchmark",
+            &[s(&prog), "1"],
+            &[],
+        );
+        run.assert_code(4);
+        assert!(
+            start.elapsed() >= Duration::from_millis(900),
+            "the launcher did not wait for the child"
+        );
+        let child = run.stdout.find("orphan: child done\n");
+        let summary = run.stdout.find(" events in ");
+        assert!(
+            child.is_some() && summary.is_some() && child < summary,
+            "the child's output must come before the launcher's summary:\n{}",
+            run.stdout
+        );
+    }
+}
+
 #[test]
 fn missing_program_is_one_line() {
     let dir = RunDir::new();

@@ -35,7 +35,10 @@
 //!   ```
 //!
 //!   `run` returns the program's exit status (128 + N if it died of signal
-//!   N) once QEMU has exited and every event was handed to the tool.
+//!   N) once QEMU has exited, and with it every process of the traced tree
+//!   (the launcher is a child subreaper meanwhile, so a forked guest
+//!   process that outlives its parent is waited for too), and every event
+//!   was handed to the tool.
 //!
 //! Where things come from (launch mode):
 //!
@@ -58,6 +61,7 @@
 pub mod arch;
 pub mod find;
 mod signals;
+mod tree;
 
 use std::ffi::OsString;
 use std::fmt;
@@ -206,9 +210,11 @@ impl Launcher {
         }
         signals::kill_with_parent(&mut cmd);
 
+        let qemu = PathBuf::from(cmd.get_program());
         let forwarding = signals::Forwarding::install();
+        let subreaper = tree::Subreaper::become_one();
         let mut child = cmd.spawn().map_err(|e| Error::Spawn {
-            qemu: PathBuf::from(cmd.get_program()),
+            qemu: qemu.clone(),
             source: e,
         })?;
         let pid = child.id();
@@ -251,6 +257,10 @@ impl Launcher {
         *exited.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
         let status = waited.and_then(|()| child.wait());
         drop(forwarding);
+        // Forked guest processes whose parent exited first are still
+        // running (and may not have connected yet): wait for them too.
+        let _ = tree::Orphans::new(&qemu).wait_all();
+        drop(subreaper);
         exited.1.store(true, Ordering::Release);
         let status = status.map_err(|e| Error::Io {
             what: "waiting for QEMU".into(),
