@@ -296,20 +296,18 @@ fn decode_words<T: Cannoli>(
                 i += 4;
                 extra += 3;
             }
-            t if t >= tag::FRAMED => {
-                match framed::<T>(pid, tid, &words[i..], &bytes[i * 8..], lay, trace) {
-                    Ok(Frame::Known(len)) => {
-                        i += len;
-                        extra += len - 1;
-                    }
-                    Ok(Frame::Unknown(len)) => {
-                        skipped.add(t);
-                        i += len;
-                        extra += len;
-                    }
-                    Err(p) => malformed!(t, p),
+            t if t >= tag::FRAMED => match framed::<T>(pid, tid, words, bytes, i, lay, trace) {
+                Ok(Frame::Known(len)) => {
+                    i += len;
+                    extra += len - 1;
                 }
-            }
+                Ok(Frame::Unknown(len)) => {
+                    skipped.add(t);
+                    i += len;
+                    extra += len;
+                }
+                Err(p) => malformed!(t, p),
+            },
             _ => malformed!(t, Problem::UnknownTag),
         }
     }
@@ -357,18 +355,21 @@ fn frame_min(t: u8, reg_words: usize) -> usize {
     }
 }
 
-/// Decodes the framed event at the start of `words` (`bytes`: the same, as
+/// Decodes the framed event at word `i` of `words` (`bytes`: the same, as
 /// little-endian bytes) and calls its callback. Out of line: framed events
-/// are rare, and this keeps the hot loop small.
+/// are rare, and this keeps the hot loop small (slicing here, not in the
+/// loop, spares the loop a byte-offset induction variable).
 #[inline(never)]
 fn framed<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
     words: &[u64],
     bytes: &[u8],
+    i: usize,
     lay: &Layout<'_>,
     trace: &mut Vec<T::Trace>,
 ) -> Result<Frame, Problem> {
+    let (words, bytes) = (&words[i..], &bytes[i * 8..]);
     let (t, aux, len32) = wire::unframe(words[0]);
     let len = len32 as usize;
     let min = frame_min(t, lay.reg_words);
