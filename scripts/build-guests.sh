@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# Builds the guest test programs (tests/programs/*.c) as static -O2 binaries
-# for every guest architecture the tests use:
+# Builds the guest test programs (tests/programs/*.c) and the benchmark's
+# guest programs (bench/programs/*.c) as static -O2 binaries for every guest
+# architecture the tests use:
 #
 #   target/guests/<arch>/<name>      arch = mipsel | riscv64
+#
+# For mipsel it also installs Debian's busybox-static as
+# target/guests/mipsel/busybox (scripts/fetch-busybox.sh, the benchmark's
+# busybox workload); failing to download it is only a warning, since no test
+# needs it.
 #
 # Outputs that are newer than their source (and this script) are skipped.
 #
@@ -26,7 +32,7 @@ for a in "$@"; do
   case "$a" in
     -f|--force) force=1 ;;
     -q|--quiet) quiet=1 ;;
-    -h|--help) sed -n '3,13p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,19p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "build-guests: unknown option: $a" >&2; exit 2 ;;
     *) arches+=("$a") ;;
   esac
@@ -56,6 +62,7 @@ if [ ${#sources[@]} -eq 0 ]; then
   echo "build-guests: no sources in $src_dir" >&2
   exit 1
 fi
+sources+=("$root"/bench/programs/*.c)
 
 CFLAGS=(-O2 -static -g0 -Wall -Wextra -Wno-unused-parameter -std=gnu11)
 # shellcheck disable=SC2206
@@ -93,5 +100,10 @@ for arch in "${arches[@]}"; do
     mv -f "$tmp" "$out"   # atomic: concurrent test processes never see a partial binary
     built=$((built + 1))
   done
+  if [ "$arch" = mipsel ]; then
+    q=(); [ "$quiet" = 1 ] && q=(--quiet)
+    bash "$here/fetch-busybox.sh" "${q[@]}" ||
+      echo "build-guests: warning: no busybox for mipsel; the benchmark's busybox-sha256 workload will be unavailable" >&2
+  fi
 done
 log "done: $built built, $skipped up to date ($out_root)"

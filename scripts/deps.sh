@@ -51,7 +51,14 @@ if [ "$(id -u)" -ne 0 ]; then
   [ ${#missing[@]} -gt 0 ] && { log "missing packages; run as root: apt-get install -y ${missing[*]}"; exit 1; }
 else
   updated=0
-  if [ $need_src = 1 ] && add_deb_src; then apt_update; updated=1; fi
+  # The benchmark's busybox workload is Debian's busybox-static for mipsel,
+  # fetched with `apt-get download` (scripts/fetch-busybox.sh): apt only knows
+  # mipsel packages once mipsel is a foreign architecture.
+  if ! dpkg --print-foreign-architectures | grep -qx mipsel; then
+    dpkg --add-architecture mipsel && updated=2
+  fi
+  if [ $need_src = 1 ] && add_deb_src; then updated=2; fi
+  if [ $updated = 2 ]; then apt_update; updated=1; fi
   if [ ${#missing[@]} -gt 0 ]; then
     [ $updated = 1 ] || apt_update
     for i in 1 2 3; do

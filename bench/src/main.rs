@@ -1,0 +1,242 @@
+//! `bench`: the cannoli benchmark harness.
+//!
+//! Runs each workload under plain QEMU, QEMU's own plugins (the peers) and
+//! cannoli, several times, and prints one markdown table of medians on
+//! stdout (progress goes to stderr):
+//!
+//! ```sh
+//! cargo run --release -p bench                  # full run, 3 runs per row
+//! cargo run --release -p bench -- --quick       # smoke test: 1 run, small inputs
+//! cargo run --release -p bench -- --workload nop-loop --config plain,cannoli-pc-1w
+//! ```
+//!
+//! It builds what it needs first (the `benchmark` client, the `bench-hooks`
+//! library, the guest programs and busybox) and needs the patched QEMU from
+//! `bash scripts/build-qemu.sh`.
+
+mod config;
+mod proc;
+mod report;
+mod run;
+mod setup;
+mod table;
+mod workload;
+
+use std::time::Duration;
+
+const USAGE: &str = "\
+usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]]
+             [--timeout SECS] [--no-build] [--markdown]
+  --quick        1 run per row and small inputs (a smoke test)
+  --runs N       runs per row, the table shows medians (default 3)
+  --workload     nop-loop, busybox-sha256, sortcrc, rss-10x (default: all)
+  --config       plain, never, plugin-insn, plugin-mem, plugin-insn-mem, cannoli-pc-1w,
+                 cannoli-pc-2w, cannoli-pcmem-1w, cannoli-pcmem-2w (default: all)
+  --timeout SECS kill a QEMU run after this long (default 900)
+  --no-build     do not run cargo build and scripts/build-guests.sh first
+  --markdown     the output format (the only one; accepted for clarity)";
+
+struct Options {
+    quick: bool,
+    runs: Option<usize>,
+    workloads: Vec<String>,
+    configs: Vec<String>,
+    timeout: u64,
+    build: bool,
+}
+
+fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let mut o = Options {
+        quick: false,
+        runs: None,
+        workloads: vec![],
+        configs: vec![],
+        timeout: 900,
+        build: true,
+    };
+    let mut args = args.peekable();
+    while let Some(a) = args.next() {
+        // Accept both "--opt value" and "--opt=value".
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
+            _ => (a.clone(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| args.next())
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--quick" => o.quick = true,
+            "--no-build" => o.build = false,
+            "--markdown" => {}
+            "--runs" => {
+                let v = value()?;
+                o.runs = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or(format!("--runs: not a positive number: {v}"))?,
+                );
+            }
+            "--timeout" => {
+                let v = value()?;
+                o.timeout = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or(format!("--timeout: not a positive number: {v}"))?;
+            }
+            "--workload" => {
+                for w in value()?.split(',').filter(|s| !s.is_empty()) {
+                    if !workload::NAMES.contains(&w) {
+                        return Err(format!(
+                            "unknown workload {w:?} (known: {})",
+                            workload::NAMES.join(", ")
+                        ));
+                    }
+                    o.workloads.push(w.to_string());
+                }
+            }
+            "--config" => {
+                for c in value()?.split(',').filter(|s| !s.is_empty()) {
+                    if config::by_name(c).is_none() {
+                        let known: Vec<&str> = config::ALL.iter().map(|c| c.name).collect();
+                        return Err(format!(
+                            "unknown configuration {c:?} (known: {})",
+                            known.join(", ")
+                        ));
+                    }
+                    o.configs.push(c.to_string());
+                }
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                std::process::exit(0);
+            }
+            _ => return Err(format!("unknown argument {a:?}\n{USAGE}")),
+        }
+    }
+    Ok(o)
+}
+
+fn main() {
+    let opts = parse_args(std::env::args().skip(1)).unwrap_or_else(|e| {
+        eprintln!("bench: {e}");
+        std::process::exit(2)
+    });
+    if let Err(e) = bench(&opts) {
+        eprintln!("bench: error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn bench(opts: &Options) -> Result<(), String> {
+    let root = setup::workspace_root();
+    // Check for QEMU before building anything: it is the one thing we cannot
+    // build in a minute.
+    let qemu = setup::qemu(&root, "mipsel")?;
+    if opts.build {
+        eprintln!("bench: building the client, the hook library and the guests");
+        setup::build(&root)?;
+    }
+    let runs = opts.runs.unwrap_or(if opts.quick { 1 } else { 3 });
+
+    let mut workloads = workload::all(&root, opts.quick);
+    workloads.retain(|w| opts.workloads.is_empty() || opts.workloads.iter().any(|n| n == w.name));
+    // A workload that cannot run (say, busybox could not be downloaded) is
+    // reported and skipped, unless it was asked for by name.
+    let mut skipped = Vec::new();
+    let mut ready = Vec::new();
+    for mut w in workloads {
+        match w.prepare() {
+            Ok(()) => ready.push(w),
+            Err(e) if opts.workloads.is_empty() => {
+                eprintln!("bench: warning: skipping {e}");
+                skipped.push(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let workloads = ready;
+
+    let out = root.join("target/bench/out");
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let ctx = run::Ctx {
+        qemu,
+        release: root.join("target/release"),
+        out,
+        timeout: Duration::from_secs(opts.timeout),
+    };
+    let host = setup::host_description(&ctx.qemu.binary(true, "mipsel"));
+
+    let mut cells: Vec<report::Cell> = Vec::new();
+    for (wi, w) in workloads.iter().enumerate() {
+        for c in report::configs_for(w, &opts.configs) {
+            cells.push(report::Cell {
+                workload: wi,
+                config: c,
+                samples: vec![],
+                errors: vec![],
+            });
+        }
+    }
+    if cells.is_empty() {
+        return Err("nothing to run: no workload runs under the chosen configurations".into());
+    }
+    // Round-robin over the rows, one run each per round, so that a burst of
+    // load from other processes spreads over all rows instead of spoiling
+    // every run of one of them.
+    let total = runs * cells.len();
+    let mut done = 0;
+    for r in 0..runs {
+        for cell in cells.iter_mut() {
+            done += 1;
+            let w = &workloads[cell.workload];
+            eprint!(
+                "bench: [{done}/{total}] {} {} run {}/{runs}: ",
+                w.name,
+                cell.config.name,
+                r + 1
+            );
+            match run::run_once(&ctx, w, cell.config) {
+                Ok(s) => {
+                    eprintln!("{:.3} s", s.wall);
+                    cell.samples.push(s);
+                }
+                Err(e) => {
+                    eprintln!("FAILED: {e}");
+                    cell.errors.push(e);
+                }
+            }
+        }
+    }
+    print!(
+        "{}",
+        report::render(&host, runs, &workloads, &cells, &skipped)
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Options, String> {
+        parse_args(s.split_whitespace().map(String::from))
+    }
+
+    #[test]
+    fn options() {
+        let o = parse("--quick --runs=5 --workload nop-loop,sortcrc --config plain").unwrap();
+        assert!(o.quick && o.build);
+        assert_eq!(o.runs, Some(5));
+        assert_eq!(o.workloads, ["nop-loop", "sortcrc"]);
+        assert_eq!(o.configs, ["plain"]);
+        assert!(parse("--runs 0").is_err());
+        assert!(parse("--workload nope").is_err());
+        assert!(parse("--config").is_err());
+        assert!(parse("--frobnicate").is_err());
+    }
+}

@@ -1,0 +1,438 @@
+//! From samples to the report: medians, ratios, the cross-checks, the table.
+
+use crate::config::{self, Config, Hooks, Kind};
+use crate::run::Sample;
+use crate::table::{self, Align};
+use crate::workload::Workload;
+
+/// All runs of one workload under one configuration.
+pub struct Cell {
+    pub workload: usize,
+    pub config: &'static Config,
+    pub samples: Vec<Sample>,
+    pub errors: Vec<String>,
+}
+
+impl Cell {
+    fn wall(&self) -> Option<f64> {
+        table::median(&self.samples.iter().map(|s| s.wall).collect::<Vec<_>>())
+    }
+    /// "min-max" of QEMU's wall time, to show how noisy the median is.
+    fn wall_range(&self) -> Option<String> {
+        let w = self.samples.iter().map(|s| s.wall);
+        let lo = w.clone().fold(f64::INFINITY, f64::min);
+        let hi = w.fold(f64::NEG_INFINITY, f64::max);
+        (lo <= hi).then(|| format!("{}-{}", table::secs(lo), table::secs(hi)))
+    }
+    fn total(&self) -> Option<f64> {
+        table::median(&self.samples.iter().map(|s| s.total).collect::<Vec<_>>())
+    }
+    fn med(&self, f: impl Fn(&Sample) -> Option<u64>) -> Option<u64> {
+        table::median_u64(&self.samples.iter().filter_map(f).collect::<Vec<_>>())
+    }
+    /// What the tool saw: the client's events, or the plugins' totals.
+    fn events(&self) -> Option<u64> {
+        match self.config.kind {
+            Kind::Cannoli { .. } => self.med(|s| s.events),
+            Kind::Plugins(_) => self.med(|s| match (s.insns, s.mem) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+            }),
+            Kind::Plain => None,
+        }
+    }
+}
+
+/// The reference counts of one workload.
+struct Truth {
+    /// Guest instructions, and where the number came from.
+    insns: Option<(u64, &'static str)>,
+    /// Guest memory accesses (libmem.so).
+    mem: Option<u64>,
+}
+
+fn truth(cells: &[&Cell]) -> Truth {
+    let plugin = |name: &str, f: fn(&Sample) -> Option<u64>| {
+        cells
+            .iter()
+            .find(|c| c.config.name == name)
+            .and_then(|c| c.med(f))
+    };
+    let insns = plugin("plugin-insn", |s| s.insns)
+        .or_else(|| plugin("plugin-insn-mem", |s| s.insns))
+        .map(|n| (n, "libinsn.so"))
+        .or_else(|| {
+            // Without a plugin run, the client's count of cannoli-pc (checked
+            // equal to libinsn.so's wherever both ran) is the best we have.
+            cells
+                .iter()
+                .find(|c| c.config.hooks() == Some(Hooks::Pc))
+                .and_then(|c| c.med(|s| s.events))
+                .map(|n| (n, "client"))
+        });
+    let mem = plugin("plugin-mem", |s| s.mem).or_else(|| plugin("plugin-insn-mem", |s| s.mem));
+    Truth { insns, mem }
+}
+
+/// The checks of one cell, as warning texts.
+fn check(cell: &Cell, truth: &Truth, reference_stdout: Option<&str>) -> Vec<String> {
+    let mut warn = Vec::new();
+    let runs = cell.samples.len() + cell.errors.len();
+    if let Some(e) = cell.errors.first() {
+        warn.push(format!("{} of {runs} runs failed: {e}", cell.errors.len()));
+    }
+    if let Some(want) = reference_stdout {
+        if let Some(s) = cell.samples.iter().find(|s| s.stdout != want) {
+            warn.push(format!(
+                "guest stdout {:?} differs from {:?}",
+                s.stdout.lines().next().unwrap_or(""),
+                want.lines().next().unwrap_or("")
+            ));
+        }
+    }
+    for (what, f) in [
+        (
+            "instruction",
+            (|s: &Sample| s.insns) as fn(&Sample) -> Option<u64>,
+        ),
+        ("memory access", |s| s.mem),
+    ] {
+        let v: Vec<u64> = cell.samples.iter().filter_map(f).collect();
+        if let (Some(lo), Some(hi)) = (v.iter().min(), v.iter().max()) {
+            if lo != hi {
+                warn.push(format!("{what} count varies between runs: {lo} to {hi}"));
+            }
+        }
+    }
+    if let Some(hooks) = cell.config.hooks() {
+        let expected = match hooks {
+            Hooks::Never => Some((0, "no events with hooks that never trace".to_string())),
+            Hooks::Pc => match truth.insns {
+                Some((n, src)) if src != "client" => {
+                    Some((n, format!("{src}'s instruction count")))
+                }
+                _ => None,
+            },
+            Hooks::PcMem => match (truth.insns, truth.mem) {
+                (Some((n, src)), Some(m)) if src != "client" => Some((
+                    n + m,
+                    format!("{src}'s instructions + libmem.so's accesses"),
+                )),
+                _ => None,
+            },
+        };
+        if let Some((want, what)) = expected {
+            if let Some(got) = cell
+                .samples
+                .iter()
+                .filter_map(|s| s.events)
+                .find(|&e| e != want)
+            {
+                warn.push(format!(
+                    "client counted {} events, {what} is {} (difference {:+})",
+                    table::count(got),
+                    table::count(want),
+                    got as i128 - want as i128
+                ));
+            }
+        }
+        let lost: u64 = cell.samples.iter().filter_map(|s| s.lost).sum();
+        if lost > 0 {
+            warn.push(format!(
+                "the client reported {} lost events",
+                table::count(lost)
+            ));
+        }
+    }
+    warn
+}
+
+/// The report: host lines, the table, its legend, warnings and the RSS
+/// comparison.
+pub fn render(
+    host: &[String],
+    runs: usize,
+    workloads: &[Workload],
+    cells: &[Cell],
+    skipped: &[String],
+) -> String {
+    let headers = [
+        "workload",
+        "config",
+        "guest insns",
+        "events",
+        "QEMU wall s",
+        "wall min-max",
+        "total s",
+        "guest insn/s",
+        "slowdown vs plain",
+        "speedup vs peer",
+        "QEMU RSS MiB",
+        "client RSS MiB",
+        "check",
+    ];
+    let mut align = vec![Align::Right; headers.len()];
+    align[0] = Align::Left;
+    align[1] = Align::Left;
+    align[12] = Align::Left;
+
+    let mut rows = Vec::new();
+    let mut warnings = Vec::new();
+    let mut client_counted = false;
+    for (wi, w) in workloads.iter().enumerate() {
+        let wc: Vec<&Cell> = cells.iter().filter(|c| c.workload == wi).collect();
+        if wc.is_empty() {
+            continue;
+        }
+        let truth = truth(&wc);
+        let find = |name: &str| wc.iter().find(|c| c.config.name == name);
+        let plain_wall = find("plain").and_then(|c| c.wall());
+        let reference_stdout = w.expect_stdout.clone().or_else(|| {
+            find("plain")
+                .or(wc.first())
+                .and_then(|c| c.samples.first())
+                .map(|s| s.stdout.clone())
+        });
+        for cell in &wc {
+            let warn = check(cell, &truth, reference_stdout.as_deref());
+            for m in &warn {
+                warnings.push(format!("{}/{}: {m}", w.name, cell.config.name));
+            }
+            let wall = cell.wall();
+            let dash = || "-".to_string();
+            let peer_wall = cell.config.peer.and_then(find).and_then(|p| p.wall());
+            let insns = truth.insns.map(|(n, src)| {
+                client_counted |= src == "client";
+                if src == "client" {
+                    format!("{}*", table::count(n))
+                } else {
+                    table::count(n)
+                }
+            });
+            rows.push(vec![
+                w.name.to_string(),
+                cell.config.name.to_string(),
+                insns.unwrap_or_else(dash),
+                cell.events().map(table::count).unwrap_or_else(dash),
+                wall.map(table::secs).unwrap_or_else(dash),
+                cell.wall_range().unwrap_or_else(dash),
+                cell.total().map(table::secs).unwrap_or_else(dash),
+                match (truth.insns, wall) {
+                    (Some((n, _)), Some(s)) => table::rate(n, s),
+                    _ => dash(),
+                },
+                match (wall, plain_wall) {
+                    (Some(a), Some(p)) if p > 0.0 => table::ratio(a / p),
+                    _ => dash(),
+                },
+                match (wall, peer_wall) {
+                    (Some(a), Some(p)) if a > 0.0 => table::ratio(p / a),
+                    _ => dash(),
+                },
+                cell.med(|s| Some(s.qemu_rss_kb))
+                    .filter(|_| !cell.samples.is_empty())
+                    .map(table::mib)
+                    .unwrap_or_else(dash),
+                cell.med(|s| s.client_rss_kb)
+                    .map(table::mib)
+                    .unwrap_or_else(dash),
+                if cell.samples.is_empty() {
+                    "FAILED".into()
+                } else if warn.is_empty() {
+                    "ok".into()
+                } else {
+                    "WARN".into()
+                },
+            ]);
+        }
+    }
+
+    let mut out = String::new();
+    out += "## cannoli benchmark\n\n";
+    for h in host {
+        out += h;
+        out += "\n";
+    }
+    out += &format!(
+        "- Medians of {runs} run{} per row\n\n",
+        if runs == 1 { "" } else { "s" }
+    );
+    out += &table::render(&headers, &align, &rows);
+    out += "\n";
+    out += "Workloads (all mipsel, `-seed 1`, empty environment, stdout to a file):\n";
+    for w in workloads
+        .iter()
+        .filter(|w| cells.iter().any(|c| workloads[c.workload].name == w.name))
+    {
+        out += &format!("- {}: {}\n", w.name, w.about);
+    }
+    out +=
+        "\nColumns: *guest insns* is libinsn.so's count for the workload (the same for every row);";
+    out += " *events* what the tool saw (client events, or the plugins' totals);";
+    out += " *QEMU wall s* from starting QEMU to its exit, *total s* until the client had also";
+    out += " exited (it lingers 100 ms for forked children); *wall min-max* over the runs; *guest insn/s* = guest insns / QEMU wall;";
+    out += " *slowdown vs plain* = QEMU wall / plain's; *speedup vs peer* = the QEMU plugin";
+    out += " doing the same job's wall / this wall: cannoli-pc vs plugin-insn, cannoli-pcmem vs";
+    out +=
+        " plugin-insn-mem (libinsn.so and libmem.so together: every instruction and every access,";
+    out += " as cannoli-pcmem does; plugin-mem alone counts only the accesses);";
+    out += " RSS = peak (ru_maxrss), in MiB.\n";
+    if client_counted {
+        out += "\n\\* no plugin run for this workload: the instruction count is the client's event count.\n";
+    }
+
+    if let Some(rss) = rss_comparison(workloads, cells) {
+        out += "\n";
+        out += &rss;
+    }
+
+    if !warnings.is_empty() || !skipped.is_empty() {
+        out += "\nWarnings:\n";
+        for s in skipped {
+            out += &format!("- skipped {s}\n");
+        }
+        for w in &warnings {
+            out += &format!("- {w}\n");
+        }
+    } else {
+        out += "\nAll checks passed: every guest printed the same output in every configuration,";
+        out += " plugin counts were stable, and cannoli's event counts equal QEMU's plugins' counts.\n";
+    }
+    out
+}
+
+/// Peak RSS of cannoli-pc-1w on the nop loop and on the 10x longer loop,
+/// side by side: the client's memory must not grow with the trace.
+fn rss_comparison(workloads: &[Workload], cells: &[Cell]) -> Option<String> {
+    let pick = |name: &str| {
+        cells.iter().find(|c| {
+            workloads[c.workload].name == name
+                && c.config.name == "cannoli-pc-1w"
+                && !c.samples.is_empty()
+        })
+    };
+    let (short, long) = (pick("nop-loop")?, pick("rss-10x")?);
+    let headers = [
+        "cannoli-pc-1w on",
+        "client events",
+        "QEMU wall s",
+        "client peak RSS MiB",
+        "QEMU peak RSS MiB",
+    ];
+    let mut align = vec![Align::Right; headers.len()];
+    align[0] = Align::Left;
+    let row = |name: &str, c: &Cell| {
+        vec![
+            name.to_string(),
+            c.med(|s| s.events).map(table::count).unwrap_or_default(),
+            c.wall().map(table::secs).unwrap_or_default(),
+            c.med(|s| s.client_rss_kb)
+                .map(table::mib)
+                .unwrap_or_default(),
+            c.med(|s| Some(s.qemu_rss_kb))
+                .map(table::mib)
+                .unwrap_or_default(),
+        ]
+    };
+    let mut out = String::from("Peak RSS against trace length:\n\n");
+    out += &table::render(
+        &headers,
+        &align,
+        &[row("nop-loop", short), row("rss-10x", long)],
+    );
+    if let (Some(a), Some(b)) = (
+        short.med(|s| s.client_rss_kb),
+        long.med(|s| s.client_rss_kb),
+    ) {
+        let growth = (b as f64 / a.max(1) as f64 - 1.0) * 100.0;
+        out += &format!(
+            "\nThe client's peak RSS changed by {growth:+.1}% for 10x the events ({} vs {} MiB).\n",
+            table::mib(a),
+            table::mib(b)
+        );
+    }
+    Some(out)
+}
+
+/// The configurations `w` runs under, after the `--config` filter.
+pub fn configs_for(w: &Workload, filter: &[String]) -> Vec<&'static Config> {
+    config::ALL
+        .iter()
+        .filter(|c| w.runs_config(c.name))
+        .filter(|c| filter.is_empty() || filter.iter().any(|f| f == c.name))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(wall: f64, events: Option<u64>, insns: Option<u64>) -> Sample {
+        Sample {
+            wall,
+            total: wall,
+            qemu_rss_kb: 1024,
+            events,
+            lost: events.map(|_| 0),
+            insns,
+            stdout: "x\n".into(),
+            ..Sample::default()
+        }
+    }
+
+    #[test]
+    fn table_has_ratios_and_flags_count_mismatch() {
+        let root = std::path::Path::new("/nonexistent");
+        let mut ws = crate::workload::all(root, true);
+        ws.truncate(1);
+        ws[0].expect_stdout = Some("x\n".into());
+        let cells = vec![
+            Cell {
+                workload: 0,
+                config: config::by_name("plain").unwrap(),
+                samples: vec![
+                    sample(1.0, None, None),
+                    sample(3.0, None, None),
+                    sample(2.0, None, None),
+                ],
+                errors: vec![],
+            },
+            Cell {
+                workload: 0,
+                config: config::by_name("plugin-insn").unwrap(),
+                samples: vec![sample(10.0, None, Some(1000))],
+                errors: vec![],
+            },
+            Cell {
+                workload: 0,
+                config: config::by_name("cannoli-pc-1w").unwrap(),
+                samples: vec![sample(4.0, Some(1000), None)],
+                errors: vec![],
+            },
+            Cell {
+                workload: 0,
+                config: config::by_name("cannoli-pc-2w").unwrap(),
+                samples: vec![sample(5.0, Some(999), None)],
+                errors: vec![],
+            },
+        ];
+        let r = render(&["- host".into()], 3, &ws, &cells, &[]);
+        let row = |name: &str| {
+            r.lines()
+                .find(|l| l.contains(&format!("| {name} ")))
+                .unwrap()
+                .to_string()
+        };
+        // plain's median wall is 2 s; cannoli-pc-1w takes 4 s (2x plain) and
+        // is 2.5x faster than plugin-insn's 10 s.
+        assert!(row("plain").contains(" 1.000-3.000 |"), "{r}");
+        assert!(row("cannoli-pc-1w").contains("2.00x"), "{r}");
+        assert!(row("cannoli-pc-1w").contains("2.50x"), "{r}");
+        assert!(row("cannoli-pc-1w").contains("| ok "), "{r}");
+        assert!(row("cannoli-pc-2w").contains("WARN"), "{r}");
+        assert!(
+            r.contains("cannoli-pc-2w: client counted 999 events"),
+            "{r}"
+        );
+    }
+}
