@@ -246,9 +246,10 @@ unsafe extern "C" fn helper_mem(c: Cur, addr: u64, value: u64, size_log2: u32, s
     stream::helper_mem(&mut *c, addr, value, size_log2 as u8, store);
 }
 
+/// Also called, at exit_group, for the other threads' vCPUs (stopped).
 unsafe extern "C" fn cpu_exit(c: Cur, _code: c_int) {
     let c = &mut *c;
-    if c.cursor != 0 {
+    if c.cursor != 0 && stream::is_mine(c) {
         events::syscall_unfinished(c);
     }
     stream::finish(c);

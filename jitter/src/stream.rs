@@ -3,11 +3,11 @@
 //! way QEMU's C code appends events to it ([`append`]).
 
 use crate::codegen::HEADROOM;
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use wire::{Goodbye, Hello, RegLayout, Welcome, ADDR_ENV, MAGIC, WIRE_VERSION};
 
@@ -66,9 +66,28 @@ pub struct Stream {
     lost_bytes: u64,
 }
 
+/// A thread's stream, reachable from other threads so that the thread
+/// ending the process can hand over everybody's events.
+type Shared = Arc<Mutex<Option<Stream>>>;
+
 thread_local! {
     /// This thread's stream; the JIT's flush stub reaches it from here.
-    static STREAM: RefCell<Option<Stream>> = const { RefCell::new(None) };
+    static STREAM: Shared = Arc::new(Mutex::new(None));
+    /// The vCPU cursor this thread's stream is registered under, if any.
+    static MY_CURSOR: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Every thread's stream by the address of its vCPU cursor, with the pid
+/// that owns it (a forked child inherits the map but not the streams).
+static STREAMS: Mutex<BTreeMap<usize, (u32, Shared)>> = Mutex::new(BTreeMap::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` on this thread's stream slot.
+fn with_mine<R>(f: impl FnOnce(&mut Option<Stream>) -> R) -> R {
+    STREAM.with(|s| f(&mut lock(s)))
 }
 
 impl Stream {
@@ -214,9 +233,14 @@ impl Stream {
     }
 }
 
+// SAFETY: `chunk` points into memory the Stream owns (its ring mapping or
+// its scratch buffer); whoever holds the Stream (through its mutex) is the
+// only writer, whichever thread that is.
+unsafe impl Send for Stream {}
+
 /// Makes `stream` this thread's stream.
 pub fn install(stream: Stream) {
-    STREAM.with(|s| *s.borrow_mut() = Some(stream));
+    with_mine(|s| *s = Some(stream));
 }
 
 /// Connects this thread if it has no stream; a missing client ends QEMU
@@ -240,9 +264,13 @@ fn ensure_window(c: &mut Cursor) -> bool {
     if c.cursor != 0 {
         return false;
     }
-    let w = STREAM.with(|s| connect_if_needed(&mut s.borrow_mut()).next_chunk());
+    let w = with_mine(|s| connect_if_needed(s).next_chunk());
     c.cursor = w.cursor;
     c.end = w.end;
+    let key = c as *mut Cursor as usize;
+    if MY_CURSOR.with(|m| m.replace(key)) != key {
+        lock(&STREAMS).insert(key, (std::process::id(), STREAM.with(Arc::clone)));
+    }
     true
 }
 
@@ -255,14 +283,30 @@ pub fn enter(c: &mut Cursor) {
 
 /// The JIT filled its window.
 pub fn flush(cursor: u64) -> Window {
-    STREAM.with(|s| {
-        s.borrow_mut().as_mut().expect("flush without a stream").flush(cursor)
-    })
+    with_mine(|s| s.as_mut().expect("flush without a stream").flush(cursor))
 }
 
-/// The thread or process is exiting, or about to execve: hand over every event.
+/// Whether `c` is the cursor of the calling thread's vCPU.
+pub fn is_mine(c: &Cursor) -> bool {
+    MY_CURSOR.with(|m| m.get()) == c as *const Cursor as usize
+}
+
+/// The thread owning `c` is exiting, or about to execve, or (for another
+/// thread's cursor) the whole process is ending and that thread is stopped
+/// outside the JIT: hand over every event.
 pub fn finish(c: &mut Cursor) {
-    if let Some(st) = STREAM.with(|s| s.borrow_mut().take()) {
+    let key = c as *mut Cursor as usize;
+    let slot = if is_mine(c) || c.cursor == 0 {
+        MY_CURSOR.with(|m| if m.get() == key { m.set(0) });
+        let mine = STREAM.with(Arc::clone);
+        lock(&STREAMS).remove(&key);
+        Some(mine)
+    } else {
+        lock(&STREAMS).remove(&key)
+            .filter(|(pid, _)| *pid == std::process::id())
+            .map(|(_, s)| s)
+    };
+    if let Some(st) = slot.and_then(|s| lock(&s).take()) {
         st.finish(c.cursor);
     }
     c.cursor = 0;
@@ -271,9 +315,10 @@ pub fn finish(c: &mut Cursor) {
 
 /// In a forked child: forget the parent's stream; the child connects anew.
 pub fn forked_child(c: &mut Cursor) {
-    if let Some(st) = STREAM.with(|s| s.borrow_mut().take()) {
+    if let Some(st) = with_mine(|s| s.take()) {
         st.abandon_inherited();
     }
+    MY_CURSOR.with(|m| m.set(0));
     c.cursor = 0;
     c.end = 0;
 }
@@ -285,8 +330,7 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
         crate::events::replay_if_owed(c);
     }
     let len = 8 * words.len() + payload.len().next_multiple_of(8);
-    STREAM.with(|s| {
-        let mut s = s.borrow_mut();
+    with_mine(|s| {
         let st = s.as_mut().expect("window without a stream");
         let chunk_end = st.chunk as u64 + st.chunk_len() as u64;
         if c.cursor + len as u64 > chunk_end {

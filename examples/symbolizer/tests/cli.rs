@@ -68,6 +68,8 @@ fn fake_qemu(addr: &str, tid: i32, chunks: &[Vec<u64>]) {
         ring: p.path().to_string_lossy().into_owned(),
         comm: Some("prog".into()),
         exe: None,
+        regs: Default::default(),
+        syscall_names: Default::default(),
     };
     let mut s = TcpStream::connect(addr).unwrap();
     s.write_all(format!("{}\n", serde_json::to_string(&hello).unwrap()).as_bytes())
