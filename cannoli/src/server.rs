@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -481,6 +481,59 @@ struct Conn<'a, T: Cannoli> {
     /// none yet).
     skipped: AtomicU64,
     skipped_tag: AtomicU32,
+    relay: Relay,
+}
+
+/// How the first worker of a connection calls the others in.
+///
+/// On two cores QEMU needs one of them; more workers than the ring's
+/// producer can keep busy only compete with it and with each other. So the
+/// first worker alone waits on the ring (briefly spinning, then a futex);
+/// the others sleep here and are woken only when that worker finds chunks
+/// piling up behind the one it took. A second worker thus never costs
+/// anything when one keeps up, and helps as soon as one does not.
+struct Relay {
+    lock: Mutex<()>,
+    wake: Condvar,
+    /// Helpers asleep in `wait` (so the first worker can skip the wake-up
+    /// syscall when nobody sleeps).
+    sleeping: AtomicU32,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl Relay {
+    fn new() -> Relay {
+        Relay {
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            sleeping: AtomicU32::new(0),
+            done: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// A helper worker sleeps until called in (or a timeout, to re-check).
+    fn wait(&self, backlog: impl Fn() -> bool) {
+        let g = lock(&self.lock);
+        self.sleeping.fetch_add(1, Ordering::SeqCst);
+        if !self.done.load(Ordering::SeqCst) && !backlog() {
+            let _ = self.wake.wait_timeout(g, Duration::from_millis(50));
+        }
+        self.sleeping.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// The first worker saw a backlog: call one helper in.
+    fn call_in(&self) {
+        if self.sleeping.load(Ordering::SeqCst) > 0 {
+            let _g = lock(&self.lock);
+            self.wake.notify_one();
+        }
+    }
+
+    fn finish(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        let _g = lock(&self.lock);
+        self.wake.notify_all();
+    }
 }
 
 fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAddr) {
@@ -517,16 +570,17 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         lost: AtomicU64::new(0),
         skipped: AtomicU64::new(0),
         skipped_tag: AtomicU32::new(0),
+        relay: Relay::new(),
     };
 
     let mut incomplete = 0;
     std::thread::scope(|s| {
-        for _ in 0..threads {
+        for index in 0..threads {
             let conn = &conn;
             let spawned = std::thread::Builder::new()
                 .name(format!("cannoli-{}", ci.tid))
                 .spawn_scoped(s, move || {
-                    if catch_unwind(AssertUnwindSafe(|| worker(conn))).is_err() {
+                    if catch_unwind(AssertUnwindSafe(|| worker(conn, index))).is_err() {
                         die_after_panic(&format!("pid {} tid {}", conn.pid, conn.tid));
                     }
                 });
@@ -655,11 +709,30 @@ fn control<T: Cannoli>(reader: &mut BufReader<TcpStream>, conn: &Conn<'_, T>) ->
 
 /// One worker: claim a chunk, decode it into a trace buffer, release it,
 /// hand the buffer to the resequencer. Until the ring is finished.
-fn worker<T: Cannoli>(conn: &Conn<'_, T>) {
+fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
     let (mut events, mut chunks, mut bytes, mut lost, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
     loop {
         let mut buf = conn.reseq.claim();
-        let Some(chunk) = conn.consumer.recv() else {
+        let chunk = if index == 0 {
+            let c = conn.consumer.recv();
+            match c {
+                Some(_) if conn.consumer.backlog() > 0 => conn.relay.call_in(),
+                None => conn.relay.finish(),
+                _ => {}
+            }
+            c
+        } else {
+            loop {
+                if let Some(c) = conn.consumer.try_recv() {
+                    break Some(c);
+                }
+                if conn.consumer.is_finished() {
+                    break None;
+                }
+                conn.relay.wait(|| conn.consumer.backlog() > 0);
+            }
+        };
+        let Some(chunk) = chunk else {
             conn.reseq.unclaim(buf);
             break;
         };

@@ -1026,6 +1026,14 @@ impl Consumer {
         }
     }
 
+    /// Chunks published but not claimed yet: how far the consumer side is
+    /// behind the producer.
+    pub fn backlog(&self) -> u64 {
+        let hdr = self.ring.header();
+        let p = hdr.producer.published.load(Ordering::Acquire);
+        p.saturating_sub(hdr.consumer.claimed.load(Ordering::Acquire))
+    }
+
     /// Whether `recv` would return `None`: the producer closed (or the ring was
     /// abandoned or closed) and every published chunk has been claimed.
     pub fn is_finished(&self) -> bool {
