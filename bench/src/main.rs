@@ -216,6 +216,15 @@ fn bench(opts: &Options) -> Result<(), String> {
         "{}",
         report::render(&host, runs, &workloads, &cells, &skipped)
     );
+    // The table is printed either way; the exit status tells a script
+    // whether every row has numbers.
+    let failed = cells.iter().filter(|c| c.samples.is_empty()).count();
+    if failed > 0 {
+        return Err(format!(
+            "{failed} of {} rows failed in every run (see the warnings under the table)",
+            cells.len()
+        ));
+    }
     Ok(())
 }
 
