@@ -14,7 +14,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${CANNOLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cannoli}
-targets=${CANNOLI_QEMU_TARGETS:-mipsel-linux-user,riscv64-linux-user}
+targets=${CANNOLI_QEMU_TARGETS:-mipsel-linux-user,riscv64-linux-user,x86_64-linux-user}
 jobs=${JOBS:-$(nproc)}
 log() { echo "build-qemu: $*" >&2; }
 die() { echo "build-qemu: error: $*" >&2; exit 1; }
