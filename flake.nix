@@ -2,7 +2,8 @@
 #
 # cannoli with Nix: the patched QEMU and the Rust workspace.
 #
-#   nix build .#qemu-cannoli   # QEMU 10.0.13 linux-user (mipsel, riscv64) with
+#   nix build .#qemu-cannoli   # QEMU 10.0.13 linux-user (the guests of
+#                              # scripts/build-qemu.sh) with
 #                              # qemu_patches.patch, configured --with-cannoli,
 #                              # plus QEMU's own plugins for the exactness tests
 #   nix build .#qemu-plain     # the same source without --with-cannoli
@@ -35,8 +36,18 @@
       forAllSystems = f: lib.genAttrs systems (system: f nixpkgs.legacyPackages.${system});
 
       qemuVersion = "10.0.13";
-      # The guests scripts/build-qemu.sh builds (its CANNOLI_QEMU_TARGETS).
-      guestArches = [ "mipsel" "riscv64" ];
+      # The guests scripts/build-qemu.sh builds: the default of its
+      # CANNOLI_QEMU_TARGETS, read from the script so that both stay in step.
+      guestArches =
+        let
+          lines = builtins.filter builtins.isString
+            (builtins.split "\n" (builtins.readFile ./scripts/build-qemu.sh));
+          found = builtins.filter (m: m != null)
+            (map (builtins.match "targets=[$][{]CANNOLI_QEMU_TARGETS:-([^}]*)[}].*") lines);
+          targets = builtins.filter builtins.isString
+            (builtins.split "," (builtins.head (builtins.head found)));
+        in
+        map (t: builtins.head (builtins.match "(.*)-linux-user" t)) targets;
 
       mkQemu = pkgs: { withCannoli }:
         let

@@ -10,7 +10,7 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -359,8 +359,8 @@ fn qemu_from_cannoli_qemu_dir() {
 }
 
 /// The guest forks and its parent exits first: the launcher must wait for
-/// the orphaned child (it is a child subreaper) and return the parent's
-/// status.
+/// the orphaned child (it is a child subreaper), process its stream too and
+/// return the parent's status.
 #[test]
 fn a_forked_child_that_outlives_its_parent_is_waited_for() {
     let dir = RunDir::new();
@@ -370,8 +370,8 @@ fn a_forked_child_that_outlives_its_parent_is_waited_for() {
         let run = run_tool(
             &dir,
             &format!("orphan-{arch}"),
-            "benchmark",
-            &[s(&prog), "1"],
+            "symbolizer",
+            &["-o", "/dev/null", s(&prog), "1"],
             &[],
         );
         run.assert_code(4);
@@ -379,12 +379,21 @@ fn a_forked_child_that_outlives_its_parent_is_waited_for() {
             start.elapsed() >= Duration::from_millis(900),
             "the launcher did not wait for the child"
         );
-        let child = run.stdout.find("orphan: child done\n");
-        let summary = run.stdout.find(" events in ");
+        assert_eq!(
+            run.stdout, "orphan: parent exits\norphan: child done\n",
+            "the child's output is missing"
+        );
+        let summary = run
+            .stderr
+            .lines()
+            .find(|l| l.contains(" events in "))
+            .unwrap_or_default();
         assert!(
-            child.is_some() && summary.is_some() && child < summary,
-            "the child's output must come before the launcher's summary:\n{}",
-            run.stdout
+            summary.contains("from 2 guest threads,")
+                && !summary.contains("lost")
+                && !summary.contains("incomplete"),
+            "both processes' streams must be complete: {summary}\n{}",
+            run.stderr
         );
     }
 }
@@ -445,13 +454,25 @@ fn unknown_machine_is_one_line() {
 #[test]
 fn no_qemu_for_the_arch_is_one_line() {
     let dir = RunDir::new();
-    // A host (x86-64) program: no patched qemu-x86_64 is built.
-    let prog = PathBuf::from("/bin/true");
-    let run = run_tool(&dir, "x86", "symbolizer", &[s(&prog)], &[]);
+    // A static s390x executable (just the header): a machine QEMU knows,
+    // but no patched qemu-s390x is built.
+    let mut h = vec![0u8; 64];
+    h[..7].copy_from_slice(b"\x7fELF\x02\x02\x01");
+    h[16..18].copy_from_slice(&2u16.to_be_bytes()); // ET_EXEC
+    h[18..20].copy_from_slice(&22u16.to_be_bytes()); // EM_S390
+    h[20..24].copy_from_slice(&1u32.to_be_bytes());
+    h[52..54].copy_from_slice(&64u16.to_be_bytes());
+    h[54..56].copy_from_slice(&56u16.to_be_bytes());
+    let elf = dir.file("s390x.elf");
+    fs::write(&elf, &h).unwrap();
+    fs::set_permissions(&elf, fs::Permissions::from_mode(0o755)).unwrap();
+    let run = run_tool(&dir, "s390x", "symbolizer", &[s(&elf)], &[]);
     run.assert_code(1);
     run.assert_one_line_error(|l| {
-        l.contains("no patched qemu for x86_64")
-            && l.contains("scripts/build-qemu.sh")
+        l.contains("no patched qemu for s390x")
+            && l.contains("qemu.env")
+            && l.contains("bash scripts/build-qemu.sh")
+            && l.contains("s390x-linux-user")
             && l.contains("cannoli_qemu")
     });
 

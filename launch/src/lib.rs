@@ -399,14 +399,11 @@ fn machine_name(m: u16) -> Option<&'static str> {
 }
 
 fn built_targets_hint(arch: &Arch) -> String {
-    if ["mipsel", "riscv64"].contains(&arch.name) {
-        "build it with `bash scripts/build-qemu.sh`".to_string()
-    } else {
-        format!(
-            "build it with `CANNOLI_QEMU_TARGETS=mipsel-linux-user,riscv64-linux-user,{} bash scripts/build-qemu.sh`",
-            arch.qemu_target()
-        )
-    }
+    format!(
+        "build it with `bash scripts/build-qemu.sh` (which builds the targets in its \
+         CANNOLI_QEMU_TARGETS; add {} there if it is not one of them)",
+        arch.qemu_target()
+    )
 }
 
 impl fmt::Display for Error {
