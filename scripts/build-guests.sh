@@ -12,6 +12,9 @@
 # busybox workload); failing to download it is only a warning, since no test
 # needs it.
 #
+# Programs named dyn_*.c are linked dynamically instead (no -static); run
+# them with QEMU's -L /usr/<triple> (Debian's libc6-<arch>-cross).
+#
 # Outputs that are newer than their source (and this script) are skipped.
 #
 # usage: scripts/build-guests.sh [-f|--force] [-q|--quiet] [ARCH...]
@@ -32,7 +35,7 @@ for a in "$@"; do
   case "$a" in
     -f|--force) force=1 ;;
     -q|--quiet) quiet=1 ;;
-    -h|--help) sed -n '3,19p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,22p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "build-guests: unknown option: $a" >&2; exit 2 ;;
     *) arches+=("$a") ;;
   esac
@@ -88,7 +91,11 @@ for arch in "${arches[@]}"; do
     fi
     log "$arch/$name"
     tmp="$out.tmp.$$"
-    if ! "$cc" "${CFLAGS[@]}" "${extra[@]}" -o "$tmp" "$src" 2>"$tmp.log"; then
+    cflags=()
+    for f in "${CFLAGS[@]}"; do
+      case "$name:$f" in dyn_*:-static) ;; *) cflags+=("$f") ;; esac
+    done
+    if ! "$cc" "${cflags[@]}" "${extra[@]}" -o "$tmp" "$src" 2>"$tmp.log"; then
       cat "$tmp.log" >&2
       rm -f "$tmp" "$tmp.log"
       echo "build-guests: error: compiling $src for $arch failed" \

@@ -39,16 +39,35 @@
 //! plugins (libinsn, libexeclog, libmem).
 //!
 //! usage: `cannoli-dump [--listen ADDR] [--threads N] [--out FILE] [--only KINDS]
-//! [--no-exec] [-v]`
+//! [--no-exec] [--split DIR] [--delay-us N] [-v]`
 //!
 //! The first line on stdout is `listening <addr>` (flushed at once), so a
 //! caller that asked for port 0 learns the real port before starting QEMU.
+//!
+//! By default the lines of every traced thread and process go to the one
+//! output, each chunk's lines together. `--split DIR` writes each stream (one
+//! guest thread of one process image) to its own file instead,
+//! `DIR/dump-<pid>-<tid>.txt`; a later stream with the same pid and tid (the
+//! program that thread `execve`d) goes to `DIR/dump-<pid>-<tid>.<k>.txt`,
+//! k = 1, 2, ... `DIR/streams.txt` lists the streams in the order they
+//! connected, one a line:
+//!
+//! ```text
+//! <file> pid <pid> ppid <ppid> tid <tid> exe <path or ->
+//! ```
+//!
+//! `--delay-us N` makes the client slow on purpose: it sleeps N microseconds
+//! in each serial `trace` call (once per chunk), so QEMU has to wait for
+//! free chunks (a test of back-pressure).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cannoli::{Cannoli, ClientInfo, Server, Signal, Syscall};
 
@@ -66,6 +85,75 @@ static KINDS: OnceLock<u32> = OnceLock::new();
 
 /// Every line kind.
 const ALL_KINDS: &str = "XLSRBYMUPG";
+
+/// `--split DIR`: one file per stream (see the file header).
+struct Split {
+    dir: PathBuf,
+    /// `streams.txt`.
+    index: BufWriter<File>,
+    /// Streams seen so far per (pid, tid).
+    seen: HashMap<(i32, i32), u32>,
+}
+
+static SPLIT: OnceLock<Mutex<Split>> = OnceLock::new();
+/// Lines written to the `--split` files.
+static SPLIT_LINES: AtomicU64 = AtomicU64::new(0);
+/// `--delay-us`.
+static DELAY: OnceLock<Duration> = OnceLock::new();
+
+/// The file name of the next stream of (`pid`, `tid`) under `--split`.
+fn split_name(seen: &mut HashMap<(i32, i32), u32>, pid: i32, tid: i32) -> String {
+    let k = seen.entry((pid, tid)).or_insert(0);
+    let name = if *k == 0 {
+        format!("dump-{pid}-{tid}.txt")
+    } else {
+        format!("dump-{pid}-{tid}.{k}.txt")
+    };
+    *k += 1;
+    name
+}
+
+/// Opens this stream's `--split` file and lists it in `streams.txt`.
+fn split_open(ci: &ClientInfo) -> Option<BufWriter<File>> {
+    let mut sp = SPLIT.get()?.lock().unwrap_or_else(|e| e.into_inner());
+    let name = split_name(&mut sp.seen, ci.pid, ci.tid);
+    let path = sp.dir.join(&name);
+    let file = match File::create(&path) {
+        Ok(f) => f,
+        Err(e) => {
+            record_error(io::Error::new(
+                e.kind(),
+                format!("cannot create {}: {e}", path.display()),
+            ));
+            return Some(BufWriter::new(File::create("/dev/null").ok()?));
+        }
+    };
+    let mut exe = Vec::new();
+    push_path(&mut exe, ci.exe.as_deref().unwrap_or(""));
+    let r = writeln!(
+        sp.index,
+        "{name} pid {} ppid {} tid {} exe {}",
+        ci.pid,
+        ci.ppid,
+        ci.tid,
+        String::from_utf8_lossy(&exe)
+    )
+    .and_then(|_| sp.index.flush());
+    if let Err(e) = r {
+        record_error(e);
+    }
+    Some(BufWriter::with_capacity(1 << 20, file))
+}
+
+/// Keeps the first output error for the final report.
+fn record_error(e: io::Error) {
+    if let Some(out) = OUT.get() {
+        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+        if out.error.is_none() {
+            out.error = Some(e);
+        }
+    }
+}
 
 fn kind_bits(kinds: &str) -> Result<u32, String> {
     let mut bits = 0;
@@ -108,6 +196,18 @@ enum Ev {
 
 struct Dump {
     buf: Vec<u8>,
+    /// This stream's own file under `--split`.
+    split: Option<BufWriter<File>>,
+}
+
+impl Drop for Dump {
+    fn drop(&mut self) {
+        if let Some(w) = &mut self.split {
+            if let Err(e) = w.flush() {
+                record_error(e);
+            }
+        }
+    }
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -266,6 +366,7 @@ impl Cannoli for Dump {
         (
             Dump {
                 buf: Vec::with_capacity(1 << 16),
+                split: split_open(ci),
             },
             ci.clone(),
         )
@@ -430,6 +531,11 @@ impl Cannoli for Dump {
         if trace.is_empty() {
             return;
         }
+        if let Some(&d) = DELAY.get() {
+            if !d.is_zero() {
+                std::thread::sleep(d);
+            }
+        }
         let buf = &mut self.buf;
         buf.clear();
         for ev in trace {
@@ -443,6 +549,13 @@ impl Cannoli for Dump {
                 &Ev::Store { pc, addr, val, sz } => push_mem(buf, b'S', pc, addr, sz, val),
                 Ev::Line(l) => buf.extend_from_slice(l),
             }
+        }
+        if let Some(w) = &mut self.split {
+            if let Err(e) = w.write_all(buf) {
+                record_error(e);
+            }
+            SPLIT_LINES.fetch_add(trace.len() as u64, Ordering::Relaxed);
+            return;
         }
         let mut out = OUT
             .get()
@@ -465,15 +578,22 @@ struct Args {
     verbose: bool,
     /// `KINDS` bits.
     kinds: u32,
+    split: Option<String>,
+    delay_us: u64,
 }
 
 const USAGE: &str = "\
-usage: cannoli-dump [--listen ADDR] [--threads N] [--out FILE|-] [--only KINDS] [--no-exec] [-v]
+usage: cannoli-dump [--listen ADDR] [--threads N] [--out FILE|-] [--only KINDS] [--no-exec]
+                    [--split DIR] [--delay-us N] [-v]
   --listen ADDR   address to listen on (default 127.0.0.1:0 = any free port)
   --threads N     worker threads for the parallel callbacks (default: number of cpus)
   --out FILE      where to write the trace, '-' for stdout (default -)
   --only KINDS    print only lines of these kinds (letters of XLSRBYMUPG; default all)
   --no-exec       do not print X lines
+  --split DIR     write each traced thread's lines to DIR/dump-<pid>-<tid>.txt instead
+                  (DIR/dump-<pid>-<tid>.<k>.txt for the k-th later one, after an execve),
+                  and list them in DIR/streams.txt in connection order
+  --delay-us N    sleep N microseconds per chunk in the serial phase (a slow client)
   -v, --verbose   log every traced process and thread to stderr
 Line kinds: X exec, L load, S store, R registers, B branch registers,
 Y syscall, M mmap, U munmap, P mprotect, G signal (formats: see the source).
@@ -489,6 +609,8 @@ fn parse_args() -> Result<Args, String> {
         out: "-".to_string(),
         verbose: false,
         kinds: kind_bits(ALL_KINDS).unwrap(),
+        split: None,
+        delay_us: 0,
     };
     let mut no_exec = false;
     let mut it = std::env::args().skip(1);
@@ -517,6 +639,13 @@ fn parse_args() -> Result<Args, String> {
                 args.kinds = kind_bits(&value(&name)?).map_err(|e| format!("--only: {e}"))?
             }
             "--no-exec" => no_exec = true,
+            "--split" => args.split = Some(value(&name)?),
+            "--delay-us" => {
+                let v = value(&name)?;
+                args.delay_us = v.parse().map_err(|_| {
+                    format!("--delay-us: expected a number of microseconds, got '{v}'")
+                })?;
+            }
             "--verbose" | "-v" => args.verbose = true,
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -541,6 +670,25 @@ fn main() -> ExitCode {
     };
     let _ = VERBOSE.set(args.verbose);
     let _ = KINDS.set(args.kinds);
+    let _ = DELAY.set(Duration::from_micros(args.delay_us));
+    if let Some(dir) = &args.split {
+        let dir = PathBuf::from(dir);
+        let index = dir.join("streams.txt");
+        let made = std::fs::create_dir_all(&dir).and_then(|_| File::create(&index));
+        match made {
+            Ok(f) => {
+                let _ = SPLIT.set(Mutex::new(Split {
+                    dir,
+                    index: BufWriter::new(f),
+                    seen: HashMap::new(),
+                }));
+            }
+            Err(e) => {
+                eprintln!("cannoli-dump: cannot create {}: {e}", index.display());
+                return ExitCode::from(1);
+            }
+        }
+    }
 
     // Open the output first so a bad path fails before anyone connects.
     let w: Box<dyn Write + Send> = if args.out == "-" {
@@ -593,7 +741,16 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let dest = if args.out == "-" { "stdout" } else { &args.out };
+    let split_dest;
+    let dest = match &args.split {
+        Some(dir) => {
+            out.lines += SPLIT_LINES.load(Ordering::Relaxed);
+            split_dest = format!("{dir}/dump-*.txt");
+            &split_dest
+        }
+        None if args.out == "-" => "stdout",
+        None => &args.out,
+    };
     eprintln!(
         "cannoli-dump: {} connections, {} events in {} chunks, {} lost, {} incomplete streams; \
          {} lines to {} in {:.3}s ({} threads)",
@@ -770,6 +927,16 @@ mod tests {
         assert_eq!(kind_bits(ALL_KINDS).unwrap().count_ones(), 10);
         assert!(kind_bits("XQ").unwrap_err().contains("'Q'"));
         assert!(kind_bits("x").is_err());
+    }
+
+    #[test]
+    fn split_names() {
+        let mut seen = HashMap::new();
+        assert_eq!(split_name(&mut seen, 10, 10), "dump-10-10.txt");
+        assert_eq!(split_name(&mut seen, 10, 11), "dump-10-11.txt");
+        assert_eq!(split_name(&mut seen, 10, 10), "dump-10-10.1.txt");
+        assert_eq!(split_name(&mut seen, 10, 10), "dump-10-10.2.txt");
+        assert_eq!(split_name(&mut seen, 12, 10), "dump-12-10.txt");
     }
 
     #[test]
