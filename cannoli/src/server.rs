@@ -2,7 +2,7 @@
 //! connection the worker threads that decode the ring and the control loop
 //! that watches the socket for the goodbye.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mempipe::Consumer;
-use wire::{Goodbye, Hello, Welcome, MAGIC, WIRE_VERSION};
+use wire::{Expect, Goodbye, Hello, Welcome, MAGIC, WIRE_VERSION};
 
 use crate::decode::{decode, Layout};
 use crate::reseq::Reseq;
@@ -138,13 +138,15 @@ impl Server {
             live: Mutex::new(0),
             pids: Mutex::new(HashMap::new()),
             wake: wake_tx,
+            expected: Mutex::new(HashSet::new()),
         });
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
         let mut seen_any = false;
 
         loop {
             let none_live = *lock(&shared.live) == 0;
-            let idle = until_idle && seen_any && none_live;
+            let expecting = none_live && seen_any && shared.expecting();
+            let idle = until_idle && seen_any && none_live && !expecting;
             // run_until: once done() holds, drain the backlog (a zero-timeout
             // poll) and the live connections (each wakes us when it ends).
             let finishing = done.is_some_and(|d| d());
@@ -153,6 +155,8 @@ impl Server {
                 Some(_) if finishing => None,
                 Some(_) => Some(DONE_POLL),
                 None if idle => Some(self.linger),
+                // Re-check now and then whether the announced process lives.
+                None if expecting => Some(DONE_POLL),
                 None => None,
             };
             let ready =
@@ -266,9 +270,21 @@ struct Shared<T: Cannoli> {
     pids: Mutex<PidMap<T>>,
     /// Written to when a connection ends, to wake the accept loop.
     wake: UnixStream,
+    /// Processes announced but not connected yet: a forked child, or a
+    /// process that execs a program QEMU traces again.
+    expected: Mutex<HashSet<i32>>,
 }
 
 impl<T: Cannoli> Shared<T> {
+    /// Whether an announced process may still connect: forget the ones that
+    /// no longer exist (a child killed before it ran, say).
+    fn expecting(&self) -> bool {
+        let mut e = lock(&self.expected);
+        // SAFETY: kill with signal 0 only checks that the pid exists.
+        e.retain(|&pid| unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM });
+        !e.is_empty()
+    }
+
     fn pid_acquire(&self, ci: &ClientInfo) -> Arc<T::PidContext> {
         let mut pids = lock(&self.pids);
         if let Some((ctx, n)) = pids.get_mut(&ci.pid) {
@@ -482,6 +498,7 @@ struct Conn<'a, T: Cannoli> {
     skipped: AtomicU64,
     skipped_tag: AtomicU32,
     relay: Relay,
+    expected: &'a Mutex<HashSet<i32>>,
 }
 
 /// How the first worker of a connection calls the others in.
@@ -551,6 +568,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         return;
     };
     let ci = ClientInfo::from_hello(&hello);
+    lock(&shared.expected).remove(&ci.pid);
 
     let pid_ctx = shared.pid_acquire(&ci);
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
@@ -571,6 +589,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         skipped: AtomicU64::new(0),
         skipped_tag: AtomicU32::new(0),
         relay: Relay::new(),
+        expected: &shared.expected,
     };
 
     let mut incomplete = 0;
@@ -644,7 +663,16 @@ fn control<T: Cannoli>(reader: &mut BufReader<TcpStream>, conn: &Conn<'_, T>) ->
     let goodbye = loop {
         match read_line(reader) {
             Ok(Some(line)) => match serde_json::from_str::<Goodbye>(line.trim_end()) {
-                Ok(g) => break Some(g),
+                Ok(g) => {
+                    if g.exec {
+                        lock(conn.expected).insert(pid);
+                    }
+                    break Some(g);
+                }
+                Err(_) if serde_json::from_str::<Expect>(line.trim_end()).is_ok() => {
+                    let e: Expect = serde_json::from_str(line.trim_end()).expect("checked");
+                    lock(conn.expected).insert(e.expect_pid);
+                }
                 Err(e) => {
                     let shown: String = line.trim_end().chars().take(80).collect();
                     eprintln!("cannoli: pid {pid} tid {tid}: ignoring unexpected control message {shown:?} ({e})");

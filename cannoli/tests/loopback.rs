@@ -347,6 +347,7 @@ impl Fake {
                 let g = Goodbye {
                     chunks: p.published(),
                     lost_events: lost,
+                    exec: false,
                 };
                 let mut line = serde_json::to_string(&g).unwrap();
                 line.push('\n');

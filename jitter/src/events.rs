@@ -127,15 +127,43 @@ fn capture_for(name: &str) -> Capture {
 /// The capture rule of each syscall number, from QEMU's names.
 static CAPTURES: OnceLock<std::collections::HashMap<u64, Capture>> = OnceLock::new();
 
+/// Syscalls that make a process: (number, whether it's `clone`, whose
+/// flags decide between a thread and a process).
+static FORKS: OnceLock<std::collections::HashMap<u64, bool>> = OnceLock::new();
+
 pub fn set_syscall_names(names: &std::collections::BTreeMap<u64, String>) {
     let _ = CAPTURES.set(names.iter()
         .map(|(&n, name)| (n, capture_for(name)))
         .filter(|(_, c)| *c != Capture::None)
         .collect());
+    let _ = FORKS.set(names.iter()
+        .filter_map(|(&n, name)| match name.as_str() {
+            "fork" | "vfork" => Some((n, false)),
+            "clone" => Some((n, true)),
+            _ => None,
+        })
+        .collect());
+}
+
+/// In the parent, after a syscall returned `ret`: if it forked a process,
+/// tell the client to wait for the child.
+fn note_fork(num: u64, args: &[u64; 6], ret: i64) {
+    const CLONE_VM: u64 = 0x100;
+    if ret <= 0 {
+        return;
+    }
+    match FORKS.get().and_then(|f| f.get(&num)) {
+        Some(false) => stream::expect_child(ret as i32),
+        Some(true) if args[0] & CLONE_VM == 0 => stream::expect_child(ret as i32),
+        _ => {}
+    }
 }
 
 /// A syscall that started and has not returned yet.
 struct Pending {
+    /// False for a fork the user's filter excluded: kept only to tell the
+    /// client about the child.
+    report: bool,
     num: u64,
     args: [u64; 6],
     data: Vec<u8>,
@@ -152,11 +180,12 @@ fn wanted(num: u64) -> bool {
 
 pub fn syscall_enter(num: i32, args: [i64; 6]) {
     let num = num as u32 as u64;
-    if !wanted(num) {
+    let report = wanted(num);
+    if !report && !FORKS.get().is_some_and(|f| f.contains_key(&num)) {
         return;
     }
     let args = args.map(|a| a as u64);
-    let mut p = Pending { num, args, data: Vec::new(), total: 0 };
+    let mut p = Pending { report, num, args, data: Vec::new(), total: 0 };
     if let Some(Capture::Path(i)) = CAPTURES.get().and_then(|c| c.get(&num)) {
         if let Some(s) = read_guest_str(args[*i]) {
             p.total = s.len() as u64;
@@ -169,6 +198,10 @@ pub fn syscall_enter(num: i32, args: [i64; 6]) {
 pub fn syscall_exit(c: &mut Cursor, num: i32, ret: i64) {
     let Some(mut p) = PENDING.with(|q| q.borrow_mut().take()) else { return };
     if p.num != num as u32 as u64 {
+        return;
+    }
+    note_fork(p.num, &p.args, ret);
+    if !p.report {
         return;
     }
     match CAPTURES.get().and_then(|c| c.get(&p.num)) {
@@ -190,7 +223,7 @@ pub fn syscall_exit(c: &mut Cursor, num: i32, ret: i64) {
 /// A syscall that will not return (exit, exit_group, execve) is reported
 /// before its stream ends.
 pub fn syscall_unfinished(c: &mut Cursor) {
-    if let Some(p) = PENDING.with(|q| q.borrow_mut().take()) {
+    if let Some(p) = PENDING.with(|q| q.borrow_mut().take()).filter(|p| p.report) {
         write_syscall(c, &p, None);
     }
 }
@@ -368,14 +401,15 @@ fn leak_argv(v: Vec<CString>) -> *mut *mut c_char {
 pub unsafe fn execve(c: &mut Cursor, dirfd: i32, path: &mut *const c_char,
                      argv: &mut *mut *mut c_char, envp: &mut *mut *mut c_char) -> bool {
     syscall_unfinished(c);
-    stream::finish(c);
     let guest = CStr::from_ptr(*path).to_owned();
     let mut target = std::path::PathBuf::from(std::ffi::OsStr::from_encoded_bytes_unchecked(guest.to_bytes()));
     if target.is_relative() && dirfd != libc::AT_FDCWD {
         target = std::path::Path::new(&format!("/proc/self/fd/{dirfd}")).join(target);
     }
     let same_kind = env().elf_ident.is_some() && elf_ident(&target) == env().elf_ident;
-    let Some((qemu, lib)) = self_paths().filter(|_| same_kind) else {
+    let reexec = self_paths().filter(|_| same_kind);
+    stream::finish(c, reexec.is_some());
+    let Some((qemu, lib)) = reexec else {
         if EXEC_WARNED.fetch_add(1, Ordering::Relaxed) == 0 && elf_ident(&target).is_some() && !same_kind {
             eprintln!("qemu: cannoli: {} is not a {} program; it runs untraced",
                       target.display(), crate::stream::GUEST.get().map_or("guest", |g| g.arch.as_str()));

@@ -252,7 +252,7 @@ unsafe extern "C" fn cpu_exit(c: Cur, _code: c_int) {
     if c.cursor != 0 && stream::is_mine(c) {
         events::syscall_unfinished(c);
     }
-    stream::finish(c);
+    stream::finish(c, false);
 }
 
 unsafe extern "C" fn syscall_enter(_c: Cur, num: c_int, args: *const i64) {

@@ -198,8 +198,15 @@ impl Stream {
         self.next_chunk()
     }
 
-    /// Hands over everything up to `cursor` and ends the stream cleanly.
-    pub fn finish(mut self, cursor: u64) {
+    /// Tells the client about a forked child to wait for.
+    fn expect(&mut self, pid: i32) {
+        let line = serde_json::to_string(&wire::Expect { expect_pid: pid }).expect("serializes") + "\n";
+        let _ = self.sock.write_all(line.as_bytes());
+    }
+
+    /// Hands over everything up to `cursor` and ends the stream cleanly;
+    /// `exec`: a traced successor of the same pid follows.
+    pub fn finish(mut self, cursor: u64, exec: bool) {
         if cursor != 0 {
             let len = cursor.saturating_sub(self.chunk as u64) as usize;
             if self.scratch.is_some() {
@@ -209,7 +216,7 @@ impl Stream {
             }
         }
         self.ring.close();
-        let bye = Goodbye { chunks: self.ring.published(), lost_events: self.lost_bytes / 8 };
+        let bye = Goodbye { chunks: self.ring.published(), lost_events: self.lost_bytes / 8, exec };
         let line = serde_json::to_string(&bye).expect("Goodbye serializes") + "\n";
         let _ = self.sock.write_all(line.as_bytes());
         let _ = self.sock.shutdown(Shutdown::Both);
@@ -293,8 +300,8 @@ pub fn is_mine(c: &Cursor) -> bool {
 
 /// The thread owning `c` is exiting, or about to execve, or (for another
 /// thread's cursor) the whole process is ending and that thread is stopped
-/// outside the JIT: hand over every event.
-pub fn finish(c: &mut Cursor) {
+/// outside the JIT: hand over every event. `exec`: see [`Goodbye::exec`].
+pub fn finish(c: &mut Cursor, exec: bool) {
     let key = c as *mut Cursor as usize;
     let slot = if is_mine(c) || c.cursor == 0 {
         MY_CURSOR.with(|m| if m.get() == key { m.set(0) });
@@ -307,10 +314,15 @@ pub fn finish(c: &mut Cursor) {
             .map(|(_, s)| s)
     };
     if let Some(st) = slot.and_then(|s| lock(&s).take()) {
-        st.finish(c.cursor);
+        st.finish(c.cursor, exec);
     }
     c.cursor = 0;
     c.end = 0;
+}
+
+/// In the parent of a fork: the client should wait for `child` too.
+pub fn expect_child(child: i32) {
+    with_mine(|s| if let Some(st) = s.as_mut() { st.expect(child) });
 }
 
 /// In a forked child: forget the parent's stream; the child connects anew.

@@ -272,6 +272,18 @@ pub struct Goodbye {
     pub chunks: u64,
     /// Events the JIT could not record (always 0 unless the client went away).
     pub lost_events: u64,
+    /// The stream ends because the process execs a program that QEMU runs
+    /// traced again: a new connection of the same pid follows.
+    #[serde(default)]
+    pub exec: bool,
+}
+
+/// A control message in the middle of a stream: the process forked, and the
+/// child (which connects on its own, maybe after the parent has gone) is
+/// part of the traced tree.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Expect {
+    pub expect_pid: i32,
 }
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ fn fake_qemu(addr: &str, tid: i32, chunks: &[Vec<u64>]) {
     let g = Goodbye {
         chunks: p.published(),
         lost_events: 0,
+        exec: false,
     };
     s.write_all(format!("{}\n", serde_json::to_string(&g).unwrap()).as_bytes())
         .unwrap();
