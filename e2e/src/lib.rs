@@ -28,6 +28,8 @@ use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+pub mod ground;
+
 pub mod procs;
 
 /// Guest architectures every test covers.
