@@ -201,7 +201,8 @@ thread_local! {
 /// answer for code generation, and say whether QEMU must insert the helper
 /// call (for hooks that report registers).
 pub fn hook_insn(pc: u64, flags: u32) -> u32 {
-    let hook = user_hook_inst(pc, flags & INSN_CAN_END_BLOCK != 0);
+    let branch = crate::events::branch_flag(pc, flags & INSN_CAN_END_BLOCK != 0);
+    let hook = user_hook_inst(pc, branch);
     DECISIONS.with(|d| {
         let mut d = d.borrow_mut();
         if flags & INSN_FIRST != 0 {
@@ -211,7 +212,7 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
     });
     let kind = match hook {
         HookType::Register => wire::RegsKind::Regs,
-        HookType::Branch if flags & INSN_CAN_END_BLOCK != 0 => wire::RegsKind::BranchYes,
+        HookType::Branch if branch => wire::RegsKind::BranchYes,
         HookType::Branch => wire::RegsKind::BranchNo,
         _ => return 0,
     };

@@ -24,6 +24,11 @@ pub struct Env {
     pub elf_ident: Option<(u8, u8, u16)>,
     /// How the user's library filters syscalls, if it does.
     pub hook_syscall: Option<fn(u64) -> bool>,
+    /// The guest program as QEMU was given it (to find it in QEMU's argv).
+    pub exe_as_given: Option<String>,
+    /// A MIPS guest (branch delay slots), and its byte order.
+    pub mips: bool,
+    pub big_endian: bool,
 }
 
 pub static ENV: OnceLock<Env> = OnceLock::new();
@@ -58,6 +63,15 @@ fn read_guest_str(addr: u64) -> Option<Vec<u8>> {
         a += n as u64;
     }
     Some(out)
+}
+
+/// The user's `branch` flag for the instruction at `pc` (see `delay`).
+pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
+    let Some(e) = ENV.get() else { return ends_block };
+    crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| {
+        let b: [u8; 4] = read_guest(a, 4)?.try_into().ok()?;
+        Some(if e.big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -355,6 +369,30 @@ fn self_paths() -> Option<&'static (CString, CString)> {
     }).as_ref()
 }
 
+/// This QEMU's own command-line options, from /proc/self/cmdline: what comes
+/// before the guest program, without `-0`, `-E`, `-U` and `-cannoli` (with
+/// their arguments).
+fn qemu_options() -> Vec<CString> {
+    let Ok(raw) = std::fs::read("/proc/self/cmdline") else { return Vec::new() };
+    let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+    let Some(prog) = env().exe_as_given.as_deref() else { return Vec::new() };
+    let Some(at) = args.iter().skip(1).position(|a| *a == prog.as_bytes()).map(|i| i + 1) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    // QEMU accepts both -opt and --opt.
+    let mut it = args[1..at].iter();
+    while let Some(&a) = it.next() {
+        let name = a.strip_prefix(b"--").or_else(|| a.strip_prefix(b"-")).unwrap_or(a);
+        if matches!(name, b"0" | b"E" | b"U" | b"cannoli") {
+            it.next();
+        } else if let Ok(c) = CString::new(a) {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// (class, data, machine) of an ELF file, if it is one.
 pub fn elf_ident(path: &std::path::Path) -> Option<(u8, u8, u16)> {
     use std::io::Read;
@@ -419,8 +457,13 @@ pub unsafe fn execve(c: &mut Cursor, dirfd: i32, path: &mut *const c_char,
     let Ok(target) = CString::new(target.into_os_string().into_encoded_bytes()) else { return false };
     let old_argv = c_strings(*argv);
     let mut new_argv = vec![qemu.clone(), c"-cannoli".into(), lib.clone()];
-    if let Some(p) = &env().interp_prefix {
-        if let Ok(p) = CString::new(p.as_str()) {
+    // The options this QEMU was started with (-R, -seed, -cpu, -L, -strace,
+    // ...) apply to the new program too; not those naming this program's
+    // argv[0] and environment or the hook library, which are set anew.
+    let opts = qemu_options();
+    new_argv.extend(opts.iter().cloned());
+    if !opts.iter().any(|o| o.to_bytes() == b"-L") {
+        if let Some(p) = env().interp_prefix.as_deref().and_then(|p| CString::new(p).ok()) {
             new_argv.extend([c"-L".into(), p]);
         }
     }

@@ -146,6 +146,9 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         interp_prefix: cstr(info.interp_prefix),
         elf_ident: exe.as_deref().and_then(|e| events::elf_ident(std::path::Path::new(e))),
         hook_syscall: user_hook_syscall(),
+        exe_as_given: cstr(info.exe),
+        mips: arch.starts_with("mips"),
+        big_endian: info.big_endian != 0,
     });
     let guest = stream::Guest {
         regs: wire::RegLayout {

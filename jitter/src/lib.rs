@@ -26,6 +26,7 @@
 
 pub mod asm;
 mod codegen;
+mod delay;
 mod events;
 mod ffi;
 mod stream;

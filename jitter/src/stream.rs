@@ -61,7 +61,8 @@ pub struct Stream {
     addr: String,
     /// Start of the chunk being filled (or of `scratch` once the client is gone).
     chunk: *mut u8,
-    /// Where events go once the client has gone away.
+    /// Where events go once the client has gone away (which QEMU has then
+    /// said, in one line).
     scratch: Option<Box<[u64]>>,
     lost_bytes: u64,
 }
@@ -220,7 +221,9 @@ impl Stream {
         let line = serde_json::to_string(&bye).expect("Goodbye serializes") + "\n";
         let _ = self.sock.write_all(line.as_bytes());
         let _ = self.sock.shutdown(Shutdown::Both);
-        if self.lost_bytes > 0 {
+        // Once the client is gone it was said; the events QEMU then drops
+        // are the untraced rest of the program.
+        if self.lost_bytes > 0 && self.scratch.is_none() {
             eprintln!("qemu: cannoli: {} bytes of events (up to {} events) could not be delivered \
                        to the client", self.lost_bytes, self.lost_bytes / 8);
         }

@@ -1,0 +1,81 @@
+//! Branch delay slots: on MIPS a branch's jump is translated together with
+//! the instruction after it (its delay slot), so the TCG ops that end the
+//! block belong to the delay slot. The user's `branch` flag means "this
+//! instruction transfers control", so on MIPS it is moved back onto the
+//! branch itself by decoding the instruction words.
+
+/// Whether a MIPS32/MIPS64 (not microMIPS, not MIPS16) instruction is a
+/// branch or jump with a delay slot.
+pub fn mips_has_delay_slot(w: u32) -> bool {
+    let op = w >> 26;
+    let rs = (w >> 21) & 31;
+    let rt = (w >> 16) & 31;
+    match op {
+        // J, JAL, BEQ, BNE, BLEZ, BGTZ and the "likely" forms.
+        2..=7 | 20..=23 => true,
+        // SPECIAL: JR, JALR.
+        0 => matches!(w & 63, 8 | 9),
+        // REGIMM: BLTZ, BGEZ(L), BLTZ(A)L(L), BGEZAL (BAL), ...
+        1 => matches!(rt, 0..=3 | 16..=19),
+        // COP1/COP2: BC1x, BC2x (rs = 8), BC1ANY2/4 (rs = 9, 10).
+        17 | 18 => matches!(rs, 8..=10),
+        _ => false,
+    }
+}
+
+/// The `branch` flag the user's hook sees for the instruction at `pc`.
+/// `ends_block`: its TCG ops may end the translation block. `word(addr)`
+/// reads a guest instruction word (None if unreadable).
+pub fn user_branch_flag(mips: bool, pc: u64, ends_block: bool, word: impl Fn(u64) -> Option<u32>) -> bool {
+    if !mips {
+        return ends_block;
+    }
+    if word(pc).is_some_and(mips_has_delay_slot) {
+        return true;
+    }
+    // A delay slot carries its branch's block end; anything else that ends
+    // the block (syscall, break, trap, eret, a compact branch) is itself one.
+    ends_block && !pc.checked_sub(4).and_then(&word).is_some_and(mips_has_delay_slot)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_mips_branches() {
+        // Encodings from the MIPS32 manual (assembled by hand):
+        assert!(mips_has_delay_slot(0x0c100200)); // jal 0x400800
+        assert!(mips_has_delay_slot(0x08100200)); // j 0x400800
+        assert!(mips_has_delay_slot(0x03e00008)); // jr ra
+        assert!(mips_has_delay_slot(0x0320f809)); // jalr t9
+        assert!(mips_has_delay_slot(0x10400003)); // beq v0, zero, +3
+        assert!(mips_has_delay_slot(0x14a0fffe)); // bne a1, zero, -2
+        assert!(mips_has_delay_slot(0x04110004)); // bal +4
+        assert!(mips_has_delay_slot(0x1000ffff)); // b -1 (beq zero, zero)
+        assert!(!mips_has_delay_slot(0x27bdffe0)); // addiu sp, sp, -32
+        assert!(!mips_has_delay_slot(0x0000000c)); // syscall
+        assert!(!mips_has_delay_slot(0x00000000)); // nop
+        assert!(!mips_has_delay_slot(0x8fbf001c)); // lw ra, 28(sp)
+    }
+
+    #[test]
+    fn flag_moves_from_delay_slot_to_branch() {
+        // 0x100: jal, 0x104: nop (delay slot, carries the block end),
+        // 0x108: syscall (ends the block itself), 0x10c: addiu.
+        let code = |a: u64| match a {
+            0x100 => Some(0x0c100200),
+            0x104 => Some(0),
+            0x108 => Some(0x0000000c),
+            0x10c => Some(0x27bdffe0),
+            _ => None,
+        };
+        assert!(user_branch_flag(true, 0x100, false, code));
+        assert!(!user_branch_flag(true, 0x104, true, code));
+        assert!(user_branch_flag(true, 0x108, true, code));
+        assert!(!user_branch_flag(true, 0x10c, false, code));
+        // Other guests: the TCG flag as it is.
+        assert!(user_branch_flag(false, 0x104, true, code));
+        assert!(!user_branch_flag(false, 0x100, false, code));
+    }
+}
