@@ -9,7 +9,10 @@
 //! qemu-mipsel -cannoli target/release/libbenchmark.so ./nop_loop
 //! ```
 //!
-//! With a program, the time counts from just before QEMU starts.
+//! With a program, the time counts from just before QEMU starts. The line
+//! also gives host cycles per traced instruction: that time times the CPU's
+//! nominal clock (`cpu MHz` in /proc/cpuinfo; the time stamp counter's
+//! measured rate where /proc/cpuinfo has none), divided by the events.
 
 use cannoli::{Cannoli, ClientInfo};
 use std::ffi::OsString;
@@ -85,8 +88,17 @@ fn main() {
     });
     let stats = report.stats;
     let secs = start.elapsed().as_secs_f64();
+    // Host cycles per traced instruction (exec event: the hook library
+    // traces every instruction and nothing else), over the same wall time.
+    let cycles = match cpu_mhz() {
+        Some((mhz, source)) if stats.events > 0 => format!(
+            "{:.2} cycles/instruction at {mhz:.0} MHz ({source}), ",
+            secs * mhz * 1e6 / stats.events as f64
+        ),
+        _ => String::new(),
+    };
     println!(
-        "{} events in {} chunks, {:.3} s since {}, {:.1} M events/s, {} lost",
+        "{} events in {} chunks, {:.3} s since {}, {:.1} M events/s, {cycles}{} lost",
         stats.events,
         stats.chunks,
         secs,
@@ -99,4 +111,55 @@ fn main() {
         stats.lost_events
     );
     std::process::exit(report.status);
+}
+
+/// The host CPU's clock in MHz and where it comes from: the nominal `cpu
+/// MHz` of /proc/cpuinfo (its first processor), else the time stamp
+/// counter's rate measured over 50 ms (x86-64; the TSC ticks at the nominal
+/// frequency on current CPUs).
+fn cpu_mhz() -> Option<(f64, &'static str)> {
+    let from_cpuinfo = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| cpuinfo_mhz(&t));
+    if let Some(m) = from_cpuinfo {
+        return Some((m, "cpu MHz of /proc/cpuinfo"));
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: rdtsc has no preconditions on x86-64.
+        let tsc = || unsafe { std::arch::x86_64::_rdtsc() };
+        let (t0, c0) = (Instant::now(), tsc());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (c1, t1) = (tsc(), t0.elapsed());
+        let mhz = c1.wrapping_sub(c0) as f64 / t1.as_secs_f64() / 1e6;
+        if mhz > 0.0 {
+            return Some((mhz, "time stamp counter, measured"));
+        }
+    }
+    None
+}
+
+/// The first `cpu MHz` of a /proc/cpuinfo text.
+fn cpuinfo_mhz(text: &str) -> Option<f64> {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.trim() == "cpu MHz")
+        .and_then(|(_, v)| v.trim().parse::<f64>().ok())
+        .filter(|&m| m > 0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock() {
+        let t = "processor\t: 0\nmodel name\t: AMD EPYC\ncpu MHz\t\t: 2596.124\n\n\
+                 processor\t: 1\ncpu MHz\t\t: 1800.000\n";
+        assert_eq!(cpuinfo_mhz(t), Some(2596.124));
+        assert_eq!(cpuinfo_mhz("processor : 0\nBogoMIPS : 50.00\n"), None);
+        assert_eq!(cpuinfo_mhz("cpu MHz : 0\n"), None);
+        let (mhz, _) = cpu_mhz().expect("no clock on this host");
+        assert!(mhz > 100.0 && mhz < 10_000.0, "{mhz} MHz");
+    }
 }

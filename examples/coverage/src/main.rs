@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Code coverage of a guest program as a drcov file, with every executable
+//! mapping a module: the program, its dynamic loader and shared libraries,
+//! and anonymous code that ran (QEMU's signal trampoline, JIT code).
+//!
+//! ```sh
+//! coverage -o prog.drcov ./prog args...     # then load prog.drcov into
+//!                                           # Lighthouse, bncov or Cutter
+//! ```
+//!
+//! How it works: the hook library (`libcoverage.so`) answers
+//! `HookType::Once` for every instruction, so QEMU reports each translated
+//! instruction the first time it runs and then patches the hook out; a hot
+//! loop costs nothing after its first iteration. The client attributes each
+//! reported pc to the executable mapping it lies in (from the trace's mmap,
+//! munmap and mprotect events, in execution order), and at the end coalesces
+//! each module's instruction starts into blocks: maximal runs of
+//! instructions that follow each other without a gap (so a block can span
+//! several basic blocks, as a straight-line call-and-return does; the
+//! readers map covered bytes onto their own basic blocks). The size of the
+//! last instruction of a run comes from the architecture (4 bytes on MIPS)
+//! or from the instruction's bytes in the mapped file (RISC-V compressed
+//! instructions, x86).
+
+mod drcov;
+mod isa;
+mod space;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+use cannoli::{Cannoli, ClientInfo};
+use object::{Object, ObjectSegment};
+
+use drcov::{Bb, DrcovModule};
+use isa::Isa;
+use space::{Module, Modules, Space};
+
+/// What the parallel callbacks hand to the serial phase.
+enum Ev {
+    Exec(u64),
+    Map {
+        base: u64,
+        len: u64,
+        exec: bool,
+        file: Option<(Arc<str>, u64)>,
+    },
+    Unmap {
+        base: u64,
+        len: u64,
+    },
+    Protect {
+        base: u64,
+        len: u64,
+        exec: bool,
+    },
+}
+
+/// Everything the run collected, over all guest processes and threads.
+#[derive(Default)]
+struct Coverage {
+    modules: Modules,
+    /// Instruction starts by module id.
+    hits: Vec<HashSet<u64>>,
+    /// Reported pcs in no executable mapping.
+    outside: HashSet<u64>,
+    exec_events: u64,
+    pids: HashSet<i32>,
+    threads: u64,
+    /// The first stream's guest address width.
+    bits: Option<u32>,
+}
+
+static COVERAGE: LazyLock<Mutex<Coverage>> = LazyLock::new(Default::default);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Per guest process: its current address space. An `execve` replaces it:
+/// the new image's first thread (tid == pid) connects again.
+struct Proc {
+    space: Mutex<(Arc<Mutex<Space>>, bool)>,
+}
+
+/// Per guest thread: the address space it runs in.
+struct Thread {
+    space: Arc<Mutex<Space>>,
+}
+
+struct Tracer;
+
+impl Cannoli for Tracer {
+    type Trace = Ev;
+    type TidContext = Thread;
+    type PidContext = Proc;
+
+    fn init_pid(ci: &ClientInfo) -> Arc<Proc> {
+        let mut c = lock(&COVERAGE);
+        c.pids.insert(ci.pid);
+        c.bits.get_or_insert(ci.guest_bits);
+        Arc::new(Proc {
+            space: Mutex::new((
+                Arc::new(Mutex::new(Space::new(&ci.arch, ci.guest_bits))),
+                false,
+            )),
+        })
+    }
+
+    fn init_tid(pid: &Proc, ci: &ClientInfo) -> (Tracer, Thread) {
+        lock(&COVERAGE).threads += 1;
+        let mut cur = lock(&pid.space);
+        if ci.tid == ci.pid {
+            // The process's first thread, or its image after an execve.
+            if cur.1 {
+                cur.0 = Arc::new(Mutex::new(Space::new(&ci.arch, ci.guest_bits)));
+            }
+            cur.1 = true;
+        }
+        (
+            Tracer,
+            Thread {
+                space: cur.0.clone(),
+            },
+        )
+    }
+
+    fn exec(_pid: &Proc, _tid: &Thread, pc: u64, trace: &mut Vec<Ev>) {
+        trace.push(Ev::Exec(pc));
+    }
+
+    fn mmap(
+        _pid: &Proc,
+        _tid: &Thread,
+        base: u64,
+        len: u64,
+        anon: bool,
+        _read: bool,
+        _write: bool,
+        exec: bool,
+        path: &str,
+        offset: u64,
+        trace: &mut Vec<Ev>,
+    ) {
+        let file = (!anon).then(|| (Arc::from(path), offset));
+        trace.push(Ev::Map {
+            base,
+            len,
+            exec,
+            file,
+        });
+    }
+
+    fn munmap(_pid: &Proc, _tid: &Thread, base: u64, len: u64, trace: &mut Vec<Ev>) {
+        trace.push(Ev::Unmap { base, len });
+    }
+
+    fn mprotect(
+        _pid: &Proc,
+        _tid: &Thread,
+        base: u64,
+        len: u64,
+        _read: bool,
+        _write: bool,
+        exec: bool,
+        trace: &mut Vec<Ev>,
+    ) {
+        trace.push(Ev::Protect { base, len, exec });
+    }
+
+    fn trace(&mut self, _pid: &Proc, tid: &Thread, trace: &[Ev]) {
+        let mut space = lock(&tid.space);
+        let mut c = lock(&COVERAGE);
+        let c = &mut *c;
+        for ev in trace {
+            match ev {
+                Ev::Exec(pc) => {
+                    c.exec_events += 1;
+                    match space.lookup(*pc) {
+                        Some(m) => {
+                            if c.hits.len() <= m as usize {
+                                c.hits.resize_with(m as usize + 1, HashSet::new);
+                            }
+                            c.hits[m as usize].insert(*pc);
+                        }
+                        None => {
+                            c.outside.insert(*pc);
+                        }
+                    }
+                }
+                Ev::Map {
+                    base,
+                    len,
+                    exec,
+                    file,
+                } => space.map(*base, *len, *exec, file.clone(), &mut c.modules),
+                Ev::Unmap { base, len } => space.unmap(*base, *len),
+                Ev::Protect { base, len, exec } => {
+                    space.protect(*base, *len, *exec, &mut c.modules)
+                }
+            }
+        }
+    }
+}
+
+/// One module of the output, with its blocks.
+struct ModuleOut {
+    row: DrcovModule,
+    blocks: Vec<(u64, u64)>,
+    insns: usize,
+    bytes: u64,
+}
+
+/// The entry point of the ELF image in `data` as loaded for `m`.
+fn entry(data: &[u8], m: &Module) -> u64 {
+    let Ok(file) = object::File::parse(data) else {
+        return 0;
+    };
+    // The load bias: where the segment holding the mapping's file offset
+    // landed, against where the file says it goes.
+    for seg in file.segments() {
+        let (off, size) = seg.file_range();
+        if off <= m.offset && m.offset < off + size.max(1) {
+            let want = seg.address().wrapping_add(m.offset - off);
+            return file.entry().wrapping_add(m.start.wrapping_sub(want));
+        }
+    }
+    0
+}
+
+/// Builds each module's blocks. Modules without blocks are kept if they
+/// map a file (DynamoRIO lists every loaded module), dropped if anonymous.
+fn build(c: &Coverage) -> Vec<ModuleOut> {
+    let mut files: HashMap<Arc<str>, Option<Vec<u8>>> = HashMap::new();
+    let mut out = Vec::new();
+    for (id, m) in c.modules.iter() {
+        let hits = c.hits.get(id as usize);
+        let mut pcs: Vec<u64> = hits
+            .map(|h| h.iter().copied().collect())
+            .unwrap_or_default();
+        if pcs.is_empty() && m.path.is_none() {
+            continue;
+        }
+        pcs.sort_unstable();
+        let isa = Isa::of(&m.arch);
+        let data = m.path.as_ref().and_then(|p| {
+            files
+                .entry(p.clone())
+                .or_insert_with(|| std::fs::read(&**p).ok())
+                .as_deref()
+        });
+        let len = |pc: u64| {
+            let code = data.filter(|_| isa.needs_code()).and_then(|d| {
+                let off = usize::try_from(m.file_offset(pc)).ok()?;
+                d.get(off..(off + 15).min(d.len()))
+            });
+            isa.len(code)
+        };
+        let blocks = drcov::coalesce(&pcs, u16::MAX as u64, len);
+        let bytes = blocks.iter().map(|(s, e)| e - s).sum();
+        out.push(ModuleOut {
+            row: DrcovModule {
+                base: m.base(),
+                end: m.end,
+                entry: data.map(|d| entry(d, m)).unwrap_or(0),
+                path: m
+                    .path
+                    .as_deref()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| "[anon]".to_string()),
+            },
+            blocks,
+            insns: pcs.len(),
+            bytes,
+        });
+    }
+    out
+}
+
+/// Writes the file and prints the summary on stderr.
+fn finish(out_path: &Path, report: Option<&launch::Report>) -> Result<(), String> {
+    let c = lock(&COVERAGE);
+    let mods = build(&c);
+    let mut bbs = Vec::new();
+    let mut dropped = 0usize;
+    for (id, m) in mods.iter().enumerate() {
+        for &(s, e) in &m.blocks {
+            match u32::try_from(s - m.row.base) {
+                Ok(start) => bbs.push(Bb {
+                    module: id as u16,
+                    start,
+                    size: (e - s) as u16,
+                }),
+                Err(_) => dropped += 1,
+            }
+        }
+    }
+    if mods.len() > u16::MAX as usize {
+        return Err(format!("{} modules: more than drcov's 65535", mods.len()));
+    }
+    let rows: Vec<DrcovModule> = mods.iter().map(|m| m.row.clone()).collect();
+    let file = std::fs::File::create(out_path)
+        .map_err(|e| format!("cannot create {}: {e}", out_path.display()))?;
+    let mut w = BufWriter::new(file);
+    drcov::write(&mut w, c.bits.unwrap_or(64), &rows, &bbs)
+        .and_then(|()| w.flush())
+        .map_err(|e| format!("cannot write {}: {e}", out_path.display()))?;
+
+    let insns: usize = mods.iter().map(|m| m.insns).sum();
+    let mut s = format!(
+        "coverage: wrote {}: {} modules, {} blocks, {} instructions from {} exec events \
+         ({} process{}, {} thread{})\n",
+        out_path.display(),
+        mods.len(),
+        bbs.len(),
+        insns,
+        c.exec_events,
+        c.pids.len(),
+        if c.pids.len() == 1 { "" } else { "es" },
+        c.threads,
+        if c.threads == 1 { "" } else { "s" },
+    );
+    let w = if c.bits.unwrap_or(64) <= 32 { 8 } else { 12 };
+    s += &format!(
+        "{:>4} {:>8} {:>8} {:>9}  {:<w$}  {:<w$}  module\n",
+        "id", "blocks", "insns", "bytes", "base", "end"
+    );
+    for (id, m) in mods.iter().enumerate() {
+        s += &format!(
+            "{id:>4} {:>8} {:>8} {:>9}  {:<w$x}  {:<w$x}  {}\n",
+            m.blocks.len(),
+            m.insns,
+            m.bytes,
+            m.row.base,
+            m.row.end,
+            m.row.path
+        );
+    }
+    if !c.outside.is_empty() {
+        let mut v: Vec<u64> = c.outside.iter().copied().collect();
+        v.sort_unstable();
+        let shown: Vec<String> = v.iter().take(4).map(|pc| format!("{pc:#x}")).collect();
+        s += &format!(
+            "coverage: {} instructions ran outside any executable mapping the trace reported \
+             (not in the file): {}{}\n",
+            v.len(),
+            shown.join(", "),
+            if v.len() > 4 { ", ..." } else { "" }
+        );
+    }
+    if dropped > 0 {
+        s += &format!(
+            "coverage: {dropped} blocks more than 4 GiB past their module's base were left out\n"
+        );
+    }
+    if let Some(r) = report {
+        if r.stats.lost_events > 0 || r.stats.incomplete_streams > 0 {
+            s += &format!(
+                "coverage: the trace is incomplete ({} events lost, {} streams cut short): \
+                 coverage is a lower bound\n",
+                r.stats.lost_events, r.stats.incomplete_streams
+            );
+        }
+    }
+    eprint!("{s}");
+    Ok(())
+}
+
+const USAGE: &str = "usage: coverage [-o FILE] [--threads N] [--] [PROGRAM [ARGS...]]
+  Runs PROGRAM under the patched QEMU (-cannoli libcoverage.so) and writes its
+  coverage as a drcov file (DRCOV VERSION 2), one module per executable
+  mapping: the program, its dynamic loader, its shared libraries. Exits with
+  the program's status. Without PROGRAM: listens on $CANNOLI_ADDR for a QEMU
+  started separately.
+  -o, --output FILE  the drcov file (default: PROGRAM's name + .drcov in the
+                     current directory, coverage.drcov without PROGRAM)
+  --threads N        worker threads per guest thread (default 1)
+  A per-module summary goes to stderr.";
+
+fn die(msg: &str, code: i32) -> ! {
+    eprintln!("coverage: {msg}");
+    std::process::exit(code)
+}
+
+fn main() {
+    let mut out: Option<PathBuf> = None;
+    let mut threads = 1usize;
+    let mut program: Vec<OsString> = Vec::new();
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        match a.to_str() {
+            Some("-o" | "--output") => {
+                out = Some(
+                    args.next()
+                        .unwrap_or_else(|| die("-o needs a file name", 2))
+                        .into(),
+                )
+            }
+            Some("--threads") => {
+                threads = args
+                    .next()
+                    .and_then(|v| v.to_str().and_then(|v| v.parse().ok()))
+                    .filter(|&n: &usize| n > 0)
+                    .unwrap_or_else(|| die("--threads needs a number (at least 1)", 2))
+            }
+            Some("-h" | "--help") => {
+                println!("{USAGE}");
+                return;
+            }
+            Some("--") => program.extend(args.by_ref()),
+            Some(o) if o.starts_with('-') => die(&format!("unknown option {o:?}\n{USAGE}"), 2),
+            _ => {
+                program.push(a);
+                program.extend(args.by_ref());
+            }
+        }
+    }
+    let out = out.unwrap_or_else(|| match program.first() {
+        Some(p) => {
+            let name = Path::new(p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "coverage".into());
+            PathBuf::from(format!("{name}.drcov"))
+        }
+        None => PathBuf::from("coverage.drcov"),
+    });
+    let report = launch::Launcher::new(launch::Options {
+        hooks: "coverage",
+        threads,
+    })
+    .run::<Tracer>(program)
+    .unwrap_or_else(|e| die(&e.to_string(), e.exit_code()));
+    if let Err(e) = finish(&out, Some(&report)) {
+        die(&e, 1);
+    }
+    std::process::exit(report.status);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_of_a_static_and_a_relocated_image() {
+        // The test binary itself: an x86-64 ELF (PIE or not).
+        let exe = std::env::current_exe().unwrap();
+        let data = std::fs::read(&exe).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let first = file
+            .segments()
+            .find(|s| s.file_range().0 == 0)
+            .expect("a segment at file offset 0");
+        let m = Module {
+            path: Some(exe.to_string_lossy().as_ref().into()),
+            start: first.address(),
+            end: first.address() + 0x1000,
+            offset: 0,
+            arch: "x86_64".into(),
+            bits: 64,
+        };
+        assert_eq!(entry(&data, &m), file.entry());
+        let moved = Module {
+            start: m.start + 0x5550_0000_0000,
+            ..m.clone()
+        };
+        assert_eq!(entry(&data, &moved), file.entry() + 0x5550_0000_0000);
+        assert_eq!(entry(b"not an elf", &m), 0);
+    }
+}
