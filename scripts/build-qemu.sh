@@ -88,7 +88,8 @@ else
   done
   bins=(); IFS=, read -ra tl <<<"$targets"
   for t in "${tl[@]}"; do bins+=("qemu-${t%-linux-user}"); done
-  plugins=(tests/tcg/plugins/libinsn.so tests/tcg/plugins/libmem.so contrib/plugins/libexeclog.so)
+  plugins=(tests/tcg/plugins/libinsn.so tests/tcg/plugins/libmem.so contrib/plugins/libexeclog.so
+           contrib/plugins/libdrcov.so)
   ninja -C "$dir/build-cannoli" -j "$jobs" "${bins[@]}" "${plugins[@]}" >&2
   ninja -C "$dir/build-plain" -j "$jobs" "${bins[@]}" >&2
   touch "$dir/.done"
