@@ -12,7 +12,7 @@ cargo build --release --workspace --all-targets
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --release --workspace -- --test-threads="${TEST_THREADS:-2}" 2>&1 | tee "$log" || status=$?
+cargo test --release --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-2}" 2>&1 | tee "$log" || status=$?
 # One closing line over all of cargo's test binaries.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "all: %d passed, %d failed\n", p, f }' "$log"
