@@ -507,7 +507,8 @@ struct Conn<'a, T: Cannoli> {
 /// producer can keep busy only compete with it and with each other. So the
 /// first worker alone waits on the ring (briefly spinning, then a futex);
 /// the others sleep here and are woken only when that worker finds chunks
-/// piling up behind the one it took. A second worker thus never costs
+/// piling up behind the one it took (the ring full: QEMU is waiting); once
+/// awake, a helper works until the ring is empty. A second worker thus never costs
 /// anything when one keeps up, and helps as soon as one does not.
 struct Relay {
     lock: Mutex<()>,
@@ -739,12 +740,16 @@ fn control<T: Cannoli>(reader: &mut BufReader<TcpStream>, conn: &Conn<'_, T>) ->
 /// hand the buffer to the resequencer. Until the ring is finished.
 fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
     let (mut events, mut chunks, mut bytes, mut lost, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let call_in_at = (conn.consumer.chunk_count() as u64 - 1).max(1);
     loop {
         let mut buf = conn.reseq.claim();
         let chunk = if index == 0 {
             let c = conn.consumer.recv();
             match c {
-                Some(_) if conn.consumer.backlog() > 0 => conn.relay.call_in(),
+                // A full ring means QEMU waits for us and its core is idle:
+                // only then can a helper run without taking CPU from QEMU
+                // (on a 2-core machine anything earlier slows both down).
+                Some(_) if conn.consumer.backlog() >= call_in_at => conn.relay.call_in(),
                 None => conn.relay.finish(),
                 _ => {}
             }

@@ -17,6 +17,7 @@
 use cannoli::{Cannoli, ClientInfo};
 use std::ffi::OsString;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 struct Counter;
@@ -36,7 +37,33 @@ impl Cannoli for Counter {
 
     // No exec callback: the library counts the events it decodes, and any
     // per-event work here (even an atomic increment) would be what we measure.
+    // The rare events (mappings, syscalls, signals) are counted apart, so the
+    // total below is instructions (and accesses) only.
+
+    fn mmap(_: &(), _: &(), _: u64, _: u64, _: bool, _: bool, _: bool, _: bool, _: &str, _: u64,
+            _: &mut Vec<()>) {
+        OTHER.fetch_add(1, Relaxed);
+    }
+
+    fn munmap(_: &(), _: &(), _: u64, _: u64, _: &mut Vec<()>) {
+        OTHER.fetch_add(1, Relaxed);
+    }
+
+    fn mprotect(_: &(), _: &(), _: u64, _: u64, _: bool, _: bool, _: bool, _: &mut Vec<()>) {
+        OTHER.fetch_add(1, Relaxed);
+    }
+
+    fn syscall(_: &(), _: &(), _: &cannoli::Syscall<'_>, _: &mut Vec<()>) {
+        OTHER.fetch_add(1, Relaxed);
+    }
+
+    fn signal(_: &(), _: &(), _: &cannoli::Signal, _: &mut Vec<()>) {
+        OTHER.fetch_add(1, Relaxed);
+    }
 }
+
+/// Events that are neither instructions nor memory accesses.
+static OTHER: AtomicU64 = AtomicU64::new(0);
 
 const USAGE: &str = "usage: benchmark [--threads N] [PROGRAM [ARGS...]]
   with PROGRAM: runs it under the patched QEMU (-cannoli libbenchmark.so) and
@@ -88,18 +115,21 @@ fn main() {
     });
     let stats = report.stats;
     let secs = start.elapsed().as_secs_f64();
+    let other = OTHER.load(Relaxed);
+    let events = stats.events - other;
     // Host cycles per traced instruction (exec event: the hook library
     // traces every instruction and nothing else), over the same wall time.
     let cycles = match cpu_mhz() {
-        Some((mhz, source)) if stats.events > 0 => format!(
+        Some((mhz, source)) if events > 0 => format!(
             "{:.2} cycles/instruction at {mhz:.0} MHz ({source}), ",
-            secs * mhz * 1e6 / stats.events as f64
+            secs * mhz * 1e6 / events as f64
         ),
         _ => String::new(),
     };
     println!(
-        "{} events in {} chunks, {:.3} s since {}, {:.1} M events/s, {cycles}{} lost",
-        stats.events,
+        "{} events in {} chunks (and {other} mapping, syscall and signal events), {:.3} s since {}, \
+         {:.1} M events/s, {cycles}{} lost",
+        events,
         stats.chunks,
         secs,
         if report.exit.is_some() {
@@ -107,7 +137,7 @@ fn main() {
         } else {
             "listening"
         },
-        stats.events as f64 / secs / 1e6,
+        events as f64 / secs / 1e6,
         stats.lost_events
     );
     std::process::exit(report.status);
