@@ -129,8 +129,11 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     let arch = wire::arch_name(&cstr(info.arch).unwrap_or_default(), info.big_endian != 0);
     let mut syscall_names = std::collections::BTreeMap::new();
     if let Some(name) = info.syscall_name {
-        // Every ABI's numbers lie below 7000 (MIPS n32 starts at 6000).
-        for n in 0..7000 {
+        // Linux numbers syscalls from 0, except MIPS: o32 from 4000, n64
+        // from 5000, n32 from 6000 (QEMU's table is a list it scans, so ask
+        // only where numbers can be).
+        let mips = if arch.starts_with("mips") { 4000..6600 } else { 0..0 };
+        for n in (0..1024).chain(mips) {
             if let Some(s) = cstr(name(n)) {
                 syscall_names.insert(n as u64, s);
             }
