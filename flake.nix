@@ -48,6 +48,14 @@
             (builtins.split "," (builtins.head (builtins.head found)));
         in
         map (t: builtins.head (builtins.match "(.*)-linux-user" t)) targets;
+      # QEMU's own plugins it builds for the tests' ground truth (its
+      # `plugins=(...)`), likewise.
+      groundTruthPlugins =
+        let
+          m = builtins.match ".*plugins=[(]([^)]*)[)].*" (builtins.readFile ./scripts/build-qemu.sh);
+        in
+        builtins.filter (w: builtins.isString w && w != "")
+          (builtins.split "[[:space:]]+" (builtins.head m));
 
       mkQemu = pkgs: { withCannoli }:
         let
@@ -58,11 +66,7 @@
           '';
           python = pkgs.python3.withPackages (ps: [ ps.distlib ]);
           bins = map (a: "qemu-${a}") guestArches;
-          plugins = lib.optionals withCannoli [
-            "tests/tcg/plugins/libinsn.so"
-            "tests/tcg/plugins/libmem.so"
-            "contrib/plugins/libexeclog.so"
-          ];
+          plugins = lib.optionals withCannoli groundTruthPlugins;
         in
         pkgs.stdenv.mkDerivation {
           pname = if withCannoli then "qemu-cannoli" else "qemu-cannoli-plain";

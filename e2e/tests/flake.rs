@@ -94,6 +94,19 @@ fn build_qemu_flags() -> (Vec<String>, String) {
     (flags, targets)
 }
 
+/// `plugins=(...)` of scripts/build-qemu.sh: QEMU's plugins it builds.
+fn build_qemu_plugins() -> Vec<String> {
+    let script = std::fs::read_to_string(workspace_root().join("scripts/build-qemu.sh")).unwrap();
+    let start = script
+        .find("plugins=(")
+        .expect("plugins=( in build-qemu.sh");
+    let body = &script[start + "plugins=(".len()..];
+    body[..body.find(')').unwrap()]
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn flake_outputs_evaluate_like_build_qemu_sh() {
     let out = nix_instantiate(&[
@@ -153,7 +166,14 @@ fn flake_outputs_evaluate_like_build_qemu_sh() {
             "flake.nix builds another QEMU than scripts/build-qemu.sh"
         );
     }
-    assert!(get("qemu-build").contains("qemu-mipsel qemu-riscv64"));
+    let build = get("qemu-build");
+    assert!(build.contains("qemu-mipsel qemu-riscv64"), "{build}");
+    for plugin in build_qemu_plugins() {
+        assert!(
+            build.contains(&plugin),
+            "flake.nix does not build {plugin}: {build}"
+        );
+    }
     assert!(get("patches").ends_with("/qemu_patches.patch"));
     assert!(get("cargo-lock").ends_with("/Cargo.lock"));
     assert_eq!(get("cannoli-version"), env!("CARGO_PKG_VERSION"));
