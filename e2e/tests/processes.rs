@@ -33,6 +33,9 @@
 //!   waits for the client, nothing is lost, the dump equals a normal run's.
 //! * `killed_client_*`: `kill -9` of the client mid-trace: QEMU says so in
 //!   one line, goes on untraced and exits as the program does, promptly.
+//! * `sigterm_*`: QEMU itself gets SIGTERM while the guest waits in a
+//!   syscall: it dies of SIGTERM as plain QEMU does, after handing over the
+//!   whole trace, which ends with the `G` line of signal 15.
 //!
 //! Needs `cargo build --release` (cannoli-dump, libjitter_always.so), the
 //! QEMU builds (see `e2e::qemu_builds`) and Debian's cross C libraries
@@ -1122,4 +1125,41 @@ fn killed_client_mipsel() {
 #[test]
 fn killed_client_riscv64() {
     killed_client("riscv64");
+}
+
+/// SIGTERM from outside while the guest blocks in pause(2).
+fn sigterm(arch: &str) {
+    let prog = guest(arch, "waitsig");
+    let dir = RunDir::new();
+    let mut client = Client::start(&dir, "cannoli", CLIENT);
+    let cmd = traced_cmd(arch, &prog, &[]).env("CANNOLI_ADDR", &client.addr);
+    let mut qemu = spawn_guest(&dir, "cannoli", &cmd);
+    let started = Instant::now();
+    while !read_text(&dir.file("cannoli.stdout")).contains("ready") {
+        assert!(started.elapsed() < Duration::from_secs(30), "the guest never said it was ready");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(unsafe { libc::kill(qemu.id() as i32, libc::SIGTERM) }, 0);
+    let status = qemu.wait_timeout(Duration::from_secs(30)).expect("QEMU did not die of SIGTERM");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "QEMU's status: {status}");
+    let (client_status, client_err) = client.wait(Duration::from_secs(30));
+    assert!(client_status.is_some_and(|s| s.success()),
+            "cannoli-dump reported lost events or an incomplete stream:\n{client_err}");
+    let dump = parse_dump(&client.out).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!dump.pcs.is_empty(), "no instructions traced");
+    let last = dump.other.last().map(String::as_str).unwrap_or("");
+    assert!(last.starts_with(&format!("G {} ", libc::SIGTERM)),
+            "the trace does not end with the SIGTERM delivery: last rare event {last:?}");
+}
+
+#[test]
+fn sigterm_mipsel() {
+    sigterm("mipsel");
+}
+
+#[test]
+fn sigterm_riscv64() {
+    sigterm("riscv64");
 }
