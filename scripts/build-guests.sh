@@ -5,7 +5,7 @@
 # guest programs (bench/programs/*.c) as static -O2 binaries for every guest
 # architecture the tests use:
 #
-#   target/guests/<arch>/<name>      arch = mipsel | riscv64
+#   target/guests/<arch>/<name>      arch = mipsel | riscv64 | x86_64
 #
 # For mipsel it also installs Debian's busybox-static as
 # target/guests/mipsel/busybox (scripts/fetch-busybox.sh, the benchmark's
@@ -18,7 +18,7 @@
 # Outputs that are newer than their source (and this script) are skipped.
 #
 # usage: scripts/build-guests.sh [-f|--force] [-q|--quiet] [ARCH...]
-#   ARCH defaults to "mipsel riscv64".
+#   ARCH defaults to "mipsel riscv64"; x86_64 (host gcc) only on request.
 # env:   CANNOLI_GUEST_CFLAGS  extra compiler flags (appended)
 set -euo pipefail
 
@@ -49,6 +49,7 @@ compiler_for() {
   case "$1" in
     mipsel) echo "mipsel-linux-gnu-gcc" ;;
     riscv64) echo "riscv64-linux-gnu-gcc" ;;
+    x86_64) if [ "$(uname -m)" = x86_64 ]; then echo gcc; else echo x86_64-linux-gnu-gcc; fi ;;
     *) return 1 ;;
   esac
 }
@@ -56,6 +57,7 @@ packages_for() {
   case "$1" in
     mipsel) echo "gcc-mipsel-linux-gnu libc6-dev-mipsel-cross" ;;
     riscv64) echo "gcc-riscv64-linux-gnu libc6-dev-riscv64-cross" ;;
+    x86_64) if [ "$(uname -m)" = x86_64 ]; then echo "gcc libc6-dev"; else echo "gcc-x86-64-linux-gnu libc6-dev-amd64-cross"; fi ;;
   esac
 }
 
@@ -74,7 +76,7 @@ extra=(${CANNOLI_GUEST_CFLAGS:-})
 built=0
 skipped=0
 for arch in "${arches[@]}"; do
-  cc="$(compiler_for "$arch")" || { echo "build-guests: unknown arch '$arch' (known: mipsel riscv64)" >&2; exit 2; }
+  cc="$(compiler_for "$arch")" || { echo "build-guests: unknown arch '$arch' (known: mipsel riscv64 x86_64)" >&2; exit 2; }
   if ! command -v "$cc" >/dev/null 2>&1; then
     echo "build-guests: error: cross compiler '$cc' not found for $arch." >&2
     echo "build-guests: install it with: apt-get install -y $(packages_for "$arch")" >&2

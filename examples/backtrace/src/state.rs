@@ -1,0 +1,678 @@
+//! The backtrace of one guest thread, updated instruction by instruction in
+//! execution order: the blog's `BacktraceState` (backtrace, return-address
+//! stack, branch flag), made exact for recursion.
+//!
+//! The walkthrough's algorithm: when a branch executes, raise the branch
+//! flag; at the next instruction, look at where the branch went:
+//!
+//! * it **called** a function (the branch left a return address: see
+//!   [`crate::arch`]): push a frame, and the return address on the return
+//!   stack;
+//! * it went to a **return address** on the return stack (with the stack
+//!   pointer the caller had): pop that frame, and keep popping while the new
+//!   top expects the same return too. That loop is what makes tail calls
+//!   work: a MIPS `b f` or RISC-V `j f` or x86 `jmp f` at the end of a
+//!   function enters `f` as a new frame that returns where its caller would
+//!   have, so the one `jr ra` / `ret` at the end of `f` leaves both;
+//! * it **jumped to the first instruction of another function** without
+//!   leaving a return address: a tail call, pushed as above, with the return
+//!   address of the frame it replaces;
+//! * anything else (loops, ifs, switches, a fall-through) changes nothing.
+//!
+//! The blog's return stack holds addresses only, so a recursive function
+//! returning to itself popped every recursive frame at once. Here each entry
+//! also holds the stack pointer the caller will have after the return (the
+//! one at the callee's entry, plus 8 on x86_64), which tells recursive frames
+//! apart and keeps a jump to the instruction after a call site (a join point)
+//! inside a recursive callee from passing for a return.
+
+use std::sync::Arc;
+
+use crate::arch::{Link, Rules};
+
+/// How a frame was entered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// The thread's first instruction was in it.
+    Start,
+    /// A call (the branch left a return address).
+    Call,
+    /// A jump to its first instruction (a tail call).
+    Jump,
+    /// A signal handler, run by a signal's delivery.
+    Signal,
+}
+
+impl Via {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Via::Start => "start",
+            Via::Call => "call",
+            Via::Jump => "jump",
+            Via::Signal => "signal",
+        }
+    }
+}
+
+/// One entry of the backtrace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// The function's name, or its address if it has none.
+    pub name: Arc<str>,
+    /// The first instruction executed in it.
+    pub entry: u64,
+    pub via: Via,
+}
+
+/// One entry of the return stack: where the frame returns to, and the stack
+/// pointer after that return. `None`: unknown (the root frame has no return
+/// address; a landing without registers gives no stack pointer).
+///
+/// An unknown address with a known stack pointer matches any address: an
+/// x86_64 signal handler returns to the restorer its delivery pushed, which
+/// no event shows, but only its `ret` leaves the stack pointer 8 above the
+/// one at its entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Return {
+    pub addr: Option<u64>,
+    pub sp: Option<u64>,
+}
+
+impl Return {
+    fn matches(&self, pc: u64, sp: Option<u64>) -> bool {
+        match (self.addr, self.sp, sp) {
+            (Some(a), Some(s), Some(t)) => a == pc && s == t,
+            (Some(a), _, _) => a == pc,
+            (None, Some(s), Some(t)) => s == t,
+            (None, _, _) => false,
+        }
+    }
+}
+
+/// The branch flag, with what is known about the branch so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Branch {
+    /// The flagged instruction (MIPS: moved on to the delay slot).
+    pub pc: u64,
+    /// MIPS: `pc` was moved on to the instruction after the flagged one.
+    pub in_slot: bool,
+    /// The stack pointer before it (when it had registers).
+    pub sp: Option<u64>,
+    /// The return address it pushed (x86_64 `call`).
+    pub pushed: Option<u64>,
+}
+
+/// Registers the tracer reads at an instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Regs {
+    pub ra: Option<u64>,
+    pub sp: u64,
+}
+
+/// What changed, reported after the change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// The top frame was entered from the branch instruction at `from`
+    /// (`None` for the first frame), and will return to `ret`.
+    Enter { from: Option<u64>, ret: Option<u64> },
+    /// `frame` was left: execution goes on at `pc`, after the branch
+    /// instruction at `from`.
+    Exit { frame: Frame, pc: u64, from: u64 },
+}
+
+/// Names the code: the function containing an address, if any.
+pub trait Symbolize {
+    /// `(first address, name)` of the function containing `pc`.
+    fn function(&self, pc: u64) -> Option<(u64, Arc<str>)>;
+
+    /// A name for `pc` when no function contains it.
+    fn unnamed(&self, pc: u64) -> Arc<str> {
+        format!("{pc:#x}").into()
+    }
+}
+
+/// The backtrace of one guest thread: the walkthrough's state.
+#[derive(Debug, Default)]
+pub struct BacktraceState {
+    /// Outermost first.
+    pub backtrace: Vec<Frame>,
+    /// One entry per frame, in step with `backtrace`.
+    pub return_stack: Vec<Return>,
+    /// Set by a branch; the next instruction shows where it went.
+    pub branch_flag: Option<Branch>,
+    /// The first instruction has been seen.
+    started: bool,
+    /// A signal is being delivered to this handler: its first instruction
+    /// comes next.
+    signal: Option<u64>,
+    /// Landings that had no registers (the hook library could not tell the
+    /// block start): decided on addresses alone.
+    pub blind_landings: u64,
+}
+
+impl BacktraceState {
+    pub fn depth(&self) -> usize {
+        self.backtrace.len()
+    }
+
+    /// The backtrace as names, outermost first.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.backtrace.iter().map(|f| f.name.as_ref())
+    }
+
+    fn push(&mut self, frame: Frame, ret: Return) {
+        self.backtrace.push(frame);
+        self.return_stack.push(ret);
+    }
+
+    fn pop(&mut self) -> Option<(Frame, Return)> {
+        Some((self.backtrace.pop()?, self.return_stack.pop()?))
+    }
+
+    /// An instruction at `pc` is about to run. `branch`: it can end a basic
+    /// block. `regs`: the registers before it, if the event carried them.
+    pub fn insn(
+        &mut self,
+        rules: &Rules,
+        syms: &impl Symbolize,
+        pc: u64,
+        branch: bool,
+        regs: Option<Regs>,
+        out: &mut impl FnMut(&Change, &BacktraceState),
+    ) {
+        if !self.started {
+            self.started = true;
+            let name = name_of(syms, pc);
+            self.push(
+                Frame {
+                    name,
+                    entry: pc,
+                    via: Via::Start,
+                },
+                Return {
+                    addr: None,
+                    sp: None,
+                },
+            );
+            out(
+                &Change::Enter {
+                    from: None,
+                    ret: None,
+                },
+                self,
+            );
+        }
+        if let Some(handler) = self.signal.take() {
+            if pc == handler {
+                self.enter_handler(rules, syms, pc, regs, out);
+            }
+        }
+        if let Some(b) = self.branch_flag.take() {
+            if rules.delay_slot && !b.in_slot && !branch && pc == b.pc.wrapping_add(4) {
+                // The delay slot of a flagged branch, or the fall-through of
+                // a flagged delay slot: the next instruction tells.
+                self.branch_flag = Some(Branch {
+                    pc,
+                    in_slot: true,
+                    ..b
+                });
+                return;
+            }
+            self.land(rules, syms, b, pc, regs, out);
+        }
+        if branch {
+            self.branch_flag = Some(Branch {
+                pc,
+                in_slot: false,
+                sp: regs.map(|r| r.sp),
+                pushed: None,
+            });
+        }
+    }
+
+    /// A signal is being delivered: `handler` runs next. A branch whose
+    /// target the delivery pre-empted is forgotten.
+    pub fn signal(&mut self, handler: u64) {
+        self.branch_flag = None;
+        self.signal = Some(handler);
+    }
+
+    /// A signal handler's first instruction: a frame that returns where
+    /// the handler's return goes (MIPS, RISC-V: `ra`, set to the signal
+    /// trampoline; x86_64: whatever `ret` pops).
+    fn enter_handler(
+        &mut self,
+        rules: &Rules,
+        syms: &impl Symbolize,
+        pc: u64,
+        regs: Option<Regs>,
+        out: &mut impl FnMut(&Change, &BacktraceState),
+    ) {
+        let ret = match (rules.link, regs) {
+            (Link::Register { .. }, Some(r)) => Return {
+                addr: r.ra,
+                sp: Some(r.sp),
+            },
+            (Link::Stack, Some(r)) => Return {
+                addr: None,
+                sp: Some(r.sp.wrapping_add(rules.ret_pop)),
+            },
+            (_, None) => Return {
+                addr: None,
+                sp: None,
+            },
+        };
+        let name = name_of(syms, pc);
+        self.push(
+            Frame {
+                name,
+                entry: pc,
+                via: Via::Signal,
+            },
+            ret,
+        );
+        out(
+            &Change::Enter {
+                from: None,
+                ret: ret.addr,
+            },
+            self,
+        );
+    }
+
+    /// The instruction at `pc` stored `size` bytes of `val` at `addr`.
+    pub fn write(&mut self, pc: u64, addr: u64, val: u64, size: u8) {
+        if let Some(b) = &mut self.branch_flag {
+            if b.pc == pc && size == 8 && b.sp.map_or(true, |sp| addr == sp.wrapping_sub(8)) {
+                b.pushed = Some(val);
+            }
+        }
+    }
+
+    /// The branch `b` went to `pc`; `regs` are the registers after it.
+    fn land(
+        &mut self,
+        rules: &Rules,
+        syms: &impl Symbolize,
+        b: Branch,
+        pc: u64,
+        regs: Option<Regs>,
+        out: &mut impl FnMut(&Change, &BacktraceState),
+    ) {
+        let from = b.pc.wrapping_sub(rules.insn_back);
+        let link = match rules.link {
+            Link::Register { offsets } => regs
+                .and_then(|r| r.ra)
+                .filter(|&ra| offsets.iter().any(|&d| b.pc.wrapping_add(d) == ra)),
+            Link::Stack => b.pushed,
+        }
+        .filter(|&ret| ret != pc);
+        let sp = regs.map(|r| r.sp);
+
+        if let Some(ret) = link {
+            let name = name_of(syms, pc);
+            self.push(
+                Frame {
+                    name,
+                    entry: pc,
+                    via: Via::Call,
+                },
+                Return {
+                    addr: Some(ret),
+                    sp: sp.map(|s| s.wrapping_add(rules.ret_pop)),
+                },
+            );
+            out(
+                &Change::Enter {
+                    from: Some(from),
+                    ret: Some(ret),
+                },
+                self,
+            );
+            return;
+        }
+        if rules
+            .fallthrough
+            .iter()
+            .any(|&d| b.pc.wrapping_add(d) == pc)
+        {
+            return;
+        }
+        if regs.is_none() {
+            self.blind_landings += 1;
+        }
+
+        // A return: to the innermost frame that expects it. Frames above it
+        // are left without returning (longjmp and the like).
+        if let Some(i) = self.return_stack.iter().rposition(|r| r.matches(pc, sp)) {
+            while self.depth() > i + 1 {
+                self.exit_top(pc, from, out);
+            }
+            // The blog's loop: pop while the top expects this return, which
+            // leaves a whole chain of tail calls at once.
+            while self.return_stack.last().is_some_and(|r| r.matches(pc, sp)) {
+                self.exit_top(pc, from, out);
+            }
+            return;
+        }
+
+        // A tail call: a jump to the first instruction of another function.
+        if let Some((start, name)) = syms.function(pc) {
+            let same = syms.function(b.pc).is_some_and(|(s, _)| s == start);
+            if start == pc && !same {
+                let ret = self.return_stack.last().copied().unwrap_or(Return {
+                    addr: None,
+                    sp: None,
+                });
+                self.push(
+                    Frame {
+                        name,
+                        entry: pc,
+                        via: Via::Jump,
+                    },
+                    ret,
+                );
+                out(
+                    &Change::Enter {
+                        from: Some(from),
+                        ret: ret.addr,
+                    },
+                    self,
+                );
+            }
+        }
+    }
+
+    fn exit_top(&mut self, pc: u64, from: u64, out: &mut impl FnMut(&Change, &BacktraceState)) {
+        if let Some((frame, _)) = self.pop() {
+            out(&Change::Exit { frame, pc, from }, self);
+        }
+    }
+}
+
+fn name_of(syms: &impl Symbolize, pc: u64) -> Arc<str> {
+    match syms.function(pc) {
+        Some((_, name)) => name,
+        None => syms.unnamed(pc),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::rules;
+    use crate::symbols::Functions;
+
+    impl Symbolize for Functions {
+        fn function(&self, pc: u64) -> Option<(u64, Arc<str>)> {
+            self.find(pc).map(|f| (f.start, f.name.clone()))
+        }
+    }
+
+    /// Runs a script of (pc, branch, ra, sp) instructions; returns the
+    /// changes as "+name" / "-name" strings.
+    fn run(arch: &str, syms: &Functions, steps: &[(u64, bool, u64, u64)]) -> Vec<String> {
+        let r = rules(arch).unwrap();
+        let mut st = BacktraceState::default();
+        let mut log = Vec::new();
+        for &(pc, br, ra, sp) in steps {
+            st.insn(
+                &r,
+                syms,
+                pc,
+                br,
+                Some(Regs { ra: Some(ra), sp }),
+                &mut |c, s| {
+                    log.push(match c {
+                        Change::Enter { .. } => {
+                            format!("+{}", s.backtrace.last().unwrap().name)
+                        }
+                        Change::Exit { frame, .. } => format!("-{}", frame.name),
+                    })
+                },
+            );
+        }
+        log
+    }
+
+    fn table() -> Functions {
+        Functions::from_list(&[
+            (0x1000, 0x100, "main"),
+            (0x2000, 0x100, "f"),
+            (0x3000, 0x100, "g"),
+            (0x4000, 0x100, "h"),
+        ])
+    }
+
+    #[test]
+    fn riscv_call_and_return() {
+        let s = table();
+        // main: jal f at 0x1010 (ra := 0x1014); f returns with ret.
+        let log = run(
+            "riscv64",
+            &s,
+            &[
+                (0x1000, false, 0, 0x800),
+                (0x1010, true, 0, 0x800),
+                (0x2000, false, 0x1014, 0x800),
+                (0x2004, false, 0x1014, 0x7f0),
+                (0x2008, true, 0x1014, 0x800),
+                (0x1014, false, 0x1014, 0x800),
+            ],
+        );
+        assert_eq!(log, ["+main", "+f", "-f"].map(String::from));
+    }
+
+    #[test]
+    fn recursion_pops_one_frame_per_return() {
+        let s = table();
+        // f calls itself at 0x2010 (return to 0x2014) twice, each time with
+        // a 16-byte frame; then three returns.
+        let log = run(
+            "riscv64",
+            &s,
+            &[
+                (0x1000, false, 0, 0x800),
+                (0x1010, true, 0, 0x800),
+                (0x2000, false, 0x1014, 0x800),
+                (0x2010, true, 0x1014, 0x7f0),
+                (0x2000, false, 0x2014, 0x7f0),
+                (0x2010, true, 0x2014, 0x7e0),
+                (0x2000, false, 0x2014, 0x7e0),
+                // A join-point jump inside the innermost f to 0x2014 (the
+                // instruction after the recursive call) while its frame is
+                // still allocated: not a return.
+                (0x2008, true, 0x2014, 0x7d0),
+                (0x2014, false, 0x2014, 0x7d0),
+                (0x2018, true, 0x2014, 0x7e0),
+                (0x2014, false, 0x2014, 0x7e0),
+                (0x2018, true, 0x2014, 0x7f0),
+                (0x2014, false, 0x2014, 0x7f0),
+                (0x2018, true, 0x1014, 0x800),
+                (0x1014, false, 0x1014, 0x800),
+            ],
+        );
+        assert_eq!(
+            log,
+            ["+main", "+f", "+f", "+f", "-f", "-f", "-f"].map(String::from)
+        );
+    }
+
+    #[test]
+    fn mips_tail_branch_chain_pops_at_once() {
+        let s = table();
+        // main: bal f (delay slot 0x1014, ra := 0x1018); f: b g (delay slot
+        // 0x2020); g: b h; h: bal ... no, h: jr ra (delay slot 0x4008).
+        let log = run(
+            "mipsel",
+            &s,
+            &[
+                (0x1000, false, 0, 0x800),
+                (0x1010, false, 0, 0x800),
+                (0x1014, true, 0x1018, 0x800),
+                (0x2000, false, 0x1018, 0x800),
+                (0x2020, true, 0x1018, 0x800),
+                (0x3000, false, 0x1018, 0x800),
+                (0x3020, true, 0x1018, 0x800),
+                (0x4000, false, 0x1018, 0x800),
+                (0x4008, true, 0x1018, 0x7f0),
+                (0x1018, false, 0x1018, 0x800),
+                // A fall-through of a branch not taken changes nothing.
+                (0x1020, true, 0x1018, 0x800),
+                (0x1024, false, 0x1018, 0x800),
+            ],
+        );
+        assert_eq!(
+            log,
+            ["+main", "+f", "+g", "+h", "-h", "-g", "-f"].map(String::from)
+        );
+    }
+
+    #[test]
+    fn mips_with_the_branch_flagged_instead_of_its_delay_slot() {
+        let s = table();
+        // The same program as above, but QEMU flags the branch instructions
+        // (bal f at 0x1010, b g at 0x201c, jr ra at 0x3004): the delay slot
+        // comes next, then the target.
+        let log = run(
+            "mipsel",
+            &s,
+            &[
+                (0x1000, false, 0, 0x800),
+                (0x1010, true, 0, 0x800),
+                (0x1014, false, 0x1018, 0x800),
+                (0x2000, false, 0x1018, 0x800),
+                (0x201c, true, 0x1018, 0x800),
+                (0x2020, false, 0x1018, 0x800),
+                (0x3000, false, 0x1018, 0x800),
+                (0x3004, true, 0x1018, 0x7f0),
+                (0x3008, false, 0x1018, 0x7f0),
+                (0x1018, false, 0x1018, 0x800),
+                // Not taken: delay slot, then the fall-through.
+                (0x1020, true, 0x1018, 0x800),
+                (0x1024, false, 0x1018, 0x800),
+                (0x1028, false, 0x1018, 0x800),
+                // A recursive call lands on the function's own first
+                // instruction: a call, not a loop.
+                (0x102c, true, 0x1018, 0x800),
+                (0x1030, false, 0x1034, 0x800),
+                (0x1000, false, 0x1034, 0x800),
+            ],
+        );
+        assert_eq!(
+            log,
+            ["+main", "+f", "+g", "-g", "-f", "+main"].map(String::from)
+        );
+    }
+
+    #[test]
+    fn x86_call_is_a_push_by_the_branch() {
+        let s = table();
+        let r = rules("x86_64").unwrap();
+        let mut st = BacktraceState::default();
+        let mut log = Vec::new();
+        let mut rec = |c: &Change, s: &BacktraceState| {
+            log.push(match c {
+                Change::Enter { ret, .. } => {
+                    format!("+{} {:x?}", s.backtrace.last().unwrap().name, ret)
+                }
+                Change::Exit { frame, pc, .. } => format!("-{} {pc:x}", frame.name),
+            })
+        };
+        let regs = |sp| Some(Regs { ra: None, sp });
+        st.insn(&r, &s, 0x1000, false, regs(0x800), &mut rec);
+        // call f at 0x1010: pushes 0x1015 at 0x7f8.
+        st.insn(&r, &s, 0x1010, true, regs(0x800), &mut rec);
+        st.write(0x1010, 0x7f8, 0x1015, 8);
+        st.insn(&r, &s, 0x2000, false, regs(0x7f8), &mut rec);
+        // jmp g (tail call), g: a loop back to its own start, then ret.
+        st.insn(&r, &s, 0x2004, true, regs(0x7f8), &mut rec);
+        st.insn(&r, &s, 0x3000, true, regs(0x7f8), &mut rec);
+        st.insn(&r, &s, 0x3000, false, regs(0x7f8), &mut rec);
+        st.insn(&r, &s, 0x3008, true, regs(0x7f8), &mut rec);
+        st.insn(&r, &s, 0x1015, false, regs(0x800), &mut rec);
+        assert_eq!(
+            log,
+            [
+                "+main None",
+                "+f Some(1015)",
+                "+g Some(1015)",
+                "-g 1015",
+                "-f 1015"
+            ]
+            .map(String::from)
+        );
+        assert_eq!(st.depth(), 1);
+    }
+
+    #[test]
+    fn signal_handlers_are_frames() {
+        let s = table();
+        let r = rules("x86_64").unwrap();
+        let mut st = BacktraceState::default();
+        let mut log = Vec::new();
+        let mut rec = |c: &Change, s: &BacktraceState| {
+            log.push(match c {
+                Change::Enter { .. } => {
+                    let f = s.backtrace.last().unwrap();
+                    format!("+{} {}", f.name, f.via.as_str())
+                }
+                Change::Exit { frame, .. } => format!("-{}", frame.name),
+            })
+        };
+        let regs = |sp| Some(Regs { ra: None, sp });
+        st.insn(&r, &s, 0x1000, false, regs(0x800), &mut rec);
+        // A syscall in main, then the signal: handler g, which jumps
+        // within itself (same stack pointer), returns (8 above) to the
+        // restorer h (a function of its own), whose sigreturn resumes main.
+        st.insn(&r, &s, 0x1010, true, regs(0x800), &mut rec);
+        st.signal(0x3000);
+        st.insn(&r, &s, 0x3000, false, regs(0x600), &mut rec);
+        st.insn(&r, &s, 0x3008, true, regs(0x600), &mut rec);
+        st.insn(&r, &s, 0x3010, false, regs(0x600), &mut rec);
+        st.insn(&r, &s, 0x3018, true, regs(0x600), &mut rec);
+        st.insn(&r, &s, 0x4000, false, regs(0x608), &mut rec);
+        st.insn(&r, &s, 0x4004, true, regs(0x608), &mut rec);
+        st.insn(&r, &s, 0x1012, false, regs(0x800), &mut rec);
+        assert_eq!(log, ["+main start", "+g signal", "-g"].map(String::from));
+        assert_eq!(st.depth(), 1);
+
+        // RISC-V: the handler returns to ra, the trampoline.
+        let r = rules("riscv64").unwrap();
+        let mut st = BacktraceState::default();
+        let mut log = Vec::new();
+        let mut rec = |c: &Change, _: &BacktraceState| {
+            log.push(match c {
+                Change::Enter { ret, .. } => format!("+ {ret:x?}"),
+                Change::Exit { pc, .. } => format!("- {pc:x}"),
+            })
+        };
+        let regs = |ra, sp| Some(Regs { ra: Some(ra), sp });
+        st.insn(&r, &s, 0x1000, false, regs(0, 0x800), &mut rec);
+        st.signal(0x3000);
+        st.insn(&r, &s, 0x3000, false, regs(0x9000, 0x600), &mut rec);
+        st.insn(&r, &s, 0x3008, true, regs(0x9000, 0x600), &mut rec);
+        st.insn(&r, &s, 0x9000, false, regs(0x9000, 0x600), &mut rec);
+        assert_eq!(log, ["+ None", "+ Some(9000)", "- 9000"]);
+    }
+
+    #[test]
+    fn a_longjmp_leaves_the_frames_above() {
+        let s = table();
+        let log = run(
+            "riscv64",
+            &s,
+            &[
+                (0x1000, false, 0, 0x800),
+                (0x1010, true, 0, 0x800),
+                (0x2000, false, 0x1014, 0x800),
+                (0x2010, true, 0x1014, 0x7f0),
+                (0x3000, false, 0x2014, 0x7f0),
+                // g jumps straight back to main's return point.
+                (0x3010, true, 0x2014, 0x7e0),
+                (0x1014, false, 0x2014, 0x800),
+            ],
+        );
+        assert_eq!(log, ["+main", "+f", "+g", "-g", "-f"].map(String::from));
+    }
+}

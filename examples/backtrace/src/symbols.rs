@@ -1,0 +1,233 @@
+//! The guest executable's functions, from its ELF symbol table.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use object::elf;
+use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+/// One function: `[start, end)` at the ELF's link-time addresses.
+#[derive(Debug, Clone)]
+pub struct Func {
+    pub start: u64,
+    pub end: u64,
+    pub name: Arc<str>,
+}
+
+/// The functions of one executable, sorted and without overlaps.
+#[derive(Debug, Default)]
+pub struct Functions {
+    funcs: Vec<Func>,
+    /// Position independent (ET_DYN): the addresses need the load bias.
+    pub pie: bool,
+    /// Lowest page of the first loadable segment: the file's offset 0 is
+    /// mapped there (plus the bias).
+    pub first_page: u64,
+    /// Executable sections, sorted: they name code outside any function
+    /// (`.plt+0x18`).
+    sections: Vec<Func>,
+}
+
+/// A symbol as read, before the table is built.
+struct Raw {
+    start: u64,
+    size: u64,
+    /// End of its section: an unsized symbol ends there at the latest.
+    limit: u64,
+    name: String,
+    /// Which of several symbols at one address names the function: lower
+    /// wins.
+    rank: (u8, usize, String),
+}
+
+impl Functions {
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.funcs.len()
+    }
+
+    /// Reads the function symbols (STT_FUNC, STT_GNU_IFUNC) of an ELF file.
+    pub fn from_elf(path: &Path) -> Result<Functions, String> {
+        let data =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file = object::File::parse(&*data)
+            .map_err(|e| format!("{} is not a usable ELF file: {e}", path.display()))?;
+        let first_page = match &file {
+            object::File::Elf32(f) => first_load_page(f),
+            object::File::Elf64(f) => first_load_page(f),
+            _ => return Err(format!("{} is not an ELF file", path.display())),
+        };
+        let mut raw: Vec<Raw> = file
+            .symbols()
+            .filter_map(|s| raw_symbol(&file, &s))
+            .collect();
+        if raw.is_empty() {
+            raw = file
+                .dynamic_symbols()
+                .filter_map(|s| raw_symbol(&file, &s))
+                .collect();
+        }
+        let mut sections: Vec<Func> = file
+            .sections()
+            .filter(|s| {
+                s.address() != 0
+                    && s.size() != 0
+                    && matches!(
+                        s.flags(),
+                        object::SectionFlags::Elf { sh_flags } if sh_flags & u64::from(elf::SHF_EXECINSTR) != 0
+                    )
+            })
+            .filter_map(|s| {
+                Some(Func {
+                    start: s.address(),
+                    end: s.address().saturating_add(s.size()),
+                    name: s.name().ok()?.into(),
+                })
+            })
+            .collect();
+        sections.sort_by_key(|s| s.start);
+        Ok(Functions {
+            funcs: build(raw),
+            pie: file.kind() == object::ObjectKind::Dynamic,
+            first_page,
+            sections,
+        })
+    }
+
+    /// A table from `(start, size, name)` triples (tests).
+    #[cfg(test)]
+    pub fn from_list(list: &[(u64, u64, &str)]) -> Functions {
+        let raw = list
+            .iter()
+            .map(|&(start, size, name)| Raw {
+                start,
+                size,
+                limit: u64::MAX,
+                name: name.to_string(),
+                rank: (0, 0, name.to_string()),
+            })
+            .collect();
+        Functions {
+            funcs: build(raw),
+            pie: false,
+            first_page: 0,
+            sections: Vec::new(),
+        }
+    }
+
+    /// The function containing link-time address `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Func> {
+        let i = self.funcs.partition_point(|f| f.start <= addr);
+        let f = self.funcs.get(i.checked_sub(1)?)?;
+        (addr < f.end).then_some(f)
+    }
+
+    /// The executable section containing link-time address `addr`.
+    pub fn section(&self, addr: u64) -> Option<&Func> {
+        let i = self.sections.partition_point(|f| f.start <= addr);
+        let f = self.sections.get(i.checked_sub(1)?)?;
+        (addr < f.end).then_some(f)
+    }
+}
+
+fn first_load_page<F: FileHeader>(f: &ElfFile<'_, F>) -> u64 {
+    let endian = f.endian();
+    f.elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+        .map(|p| {
+            let vaddr: u64 = p.p_vaddr(endian).into();
+            vaddr & !0xfff
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+fn raw_symbol<'a>(file: &object::File<'a>, s: &impl ObjectSymbol<'a>) -> Option<Raw> {
+    if s.kind() != SymbolKind::Text || s.is_undefined() || s.address() == 0 {
+        return None;
+    }
+    let name = s.name().ok()?;
+    if name.is_empty() {
+        return None;
+    }
+    // Prefer global names, then the one with fewer leading underscores
+    // (`printf` over `_IO_printf`), then the alphabetically first.
+    let binding = if s.is_global() {
+        0
+    } else if s.is_weak() {
+        1
+    } else {
+        2
+    };
+    let underscores = name.len() - name.trim_start_matches('_').len();
+    let limit = s
+        .section_index()
+        .and_then(|i| file.section_by_index(i).ok())
+        .map_or(u64::MAX, |sec| sec.address().saturating_add(sec.size()));
+    Some(Raw {
+        start: s.address(),
+        size: s.size(),
+        limit,
+        name: name.to_string(),
+        rank: (binding, underscores, name.to_string()),
+    })
+}
+
+/// Sorts, merges aliases and gives unsized symbols the room up to the next.
+fn build(mut raw: Vec<Raw>) -> Vec<Func> {
+    raw.sort_by(|a, b| a.start.cmp(&b.start).then_with(|| a.rank.cmp(&b.rank)));
+    let mut funcs: Vec<Func> = Vec::with_capacity(raw.len());
+    // (size, section end) of each function.
+    let mut sizes: Vec<(u64, u64)> = Vec::with_capacity(raw.len());
+    for r in raw {
+        if let Some(last) = funcs.last() {
+            if last.start == r.start {
+                // An alias: the first (best ranked) keeps the name, the
+                // largest size counts.
+                let s = sizes.last_mut().unwrap();
+                s.0 = s.0.max(r.size);
+                continue;
+            }
+        }
+        funcs.push(Func {
+            start: r.start,
+            end: 0,
+            name: r.name.into(),
+        });
+        sizes.push((r.size, r.limit));
+    }
+    for i in 0..funcs.len() {
+        let next = funcs.get(i + 1).map_or(u64::MAX, |f| f.start);
+        let end = match sizes[i] {
+            (0, limit) => next.min(limit),
+            (s, _) => funcs[i].start.saturating_add(s).min(next),
+        };
+        funcs[i].end = end;
+    }
+    funcs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup() {
+        let t = Functions::from_list(&[
+            (0x100, 0x10, "a"),
+            (0x100, 0x20, "alias"),
+            (0x140, 0, "unsized"),
+            (0x200, 0x8, "b"),
+        ]);
+        assert_eq!(t.len(), 3);
+        assert_eq!(t.find(0x100).unwrap().name.as_ref(), "a");
+        assert_eq!(t.find(0x11f).unwrap().name.as_ref(), "a");
+        assert!(t.find(0x120).is_none());
+        assert!(t.find(0xff).is_none());
+        assert_eq!(t.find(0x1ff).unwrap().name.as_ref(), "unsized");
+        assert_eq!(t.find(0x207).unwrap().name.as_ref(), "b");
+        assert!(t.find(0x208).is_none());
+    }
+}

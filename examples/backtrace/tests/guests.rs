@@ -1,0 +1,517 @@
+//! End to end: `tests/programs/bt_calls.c`, built with -O2 for mipsel,
+//! riscv64 and x86_64, traced by the `backtrace` binary under the patched
+//! QEMU; the JSON lines must follow the program's known call structure
+//! (nested calls, a five-deep recursion, a chain of two tail calls, a call
+//! through a function pointer).
+//!
+//! Needs what the rest of the workspace's end-to-end tests need: the cross
+//! compilers and binutils (`scripts/deps.sh`), and a patched QEMU for each of
+//! the three guests (`scripts/build-qemu.sh`, or `$CANNOLI_QEMU_BUILD`).
+//! These tests fail when something is missing; they never skip.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+const ARCHES: [&str; 3] = ["mipsel", "riscv64", "x86_64"];
+
+/// What bt_calls prints with no arguments (argc = 1): bt_middle(1) = 9,
+/// bt_fact(5) = 120, bt_tail1(1) = bt_leaf(6) + 7 = 19, bt_leaf(1) = 2.
+const OUTPUT: &str = "bt_calls: 150\n";
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// `target/guests/<arch>/bt_calls`, built once per test process by
+/// `scripts/build-guests.sh` (which skips what is up to date).
+fn guest(arch: &str) -> PathBuf {
+    static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(workspace().join("scripts/build-guests.sh"))
+            .arg("--quiet")
+            .args(ARCHES)
+            .current_dir(workspace())
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run scripts/build-guests.sh: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "scripts/build-guests.sh failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
+    let p = workspace()
+        .join("target/guests")
+        .join(arch)
+        .join("bt_calls");
+    assert!(p.is_file(), "{} missing after build-guests.sh", p.display());
+    p
+}
+
+/// The `backtrace` binary, with its hook library `libbacktrace.so` next to
+/// it. Cargo builds a package's cdylib for `cargo build`, not for the
+/// integration tests, so build it here (a no-op when it is up to date).
+fn backtrace_bin() -> PathBuf {
+    static LIB: OnceLock<Result<(), String>> = OnceLock::new();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_backtrace"));
+    let built = LIB.get_or_init(|| {
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--quiet", "-p", "backtrace", "--lib"])
+            .current_dir(workspace());
+        let profile = bin.parent().and_then(|d| d.file_name()).unwrap_or_default();
+        if profile == "release" {
+            cargo.arg("--release");
+        } else if profile != "debug" {
+            cargo.arg("--profile").arg(profile);
+        }
+        let out = cargo
+            .output()
+            .map_err(|e| format!("cannot run cargo: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "building libbacktrace.so failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
+    let lib = bin.with_file_name("libbacktrace.so");
+    assert!(lib.is_file(), "{} missing", lib.display());
+    bin
+}
+
+/// Kills and reaps a child process when dropped (a failing test leaves no
+/// client behind).
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn tmp(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("backtrace-test-{}-{name}", std::process::id()))
+}
+
+// ---------------------------------------------------------------------------
+// The machine code really has the structure the test is about
+// ---------------------------------------------------------------------------
+
+fn objdump(arch: &str) -> &'static str {
+    match arch {
+        "mipsel" => "mipsel-linux-gnu-objdump",
+        "riscv64" => "riscv64-linux-gnu-objdump",
+        _ => "objdump",
+    }
+}
+
+/// Mnemonics of a call (leaves a return address) and of a plain jump.
+fn mnemonics(arch: &str) -> (&'static [&'static str], &'static [&'static str]) {
+    match arch {
+        "mipsel" => (&["bal", "jal", "jalr", "bgezal", "bltzal"], &["b", "j"]),
+        "riscv64" => (&["jal", "jalr", "call"], &["j", "jr", "tail"]),
+        _ => (&["call"], &["jmp"]),
+    }
+}
+
+/// The bt_* functions and main: their instructions as (mnemonic, operands).
+fn disassemble(arch: &str, path: &Path) -> BTreeMap<String, Vec<(String, String)>> {
+    let out = Command::new(objdump(arch))
+        .args(["-d", "--no-show-raw-insn", "-w"])
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run {} (binutils for {arch}; scripts/deps.sh installs it): {e}",
+                objdump(arch)
+            )
+        });
+    assert!(out.status.success(), "{} failed", objdump(arch));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut funcs = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if let Some(name) = line
+            .split_once(" <")
+            .and_then(|(_, r)| r.strip_suffix(">:"))
+        {
+            current = (name.starts_with("bt_") || name == "main").then(|| name.to_string());
+            continue;
+        }
+        let Some(f) = &current else { continue };
+        let Some((_, insn)) = line.split_once(":\t") else {
+            continue;
+        };
+        let insn = insn.trim();
+        let (m, ops) = insn.split_once(char::is_whitespace).unwrap_or((insn, ""));
+        funcs
+            .entry(f.clone())
+            .or_insert_with(Vec::new)
+            .push((m.to_string(), ops.trim().to_string()));
+    }
+    funcs
+}
+
+fn check_machine_code(arch: &str, path: &Path) {
+    let d = disassemble(arch, path);
+    let (calls, jumps) = mnemonics(arch);
+    let to = |f: &str, target: &str, kinds: &[&str]| {
+        d[f].iter()
+            .filter(|(m, ops)| kinds.contains(&m.as_str()) && ops.contains(&format!("<{target}>")))
+            .count()
+    };
+    let any_call = |f: &str| {
+        d[f].iter()
+            .filter(|(m, _)| calls.contains(&m.as_str()))
+            .count()
+    };
+    // The tail calls are jumps, and the two tail-calling functions call
+    // nothing.
+    for (f, target) in [("bt_tail1", "bt_tail2"), ("bt_tail2", "bt_tail_end")] {
+        assert_eq!(
+            to(f, target, jumps),
+            1,
+            "{arch}: {f} should jump to {target}: {:?}",
+            d[f]
+        );
+        assert_eq!(
+            any_call(f),
+            0,
+            "{arch}: {f} should make no call: {:?}",
+            d[f]
+        );
+    }
+    // The recursion stayed a recursion; the other calls are calls.
+    assert_eq!(
+        to("bt_fact", "bt_fact", calls),
+        1,
+        "{arch}: {:?}",
+        d["bt_fact"]
+    );
+    assert_eq!(
+        to("bt_middle", "bt_leaf", calls),
+        2,
+        "{arch}: {:?}",
+        d["bt_middle"]
+    );
+    assert_eq!(
+        to("bt_tail_end", "bt_leaf", calls),
+        1,
+        "{arch}: {:?}",
+        d["bt_tail_end"]
+    );
+    for f in ["bt_middle", "bt_fact", "bt_tail1"] {
+        assert_eq!(
+            to("main", f, calls),
+            1,
+            "{arch}: main should call {f}: {:?}",
+            d["main"]
+        );
+    }
+    // The call through the pointer: a call with no direct target.
+    let indirect = d["main"]
+        .iter()
+        .filter(|(m, ops)| calls.contains(&m.as_str()) && !ops.contains('<'))
+        .count();
+    assert_eq!(indirect, 1, "{arch}: main's indirect call: {:?}", d["main"]);
+}
+
+// ---------------------------------------------------------------------------
+// The expected call structure, from the program's source
+// ---------------------------------------------------------------------------
+
+/// One event of the known functions: `+name via` or `-name`, and the
+/// backtrace from `main` down after it.
+type Expected = Vec<(String, Vec<&'static str>)>;
+
+struct Model {
+    stack: Vec<&'static str>,
+    events: Expected,
+}
+
+impl Model {
+    fn call(&mut self, f: &'static str, via: &str, body: impl FnOnce(&mut Model)) {
+        self.stack.push(f);
+        self.events
+            .push((format!("+{f} {via}"), self.stack.clone()));
+        body(self);
+        self.stack.pop();
+        self.events.push((format!("-{f}"), self.stack.clone()));
+    }
+
+    fn fact(&mut self, n: u32) {
+        self.call("bt_fact", "call", |m| {
+            if n > 1 {
+                m.fact(n - 1)
+            }
+        });
+    }
+}
+
+fn expected() -> Expected {
+    let mut m = Model {
+        stack: Vec::new(),
+        events: Vec::new(),
+    };
+    m.call("main", "call", |m| {
+        m.call("bt_middle", "call", |m| {
+            m.call("bt_leaf", "call", |_| {});
+            m.call("bt_leaf", "call", |_| {});
+        });
+        m.fact(5);
+        m.call("bt_tail1", "call", |m| {
+            m.call("bt_tail2", "jump", |m| {
+                m.call("bt_tail_end", "jump", |m| m.call("bt_leaf", "call", |_| {}))
+            })
+        });
+        m.call("bt_leaf", "call", |_| {});
+    });
+    m.events
+}
+
+// ---------------------------------------------------------------------------
+// The JSON lines
+// ---------------------------------------------------------------------------
+
+fn hex(v: &Value, field: &str) -> u64 {
+    let s = v[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("{field} missing: {v}"));
+    u64::from_str_radix(s.strip_prefix("0x").expect("0x"), 16).unwrap()
+}
+
+/// Checks the lines are consistent among themselves (each backtrace is the
+/// previous one plus or minus the function; an exit goes on at the
+/// frame's return address) and returns the known functions' events.
+fn check_json(arch: &str, text: &str) -> Expected {
+    let known = [
+        "main",
+        "bt_leaf",
+        "bt_middle",
+        "bt_fact",
+        "bt_tail1",
+        "bt_tail2",
+        "bt_tail_end",
+    ];
+    let mut stack: Vec<(String, Option<u64>)> = Vec::new();
+    let mut tid = None;
+    let mut got = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("{arch}: line {} is not JSON ({e}): {line}", n + 1));
+        let ctx = || format!("{arch}: line {}: {line}", n + 1);
+        assert!(v["pid"].is_i64(), "{}", ctx());
+        let t = v["tid"].as_i64().expect("tid");
+        assert_eq!(*tid.get_or_insert(t), t, "one guest thread: {}", ctx());
+        let f = v["function"].as_str().expect("function").to_string();
+        let bt: Vec<String> = v["backtrace"]
+            .as_array()
+            .expect("backtrace")
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(v["depth"].as_u64(), Some(bt.len() as u64), "{}", ctx());
+        hex(&v, "pc");
+        let via = match v["event"].as_str() {
+            Some("enter") => {
+                let via = v["via"].as_str().expect("via").to_string();
+                if n == 0 {
+                    assert_eq!(via, "start", "{}", ctx());
+                } else {
+                    assert!(via == "call" || via == "jump", "{}", ctx());
+                    hex(&v, "from");
+                }
+                let ret = (via != "start").then(|| hex(&v, "return"));
+                stack.push((f.clone(), ret));
+                via
+            }
+            Some("exit") => {
+                let (top, ret) = stack
+                    .pop()
+                    .unwrap_or_else(|| panic!("exit from nothing: {}", ctx()));
+                assert_eq!(top, f, "{}", ctx());
+                assert_eq!(
+                    ret,
+                    Some(hex(&v, "pc")),
+                    "an exit goes on at the return address: {}",
+                    ctx()
+                );
+                hex(&v, "from");
+                String::new()
+            }
+            _ => panic!("bad event: {}", ctx()),
+        };
+        let names: Vec<&str> = stack.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(names, bt, "{}", ctx());
+        if known.contains(&f.as_str()) {
+            let from_main: Vec<&'static str> = match bt.iter().position(|s| s == "main") {
+                Some(i) => bt[i..]
+                    .iter()
+                    .map(|s| *known.iter().find(|k| *k == s).unwrap_or(&"?"))
+                    .collect(),
+                None => Vec::new(),
+            };
+            let ev = match v["event"].as_str() {
+                Some("enter") => format!("+{f} {via}"),
+                _ => format!("-{f}"),
+            };
+            got.push((ev, from_main));
+        }
+    }
+    got
+}
+
+fn show(e: &Expected) -> String {
+    e.iter()
+        .map(|(ev, bt)| format!("{ev:<22} {}\n", bt.join(" > ")))
+        .collect()
+}
+
+fn run_backtrace(arch: &str) -> (String, String) {
+    let prog = guest(arch);
+    let out_file = tmp(&format!("{arch}.jsonl"));
+    let out = Command::new(backtrace_bin())
+        .arg("-o")
+        .arg(&out_file)
+        .arg(&prog)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "{arch}: backtrace failed ({}): {err}",
+        out.status
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        OUTPUT,
+        "{arch}: {err}"
+    );
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let _ = std::fs::remove_file(&out_file);
+    (text, err)
+}
+
+fn traces_bt_calls(arch: &str) {
+    check_machine_code(arch, &guest(arch));
+    let (text, err) = run_backtrace(arch);
+    assert!(
+        err.contains("backtrace: ") && err.contains(" function entries"),
+        "{err}"
+    );
+    assert!(!err.contains("warning"), "{arch}: {err}");
+    let got = check_json(arch, &text);
+    let want = expected();
+    assert_eq!(
+        show(&got),
+        show(&want),
+        "{arch}: the known functions' events differ from the program's call structure"
+    );
+}
+
+#[test]
+fn mipsel_bt_calls() {
+    traces_bt_calls("mipsel");
+}
+
+#[test]
+fn riscv64_bt_calls() {
+    traces_bt_calls("riscv64");
+}
+
+#[test]
+fn x86_64_bt_calls() {
+    traces_bt_calls("x86_64");
+}
+
+/// The two-terminal mode: the client listens, QEMU is started separately.
+#[test]
+fn classic_mode() {
+    let prog = guest("mipsel");
+    let out_file = tmp("classic.jsonl");
+    let mut client = Reap(
+        Command::new(backtrace_bin())
+            .args(["--listen", "127.0.0.1:0", "-q", "-o"])
+            .arg(&out_file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut err = BufReader::new(client.0.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    // backtrace: listening on ADDR; now start QEMU with -cannoli LIB
+    let rest = line
+        .strip_prefix("backtrace: listening on ")
+        .unwrap_or_else(|| panic!("{line}"));
+    let (addr, lib) = rest
+        .trim_end()
+        .split_once("; now start QEMU with -cannoli ")
+        .unwrap();
+    // The QEMU command line the launcher would use, with that library.
+    let mut qemu = launch::Launcher::new(launch::Options {
+        hooks: lib,
+        threads: 1,
+    })
+    .command(&OsString::from(&prog), &[])
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = qemu
+        .env("CANNOLI_ADDR", addr)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), OUTPUT);
+    let status = client.0.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(status.success(), "{status}: {rest}");
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let _ = std::fs::remove_file(&out_file);
+    assert_eq!(show(&check_json("mipsel", &text)), show(&expected()));
+}
+
+#[test]
+fn missing_program_is_one_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_backtrace"))
+        .arg("/nonexistent/prog")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(e.lines().count(), 1, "{e}");
+    assert!(
+        e.starts_with("backtrace: ") && e.contains("no such program"),
+        "{e}"
+    );
+}
