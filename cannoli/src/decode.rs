@@ -221,18 +221,24 @@ fn decode_words<T: Cannoli>(
         };
     }
 
+    // Below this index the words are taken one by one: the last eight-word
+    // look-ahead found a tagged word there.
+    let mut narrow_until = 0usize;
     while i < n {
         // Runs of exec events are the bulk of every trace: take eight words
         // at once when none of them has a tag (one OR-reduction and one
         // compare for eight events).
-        if let Some(run) = words.get(i..i + 8) {
-            let run: &[u64; 8] = run.try_into().expect("eight words");
-            if run.iter().fold(0, |a, &w| a | w) <= PC_MASK {
-                for &pc in run {
-                    T::exec(pid, tid, pc, trace);
+        if i >= narrow_until {
+            if let Some(run) = words.get(i..i + 8) {
+                let run: &[u64; 8] = run.try_into().expect("eight words");
+                if run.iter().fold(0, |a, &w| a | w) <= PC_MASK {
+                    for &pc in run {
+                        T::exec(pid, tid, pc, trace);
+                    }
+                    i += 8;
+                    continue;
                 }
-                i += 8;
-                continue;
+                narrow_until = i + 8;
             }
         }
         let w = words[i];
