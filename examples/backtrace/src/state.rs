@@ -409,30 +409,62 @@ mod tests {
         }
     }
 
-    /// Runs a script of (pc, branch, ra, sp) instructions; returns the
-    /// changes as "+name" / "-name" strings.
-    fn run(arch: &str, syms: &Functions, steps: &[(u64, bool, u64, u64)]) -> Vec<String> {
-        let r = rules(arch).unwrap();
-        let mut st = BacktraceState::default();
-        let mut log = Vec::new();
-        for &(pc, br, ra, sp) in steps {
-            st.insn(
-                &r,
-                syms,
-                pc,
-                br,
-                Some(Regs { ra: Some(ra), sp }),
-                &mut |c, s| {
-                    log.push(match c {
-                        Change::Enter { .. } => {
-                            format!("+{}", s.backtrace.last().unwrap().name)
-                        }
-                        Change::Exit { frame, .. } => format!("-{}", frame.name),
-                    })
-                },
-            );
+    /// Runs instructions through a `BacktraceState` over `table()`,
+    /// logging each change as `fmt` renders it.
+    struct Trace {
+        rules: Rules,
+        syms: Functions,
+        st: BacktraceState,
+        log: Vec<String>,
+        fmt: fn(&Change, &BacktraceState) -> String,
+    }
+
+    impl Trace {
+        fn new(arch: &str, fmt: fn(&Change, &BacktraceState) -> String) -> Self {
+            Trace {
+                rules: rules(arch).unwrap(),
+                syms: table(),
+                st: BacktraceState::default(),
+                log: Vec::new(),
+                fmt,
+            }
         }
-        log
+
+        /// Runs a script of (pc, branch, ra, sp) instructions.
+        fn steps(&mut self, steps: &[(u64, bool, Option<u64>, u64)]) {
+            let Trace { rules, syms, st, log, fmt } = self;
+            for &(pc, br, ra, sp) in steps {
+                st.insn(rules, syms, pc, br, Some(Regs { ra, sp }), &mut |c, s| {
+                    log.push(fmt(c, s))
+                });
+            }
+        }
+
+        /// Runs a script of (pc, branch, sp) instructions without a link
+        /// register (x86).
+        fn steps_sp(&mut self, steps: &[(u64, bool, u64)]) {
+            for &(pc, br, sp) in steps {
+                self.steps(&[(pc, br, None, sp)]);
+            }
+        }
+    }
+
+    /// "+name" / "-name".
+    fn names(c: &Change, s: &BacktraceState) -> String {
+        match c {
+            Change::Enter { .. } => format!("+{}", s.backtrace.last().unwrap().name),
+            Change::Exit { frame, .. } => format!("-{}", frame.name),
+        }
+    }
+
+    /// Runs a script of (pc, branch, ra, sp) instructions over `table()`
+    /// and checks the changes, as "+name" / "-name" strings.
+    fn check(arch: &str, steps: &[(u64, bool, u64, u64)], expect: &[&str]) {
+        let mut t = Trace::new(arch, names);
+        for &(pc, br, ra, sp) in steps {
+            t.steps(&[(pc, br, Some(ra), sp)]);
+        }
+        assert_eq!(t.log, expect);
     }
 
     fn table() -> Functions {
@@ -446,11 +478,9 @@ mod tests {
 
     #[test]
     fn riscv_call_and_return() {
-        let s = table();
         // main: jal f at 0x1010 (ra := 0x1014); f returns with ret.
-        let log = run(
+        check(
             "riscv64",
-            &s,
             &[
                 (0x1000, false, 0, 0x800),
                 (0x1010, true, 0, 0x800),
@@ -459,18 +489,16 @@ mod tests {
                 (0x2008, true, 0x1014, 0x800),
                 (0x1014, false, 0x1014, 0x800),
             ],
+            &["+main", "+f", "-f"],
         );
-        assert_eq!(log, ["+main", "+f", "-f"].map(String::from));
     }
 
     #[test]
     fn recursion_pops_one_frame_per_return() {
-        let s = table();
         // f calls itself at 0x2010 (return to 0x2014) twice, each time with
         // a 16-byte frame; then three returns.
-        let log = run(
+        check(
             "riscv64",
-            &s,
             &[
                 (0x1000, false, 0, 0x800),
                 (0x1010, true, 0, 0x800),
@@ -491,21 +519,16 @@ mod tests {
                 (0x2018, true, 0x1014, 0x800),
                 (0x1014, false, 0x1014, 0x800),
             ],
-        );
-        assert_eq!(
-            log,
-            ["+main", "+f", "+f", "+f", "-f", "-f", "-f"].map(String::from)
+            &["+main", "+f", "+f", "+f", "-f", "-f", "-f"],
         );
     }
 
     #[test]
     fn mips_tail_branch_chain_pops_at_once() {
-        let s = table();
         // main: bal f (delay slot 0x1014, ra := 0x1018); f: b g (delay slot
         // 0x2020); g: b h; h: bal ... no, h: jr ra (delay slot 0x4008).
-        let log = run(
+        check(
             "mipsel",
-            &s,
             &[
                 (0x1000, false, 0, 0x800),
                 (0x1010, false, 0, 0x800),
@@ -521,22 +544,17 @@ mod tests {
                 (0x1020, true, 0x1018, 0x800),
                 (0x1024, false, 0x1018, 0x800),
             ],
-        );
-        assert_eq!(
-            log,
-            ["+main", "+f", "+g", "+h", "-h", "-g", "-f"].map(String::from)
+            &["+main", "+f", "+g", "+h", "-h", "-g", "-f"],
         );
     }
 
     #[test]
     fn mips_with_the_branch_flagged_instead_of_its_delay_slot() {
-        let s = table();
         // The same program as above, but QEMU flags the branch instructions
         // (bal f at 0x1010, b g at 0x201c, jr ra at 0x3004): the delay slot
         // comes next, then the target.
-        let log = run(
+        check(
             "mipsel",
-            &s,
             &[
                 (0x1000, false, 0, 0x800),
                 (0x1010, true, 0, 0x800),
@@ -558,41 +576,32 @@ mod tests {
                 (0x1030, false, 0x1034, 0x800),
                 (0x1000, false, 0x1034, 0x800),
             ],
-        );
-        assert_eq!(
-            log,
-            ["+main", "+f", "+g", "-g", "-f", "+main"].map(String::from)
+            &["+main", "+f", "+g", "-g", "-f", "+main"],
         );
     }
 
     #[test]
     fn x86_call_is_a_push_by_the_branch() {
-        let s = table();
-        let r = rules("x86_64").unwrap();
-        let mut st = BacktraceState::default();
-        let mut log = Vec::new();
-        let mut rec = |c: &Change, s: &BacktraceState| {
-            log.push(match c {
-                Change::Enter { ret, .. } => {
-                    format!("+{} {:x?}", s.backtrace.last().unwrap().name, ret)
-                }
-                Change::Exit { frame, pc, .. } => format!("-{} {pc:x}", frame.name),
-            })
-        };
-        let regs = |sp| Some(Regs { ra: None, sp });
-        st.insn(&r, &s, 0x1000, false, regs(0x800), &mut rec);
+        let mut t = Trace::new("x86_64", |c, s| match c {
+            Change::Enter { ret, .. } => {
+                format!("+{} {:x?}", s.backtrace.last().unwrap().name, ret)
+            }
+            Change::Exit { frame, pc, .. } => format!("-{} {pc:x}", frame.name),
+        });
         // call f at 0x1010: pushes 0x1015 at 0x7f8.
-        st.insn(&r, &s, 0x1010, true, regs(0x800), &mut rec);
-        st.write(0x1010, 0x7f8, 0x1015, 8);
-        st.insn(&r, &s, 0x2000, false, regs(0x7f8), &mut rec);
-        // jmp g (tail call), g: a loop back to its own start, then ret.
-        st.insn(&r, &s, 0x2004, true, regs(0x7f8), &mut rec);
-        st.insn(&r, &s, 0x3000, true, regs(0x7f8), &mut rec);
-        st.insn(&r, &s, 0x3000, false, regs(0x7f8), &mut rec);
-        st.insn(&r, &s, 0x3008, true, regs(0x7f8), &mut rec);
-        st.insn(&r, &s, 0x1015, false, regs(0x800), &mut rec);
+        t.steps_sp(&[(0x1000, false, 0x800), (0x1010, true, 0x800)]);
+        t.st.write(0x1010, 0x7f8, 0x1015, 8);
+        t.steps_sp(&[
+            (0x2000, false, 0x7f8),
+            // jmp g (tail call), g: a loop back to its own start, then ret.
+            (0x2004, true, 0x7f8),
+            (0x3000, true, 0x7f8),
+            (0x3000, false, 0x7f8),
+            (0x3008, true, 0x7f8),
+            (0x1015, false, 0x800),
+        ]);
         assert_eq!(
-            log,
+            t.log,
             [
                 "+main None",
                 "+f Some(1015)",
@@ -600,68 +609,55 @@ mod tests {
                 "-g 1015",
                 "-f 1015"
             ]
-            .map(String::from)
         );
-        assert_eq!(st.depth(), 1);
+        assert_eq!(t.st.depth(), 1);
     }
 
     #[test]
     fn signal_handlers_are_frames() {
-        let s = table();
-        let r = rules("x86_64").unwrap();
-        let mut st = BacktraceState::default();
-        let mut log = Vec::new();
-        let mut rec = |c: &Change, s: &BacktraceState| {
-            log.push(match c {
-                Change::Enter { .. } => {
-                    let f = s.backtrace.last().unwrap();
-                    format!("+{} {}", f.name, f.via.as_str())
-                }
-                Change::Exit { frame, .. } => format!("-{}", frame.name),
-            })
-        };
-        let regs = |sp| Some(Regs { ra: None, sp });
-        st.insn(&r, &s, 0x1000, false, regs(0x800), &mut rec);
+        let mut t = Trace::new("x86_64", |c, s| match c {
+            Change::Enter { .. } => {
+                let f = s.backtrace.last().unwrap();
+                format!("+{} {}", f.name, f.via.as_str())
+            }
+            Change::Exit { frame, .. } => format!("-{}", frame.name),
+        });
         // A syscall in main, then the signal: handler g, which jumps
         // within itself (same stack pointer), returns (8 above) to the
         // restorer h (a function of its own), whose sigreturn resumes main.
-        st.insn(&r, &s, 0x1010, true, regs(0x800), &mut rec);
-        st.signal(0x3000);
-        st.insn(&r, &s, 0x3000, false, regs(0x600), &mut rec);
-        st.insn(&r, &s, 0x3008, true, regs(0x600), &mut rec);
-        st.insn(&r, &s, 0x3010, false, regs(0x600), &mut rec);
-        st.insn(&r, &s, 0x3018, true, regs(0x600), &mut rec);
-        st.insn(&r, &s, 0x4000, false, regs(0x608), &mut rec);
-        st.insn(&r, &s, 0x4004, true, regs(0x608), &mut rec);
-        st.insn(&r, &s, 0x1012, false, regs(0x800), &mut rec);
-        assert_eq!(log, ["+main start", "+g signal", "-g"].map(String::from));
-        assert_eq!(st.depth(), 1);
+        t.steps_sp(&[(0x1000, false, 0x800), (0x1010, true, 0x800)]);
+        t.st.signal(0x3000);
+        t.steps_sp(&[
+            (0x3000, false, 0x600),
+            (0x3008, true, 0x600),
+            (0x3010, false, 0x600),
+            (0x3018, true, 0x600),
+            (0x4000, false, 0x608),
+            (0x4004, true, 0x608),
+            (0x1012, false, 0x800),
+        ]);
+        assert_eq!(t.log, ["+main start", "+g signal", "-g"]);
+        assert_eq!(t.st.depth(), 1);
 
         // RISC-V: the handler returns to ra, the trampoline.
-        let r = rules("riscv64").unwrap();
-        let mut st = BacktraceState::default();
-        let mut log = Vec::new();
-        let mut rec = |c: &Change, _: &BacktraceState| {
-            log.push(match c {
-                Change::Enter { ret, .. } => format!("+ {ret:x?}"),
-                Change::Exit { pc, .. } => format!("- {pc:x}"),
-            })
-        };
-        let regs = |ra, sp| Some(Regs { ra: Some(ra), sp });
-        st.insn(&r, &s, 0x1000, false, regs(0, 0x800), &mut rec);
-        st.signal(0x3000);
-        st.insn(&r, &s, 0x3000, false, regs(0x9000, 0x600), &mut rec);
-        st.insn(&r, &s, 0x3008, true, regs(0x9000, 0x600), &mut rec);
-        st.insn(&r, &s, 0x9000, false, regs(0x9000, 0x600), &mut rec);
-        assert_eq!(log, ["+ None", "+ Some(9000)", "- 9000"]);
+        let mut t = Trace::new("riscv64", |c, _| match c {
+            Change::Enter { ret, .. } => format!("+ {ret:x?}"),
+            Change::Exit { pc, .. } => format!("- {pc:x}"),
+        });
+        t.steps(&[(0x1000, false, Some(0), 0x800)]);
+        t.st.signal(0x3000);
+        t.steps(&[
+            (0x3000, false, Some(0x9000), 0x600),
+            (0x3008, true, Some(0x9000), 0x600),
+            (0x9000, false, Some(0x9000), 0x600),
+        ]);
+        assert_eq!(t.log, ["+ None", "+ Some(9000)", "- 9000"]);
     }
 
     #[test]
     fn a_longjmp_leaves_the_frames_above() {
-        let s = table();
-        let log = run(
+        check(
             "riscv64",
-            &s,
             &[
                 (0x1000, false, 0, 0x800),
                 (0x1010, true, 0, 0x800),
@@ -672,7 +668,7 @@ mod tests {
                 (0x3010, true, 0x2014, 0x7e0),
                 (0x1014, false, 0x2014, 0x800),
             ],
+            &["+main", "+f", "+g", "-g", "-f"],
         );
-        assert_eq!(log, ["+main", "+f", "+g", "-g", "-f"].map(String::from));
     }
 }
