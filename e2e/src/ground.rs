@@ -34,10 +34,9 @@ use std::fs::{self, File};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::time::Duration;
 
 use crate::{
-    finish_guest, qemu_builds, release_artifact, spawn_guest, tail, timeout, DumpClient,
+    assert_traced_success, finish_guest, qemu_builds, release_artifact, spawn_guest, DumpClient,
     GuestCmd, GuestRun, Plugin, RunDir,
 };
 
@@ -98,13 +97,7 @@ pub struct Traced {
 impl Traced {
     /// Panics unless QEMU and the client both exited 0.
     pub fn assert_success(&self) {
-        self.guest.assert_success();
-        assert!(
-            self.client_status.success(),
-            "cannoli-dump failed: {}\n--- its stderr ---\n{}",
-            self.client_status,
-            tail(&self.client_stderr, 40)
-        );
+        assert_traced_success(&self.guest, &self.client_status, &self.client_stderr);
     }
 }
 
@@ -134,23 +127,7 @@ pub fn run_traced(
     let child = spawn_guest(dir, tag, &cmd);
     let pid = child.id();
     let guest = finish_guest(dir, tag, &cmd, child);
-    let limit = if guest.status.success() {
-        timeout()
-    } else {
-        Duration::from_secs(10)
-    };
-    let st = client.child.wait_timeout(limit);
-    let client_stderr = client.kill();
-    let client_status = st.unwrap_or_else(|| {
-        panic!(
-            "cannoli-dump did not exit within {limit:?} after `{}` exited with {}; killed.\n\
-             --- QEMU stderr ---\n{}\n--- client stderr ---\n{}",
-            guest.cmdline,
-            guest.status,
-            tail(&guest.stderr_text(), 20),
-            tail(&client_stderr, 20)
-        )
-    });
+    let (client_status, client_stderr) = client.finish(&guest);
     Traced {
         guest,
         pid,

@@ -608,19 +608,24 @@ pub fn run_plugin(
     prog: &Path,
     args: &[&str],
 ) -> (GuestRun, PathBuf) {
-    let q = qemu_builds();
     let log = dir.file(&format!("{tag}.log"));
+    let run = run_guest(dir, tag, &plugin_cmd(arch, plugin, prog, args, &log));
+    (run, log)
+}
+
+/// `qemu-<arch> <common args> -plugin <plugin> -d plugin -D <log> prog args`
+/// (the patched QEMU).
+pub fn plugin_cmd(arch: &str, plugin: Plugin, prog: &Path, args: &[&str], log: &Path) -> GuestCmd {
+    let q = qemu_builds();
     let mut spec = q.plugin(plugin).into_os_string();
     spec.push(plugin.options());
-    let cmd = GuestCmd::new(arch, q.qemu(arch), prog, args)
+    GuestCmd::new(arch, q.qemu(arch), prog, args)
         .qemu_arg("-plugin")
         .qemu_arg(spec)
         .qemu_arg("-d")
         .qemu_arg("plugin")
         .qemu_arg("-D")
-        .qemu_arg(log.clone());
-    let run = run_guest(dir, tag, &cmd);
-    (run, log)
+        .qemu_arg(log)
 }
 
 /// Runs `prog args` under QEMU (`qemu` is the plain or the patched
@@ -648,20 +653,23 @@ pub struct DumpClient {
 }
 
 impl DumpClient {
-    /// Starts `cannoli-dump --listen 127.0.0.1:0 --threads N --out <tag>.dump`
+    /// Starts `cannoli-dump --listen 127.0.0.1:0 --out <tag>.dump --threads N`
     /// and waits for its `listening` line.
     pub fn start(dir: &RunDir, tag: &str, threads: usize) -> DumpClient {
+        DumpClient::start_args(dir, tag, &["--threads", &threads.to_string()])
+    }
+
+    /// Starts `cannoli-dump --listen 127.0.0.1:0 --out <tag>.dump <args>`
+    /// and waits (at most 60 s) for its `listening` line.
+    pub fn start_args(dir: &RunDir, tag: &str, args: &[&str]) -> DumpClient {
         let exe = dump_client();
         let out = dir.file(&format!("{tag}.dump"));
         let stderr_path = dir.file(&format!("{tag}.client.stderr"));
         let stderr = File::create(&stderr_path).expect("create client stderr file");
         let child = Command::new(&exe)
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .arg("--threads")
-            .arg(threads.to_string())
-            .arg("--out")
+            .args(["--listen", "127.0.0.1:0", "--out"])
             .arg(&out)
+            .args(args)
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -687,7 +695,8 @@ impl DumpClient {
             child.kill();
             let err = fs::read_to_string(&stderr_path).unwrap_or_default();
             panic!(
-                "cannoli-dump did not announce its address: {why}\n--- its stderr ---\n{}",
+                "cannoli-dump {} did not announce its address: {why}\n--- its stderr ---\n{}",
+                args.join(" "),
                 tail(&err, 40)
             )
         };
@@ -729,6 +738,30 @@ impl DumpClient {
         }
     }
 
+    /// After QEMU's run `guest`: waits for the client to finish promptly (not
+    /// long if QEMU failed: it may never have connected), then returns its
+    /// status and stderr. Panics on time-out (after killing it).
+    pub fn finish(&mut self, guest: &GuestRun) -> (ExitStatus, String) {
+        let limit = if guest.status.success() {
+            timeout()
+        } else {
+            Duration::from_secs(10)
+        };
+        let st = self.child.wait_timeout(limit);
+        let client_stderr = self.kill();
+        let client_status = st.unwrap_or_else(|| {
+            panic!(
+                "cannoli-dump did not exit within {limit:?} after `{}` exited with {}; killed.\n\
+                 --- QEMU stderr ---\n{}\n--- client stderr ---\n{}",
+                guest.cmdline,
+                guest.status,
+                tail(&guest.stderr_text(), 20),
+                tail(&client_stderr, 20)
+            )
+        });
+        (client_status, client_stderr)
+    }
+
     /// Kills the client and returns its stderr so far.
     pub fn kill(&mut self) -> String {
         self.child.kill();
@@ -751,14 +784,19 @@ pub struct CannoliRun {
 impl CannoliRun {
     /// Panics unless QEMU and the client both exited 0.
     pub fn assert_success(&self) {
-        self.guest.assert_success();
-        assert!(
-            self.client_status.success(),
-            "cannoli-dump failed: {}\n--- its stderr ---\n{}",
-            self.client_status,
-            tail(&self.client_stderr, 40)
-        );
+        assert_traced_success(&self.guest, &self.client_status, &self.client_stderr);
     }
+}
+
+/// Panics unless QEMU (`guest`) and the client both exited 0.
+pub fn assert_traced_success(guest: &GuestRun, client_status: &ExitStatus, client_stderr: &str) {
+    guest.assert_success();
+    assert!(
+        client_status.success(),
+        "cannoli-dump failed: {}\n--- its stderr ---\n{}",
+        client_status,
+        tail(client_stderr, 40)
+    );
 }
 
 /// Runs `prog args` under `qemu -cannoli libjitter_always.so`, traced by a
@@ -780,28 +818,8 @@ pub fn run_cannoli(
         .qemu_arg(jitter)
         .env("CANNOLI_ADDR", &client.addr);
     let guest = run_guest(dir, tag, &cmd);
-    // QEMU is gone: the client has to finish promptly. If QEMU failed, it
-    // may never have connected; do not wait long for it then.
-    let limit = if guest.status.success() {
-        timeout()
-    } else {
-        Duration::from_secs(10)
-    };
-    let st = client.child.wait_timeout(limit);
-    let client_stderr = client.kill();
-    let client_status = match st {
-        Some(s) => s,
-        None => {
-            panic!(
-                "cannoli-dump did not exit within {limit:?} after `{}` exited with {}; killed.\n\
-                 --- QEMU stderr ---\n{}\n--- client stderr ---\n{}",
-                guest.cmdline,
-                guest.status,
-                tail(&guest.stderr_text(), 20),
-                tail(&client_stderr, 20)
-            )
-        }
-    };
+    // QEMU is gone: the client has to finish promptly.
+    let (client_status, client_stderr) = client.finish(&guest);
     CannoliRun {
         guest,
         client_status,

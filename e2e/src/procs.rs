@@ -6,7 +6,8 @@
 //!   ...), and [`Summary`], its closing stderr line;
 //! * [`Traced`] / [`run_traced`]: one guest run under `-cannoli` with extra
 //!   QEMU options and environment (e.g. `-L`, `CANNOLI_CHUNK_KB`);
-//! * [`plugin_cmd`]: a ground-truth plugin run with extra QEMU options;
+//! * [`run_plugin_retrying`]: a ground-truth plugin run, again while QEMU
+//!   crashes in the plugin;
 //! * [`parse_execlog_per_cpu`]: libexeclog's log of a multi-threaded guest,
 //!   split by vCPU (its lines can be torn, see there);
 //! * [`Streams`]: the `--split` directory's `streams.txt` and files;
@@ -15,10 +16,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{self, File};
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use crate::*;
@@ -42,57 +42,19 @@ impl Client {
     /// Starts the client with `args` after `--listen 127.0.0.1:0 --out
     /// <tag>.dump` and waits (at most 60 s) for its `listening` line.
     pub fn start(dir: &RunDir, tag: &str, args: &[&str]) -> Client {
-        let exe = dump_client();
-        let out = dir.file(&format!("{tag}.dump"));
-        let stderr_path = dir.file(&format!("{tag}.client.stderr"));
-        let stderr = File::create(&stderr_path).expect("create client stderr file");
-        let child = Command::new(&exe)
-            .args(["--listen", "127.0.0.1:0", "--out"])
-            .arg(&out)
-            .args(args)
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(stderr)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", exe.display()));
-        let mut child = ChildGuard::new(child, format!("{} ({tag})", exe.display()));
-        let stdout = child.child_mut().stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        let reader = std::thread::spawn(move || {
-            let mut r = BufReader::new(stdout);
-            let mut first = String::new();
-            let res = r.read_line(&mut first).map(|_| first);
-            let _ = tx.send(res);
-            let mut rest = Vec::new();
-            let _ = r.read_to_end(&mut rest);
-            rest
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(Ok(l)) => l,
-            other => {
-                child.kill();
-                panic!(
-                    "cannoli-dump {} did not announce its address ({other:?})\n--- its stderr ---\n{}",
-                    args.join(" "),
-                    tail(&read_text(&stderr_path), 40)
-                )
-            }
-        };
-        let Some(addr) = line
-            .trim_end()
-            .strip_prefix("listening ")
-            .map(str::to_string)
-        else {
-            child.kill();
-            panic!("cannoli-dump's first stdout line was {line:?}, expected `listening <addr>`");
-        };
+        let DumpClient {
+            child,
+            addr,
+            out,
+            stderr_path,
+            stdout_rest,
+        } = DumpClient::start_args(dir, tag, args);
         Client {
             child,
             addr,
             out,
             stderr_path,
-            stdout_rest: Some(reader),
+            stdout_rest,
         }
     }
 
@@ -184,20 +146,6 @@ pub fn traced_cmd(arch: &str, prog: &Path, args: &[&str]) -> GuestCmd {
         .qemu_arg(jitter_lib())
 }
 
-/// `qemu-<arch> <common args> -plugin <plugin> -d plugin -D <log> prog args`.
-pub fn plugin_cmd(arch: &str, plugin: Plugin, prog: &Path, args: &[&str], log: &Path) -> GuestCmd {
-    let q = qemu_builds();
-    let mut spec = q.plugin(plugin).into_os_string();
-    spec.push(plugin.options());
-    GuestCmd::new(arch, q.qemu(arch), prog, args)
-        .qemu_arg("-plugin")
-        .qemu_arg(spec)
-        .qemu_arg("-d")
-        .qemu_arg("plugin")
-        .qemu_arg("-D")
-        .qemu_arg(log)
-}
-
 /// Runs a ground-truth plugin on a multi-threaded guest, again (at most
 /// `attempts` times) while QEMU dies of an internal SIGSEGV: QEMU 10.0's
 /// libexeclog grows its per-vCPU array when a vCPU starts while other vCPUs
@@ -217,9 +165,7 @@ pub fn run_plugin_retrying(
 ) -> (GuestRun, PathBuf) {
     let mut crashes = Vec::new();
     for n in 0..attempts {
-        let t = format!("{tag}-{n}");
-        let log = dir.file(&format!("{t}.log"));
-        let run = run_guest(dir, &t, &plugin_cmd(arch, plugin, prog, args, &log));
+        let (run, log) = run_plugin(dir, &format!("{tag}-{n}"), arch, plugin, prog, args);
         let internal =
             run.status.code().is_none() && run.stderr_text().contains("QEMU internal SIGSEGV");
         if !internal {
