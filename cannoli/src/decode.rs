@@ -274,6 +274,23 @@ fn decode_words<T: Cannoli>(
                 i += 3;
                 extra += 2;
             }
+            // Packed accesses of 32-bit guests: address and value share
+            // the second word.
+            0x14..=0x16 | 0x1c..=0x1e => {
+                if n - i < 2 {
+                    malformed!(
+                        t,
+                        Problem::Truncated {
+                            need: 2,
+                            have: n - i,
+                        },
+                    );
+                }
+                let av = words[i + 1];
+                mem::<T>(pid, tid, t, w & PC_MASK, av & 0xffff_ffff, av >> 32, addr_mask, trace);
+                i += 2;
+                extra += 1;
+            }
             tag::EXEC_LONG => {
                 if n - i < 2 {
                     malformed!(
@@ -764,6 +781,30 @@ mod tests {
         // 64-bit guests keep the whole address.
         let (t, _) = run(&[top(tag::LOAD | 3) | 0x10, 0xffff_8000_0000_0010, 7], 64);
         assert_eq!(t, vec![Ev::Read(0x10, 0xffff_8000_0000_0010, 7, 8)]);
+    }
+
+    #[test]
+    fn packed_32bit_mem_events() {
+        // Address in the low half, value in the high half; mixed with runs of
+        // exec events on both sides of the eight-word look-ahead.
+        let mut words: Vec<u64> = (0..9).map(|i| 0x400000 + 4 * i).collect();
+        words.extend([top(wire::mem32_tag(false, 2)) | 0x400024, 0x8765_4321_7fff_0010]);
+        words.extend([top(wire::mem32_tag(true, 0)) | 0x400028, 0x0000_01ab_7fff_0011]);
+        words.extend([top(wire::mem32_tag(true, 1)) | 0x40002c, 0xffff_beef_7fff_0012]);
+        words.extend((0..3).map(|i| 0x400030 + 4 * i));
+        let (t, d) = run(&words, 32);
+        let mut want: Vec<Ev> = (0..9).map(|i| Ev::Exec(0x400000 + 4 * i)).collect();
+        want.extend([
+            Ev::Read(0x400024, 0x7fff_0010, 0x8765_4321, 4),
+            Ev::Write(0x400028, 0x7fff_0011, 0xab, 1),
+            Ev::Write(0x40002c, 0x7fff_0012, 0xbeef, 2),
+        ]);
+        want.extend((0..3).map(|i| Ev::Exec(0x400030 + 4 * i)));
+        assert_eq!(t, want);
+        assert_eq!(d, Decoded { events: 15, ..Default::default() });
+        // Cut after the tag word: truncated.
+        let (_, d) = run(&[top(wire::mem32_tag(false, 0)) | 0x10], 32);
+        assert!(matches!(d.error.map(|e| e.problem), Some(Problem::Truncated { need: 2, have: 1 })));
     }
 
     #[test]

@@ -126,6 +126,13 @@ impl<'a> Asm<'a> {
         self.bytes(&imm.to_le_bytes());
     }
 
+    /// `mov dword [m], src` (the low 32 bits of `src`).
+    pub fn mov_m32_r(&mut self, m: Mem, src: Reg) {
+        self.rex(false, src as u8, m.base);
+        self.byte(0x89);
+        self.modrm_mem(src as u8, m);
+    }
+
     /// `mov qword [m], src`.
     pub fn mov_m64_r(&mut self, m: Mem, src: Reg) {
         self.rex(true, src as u8, m.base);
@@ -364,6 +371,12 @@ mod tests {
                        format!("mov %{name},0x10(%r14)"));
             assert_eq!(one(|a| a.mov_m64_r(mem(r, -8), R9)),
                        format!("mov %r9,-0x8(%{name})"));
+            let name32 = match n {
+                0..=7 => format!("e{}", &name[1..]),
+                _ => format!("{name}d"),
+            };
+            assert_eq!(one(|a| a.mov_m32_r(mem(R14, 12), r)),
+                       format!("mov %{name32},0xc(%r14)"));
             assert_eq!(one(|a| a.mov_r_m64(r, mem(Rbp, -0x40))),
                        format!("mov -0x40(%rbp),%{name}"));
         }

@@ -309,9 +309,24 @@ pub struct Access {
     pub after: bool,
 }
 
-/// Layout of a memory event: where addr and value go, and its length.
-fn mem_layout(pc: u64) -> (i32, i32, i32) {
-    if pc_fits(pc) { (8, 16, 24) } else { (16, 24, 32) }
+/// Set at init for 32-bit guests: accesses of up to 4 bytes use the packed
+/// two-word event (address and value in one word).
+static PACK32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn set_guest_bits(bits: u32) {
+    PACK32.store(bits == 32, Ordering::Relaxed);
+}
+
+/// Layout of a memory event: where addr and value go, whether they are
+/// 32-bit halves of one word, and the event's length.
+fn mem_layout(pc: u64, size_log2: u8) -> (i32, i32, bool, i32) {
+    if !pc_fits(pc) {
+        (16, 24, false, 32)
+    } else if size_log2 <= 2 && PACK32.load(Ordering::Relaxed) {
+        (8, 12, true, 16)
+    } else {
+        (8, 16, false, 24)
+    }
 }
 
 /// Code around a guest memory access. Loads get two splices: before the
@@ -335,19 +350,23 @@ pub fn lift_mem(a: &mut Asm, x: &Access) {
     if !wanted {
         return;
     }
-    let (addr_at, value_at, len) = mem_layout(x.pc);
+    let (addr_at, value_at, packed, len) = mem_layout(x.pc, x.size_log2);
+    let put = |a: &mut Asm, at: i32, r: Reg| {
+        if packed { a.mov_m32_r(mem(CURSOR, at), r) } else { a.mov_m64_r(mem(CURSOR, at), r) }
+    };
     if !x.after {
-        a.mov_m64_r(mem(CURSOR, addr_at), x.addr);
+        put(a, addr_at, x.addr);
         if !x.store {
             return;
         }
     }
-    a.mov_m64_r(mem(CURSOR, value_at), x.value);
-    let t = mem_tag(x.store, x.size_log2) as u64;
-    if pc_fits(x.pc) {
-        store_word(a, 0, t << 56 | x.pc);
+    put(a, value_at, x.value);
+    if packed {
+        store_word(a, 0, (wire::mem32_tag(x.store, x.size_log2) as u64) << 56 | x.pc);
+    } else if pc_fits(x.pc) {
+        store_word(a, 0, (mem_tag(x.store, x.size_log2) as u64) << 56 | x.pc);
     } else {
-        store_word(a, 0, (tag::MEM_LONG as u64) << 56 | t);
+        store_word(a, 0, (tag::MEM_LONG as u64) << 56 | mem_tag(x.store, x.size_log2) as u64);
         store_word(a, 8, x.pc);
     }
     advance(a, len);

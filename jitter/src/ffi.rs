@@ -167,6 +167,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         syscall_names,
     };
     let _ = stream::GUEST.set(guest);
+    codegen::set_guest_bits(info.guest_bits);
     if let Err(e) = codegen::configure(info.cursor_env_offset) {
         set_err(err, errlen, &e);
         return -1;

@@ -21,6 +21,8 @@
 //! | `0x10 \| log2(size)` | load: `tag\|pc`, `addr`, `value` | 3 |
 //! | `0x18 \| log2(size)` | store: `tag\|pc`, `addr`, `value` | 3 |
 //! | `0x1f` | memory access whose pc needs more than 56 bits: `tag\|kind`, `pc`, `addr`, `value` | 4 |
+//! | `0x14 \| log2(size)` | load of at most 4 bytes by a 32-bit guest: `tag\|pc`, `addr \| value << 32` | 2 |
+//! | `0x1c \| log2(size)` | store of at most 4 bytes by a 32-bit guest: `tag\|pc`, `addr \| value << 32` | 2 |
 //! | `0x20`.. | framed event (below) | `len` |
 //!
 //! `addr` and `value` are the raw host register contents: the reader masks
@@ -51,7 +53,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the event layout and handshake. Both sides must agree.
-pub const WIRE_VERSION: u32 = 2;
+pub const WIRE_VERSION: u32 = 3;
 
 /// Default address of the client; `CANNOLI_ADDR` overrides it on both sides.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:11458";
@@ -98,6 +100,11 @@ pub mod tag {
     pub const LOAD: u8 = 0x10;
     /// Store of `1 << (tag & 3)` bytes.
     pub const STORE: u8 = 0x18;
+    /// Load of `1 << (tag & 3)` (at most 4) bytes by a 32-bit guest: address
+    /// and value share the second word (a third less data than `LOAD`).
+    pub const LOAD32: u8 = 0x14;
+    /// Store, packed like [`LOAD32`].
+    pub const STORE32: u8 = 0x1c;
     /// Memory access with the pc in the next word; the low byte of the first
     /// word is the `LOAD`/`STORE` tag it stands for.
     pub const MEM_LONG: u8 = 0x1f;
@@ -223,6 +230,14 @@ pub fn mem_tag(store: bool, size_log2: u8) -> u8 {
     (if store { tag::STORE } else { tag::LOAD }) | size_log2
 }
 
+/// Tag of a packed (two-word) access of `size_log2` (0..=2) bytes by a
+/// 32-bit guest.
+#[inline]
+pub fn mem32_tag(store: bool, size_log2: u8) -> u8 {
+    debug_assert!(size_log2 <= 2);
+    (if store { tag::STORE32 } else { tag::LOAD32 }) | size_log2
+}
+
 /// First message on a connection, sent by QEMU's side as one JSON line.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Hello {
@@ -300,7 +315,11 @@ mod tests {
             for l in 0..4 {
                 assert!(seen.insert(mem_tag(s, l)));
             }
+            for l in 0..3 {
+                assert!(seen.insert(mem32_tag(s, l)));
+            }
         }
+        assert!(seen.iter().all(|&t| t < tag::FRAMED));
     }
 
     #[test]
