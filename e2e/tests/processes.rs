@@ -73,6 +73,35 @@ fn pcs_fmt(pc: &u64) -> String {
     format!("X {pc:x}")
 }
 
+/// Checks a single-process traced run `t`: the guest's stdout is plain
+/// QEMU's, and the client lost nothing.
+fn check_single_stream_run(f: &Failures, plain: &GuestRun, t: &Traced) {
+    f.check(
+        "guest stdout",
+        same_output("plain QEMU", &plain.stdout, "cannoli", &t.guest.stdout),
+    );
+    f.check(
+        "client (no lost events, no incomplete stream)",
+        t.client_ok(),
+    );
+}
+
+/// Checks a stream's executed pcs against the ground truth: libinsn's
+/// count `want` and libexeclog's sequence. `prefix` starts the checks'
+/// names (`count`, `pc sequence`).
+fn check_pcs(f: &Failures, prefix: &str, pcs: &[u64], want: u64, execlog: &[u64]) {
+    if pcs.len() as u64 != want {
+        f.fail(
+            &format!("{prefix}count"),
+            format!("cannoli has {} X lines, libinsn counted {want}", pcs.len()),
+        );
+    }
+    f.check(
+        &format!("{prefix}pc sequence"),
+        compare_seq("executed pcs", "execlog", execlog, "cannoli", pcs, pcs_fmt),
+    );
+}
+
 // ---------------------------------------------------------------------------
 // 1. threads
 // ---------------------------------------------------------------------------
@@ -200,26 +229,7 @@ fn threads(arch: &str) {
             continue;
         };
         let want = insn.per_cpu[cpu as usize].1;
-        if d.pcs.len() as u64 != want {
-            f.fail(
-                &format!("{what}: count"),
-                format!(
-                    "cannoli has {} X lines, libinsn counted {want}",
-                    d.pcs.len()
-                ),
-            );
-        }
-        f.check(
-            &format!("{what}: pc sequence"),
-            compare_seq(
-                "executed pcs",
-                "execlog",
-                &execlog[&cpu],
-                "cannoli",
-                &d.pcs,
-                pcs_fmt,
-            ),
-        );
+        check_pcs(&f, &format!("{what}: "), &d.pcs, want, &execlog[&cpu]);
         match d.syscalls() {
             Ok(y) => {
                 let last = y.last();
@@ -494,27 +504,7 @@ fn forkexec(arch: &str) {
 
     // Child after execve: exactly `forkexec child`.
     if let Some(d) = parse_or_fail(&f, "exec'd child", &v[2].file) {
-        if d.pcs.len() as u64 != insn.total {
-            f.fail(
-                "exec'd child: count",
-                format!(
-                    "cannoli has {} X lines, libinsn counted {}",
-                    d.pcs.len(),
-                    insn.total
-                ),
-            );
-        }
-        f.check(
-            "exec'd child: pc sequence",
-            compare_seq(
-                "executed pcs",
-                "execlog",
-                &execlog.pcs,
-                "cannoli",
-                &d.pcs,
-                pcs_fmt,
-            ),
-        );
+        check_pcs(&f, "exec'd child: ", &d.pcs, insn.total, &execlog.pcs);
         // The exec'd program must run under the same QEMU options as a
         // direct run (here `-seed 1`, and `-R` for 64-bit guests): without
         // `-R` its stack and mmaps land elsewhere.
@@ -624,41 +614,14 @@ fn signals(arch: &str) {
             ),
         );
     }
-    f.check(
-        "guest stdout",
-        same_output("plain QEMU", &plain.stdout, "cannoli", &t.guest.stdout),
-    );
-    f.check(
-        "client (no lost events, no incomplete stream)",
-        t.client_ok(),
-    );
+    check_single_stream_run(&f, &plain, &t);
     match t.summary() {
         Ok(s) if s.connections == 1 => {}
         Ok(s) => f.fail("connections", format!("{}, want 1", s.connections)),
         Err(e) => f.fail("summary", e),
     }
     let d = parse_dump(&t.dump).unwrap_or_else(|e| panic!("{e}"));
-    if d.pcs.len() as u64 != insn.total {
-        f.fail(
-            "count",
-            format!(
-                "cannoli has {} X lines, libinsn counted {}",
-                d.pcs.len(),
-                insn.total
-            ),
-        );
-    }
-    f.check(
-        "pc sequence",
-        compare_seq(
-            "executed pcs",
-            "execlog",
-            &execlog.pcs,
-            "cannoli",
-            &d.pcs,
-            pcs_fmt,
-        ),
-    );
+    check_pcs(&f, "", &d.pcs, insn.total, &execlog.pcs);
 
     let (segv, alrm, usr1, usr2) = signal_numbers(arch);
     // (signo, code, fault address, handler)
@@ -785,60 +748,25 @@ fn dynamic(arch: &str) {
         .qemu_arg(&root);
     let plain = run_guest(&dir, "plain", &plain_cmd);
     plain.assert_success();
-    let insn_log = dir.file("insn.log");
-    let run = run_guest(
-        &dir,
-        "insn",
-        &plugin_cmd(arch, Plugin::Insn, &prog, &[], &insn_log)
+    // A ground-truth plugin run with `-L`: its log, `<tag>.log`.
+    let ground = |tag: &str, plugin| {
+        let log = dir.file(&format!("{tag}.log"));
+        let cmd = plugin_cmd(arch, plugin, &prog, &[], &log)
             .qemu_arg("-L")
-            .qemu_arg(&root),
-    );
-    run.assert_success();
-    let insn = parse_insn(&insn_log).unwrap_or_else(|e| panic!("{e}"));
-    let execlog_log = dir.file("execlog.log");
-    let run = run_guest(
-        &dir,
-        "execlog",
-        &plugin_cmd(arch, Plugin::Execlog, &prog, &[], &execlog_log)
-            .qemu_arg("-L")
-            .qemu_arg(&root),
-    );
-    run.assert_success();
-    let execlog = parse_execlog(&execlog_log).unwrap_or_else(|e| panic!("{e}"));
+            .qemu_arg(&root);
+        run_guest(&dir, tag, &cmd).assert_success();
+        log
+    };
+    let insn = parse_insn(&ground("insn", Plugin::Insn)).unwrap_or_else(|e| panic!("{e}"));
+    let execlog =
+        parse_execlog(&ground("execlog", Plugin::Execlog)).unwrap_or_else(|e| panic!("{e}"));
 
     let cmd = traced_cmd(arch, &prog, &[]).qemu_arg("-L").qemu_arg(&root);
     let t = run_traced(&dir, "cannoli", cmd, CLIENT, false);
     t.guest.assert_success();
-    f.check(
-        "guest stdout",
-        same_output("plain QEMU", &plain.stdout, "cannoli", &t.guest.stdout),
-    );
-    f.check(
-        "client (no lost events, no incomplete stream)",
-        t.client_ok(),
-    );
+    check_single_stream_run(&f, &plain, &t);
     let d = parse_dump(&t.dump).unwrap_or_else(|e| panic!("{e}"));
-    if d.pcs.len() as u64 != insn.total {
-        f.fail(
-            "count",
-            format!(
-                "cannoli has {} X lines, libinsn counted {}",
-                d.pcs.len(),
-                insn.total
-            ),
-        );
-    }
-    f.check(
-        "pc sequence",
-        compare_seq(
-            "executed pcs",
-            "execlog",
-            &execlog.pcs,
-            "cannoli",
-            &d.pcs,
-            pcs_fmt,
-        ),
-    );
+    check_pcs(&f, "", &d.pcs, insn.total, &execlog.pcs);
 
     let maps = d.maps().unwrap_or_else(|e| panic!("{e}"));
     let listing = || {

@@ -257,6 +257,15 @@ fn push_signed_hex(buf: &mut Vec<u8>, v: i64) {
     push_hex(buf, v.unsigned_abs());
 }
 
+/// The start of an `M`, `U` or `P` line: `<kind> <base> <len>`.
+fn push_range(buf: &mut Vec<u8>, kind: u8, base: u64, len: u64) {
+    buf.push(kind);
+    buf.push(b' ');
+    push_hex(buf, base);
+    buf.push(b' ');
+    push_hex(buf, len);
+}
+
 fn push_prot(buf: &mut Vec<u8>, r: bool, w: bool, x: bool) {
     buf.push(if r { b'r' } else { b'-' });
     buf.push(if w { b'w' } else { b'-' });
@@ -466,10 +475,7 @@ impl Cannoli for Dump {
     ) {
         if want(b'M') {
             line(trace, |b| {
-                b.extend_from_slice(b"M ");
-                push_hex(b, base);
-                b.push(b' ');
-                push_hex(b, len);
+                push_range(b, b'M', base, len);
                 b.push(b' ');
                 push_prot(b, read, write, exec);
                 b.extend_from_slice(if anon { b" anon " } else { b" file " });
@@ -483,10 +489,7 @@ impl Cannoli for Dump {
     fn munmap(_pid: &(), _tid: &ClientInfo, base: u64, len: u64, trace: &mut Vec<Ev>) {
         if want(b'U') {
             line(trace, |b| {
-                b.extend_from_slice(b"U ");
-                push_hex(b, base);
-                b.push(b' ');
-                push_hex(b, len);
+                push_range(b, b'U', base, len);
             });
         }
     }
@@ -503,10 +506,7 @@ impl Cannoli for Dump {
     ) {
         if want(b'P') {
             line(trace, |b| {
-                b.extend_from_slice(b"P ");
-                push_hex(b, base);
-                b.push(b' ');
-                push_hex(b, len);
+                push_range(b, b'P', base, len);
                 b.push(b' ');
                 push_prot(b, read, write, exec);
             });
