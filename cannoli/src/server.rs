@@ -507,8 +507,8 @@ struct Conn<'a, T: Cannoli> {
 /// producer can keep busy only compete with it and with each other. So the
 /// first worker alone waits on the ring (briefly spinning, then a futex);
 /// the others sleep here and are woken only when that worker finds chunks
-/// piling up behind the one it took (the ring full: QEMU is waiting); once
-/// awake, a helper works until the ring is empty. A second worker thus never costs
+/// piling up behind the one it took (the ring full: QEMU is waiting), and
+/// take chunks only while that lasts. A second worker thus never costs
 /// anything when one keeps up, and helps as soon as one does not.
 struct Relay {
     lock: Mutex<()>,
@@ -755,14 +755,19 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
             }
             c
         } else {
+            // A helper takes a chunk only while the ring is (nearly) full,
+            // i.e. while QEMU waits and its core is free.
+            let full = || conn.consumer.backlog() >= call_in_at;
             loop {
-                if let Some(c) = conn.consumer.try_recv() {
-                    break Some(c);
+                if full() {
+                    if let Some(c) = conn.consumer.try_recv() {
+                        break Some(c);
+                    }
                 }
                 if conn.consumer.is_finished() {
                     break None;
                 }
-                conn.relay.wait(|| conn.consumer.backlog() > 0);
+                conn.relay.wait(full);
             }
         };
         let Some(chunk) = chunk else {
