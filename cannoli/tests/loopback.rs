@@ -855,3 +855,41 @@ fn throughput() {
         assert_eq!(stats.events, CHUNKS * (CHUNK as u64 / 8));
     }
 }
+
+/// `run_forever` keeps serving: two processes at once, then, long after
+/// both ended (when `run` would have returned), a third.
+#[test]
+fn run_forever_serves_any_number_of_processes() {
+    let server = bind();
+    let addr = server.local_addr();
+    std::thread::spawn(move || {
+        let _ = server.run_forever::<Rec>(2);
+    });
+    let play = |pid: i32, salt: u64| {
+        let (chunks, want) = make_stream(40, 4096, salt);
+        let h = std::thread::spawn(move || {
+            Fake::new(pid, pid).play(addr, &chunks, Ending::Goodbye { lost: 0 })
+        });
+        (h, want)
+    };
+    let wait_result = |pid: i32| {
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(r) = take_result(pid, pid) {
+                return r;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30), "pid {pid} was never traced");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let (a, want_a) = play(3000, 30);
+    let (b, want_b) = play(3001, 31);
+    assert_eq!(a.join().unwrap(), None);
+    assert_eq!(b.join().unwrap(), None);
+    assert!(wait_result(3000) == want_a);
+    assert!(wait_result(3001) == want_b);
+    std::thread::sleep(Duration::from_millis(300));
+    let (c, want_c) = play(3002, 32);
+    assert_eq!(c.join().unwrap(), None);
+    assert!(wait_result(3002) == want_c);
+}
