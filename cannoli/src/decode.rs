@@ -221,32 +221,30 @@ fn decode_words<T: Cannoli>(
         };
     }
 
-    // Below this index the words are taken one by one: the last eight-word
-    // look-ahead found a tagged word there.
-    let mut narrow_until = 0usize;
-    while i < n {
+    'events: while i < n {
         // Runs of exec events are the bulk of every trace: take eight words
         // at once when none of them has a tag (one OR-reduction and one
         // compare for eight events).
-        if i >= narrow_until {
-            if let Some(run) = words.get(i..i + 8) {
-                let run: &[u64; 8] = run.try_into().expect("eight words");
-                if run.iter().fold(0, |a, &w| a | w) <= PC_MASK {
-                    for &pc in run {
-                        T::exec(pid, tid, pc, trace);
-                    }
-                    i += 8;
-                    continue;
+        if let Some(run) = words.get(i..i + 8) {
+            let run: &[u64; 8] = run.try_into().expect("eight words");
+            if run.iter().fold(0, |a, &w| a | w) <= PC_MASK {
+                for &pc in run {
+                    T::exec(pid, tid, pc, trace);
                 }
-                narrow_until = i + 8;
+                i += 8;
+                continue;
             }
         }
-        let w = words[i];
-        if w <= PC_MASK {
-            // Tag 0: exec, the word is the pc.
+        // A tagged word is near: step through exec events (tag 0, the word
+        // is the pc) up to it, then decode it, before looking ahead again.
+        let mut w = words[i];
+        while w <= PC_MASK {
             T::exec(pid, tid, w, trace);
             i += 1;
-            continue;
+            if i == n {
+                break 'events;
+            }
+            w = words[i];
         }
         let t = (w >> PC_BITS) as u8;
         match t {
