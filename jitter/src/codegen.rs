@@ -282,7 +282,7 @@ fn lift_once(a: &mut Asm, pc: u64) {
         advance(a, len);
         return;
     }
-    if a.here() % 2 != 0 {
+    if !a.here().is_multiple_of(2) {
         a.nop1();
     }
     let gate = a.here();

@@ -210,9 +210,8 @@ impl Stream {
     pub fn finish(mut self, cursor: u64, exec: bool) {
         if cursor != 0 {
             let len = cursor.saturating_sub(self.chunk as u64) as usize;
-            if self.scratch.is_some() {
-                self.lost_bytes += len as u64;
-            } else if len > 0 && self.ring.publish(len).is_err() {
+            // Undeliverable: the client is gone, or went away just now.
+            if self.scratch.is_some() || (len > 0 && self.ring.publish(len).is_err()) {
                 self.lost_bytes += len as u64;
             }
         }
