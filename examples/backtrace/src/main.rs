@@ -97,49 +97,36 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Option<Opts>, 
         quiet: false,
         program: Vec::new(),
     };
-    let mut it = args.into_iter();
-    while let Some(os_arg) = it.next() {
-        if os_arg == "--" {
-            o.program.extend(it.by_ref());
-            break;
-        }
-        // The first argument that is not an option starts the program's
-        // command line.
-        let arg = match os_arg.to_str() {
-            Some(a) if a.starts_with('-') && a != "-" => a.to_string(),
-            _ => {
-                o.program.push(os_arg);
-                o.program.extend(it.by_ref());
-                break;
+    use lexopt::Arg::{Long, Short, Value};
+    let mut p = lexopt::Parser::from_args(args);
+    // `--opt value` and `--opt=value` alike.
+    let value = |p: &mut lexopt::Parser, name: &str| -> Result<String, String> {
+        p.value()
+            .map(|v| v.to_string_lossy().into_owned())
+            .map_err(|_| format!("{name} needs a value"))
+    };
+    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+        match arg {
+            // The first argument that is not an option (or the one after
+            // `--`) starts the program's command line.
+            Value(prog) => {
+                o.program.push(prog);
+                o.program.extend(p.raw_args().map_err(|e| e.to_string())?);
             }
-        };
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<String, String> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => it
-                    .next()
-                    .map(|v| v.to_string_lossy().into_owned())
-                    .ok_or_else(|| format!("{name} needs a value")),
-            }
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "--binary" => o.binary = Some(value("--binary")?.into()),
-            "--threads" => {
-                let v = value("--threads")?;
+            Short('h') | Long("help") => return Ok(None),
+            Long("binary") => o.binary = Some(value(&mut p, "--binary")?.into()),
+            Long("threads") => {
+                let v = value(&mut p, "--threads")?;
                 o.threads = match v.parse() {
                     Ok(n) if n > 0 => n,
                     _ => return Err(format!("--threads wants a number of at least 1, got {v:?}")),
                 };
             }
-            "--listen" => o.listen = Some(value("--listen")?),
-            "-o" | "--output" => o.output = Some(value("--output")?.into()),
-            "-q" | "--quiet" => o.quiet = true,
-            _ => return Err(format!("unknown argument {arg:?}")),
+            Long("listen") => o.listen = Some(value(&mut p, "--listen")?),
+            Short('o') | Long("output") => o.output = Some(value(&mut p, "--output")?.into()),
+            Short('q') | Long("quiet") => o.quiet = true,
+            Short(c) => return Err(format!("unknown argument \"-{c}\"")),
+            Long(l) => return Err(format!("unknown argument \"--{l}\"")),
         }
     }
     if o.listen.is_some() && !o.program.is_empty() {

@@ -72,35 +72,33 @@ const USAGE: &str = "usage: benchmark [--threads N] [PROGRAM [ARGS...]]
 
 fn main() {
     let mut threads = 1;
-    let mut args = std::env::args_os().skip(1);
+    use lexopt::Arg::{Long, Short, Value};
+    let mut args = lexopt::Parser::from_env();
     let mut program: Vec<OsString> = Vec::new();
-    while let Some(a) = args.next() {
-        match a.to_str() {
-            Some("--threads") => {
+    let bad = |msg: String| -> ! {
+        eprintln!("benchmark: {msg}");
+        std::process::exit(2)
+    };
+    while let Some(a) = args.next().unwrap_or_else(|e| bad(e.to_string())) {
+        match a {
+            Long("threads") => {
                 threads = args
-                    .next()
+                    .value()
+                    .ok()
                     .and_then(|v| v.to_str().and_then(|v| v.parse().ok()))
                     .filter(|&n: &usize| n > 0)
-                    .unwrap_or_else(|| {
-                        eprintln!("benchmark: --threads needs a number (at least 1)");
-                        std::process::exit(2)
-                    })
+                    .unwrap_or_else(|| bad("--threads needs a number (at least 1)".into()))
             }
-            Some("-h" | "--help") => {
+            Short('h') | Long("help") => {
                 println!("{USAGE}");
                 return;
             }
-            Some("--") => {
-                program.extend(args.by_ref());
+            Value(v) => {
+                program.push(v);
+                program.extend(args.raw_args().unwrap_or_else(|e| bad(e.to_string())));
             }
-            Some(o) if o.starts_with('-') => {
-                eprintln!("benchmark: unknown option {o:?}\n{USAGE}");
-                std::process::exit(2)
-            }
-            _ => {
-                program.push(a);
-                program.extend(args.by_ref());
-            }
+            Short(c) => bad(format!("unknown option \"-{c}\"\n{USAGE}")),
+            Long(l) => bad(format!("unknown option \"--{l}\"\n{USAGE}")),
         }
     }
     let start = Instant::now();

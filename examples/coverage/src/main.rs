@@ -389,33 +389,36 @@ fn main() {
     let mut out: Option<PathBuf> = None;
     let mut threads = 1usize;
     let mut program: Vec<OsString> = Vec::new();
-    let mut args = std::env::args_os().skip(1);
-    while let Some(a) = args.next() {
-        match a.to_str() {
-            Some("-o" | "--output") => {
+    use lexopt::Arg::{Long, Short, Value};
+    let mut args = lexopt::Parser::from_env();
+    let bad = |e: lexopt::Error| -> ! { die(&e.to_string(), 2) };
+    while let Some(a) = args.next().unwrap_or_else(|e| bad(e)) {
+        match a {
+            Short('o') | Long("output") => {
                 out = Some(
-                    args.next()
-                        .unwrap_or_else(|| die("-o needs a file name", 2))
+                    args.value()
+                        .unwrap_or_else(|_| die("-o needs a file name", 2))
                         .into(),
                 )
             }
-            Some("--threads") => {
+            Long("threads") => {
                 threads = args
-                    .next()
+                    .value()
+                    .ok()
                     .and_then(|v| v.to_str().and_then(|v| v.parse().ok()))
                     .filter(|&n: &usize| n > 0)
                     .unwrap_or_else(|| die("--threads needs a number (at least 1)", 2))
             }
-            Some("-h" | "--help") => {
+            Short('h') | Long("help") => {
                 println!("{USAGE}");
                 return;
             }
-            Some("--") => program.extend(args.by_ref()),
-            Some(o) if o.starts_with('-') => die(&format!("unknown option {o:?}\n{USAGE}"), 2),
-            _ => {
-                program.push(a);
-                program.extend(args.by_ref());
+            Value(v) => {
+                program.push(v);
+                program.extend(args.raw_args().unwrap_or_else(|e| bad(e)));
             }
+            Short(c) => die(&format!("unknown option \"-{c}\"\n{USAGE}"), 2),
+            Long(l) => die(&format!("unknown option \"--{l}\"\n{USAGE}"), 2),
         }
     }
     let out = out.unwrap_or_else(|| match program.first() {

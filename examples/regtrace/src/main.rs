@@ -360,24 +360,27 @@ fn main() {
     let mut funcs: Vec<String> = Vec::new();
     let mut changed_only = false;
     let mut program: Vec<OsString> = Vec::new();
-    let mut args = std::env::args_os().skip(1);
-    let value = |args: &mut dyn Iterator<Item = OsString>, what: &str| -> String {
-        args.next()
+    use lexopt::Arg::{Long, Short, Value};
+    let mut args = lexopt::Parser::from_env();
+    let bad = |e: lexopt::Error| -> ! { die(&e.to_string(), 2) };
+    let value = |args: &mut lexopt::Parser, what: &str| -> String {
+        args.value()
+            .ok()
             .and_then(|v| v.into_string().ok())
             .unwrap_or_else(|| die(&format!("{what} needs a value"), 2))
     };
-    while let Some(a) = args.next() {
-        match a.to_str() {
-            Some("-o" | "--output") => output = Some(value(&mut args, "-o").into()),
-            Some("--range") => {
+    while let Some(a) = args.next().unwrap_or_else(|e| bad(e)) {
+        match a {
+            Short('o') | Long("output") => output = Some(value(&mut args, "-o").into()),
+            Long("range") => {
                 let v = value(&mut args, "--range");
                 ranges.push(parse_range(&v).unwrap_or_else(|| {
                     die(&format!("--range {v:?}: want LO-HI in hex, LO < HI"), 2)
                 }))
             }
-            Some("--func") => funcs.push(value(&mut args, "--func")),
-            Some("--changed") => changed_only = true,
-            Some("--threads") => {
+            Long("func") => funcs.push(value(&mut args, "--func")),
+            Long("changed") => changed_only = true,
+            Long("threads") => {
                 let v = value(&mut args, "--threads");
                 threads = v
                     .parse()
@@ -385,16 +388,16 @@ fn main() {
                     .filter(|&n: &usize| n > 0)
                     .unwrap_or_else(|| die("--threads needs a number (at least 1)", 2))
             }
-            Some("-h" | "--help") => {
+            Short('h') | Long("help") => {
                 println!("{USAGE}");
                 return;
             }
-            Some("--") => program.extend(args.by_ref()),
-            Some(o) if o.starts_with('-') => die(&format!("unknown option {o:?}\n{USAGE}"), 2),
-            _ => {
-                program.push(a);
-                program.extend(args.by_ref());
+            Value(v) => {
+                program.push(v);
+                program.extend(args.raw_args().unwrap_or_else(|e| bad(e)));
             }
+            Short(c) => die(&format!("unknown option \"-{c}\"\n{USAGE}"), 2),
+            Long(l) => die(&format!("unknown option \"--{l}\"\n{USAGE}"), 2),
         }
     }
     if !funcs.is_empty() {

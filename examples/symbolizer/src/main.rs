@@ -94,58 +94,47 @@ fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Option<Opts>, 
     };
     // None: auto.
     let mut color = None;
-    let mut it = args.into_iter();
-    while let Some(os_arg) = it.next() {
-        // The first argument that is not an option (or the one after `--`)
-        // is the program; it and everything after it are its command line.
-        if os_arg == "--" {
-            o.program.extend(it.by_ref());
-            break;
-        }
-        let arg = match os_arg.to_str() {
-            Some(a) if a.starts_with('-') && a != "-" => a.to_string(),
-            _ => {
-                o.program.push(os_arg);
-                o.program.extend(it.by_ref());
-                break;
+    use lexopt::Arg::{Long, Short, Value};
+    let mut p = lexopt::Parser::from_args(args);
+    // `--opt value` and `--opt=value` alike.
+    let value = |p: &mut lexopt::Parser, name: &str| -> Result<String, String> {
+        p.value()
+            .map(|v| v.to_string_lossy().into_owned())
+            .map_err(|_| format!("{name} needs a value"))
+    };
+    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+        match arg {
+            // The first argument that is not an option (or the one after
+            // `--`) is the program; it and everything after it are its
+            // command line.
+            Value(prog) => {
+                o.program.push(prog);
+                o.program.extend(p.raw_args().map_err(|e| e.to_string())?);
             }
-        };
-        let mut it = it.by_ref().map(|a| a.to_string_lossy().into_owned());
-        // Accept both `--opt value` and `--opt=value`.
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |name: &str| -> Result<String, String> {
-            inline
-                .clone()
-                .or_else(|| it.next())
-                .ok_or_else(|| format!("{name} needs a value"))
-        };
-        match flag.as_str() {
-            "-h" | "--help" => return Ok(None),
-            "--binary" => o.binary = Some(value("--binary")?.into()),
-            "--symbols" => o.symbols = Some(value("--symbols")?.into()),
-            "--base" => o.base = parse_num(&value("--base")?, "--base")?,
-            "--threads" => {
-                o.threads = parse_num(&value("--threads")?, "--threads")? as usize;
+            Short('h') | Long("help") => return Ok(None),
+            Long("binary") => o.binary = Some(value(&mut p, "--binary")?.into()),
+            Long("symbols") => o.symbols = Some(value(&mut p, "--symbols")?.into()),
+            Long("base") => o.base = parse_num(&value(&mut p, "--base")?, "--base")?,
+            Long("threads") => {
+                o.threads = parse_num(&value(&mut p, "--threads")?, "--threads")? as usize;
                 if o.threads == 0 {
                     return Err("--threads must be at least 1".into());
                 }
             }
-            "--listen" => o.listen = Some(value("--listen")?),
-            "-o" | "--output" => o.output = Some(value("--output")?.into()),
-            "--no-mem" => o.mem = false,
-            "--limit" => o.limit = Some(parse_num(&value("--limit")?, "--limit")?),
-            "--color" | "--colour" => {
-                color = match value("--color")?.as_str() {
+            Long("listen") => o.listen = Some(value(&mut p, "--listen")?),
+            Short('o') | Long("output") => o.output = Some(value(&mut p, "--output")?.into()),
+            Long("no-mem") => o.mem = false,
+            Long("limit") => o.limit = Some(parse_num(&value(&mut p, "--limit")?, "--limit")?),
+            Long("color" | "colour") => {
+                color = match value(&mut p, "--color")?.as_str() {
                     "always" => Some(true),
                     "never" => Some(false),
                     "auto" => None,
                     v => return Err(format!("--color wants auto, always or never, got {v:?}")),
                 }
             }
-            _ => return Err(format!("unknown argument {arg:?}")),
+            Short(c) => return Err(format!("unknown argument \"-{c}\"")),
+            Long(l) => return Err(format!("unknown argument \"--{l}\"")),
         }
     }
     if o.listen.is_some() && !o.program.is_empty() {
