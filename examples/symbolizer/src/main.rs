@@ -19,7 +19,6 @@ mod symbols;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::fs::File;
 use std::io::{self, BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -441,16 +440,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let w: Box<dyn Write + Send> = match &o.output {
-        Some(p) => match File::create(p) {
-            Ok(f) => Box::new(f),
-            Err(e) => {
-                eprintln!("symbolizer: cannot create {}: {e}", p.display());
-                std::process::exit(1);
-            }
-        },
-        None => Box::new(io::stdout()),
-    };
+    let w = launch::output_or_exit(o.output.as_deref());
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "symbolizer",
         threads: o.threads,
