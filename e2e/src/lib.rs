@@ -1160,6 +1160,20 @@ impl DumpTrace {
     }
 }
 
+/// A tool binary of this workspace (`env!("CARGO_BIN_EXE_<name>")`), after
+/// checking that its hook library `lib<name>.so` was built next to it.
+pub fn tool_exe(exe: &str) -> PathBuf {
+    let exe = PathBuf::from(exe);
+    let name = exe.file_name().and_then(|n| n.to_str()).expect("tool file name");
+    let lib = exe.with_file_name(format!("lib{name}.so"));
+    assert!(
+        lib.is_file(),
+        "{} is missing: run `cargo build --release` in the workspace root first",
+        lib.display()
+    );
+    exe
+}
+
 /// Parses a `cannoli-dump` file.
 pub fn parse_dump(path: &Path) -> Result<DumpTrace, String> {
     let mut d = DumpTrace::default();

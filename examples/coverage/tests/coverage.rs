@@ -264,14 +264,7 @@ fn check_blocks(d: &Drcov, m: usize, align: u64) {
 // ---------------------------------------------------------------------------
 
 fn coverage_exe() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_coverage"));
-    let lib = exe.with_file_name("libcoverage.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: run `cargo build --release` in the workspace root first",
-        lib.display()
-    );
-    exe
+    e2e::tool_exe(env!("CARGO_BIN_EXE_coverage"))
 }
 
 struct Run {

@@ -25,14 +25,7 @@ use e2e::{guest, qemu_builds, qemu_common_args, tail, RunDir};
 type Step = (u64, BTreeMap<String, u64>);
 
 fn regtrace_exe() -> PathBuf {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_regtrace"));
-    let lib = exe.with_file_name("libregtrace.so");
-    assert!(
-        lib.is_file(),
-        "{} is missing: run `cargo build --release` in the workspace root first",
-        lib.display()
-    );
-    exe
+    e2e::tool_exe(env!("CARGO_BIN_EXE_regtrace"))
 }
 
 struct Run {
