@@ -33,7 +33,7 @@
 #include <stdbool.h>
 
 /* Bump on any change to this file. QEMU refuses a jitter of another version. */
-#define CANNOLI_ABI_VERSION 2
+#define CANNOLI_ABI_VERSION 3
 
 /* Name of the CannoliOps symbol a jitter library exports. */
 #define CANNOLI_OPS_SYMBOL "cannoli_ops"
@@ -74,6 +74,11 @@ typedef struct CannoliGuestInfo {
 /* Flags of hook_insn. */
 #define CANNOLI_INSN_CAN_END_BLOCK 1u /* an op of the insn may end the TB */
 #define CANNOLI_INSN_FIRST         2u /* first insn of the TB */
+/* Bits 8..15: the instruction's length in bytes (the distance to the next
+ * instruction of the block, or to the block's end), 0 if unknown. Only QEMU
+ * knows it exactly: a Thumb pc, say, looks like any other pc. */
+#define CANNOLI_INSN_LEN_SHIFT     8
+#define CANNOLI_INSN_LEN_MAX       255u
 
 /* Answer of hook_insn: QEMU inserts a call of insn_helper(env, pc, answer)
  * right after the insn's insn_start, with the guest registers synced to env
@@ -94,11 +99,13 @@ typedef enum CannoliSite {
 typedef struct CannoliMemAccess {
     uint64_t pc;        /* guest pc of the instruction */
     uint8_t store;      /* 1 for a store, 0 for a load */
-    uint8_t size_log2;  /* access size: 1 << size_log2 bytes */
+    uint8_t size_log2;  /* access size: 1 << size_log2 bytes (up to 16) */
     uint8_t addr_reg;   /* host register holding the guest address */
-    uint8_t value_reg;  /* host register holding the value */
+    uint8_t value_reg;  /* host register holding the value (low 64 bits) */
     uint8_t after;      /* 0: code placed before the access, 1: after it */
-    uint8_t pad[3];
+    uint8_t value_hi_reg; /* 16-byte access: register with the high 64 bits
+                           * (else the same as value_reg) */
+    uint8_t pad[2];
 } CannoliMemAccess;
 
 /* Exported by the jitter library as `const CannoliOps cannoli_ops`. */
@@ -137,9 +144,10 @@ typedef struct CannoliOps {
     void (*cpu_exit)(CannoliCursor *c, int code);
     /* A helper (not the JIT) accessed guest memory for the instruction at
      * c->pc: e.g. MIPS lwl/swr, atomics. Called where QEMU's plugin API
-     * reports such accesses; a read-modify-write is a load then a store. */
+     * reports such accesses; a read-modify-write is a load then a store.
+     * `value_high` is the high 64 bits of a 16-byte access (else 0). */
     void (*helper_mem)(CannoliCursor *c, uint64_t addr, uint64_t value,
-                       unsigned size_log2, bool store);
+                       uint64_t value_high, unsigned size_log2, bool store);
 
     /* Process events, from QEMU's C code on the thread that caused them.
      * `c` may be a vCPU whose thread has no stream yet. */
@@ -171,7 +179,7 @@ extern const CannoliOps *cannoli;
 
 /* Defined by the QEMU patch for its own use. */
 struct TCGOp;
-void cannoli_gen_tb(struct TCGOp *first_insn_start); /* tcg/tcg.c */
+void cannoli_gen_tb(struct TCGOp *first_insn_start, uint64_t end); /* tcg/tcg.c */
 const char *cannoli_syscall_name(int num);          /* linux-user/strace.c */
 
 #endif /* CANNOLI_H */

@@ -7,10 +7,23 @@ set -uo pipefail
 APT_PKGS=(
   build-essential ninja-build pkg-config libglib2.0-dev libfdt-dev libpixman-1-dev
   zlib1g-dev flex bison python3-venv dpkg-dev xz-utils ca-certificates
-  gcc-mipsel-linux-gnu libc6-dev-mipsel-cross
-  gcc-riscv64-linux-gnu libc6-dev-riscv64-cross
   nix-bin
 )
+# Debian's cross compilers and C libraries, one pair per guest of the matrix
+# (x86_64 uses the host's gcc). Keep in step with scripts/guests.sh.
+APT_PKGS+=(
+  gcc-mipsel-linux-gnu libc6-dev-mipsel-cross
+  gcc-mips-linux-gnu libc6-dev-mips-cross
+  gcc-mips64el-linux-gnuabi64 libc6-dev-mips64el-cross
+  gcc-arm-linux-gnueabihf libc6-dev-armhf-cross
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+  gcc-riscv64-linux-gnu libc6-dev-riscv64-cross
+  gcc-i686-linux-gnu libc6-dev-i386-cross
+  gcc-powerpc64le-linux-gnu libc6-dev-ppc64el-cross
+)
+# Debian architectures whose busybox-static the tests run (apt only knows a
+# foreign architecture's packages once dpkg has it).
+FOREIGN_ARCHES=(mipsel mips64el armhf arm64 i386 ppc64el)
 PIP_PKGS=("meson>=1.5" "pycotap==1.3.1")
 
 log() { echo "deps: $*" >&2; }
@@ -51,12 +64,13 @@ if [ "$(id -u)" -ne 0 ]; then
   [ ${#missing[@]} -gt 0 ] && { log "missing packages; run as root: apt-get install -y ${missing[*]}"; exit 1; }
 else
   updated=0
-  # The benchmark's busybox workload is Debian's busybox-static for mipsel,
-  # fetched with `apt-get download` (scripts/fetch-busybox.sh): apt only knows
-  # mipsel packages once mipsel is a foreign architecture.
-  if ! dpkg --print-foreign-architectures | grep -qx mipsel; then
-    dpkg --add-architecture mipsel && updated=2
-  fi
+  # Debian's busybox-static for each guest is fetched with `apt-get download`
+  # (scripts/fetch-busybox.sh).
+  for a in "${FOREIGN_ARCHES[@]}"; do
+    if ! dpkg --print-foreign-architectures | grep -qx "$a"; then
+      dpkg --add-architecture "$a" && updated=2
+    fi
+  done
   if [ $need_src = 1 ] && add_deb_src; then updated=2; fi
   if [ $updated = 2 ]; then apt_update; updated=1; fi
   if [ ${#missing[@]} -gt 0 ]; then

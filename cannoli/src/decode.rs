@@ -16,7 +16,7 @@
 //! To add a JIT event: give it a tag in `wire::tag`, add a match arm in
 //! [`decode_words`] that checks it has enough words, calls the callback and
 //! advances `i` (adding the words after the first to `extra`), and a test.
-//! To add a framed event: a tag from `0x26` on, its minimum length in
+//! To add a framed event: a tag from `0x27` on, its minimum length in
 //! [`frame_min`], a match arm in [`framed`], and a test.
 
 use std::borrow::Cow;
@@ -285,9 +285,41 @@ fn decode_words<T: Cannoli>(
                     );
                 }
                 let av = words[i + 1];
-                mem::<T>(pid, tid, t, w & PC_MASK, av & 0xffff_ffff, av >> 32, addr_mask, trace);
+                mem::<T>(
+                    pid,
+                    tid,
+                    t,
+                    w & PC_MASK,
+                    av & 0xffff_ffff,
+                    av >> 32,
+                    addr_mask,
+                    trace,
+                );
                 i += 2;
                 extra += 1;
+            }
+            tag::LOAD128 | tag::STORE128 => {
+                if n - i < 4 {
+                    malformed!(
+                        t,
+                        Problem::Truncated {
+                            need: 4,
+                            have: n - i,
+                        },
+                    );
+                }
+                let val = (words[i + 3] as u128) << 64 | words[i + 2] as u128;
+                mem128::<T>(
+                    pid,
+                    tid,
+                    t,
+                    w & PC_MASK,
+                    words[i + 1] & addr_mask,
+                    val,
+                    trace,
+                );
+                i += 4;
+                extra += 3;
             }
             tag::EXEC_LONG => {
                 if n - i < 2 {
@@ -314,6 +346,30 @@ fn decode_words<T: Cannoli>(
                     );
                 }
                 let kind = w as u8;
+                if kind == tag::LOAD128 || kind == tag::STORE128 {
+                    if n - i < 5 {
+                        malformed!(
+                            t,
+                            Problem::Truncated {
+                                need: 5,
+                                have: n - i,
+                            },
+                        );
+                    }
+                    let val = (words[i + 4] as u128) << 64 | words[i + 3] as u128;
+                    mem128::<T>(
+                        pid,
+                        tid,
+                        kind,
+                        words[i + 1],
+                        words[i + 2] & addr_mask,
+                        val,
+                        trace,
+                    );
+                    i += 5;
+                    extra += 4;
+                    continue;
+                }
                 if !matches!(kind, 0x10..=0x13 | 0x18..=0x1b) {
                     malformed!(t, Problem::BadMemKind(kind));
                 }
@@ -385,6 +441,7 @@ fn frame_min(t: u8, reg_words: usize) -> usize {
         tag::MMAP => 5,
         tag::MUNMAP | tag::MPROTECT => 3,
         tag::SIGNAL => 5,
+        tag::BLOCK => 2,
         _ => 1,
     }
 }
@@ -495,6 +552,19 @@ fn framed<T: Cannoli>(
             };
             T::signal(pid, tid, &sig, trace);
         }
+        tag::BLOCK => {
+            let count = aux as usize;
+            let lens = bytes
+                .get(16..16 + count)
+                .filter(|_| 2 + count.div_ceil(8) <= len);
+            let Some(lens) = lens else {
+                return Err(Problem::ShortFrame {
+                    len: len32,
+                    min: (2 + count.div_ceil(8)) as u64,
+                });
+            };
+            T::block(pid, tid, words[1] & lay.addr_mask, lens, trace);
+        }
         _ => return Ok(Frame::Unknown(len)),
     }
     Ok(Frame::Known(len))
@@ -521,6 +591,24 @@ fn mem<T: Cannoli>(
         T::read(pid, tid, pc, addr, val, sz, trace);
     } else {
         T::write(pid, tid, pc, addr, val, sz, trace);
+    }
+}
+
+/// A 16-byte load or store: `t` is `LOAD128` or `STORE128`, `addr` masked.
+#[inline(never)]
+fn mem128<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    t: u8,
+    pc: u64,
+    addr: u64,
+    val: u128,
+    trace: &mut Vec<T::Trace>,
+) {
+    if t == tag::LOAD128 {
+        T::read_wide(pid, tid, pc, addr, val, 16, trace);
+    } else {
+        T::write_wide(pid, tid, pc, addr, val, 16, trace);
     }
 }
 
@@ -560,6 +648,9 @@ mod tests {
         Write(u64, u64, u64, u8),
         Regs(u64, Vec<u8>),
         Branch(u64, bool, Vec<u8>),
+        Read128(u64, u64, u128),
+        Write128(u64, u64, u128),
+        Block(u64, Vec<u8>),
         Mmap {
             base: u64,
             len: u64,
@@ -661,6 +752,17 @@ mod tests {
         }
         fn signal(_: &(), _: &(), sig: &Signal, t: &mut Vec<Ev>) {
             t.push(Ev::Signal(*sig));
+        }
+        fn read_wide(_: &(), _: &(), pc: u64, a: u64, v: u128, s: u8, t: &mut Vec<Ev>) {
+            assert_eq!(s, 16);
+            t.push(Ev::Read128(pc, a, v));
+        }
+        fn write_wide(_: &(), _: &(), pc: u64, a: u64, v: u128, s: u8, t: &mut Vec<Ev>) {
+            assert_eq!(s, 16);
+            t.push(Ev::Write128(pc, a, v));
+        }
+        fn block(_: &(), _: &(), pc: u64, lens: &[u8], t: &mut Vec<Ev>) {
+            t.push(Ev::Block(pc, lens.to_vec()));
         }
     }
 
@@ -786,9 +888,18 @@ mod tests {
         // Address in the low half, value in the high half; mixed with runs of
         // exec events on both sides of the eight-word look-ahead.
         let mut words: Vec<u64> = (0..9).map(|i| 0x400000 + 4 * i).collect();
-        words.extend([top(wire::mem32_tag(false, 2)) | 0x400024, 0x8765_4321_7fff_0010]);
-        words.extend([top(wire::mem32_tag(true, 0)) | 0x400028, 0x0000_01ab_7fff_0011]);
-        words.extend([top(wire::mem32_tag(true, 1)) | 0x40002c, 0xffff_beef_7fff_0012]);
+        words.extend([
+            top(wire::mem32_tag(false, 2)) | 0x400024,
+            0x8765_4321_7fff_0010,
+        ]);
+        words.extend([
+            top(wire::mem32_tag(true, 0)) | 0x400028,
+            0x0000_01ab_7fff_0011,
+        ]);
+        words.extend([
+            top(wire::mem32_tag(true, 1)) | 0x40002c,
+            0xffff_beef_7fff_0012,
+        ]);
         words.extend((0..3).map(|i| 0x400030 + 4 * i));
         let (t, d) = run(&words, 32);
         let mut want: Vec<Ev> = (0..9).map(|i| Ev::Exec(0x400000 + 4 * i)).collect();
@@ -799,10 +910,19 @@ mod tests {
         ]);
         want.extend((0..3).map(|i| Ev::Exec(0x400030 + 4 * i)));
         assert_eq!(t, want);
-        assert_eq!(d, Decoded { events: 15, ..Default::default() });
+        assert_eq!(
+            d,
+            Decoded {
+                events: 15,
+                ..Default::default()
+            }
+        );
         // Cut after the tag word: truncated.
         let (_, d) = run(&[top(wire::mem32_tag(false, 0)) | 0x10], 32);
-        assert!(matches!(d.error.map(|e| e.problem), Some(Problem::Truncated { need: 2, have: 1 })));
+        assert!(matches!(
+            d.error.map(|e| e.problem),
+            Some(Problem::Truncated { need: 2, have: 1 })
+        ));
     }
 
     #[test]
@@ -838,6 +958,91 @@ mod tests {
                 ..Default::default()
             }
         );
+    }
+
+    #[test]
+    fn wide_accesses_keep_their_whole_value() {
+        let big = 0xff00_0000_0000_1234u64;
+        let words = [
+            top(tag::LOAD128) | 0x400,
+            0xffff_ffff_0000_1000,
+            0x0706_0504_0302_0100,
+            0x0f0e_0d0c_0b0a_0908,
+            0x404,
+            top(tag::MEM_LONG) | tag::STORE128 as u64,
+            big,
+            0x2000,
+            1,
+            2,
+        ];
+        let (t, d) = run(&words, 32);
+        assert_eq!(
+            t,
+            vec![
+                Ev::Read128(0x400, 0x1000, 0x0f0e_0d0c_0b0a_0908_0706_0504_0302_0100),
+                Ev::Exec(0x404),
+                Ev::Write128(big, 0x2000, 2 << 64 | 1),
+            ]
+        );
+        assert_eq!(d.events, 3);
+        assert!(d.error.is_none());
+        // One word short of the value's high half.
+        let (_, d) = run(&words[..3], 64);
+        assert_eq!(
+            d.error.unwrap().problem,
+            Problem::Truncated { need: 4, have: 3 }
+        );
+    }
+
+    #[test]
+    fn wide_accesses_default_to_the_narrow_callbacks() {
+        struct Narrow;
+        impl Cannoli for Narrow {
+            type Trace = (u64, u64, u8);
+            type TidContext = ();
+            type PidContext = ();
+            fn init_pid(_: &ClientInfo) -> Arc<()> {
+                Arc::new(())
+            }
+            fn init_tid(_: &(), _: &ClientInfo) -> (Self, ()) {
+                (Narrow, ())
+            }
+            fn write(_: &(), _: &(), _: u64, a: u64, v: u64, s: u8, t: &mut Vec<(u64, u64, u8)>) {
+                t.push((a, v, s));
+            }
+        }
+        let words = [top(tag::STORE128) | 0x400, 0x1000, 0x1111, 0x2222];
+        let mut t = Vec::new();
+        let d = decode_words::<Narrow>(&(), &(), &words, &bytes(&words), &layout(64), &mut t);
+        assert_eq!(t, vec![(0x1000, 0x1111, 16)]);
+        assert_eq!(d.events, 1);
+    }
+
+    #[test]
+    fn block_events_carry_instruction_lengths() {
+        let words = [
+            wire::frame(tag::BLOCK, 3, 3),
+            0x1_0000,
+            u64::from_le_bytes([2, 4, 2, 0, 0, 0, 0, 0]),
+            0x1_0000,
+        ];
+        let (t, d) = run(&words, 32);
+        assert_eq!(
+            t,
+            vec![Ev::Block(0x1_0000, vec![2, 4, 2]), Ev::Exec(0x1_0000)]
+        );
+        assert_eq!(d.events, 2);
+        // Nine instructions need two words of lengths.
+        let short = [
+            wire::frame(tag::BLOCK, 9, 3),
+            0x1_0000,
+            0x0202_0202_0202_0202,
+        ];
+        let (_, d) = run(&short, 32);
+        assert!(matches!(
+            d.error.unwrap().problem,
+            Problem::ShortFrame { .. }
+        ));
     }
 
     #[test]

@@ -132,7 +132,8 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     }
 
     /// The instruction at `pc` loaded `val` (masked to `sz` bytes: 1, 2, 4 or
-    /// 8) from guest address `addr`.
+    /// 8) from guest address `addr`. 16-byte accesses come through
+    /// [`Cannoli::read_wide`], which calls this by default.
     #[inline(always)]
     fn read(
         _pid: &Self::PidContext,
@@ -155,6 +156,60 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
         _addr: u64,
         _val: u64,
         _sz: u8,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
+    /// The instruction at `pc` loaded 16 bytes (`sz` is 16) from guest
+    /// address `addr`: an SSE, NEON, VSX or 128-bit atomic access. `val` is
+    /// the value as the guest sees it in memory order of a little-endian
+    /// load (as QEMU's plugins report it). By default this calls
+    /// [`Cannoli::read`] with the low 64 bits, so a tool written for
+    /// narrower accesses still sees every access; override it for the whole
+    /// value.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn read_wide(
+        pid: &Self::PidContext,
+        tid: &Self::TidContext,
+        pc: u64,
+        addr: u64,
+        val: u128,
+        sz: u8,
+        trace: &mut Vec<Self::Trace>,
+    ) {
+        Self::read(pid, tid, pc, addr, val as u64, sz, trace)
+    }
+
+    /// The instruction at `pc` stored 16 bytes to `addr`; see
+    /// [`Cannoli::read_wide`]. By default this calls [`Cannoli::write`] with
+    /// the low 64 bits.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn write_wide(
+        pid: &Self::PidContext,
+        tid: &Self::TidContext,
+        pc: u64,
+        addr: u64,
+        val: u128,
+        sz: u8,
+        trace: &mut Vec<Self::Trace>,
+    ) {
+        Self::write(pid, tid, pc, addr, val as u64, sz, trace)
+    }
+
+    /// QEMU translated a block starting at `pc`; `lens[i]` is the length in
+    /// bytes of its i-th instruction (0 if QEMU could not tell). Sent by the
+    /// thread that translated the block, before the block first runs; any
+    /// thread of the process may run it later. This is how a tool learns an
+    /// instruction's size where the pc does not tell (Thumb, x86, RISC-V
+    /// compressed instructions).
+    #[inline(always)]
+    fn block(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _pc: u64,
+        _lens: &[u8],
         _trace: &mut Vec<Self::Trace>,
     ) {
     }

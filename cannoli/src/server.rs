@@ -281,7 +281,9 @@ impl<T: Cannoli> Shared<T> {
     fn expecting(&self) -> bool {
         let mut e = lock(&self.expected);
         // SAFETY: kill with signal 0 only checks that the pid exists.
-        e.retain(|&pid| unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM });
+        e.retain(|&pid| unsafe {
+            libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM
+        });
         !e.is_empty()
     }
 

@@ -10,20 +10,39 @@
 #[repr(u8)]
 #[allow(missing_docs)]
 pub enum Reg {
-    Rax = 0, Rcx, Rdx, Rbx, Rsp, Rbp, Rsi, Rdi,
-    R8, R9, R10, R11, R12, R13, R14, R15,
+    Rax = 0,
+    Rcx,
+    Rdx,
+    Rbx,
+    Rsp,
+    Rbp,
+    Rsi,
+    Rdi,
+    R8,
+    R9,
+    R10,
+    R11,
+    R12,
+    R13,
+    R14,
+    R15,
 }
 
 impl Reg {
     /// The register with ModRM/REX number `n` (as QEMU's TCG numbers them).
     pub fn from_num(n: u8) -> Option<Reg> {
         use Reg::*;
-        const ALL: [Reg; 16] = [Rax, Rcx, Rdx, Rbx, Rsp, Rbp, Rsi, Rdi,
-                                R8, R9, R10, R11, R12, R13, R14, R15];
+        const ALL: [Reg; 16] = [
+            Rax, Rcx, Rdx, Rbx, Rsp, Rbp, Rsi, Rdi, R8, R9, R10, R11, R12, R13, R14, R15,
+        ];
         ALL.get(n as usize).copied()
     }
-    fn low(self) -> u8 { self as u8 & 7 }
-    fn ext(self) -> u8 { (self as u8 >> 3) & 1 }
+    fn low(self) -> u8 {
+        self as u8 & 7
+    }
+    fn ext(self) -> u8 {
+        (self as u8 >> 3) & 1
+    }
 }
 
 /// A memory operand `[base + disp]`.
@@ -59,15 +78,23 @@ impl<'a> Asm<'a> {
     }
 
     /// Bytes written so far.
-    pub fn len(&self) -> usize { self.len }
-    pub fn is_empty(&self) -> bool { self.len == 0 }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 
     /// Execution address of the next byte.
-    pub fn here(&self) -> u64 { self.rx + self.len as u64 }
+    pub fn here(&self) -> u64 {
+        self.rx + self.len as u64
+    }
 
     /// Whether the code executes at the address it is written to (no split
     /// W^X mapping), so that it can patch itself.
-    pub fn writable_where_it_runs(&self) -> bool { self.buf.as_ptr() as u64 == self.rx }
+    pub fn writable_where_it_runs(&self) -> bool {
+        self.buf.as_ptr() as u64 == self.rx
+    }
 
     fn byte(&mut self, b: u8) {
         self.buf[self.len] = b;
@@ -308,7 +335,8 @@ impl<'a> Asm<'a> {
 /// # Safety
 /// `field` is the still writable rel32 field that call returned.
 pub unsafe fn patch_rel32(field: *mut u8, next: u64, target: u64) {
-    let rel = i32::try_from(target.wrapping_sub(next) as i64).expect("call target out of rel32 reach");
+    let rel =
+        i32::try_from(target.wrapping_sub(next) as i64).expect("call target out of rel32 reach");
     std::ptr::copy_nonoverlapping(rel.to_le_bytes().as_ptr(), field, 4);
 }
 
@@ -361,24 +389,38 @@ mod tests {
         for n in 0..16 {
             let r = Reg::from_num(n).unwrap();
             let name = format!("{r:?}").to_lowercase();
-            assert_eq!(one(|a| a.mov_m64_imm32(mem(r, 0), 0x1234)),
-                       format!("movq $0x1234,(%{name})"));
-            assert_eq!(one(|a| a.mov_m64_imm32(mem(r, 8), -1)),
-                       format!("movq $0xffffffffffffffff,0x8(%{name})"));
-            assert_eq!(one(|a| a.mov_m32_imm32(mem(r, 0x200), 0x8000_0000)),
-                       format!("movl $0x80000000,0x200(%{name})"));
-            assert_eq!(one(|a| a.mov_m64_r(mem(R14, 16), r)),
-                       format!("mov %{name},0x10(%r14)"));
-            assert_eq!(one(|a| a.mov_m64_r(mem(r, -8), R9)),
-                       format!("mov %r9,-0x8(%{name})"));
+            assert_eq!(
+                one(|a| a.mov_m64_imm32(mem(r, 0), 0x1234)),
+                format!("movq $0x1234,(%{name})")
+            );
+            assert_eq!(
+                one(|a| a.mov_m64_imm32(mem(r, 8), -1)),
+                format!("movq $0xffffffffffffffff,0x8(%{name})")
+            );
+            assert_eq!(
+                one(|a| a.mov_m32_imm32(mem(r, 0x200), 0x8000_0000)),
+                format!("movl $0x80000000,0x200(%{name})")
+            );
+            assert_eq!(
+                one(|a| a.mov_m64_r(mem(R14, 16), r)),
+                format!("mov %{name},0x10(%r14)")
+            );
+            assert_eq!(
+                one(|a| a.mov_m64_r(mem(r, -8), R9)),
+                format!("mov %r9,-0x8(%{name})")
+            );
             let name32 = match n {
                 0..=7 => format!("e{}", &name[1..]),
                 _ => format!("{name}d"),
             };
-            assert_eq!(one(|a| a.mov_m32_r(mem(R14, 12), r)),
-                       format!("mov %{name32},0xc(%r14)"));
-            assert_eq!(one(|a| a.mov_r_m64(r, mem(Rbp, -0x40))),
-                       format!("mov -0x40(%rbp),%{name}"));
+            assert_eq!(
+                one(|a| a.mov_m32_r(mem(R14, 12), r)),
+                format!("mov %{name32},0xc(%r14)")
+            );
+            assert_eq!(
+                one(|a| a.mov_r_m64(r, mem(Rbp, -0x40))),
+                format!("mov -0x40(%rbp),%{name}")
+            );
         }
     }
 
@@ -387,13 +429,21 @@ mod tests {
         assert_eq!(one(|a| a.add_r_imm(R14, 8)), "add $0x8,%r14");
         assert_eq!(one(|a| a.add_r_imm(R14, 4096)), "add $0x1000,%r14");
         assert_eq!(one(|a| a.sub_r_imm(Rsp, 0x400)), "sub $0x400,%rsp");
-        assert_eq!(one(|a| a.and_r_imm(Rsp, -64)), "and $0xffffffffffffffc0,%rsp");
+        assert_eq!(
+            one(|a| a.and_r_imm(Rsp, -64)),
+            "and $0xffffffffffffffc0,%rsp"
+        );
         assert_eq!(one(|a| a.cmp_r_r(R14, R15)), "cmp %r15,%r14");
         assert_eq!(one(|a| a.mov_r_r(R14, Rax)), "mov %rax,%r14");
         assert_eq!(one(|a| a.mov_r_r(Rdi, R14)), "mov %r14,%rdi");
-        assert_eq!(one(|a| a.mov_r_imm64(Rax, 0x1122_3344_5566_7788)),
-                   "movabs $0x1122334455667788,%rax");
-        assert_eq!(one(|a| a.mov_r32_imm32(Rdx, 0xffff_ffff)), "mov $0xffffffff,%edx");
+        assert_eq!(
+            one(|a| a.mov_r_imm64(Rax, 0x1122_3344_5566_7788)),
+            "movabs $0x1122334455667788,%rax"
+        );
+        assert_eq!(
+            one(|a| a.mov_r32_imm32(Rdx, 0xffff_ffff)),
+            "mov $0xffffffff,%edx"
+        );
         assert_eq!(one(|a| a.lea(Rsp, mem(Rbp, -72))), "lea -0x48(%rbp),%rsp");
         assert_eq!(one(|a| a.push(R11)), "push %r11");
         assert_eq!(one(|a| a.pop(Rbp)), "pop %rbp");
@@ -404,7 +454,10 @@ mod tests {
         assert_eq!(one(|a| a.nop1()), "nop");
         assert_eq!(one(|a| a.nop2()), "xchg %ax,%ax");
         // iced shows the resolved rip-relative target.
-        assert_eq!(one(|a| a.mov_rip_m16_imm16(0x2000, 0x10eb)), "movw $0x10eb,0x2000");
+        assert_eq!(
+            one(|a| a.mov_rip_m16_imm16(0x2000, 0x10eb)),
+            "movw $0x10eb,0x2000"
+        );
     }
 
     #[test]
@@ -424,7 +477,9 @@ mod tests {
         a.bind(skip);
         a.ret();
         let n = a.len();
-        assert_eq!(dis(&buf[..n], 0x10_0000),
-                   ["jb 0x0000000000100007", "call 0x00000000000f0000", "ret"]);
+        assert_eq!(
+            dis(&buf[..n], 0x10_0000),
+            ["jb 0x0000000000100007", "call 0x00000000000f0000", "ret"]
+        );
     }
 }

@@ -26,13 +26,16 @@ use wire::{mem_tag, pc_fits, tag};
 /// Longest run of exec events written without checking the window.
 pub const CHECK_EVERY: u32 = 32;
 /// Bytes between a window's end and its chunk's end: room for the unchecked
-/// exec events (16 bytes at most each) and one memory event after them.
+/// exec events (16 bytes at most each) and one memory event after them
+/// (40 bytes at most: a 16-byte access with a wide pc).
 pub const HEADROOM: usize = 1024;
 const _: () = assert!(HEADROOM >= CHECK_EVERY as usize * 16 + wire::MAX_JIT_EVENT);
 
 /// `hook_insn` flags (include/cannoli.h).
 pub const INSN_CAN_END_BLOCK: u32 = 1;
 pub const INSN_FIRST: u32 = 2;
+/// `hook_insn` flags: the instruction's length in bytes sits at this shift.
+pub const INSN_LEN_SHIFT: u32 = 8;
 /// `hook_insn` answer: insert a call of `insn_helper`. The bits above it
 /// carry the [`wire::RegsKind`] the helper reports.
 pub const WANT_HELPER: u32 = 1;
@@ -126,10 +129,23 @@ pub fn before_call(a: &mut Asm) {
 /// The flush stub: called with the cursor past a complete event and at or
 /// beyond `end`; hands the chunk over and loads the next chunk's window.
 pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::stream::Window) {
-    const SAVED: [Reg; 9] = [Reg::Rax, Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi,
-                             Reg::R8, Reg::R9, Reg::R10, Reg::R11];
+    const SAVED: [Reg; 9] = [
+        Reg::Rax,
+        Reg::Rcx,
+        Reg::Rdx,
+        Reg::Rsi,
+        Reg::Rdi,
+        Reg::R8,
+        Reg::R9,
+        Reg::R10,
+        Reg::R11,
+    ];
     FLUSH_STUB.store(a.here(), Ordering::Relaxed);
-    if let Some((field, next)) = PROLOGUE_CALL.lock().unwrap_or_else(|e| e.into_inner()).take() {
+    if let Some((field, next)) = PROLOGUE_CALL
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
         // SAFETY: QEMU writes the prologue and then this stub into the same,
         // still writable, code buffer before running either.
         unsafe { crate::asm::patch_rel32(field as *mut u8, next, a.here()) };
@@ -193,8 +209,51 @@ thread_local! {
     /// The user's answers for the block being translated on this thread,
     /// from `hook_insn` (translation) to `lift_insn` (code generation).
     static DECISIONS: RefCell<HashMap<u64, (HookType, u32)>> = RefCell::new(HashMap::new());
+    /// The same block's instruction lengths, reported once its code is
+    /// generated.
+    static BLOCK: RefCell<BlockLens> = const { RefCell::new(BlockLens::new()) };
     /// Exec events lifted since the last check, in lift order.
     static UNCHECKED: Cell<u32> = const { Cell::new(0) };
+}
+
+/// A translated block's instruction lengths (from `hook_insn`'s flags),
+/// waiting to be reported to the client as a block event.
+struct BlockLens {
+    pc: u64,
+    lens: Vec<u8>,
+    /// Some instruction is hooked: only then does a client need the lengths.
+    hooked: bool,
+    reported: bool,
+}
+
+impl BlockLens {
+    const fn new() -> BlockLens {
+        BlockLens {
+            pc: 0,
+            lens: Vec::new(),
+            hooked: false,
+            reported: true,
+        }
+    }
+}
+
+/// At the first instruction's code generation: the block event, written at
+/// this thread's cursor before the block can run. Code generation can be
+/// retried (a full code buffer); the event then goes out once more, which
+/// a reader takes as the same facts again.
+fn report_block(pc: u64) {
+    BLOCK.with(|b| {
+        let mut b = b.borrow_mut();
+        if b.reported || b.pc != pc {
+            return;
+        }
+        b.reported = true;
+        if b.hooked {
+            let n = b.lens.len();
+            let head = wire::frame(tag::BLOCK, n as u32, wire::framed_len(2, n) as u32);
+            crate::stream::append_mine(&[head, pc], &b.lens);
+        }
+    });
 }
 
 /// A translated block's instruction: ask the user's hook once, remember the
@@ -209,6 +268,17 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
             d.clear();
         }
         d.insert(pc, (hook, flags));
+    });
+    BLOCK.with(|b| {
+        let mut b = b.borrow_mut();
+        if flags & INSN_FIRST != 0 {
+            b.pc = pc;
+            b.lens.clear();
+            b.hooked = false;
+            b.reported = false;
+        }
+        b.lens.push((flags >> INSN_LEN_SHIFT) as u8);
+        b.hooked |= hook != HookType::Never;
     });
     let kind = match hook {
         HookType::Register => wire::RegsKind::Regs,
@@ -227,7 +297,9 @@ pub fn helper_kind(want: u32) -> u32 {
 /// Code placed before a guest instruction.
 pub fn lift_insn(a: &mut Asm, pc: u64) {
     LIFT_PC.with(|p| p.set(pc));
-    let (hook, flags) = DECISIONS.with(|d| d.borrow().get(&pc).copied())
+    report_block(pc);
+    let (hook, flags) = DECISIONS
+        .with(|d| d.borrow().get(&pc).copied())
         // Not seen at translation (should not happen): ask now and check.
         .unwrap_or_else(|| (user_hook_inst(pc, true), INSN_CAN_END_BLOCK));
     let unchecked = UNCHECKED.with(|u| u.get());
@@ -303,9 +375,13 @@ thread_local! {
 pub struct Access {
     pub pc: u64,
     pub store: bool,
+    /// 0..=4: up to 16 bytes.
     pub size_log2: u8,
     pub addr: Reg,
+    /// The value, or its low 64 bits for a 16-byte access.
     pub value: Reg,
+    /// The high 64 bits of a 16-byte access (else the same as `value`).
+    pub value_hi: Reg,
     pub after: bool,
 }
 
@@ -317,15 +393,17 @@ pub fn set_guest_bits(bits: u32) {
     PACK32.store(bits == 32, Ordering::Relaxed);
 }
 
-/// Layout of a memory event: where addr and value go, whether they are
-/// 32-bit halves of one word, and the event's length.
+/// Layout of a memory event: where addr and value go (a 16-byte value's
+/// high half follows its low half), whether they are 32-bit halves of one
+/// word, and the event's length.
 fn mem_layout(pc: u64, size_log2: u8) -> (i32, i32, bool, i32) {
+    let wide = if size_log2 == 4 { 8 } else { 0 };
     if !pc_fits(pc) {
-        (16, 24, false, 32)
+        (16, 24, false, 32 + wide)
     } else if size_log2 <= 2 && PACK32.load(Ordering::Relaxed) {
         (8, 12, true, 16)
     } else {
-        (8, 16, false, 24)
+        (8, 16, false, 24 + wide)
     }
 }
 
@@ -333,6 +411,10 @@ fn mem_layout(pc: u64, size_log2: u8) -> (i32, i32, bool, i32) {
 /// access the address is saved (the load may overwrite its register), after
 /// it the value and the header complete the event. Stores get one.
 pub fn lift_mem(a: &mut Asm, x: &Access) {
+    if x.size_log2 > 4 {
+        // Wider than any access QEMU 10 makes; nothing to report it with.
+        return;
+    }
     let wanted = if x.store || !x.after {
         let w = user_hook_mem(x.pc, x.store, 1 << x.size_log2);
         if !x.store {
@@ -352,7 +434,11 @@ pub fn lift_mem(a: &mut Asm, x: &Access) {
     }
     let (addr_at, value_at, packed, len) = mem_layout(x.pc, x.size_log2);
     let put = |a: &mut Asm, at: i32, r: Reg| {
-        if packed { a.mov_m32_r(mem(CURSOR, at), r) } else { a.mov_m64_r(mem(CURSOR, at), r) }
+        if packed {
+            a.mov_m32_r(mem(CURSOR, at), r)
+        } else {
+            a.mov_m64_r(mem(CURSOR, at), r)
+        }
     };
     if !x.after {
         put(a, addr_at, x.addr);
@@ -361,12 +447,23 @@ pub fn lift_mem(a: &mut Asm, x: &Access) {
         }
     }
     put(a, value_at, x.value);
+    if x.size_log2 == 4 {
+        a.mov_m64_r(mem(CURSOR, value_at + 8), x.value_hi);
+    }
     if packed {
-        store_word(a, 0, (wire::mem32_tag(x.store, x.size_log2) as u64) << 56 | x.pc);
+        store_word(
+            a,
+            0,
+            (wire::mem32_tag(x.store, x.size_log2) as u64) << 56 | x.pc,
+        );
     } else if pc_fits(x.pc) {
         store_word(a, 0, (mem_tag(x.store, x.size_log2) as u64) << 56 | x.pc);
     } else {
-        store_word(a, 0, (tag::MEM_LONG as u64) << 56 | mem_tag(x.store, x.size_log2) as u64);
+        store_word(
+            a,
+            0,
+            (tag::MEM_LONG as u64) << 56 | mem_tag(x.store, x.size_log2) as u64,
+        );
         store_word(a, 8, x.pc);
     }
     advance(a, len);

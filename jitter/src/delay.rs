@@ -26,7 +26,12 @@ pub fn mips_has_delay_slot(w: u32) -> bool {
 /// The `branch` flag the user's hook sees for the instruction at `pc`.
 /// `ends_block`: its TCG ops may end the translation block. `word(addr)`
 /// reads a guest instruction word (None if unreadable).
-pub fn user_branch_flag(mips: bool, pc: u64, ends_block: bool, word: impl Fn(u64) -> Option<u32>) -> bool {
+pub fn user_branch_flag(
+    mips: bool,
+    pc: u64,
+    ends_block: bool,
+    word: impl Fn(u64) -> Option<u32>,
+) -> bool {
     if !mips {
         return ends_block;
     }
@@ -35,7 +40,11 @@ pub fn user_branch_flag(mips: bool, pc: u64, ends_block: bool, word: impl Fn(u64
     }
     // A delay slot carries its branch's block end; anything else that ends
     // the block (syscall, break, trap, eret, a compact branch) is itself one.
-    ends_block && !pc.checked_sub(4).and_then(&word).is_some_and(mips_has_delay_slot)
+    ends_block
+        && !pc
+            .checked_sub(4)
+            .and_then(&word)
+            .is_some_and(mips_has_delay_slot)
 }
 
 #[cfg(test)]

@@ -67,10 +67,16 @@ fn read_guest_str(addr: u64) -> Option<Vec<u8>> {
 
 /// The user's `branch` flag for the instruction at `pc` (see `delay`).
 pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
-    let Some(e) = ENV.get() else { return ends_block };
+    let Some(e) = ENV.get() else {
+        return ends_block;
+    };
     crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| {
         let b: [u8; 4] = read_guest(a, 4)?.try_into().ok()?;
-        Some(if e.big_endian { u32::from_be_bytes(b) } else { u32::from_le_bytes(b) })
+        Some(if e.big_endian {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
     })
 }
 
@@ -90,7 +96,8 @@ pub fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
         // SAFETY: QEMU described `reg_count` registers of `reg_bytes` bytes at
         // env + regs_env_offset, inside its CPUArchState.
         let v = unsafe {
-            let p = env_ptr.offset(e.regs_env_offset as isize + (i * e.reg_bytes as usize) as isize);
+            let p =
+                env_ptr.offset(e.regs_env_offset as isize + (i * e.reg_bytes as usize) as isize);
             match e.reg_bytes {
                 4 => (p as *const u32).read_unaligned() as u64,
                 _ => (p as *const u64).read_unaligned(),
@@ -114,9 +121,14 @@ enum Capture {
     /// A path at argument `n`, read when the syscall starts.
     Path(usize),
     /// `ret` bytes at argument `buf`, read when it returns (data in).
-    Filled { buf: usize },
+    Filled {
+        buf: usize,
+    },
     /// `arg[len]` bytes at argument `buf` (data out).
-    Given { buf: usize, len: usize },
+    Given {
+        buf: usize,
+        len: usize,
+    },
 }
 
 fn capture_for(name: &str) -> Capture {
@@ -129,8 +141,9 @@ fn capture_for(name: &str) -> Capture {
         "write" | "pwrite64" | "send" | "sendto" => Capture::Given { buf: 1, len: 2 },
         "open" | "creat" | "stat" | "stat64" | "lstat" | "lstat64" | "access" | "unlink"
         | "mkdir" | "rmdir" | "execve" | "chdir" | "truncate" | "truncate64" | "statfs"
-        | "statfs64" | "chmod" | "chown" | "lchown" | "chroot" | "symlink" | "link"
-        | "rename" => Capture::Path(0),
+        | "statfs64" | "chmod" | "chown" | "lchown" | "chroot" | "symlink" | "link" | "rename" => {
+            Capture::Path(0)
+        }
         "openat" | "openat2" | "unlinkat" | "fstatat64" | "newfstatat" | "faccessat"
         | "faccessat2" | "mkdirat" | "execveat" | "statx" | "fchmodat" | "fchownat"
         | "utimensat" | "mknodat" | "renameat" | "renameat2" => Capture::Path(1),
@@ -146,17 +159,23 @@ static CAPTURES: OnceLock<std::collections::HashMap<u64, Capture>> = OnceLock::n
 static FORKS: OnceLock<std::collections::HashMap<u64, bool>> = OnceLock::new();
 
 pub fn set_syscall_names(names: &std::collections::BTreeMap<u64, String>) {
-    let _ = CAPTURES.set(names.iter()
-        .map(|(&n, name)| (n, capture_for(name)))
-        .filter(|(_, c)| *c != Capture::None)
-        .collect());
-    let _ = FORKS.set(names.iter()
-        .filter_map(|(&n, name)| match name.as_str() {
-            "fork" | "vfork" => Some((n, false)),
-            "clone" => Some((n, true)),
-            _ => None,
-        })
-        .collect());
+    let _ = CAPTURES.set(
+        names
+            .iter()
+            .map(|(&n, name)| (n, capture_for(name)))
+            .filter(|(_, c)| *c != Capture::None)
+            .collect(),
+    );
+    let _ = FORKS.set(
+        names
+            .iter()
+            .filter_map(|(&n, name)| match name.as_str() {
+                "fork" | "vfork" => Some((n, false)),
+                "clone" => Some((n, true)),
+                _ => None,
+            })
+            .collect(),
+    );
 }
 
 /// In the parent, after a syscall returned `ret`: if it forked a process,
@@ -199,7 +218,13 @@ pub fn syscall_enter(num: i32, args: [i64; 6]) {
         return;
     }
     let args = args.map(|a| a as u64);
-    let mut p = Pending { report, num, args, data: Vec::new(), total: 0 };
+    let mut p = Pending {
+        report,
+        num,
+        args,
+        data: Vec::new(),
+        total: 0,
+    };
     if let Some(Capture::Path(i)) = CAPTURES.get().and_then(|c| c.get(&num)) {
         if let Some(s) = read_guest_str(args[*i]) {
             p.total = s.len() as u64;
@@ -210,7 +235,9 @@ pub fn syscall_enter(num: i32, args: [i64; 6]) {
 }
 
 pub fn syscall_exit(c: &mut Cursor, num: i32, ret: i64) {
-    let Some(mut p) = PENDING.with(|q| q.borrow_mut().take()) else { return };
+    let Some(mut p) = PENDING.with(|q| q.borrow_mut().take()) else {
+        return;
+    };
     if p.num != num as u32 as u64 {
         return;
     }
@@ -275,8 +302,10 @@ fn log_map(words: &[u64], payload: &[u8]) {
     if log.len() < MAP_LOG_MAX {
         log.push((words.to_vec(), payload.to_vec()));
     } else if !MAP_LOG_FULL.swap(true, Ordering::Relaxed) {
-        eprintln!("qemu: cannoli: more than {MAP_LOG_MAX} mapping changes: a forked child's \
-                   trace will not start with all of its parent's mappings");
+        eprintln!(
+            "qemu: cannoli: more than {MAP_LOG_MAX} mapping changes: a forked child's \
+                   trace will not start with all of its parent's mappings"
+        );
     }
 }
 
@@ -299,13 +328,27 @@ pub fn replay_if_owed(c: &mut Cursor) {
 
 fn prot_bits(prot: i32) -> u32 {
     let mut b = 0;
-    if prot & libc::PROT_READ != 0 { b |= map_flags::READ; }
-    if prot & libc::PROT_WRITE != 0 { b |= map_flags::WRITE; }
-    if prot & libc::PROT_EXEC != 0 { b |= map_flags::EXEC; }
+    if prot & libc::PROT_READ != 0 {
+        b |= map_flags::READ;
+    }
+    if prot & libc::PROT_WRITE != 0 {
+        b |= map_flags::WRITE;
+    }
+    if prot & libc::PROT_EXEC != 0 {
+        b |= map_flags::EXEC;
+    }
     b
 }
 
-pub fn mmap(c: Option<&mut Cursor>, base: u64, len: u64, prot: i32, flags: i32, fd: i32, offset: u64) {
+pub fn mmap(
+    c: Option<&mut Cursor>,
+    base: u64,
+    len: u64,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    offset: u64,
+) {
     let mut aux = prot_bits(prot);
     if flags & libc::MAP_SHARED != 0 {
         aux |= map_flags::SHARED;
@@ -319,8 +362,13 @@ pub fn mmap(c: Option<&mut Cursor>, base: u64, len: u64, prot: i32, flags: i32, 
             .unwrap_or_default()
     };
     let path = &path[..path.len().min(MAX_SYSCALL_DATA)];
-    let words = [frame(tag::MMAP, aux, wire::framed_len(5, path.len()) as u32), base, len, offset,
-                 path.len() as u64];
+    let words = [
+        frame(tag::MMAP, aux, wire::framed_len(5, path.len()) as u32),
+        base,
+        len,
+        offset,
+        path.len() as u64,
+    ];
     map_event(c, &words, path);
 }
 
@@ -329,7 +377,11 @@ pub fn munmap(c: Option<&mut Cursor>, base: u64, len: u64) {
 }
 
 pub fn mprotect(c: Option<&mut Cursor>, base: u64, len: u64, prot: i32) {
-    map_event(c, &[frame(tag::MPROTECT, prot_bits(prot), 3), base, len], &[]);
+    map_event(
+        c,
+        &[frame(tag::MPROTECT, prot_bits(prot), 3), base, len],
+        &[],
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -337,8 +389,17 @@ pub fn mprotect(c: Option<&mut Cursor>, base: u64, len: u64, prot: i32) {
 // ---------------------------------------------------------------------------
 
 pub fn signal(c: &mut Cursor, sig: i32, code: i32, fault_addr: u64, handler: u64) {
-    stream::append(c, &[frame(tag::SIGNAL, 0, 5), sig as u32 as u64, code as u32 as u64,
-                        fault_addr, handler], &[]);
+    stream::append(
+        c,
+        &[
+            frame(tag::SIGNAL, 0, 5),
+            sig as u32 as u64,
+            code as u32 as u64,
+            fault_addr,
+            handler,
+        ],
+        &[],
+    );
 }
 
 pub fn fork_child(c: &mut Cursor) {
@@ -352,38 +413,55 @@ static SELF_PATHS: OnceLock<Option<(CString, CString)>> = OnceLock::new();
 static EXEC_WARNED: AtomicI32 = AtomicI32::new(0);
 
 fn self_paths() -> Option<&'static (CString, CString)> {
-    SELF_PATHS.get_or_init(|| {
-        let qemu = std::fs::read_link("/proc/self/exe").ok()?;
-        // SAFETY: dladdr only reads our own code address and fills `info`.
-        let lib = unsafe {
-            let mut info: libc::Dl_info = std::mem::zeroed();
-            if libc::dladdr(self_paths as *const () as *const libc::c_void, &mut info) == 0
-                || info.dli_fname.is_null() {
-                return None;
-            }
-            CStr::from_ptr(info.dli_fname).to_owned()
-        };
-        let lib = std::fs::canonicalize(lib.to_str().ok()?).ok()?;
-        Some((CString::new(qemu.into_os_string().into_encoded_bytes()).ok()?,
-              CString::new(lib.into_os_string().into_encoded_bytes()).ok()?))
-    }).as_ref()
+    SELF_PATHS
+        .get_or_init(|| {
+            let qemu = std::fs::read_link("/proc/self/exe").ok()?;
+            // SAFETY: dladdr only reads our own code address and fills `info`.
+            let lib = unsafe {
+                let mut info: libc::Dl_info = std::mem::zeroed();
+                if libc::dladdr(self_paths as *const () as *const libc::c_void, &mut info) == 0
+                    || info.dli_fname.is_null()
+                {
+                    return None;
+                }
+                CStr::from_ptr(info.dli_fname).to_owned()
+            };
+            let lib = std::fs::canonicalize(lib.to_str().ok()?).ok()?;
+            Some((
+                CString::new(qemu.into_os_string().into_encoded_bytes()).ok()?,
+                CString::new(lib.into_os_string().into_encoded_bytes()).ok()?,
+            ))
+        })
+        .as_ref()
 }
 
 /// This QEMU's own command-line options, from /proc/self/cmdline: what comes
 /// before the guest program, without `-0`, `-E`, `-U` and `-cannoli` (with
 /// their arguments).
 fn qemu_options() -> Vec<CString> {
-    let Ok(raw) = std::fs::read("/proc/self/cmdline") else { return Vec::new() };
+    let Ok(raw) = std::fs::read("/proc/self/cmdline") else {
+        return Vec::new();
+    };
     let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
-    let Some(prog) = env().exe_as_given.as_deref() else { return Vec::new() };
-    let Some(at) = args.iter().skip(1).position(|a| *a == prog.as_bytes()).map(|i| i + 1) else {
+    let Some(prog) = env().exe_as_given.as_deref() else {
+        return Vec::new();
+    };
+    let Some(at) = args
+        .iter()
+        .skip(1)
+        .position(|a| *a == prog.as_bytes())
+        .map(|i| i + 1)
+    else {
         return Vec::new();
     };
     let mut out = Vec::new();
     // QEMU accepts both -opt and --opt.
     let mut it = args[1..at].iter();
     while let Some(&a) = it.next() {
-        let name = a.strip_prefix(b"--").or_else(|| a.strip_prefix(b"-")).unwrap_or(a);
+        let name = a
+            .strip_prefix(b"--")
+            .or_else(|| a.strip_prefix(b"-"))
+            .unwrap_or(a);
         if matches!(name, b"0" | b"E" | b"U" | b"cannoli") {
             it.next();
         } else if let Ok(c) = CString::new(a) {
@@ -401,7 +479,11 @@ pub fn elf_ident(path: &std::path::Path) -> Option<(u8, u8, u16)> {
     if &h[..4] != b"\x7fELF" {
         return None;
     }
-    let machine = if h[5] == 2 { u16::from_be_bytes([h[18], h[19]]) } else { u16::from_le_bytes([h[18], h[19]]) };
+    let machine = if h[5] == 2 {
+        u16::from_be_bytes([h[18], h[19]])
+    } else {
+        u16::from_le_bytes([h[18], h[19]])
+    };
     Some((h[4], h[5], machine))
 }
 
@@ -436,11 +518,18 @@ fn leak_argv(v: Vec<CString>) -> *mut *mut c_char {
 ///
 /// # Safety
 /// `path`, `argv` and `envp` are valid as for execve(2).
-pub unsafe fn execve(c: &mut Cursor, dirfd: i32, path: &mut *const c_char,
-                     argv: &mut *mut *mut c_char, envp: &mut *mut *mut c_char) -> bool {
+pub unsafe fn execve(
+    c: &mut Cursor,
+    dirfd: i32,
+    path: &mut *const c_char,
+    argv: &mut *mut *mut c_char,
+    envp: &mut *mut *mut c_char,
+) -> bool {
     syscall_unfinished(c);
     let guest = CStr::from_ptr(*path).to_owned();
-    let mut target = std::path::PathBuf::from(std::ffi::OsStr::from_encoded_bytes_unchecked(guest.to_bytes()));
+    let mut target = std::path::PathBuf::from(std::ffi::OsStr::from_encoded_bytes_unchecked(
+        guest.to_bytes(),
+    ));
     if target.is_relative() && dirfd != libc::AT_FDCWD {
         target = std::path::Path::new(&format!("/proc/self/fd/{dirfd}")).join(target);
     }
@@ -448,13 +537,23 @@ pub unsafe fn execve(c: &mut Cursor, dirfd: i32, path: &mut *const c_char,
     let reexec = self_paths().filter(|_| same_kind);
     stream::finish(c, reexec.is_some());
     let Some((qemu, lib)) = reexec else {
-        if EXEC_WARNED.fetch_add(1, Ordering::Relaxed) == 0 && elf_ident(&target).is_some() && !same_kind {
-            eprintln!("qemu: cannoli: {} is not a {} program; it runs untraced",
-                      target.display(), crate::stream::GUEST.get().map_or("guest", |g| g.arch.as_str()));
+        if EXEC_WARNED.fetch_add(1, Ordering::Relaxed) == 0
+            && elf_ident(&target).is_some()
+            && !same_kind
+        {
+            eprintln!(
+                "qemu: cannoli: {} is not a {} program; it runs untraced",
+                target.display(),
+                crate::stream::GUEST
+                    .get()
+                    .map_or("guest", |g| g.arch.as_str())
+            );
         }
         return false;
     };
-    let Ok(target) = CString::new(target.into_os_string().into_encoded_bytes()) else { return false };
+    let Ok(target) = CString::new(target.into_os_string().into_encoded_bytes()) else {
+        return false;
+    };
     let old_argv = c_strings(*argv);
     let mut new_argv = vec![qemu.clone(), c"-cannoli".into(), lib.clone()];
     // The options this QEMU was started with (-R, -seed, -cpu, -L, -strace,
@@ -463,7 +562,11 @@ pub unsafe fn execve(c: &mut Cursor, dirfd: i32, path: &mut *const c_char,
     let opts = qemu_options();
     new_argv.extend(opts.iter().cloned());
     if !opts.iter().any(|o| o.to_bytes() == b"-L") {
-        if let Some(p) = env().interp_prefix.as_deref().and_then(|p| CString::new(p).ok()) {
+        if let Some(p) = env()
+            .interp_prefix
+            .as_deref()
+            .and_then(|p| CString::new(p).ok())
+        {
             new_argv.extend([c"-L".into(), p]);
         }
     }
@@ -474,7 +577,8 @@ pub unsafe fn execve(c: &mut Cursor, dirfd: i32, path: &mut *const c_char,
     new_argv.extend(old_argv.into_iter().skip(1));
     // The guest's environment lost our CANNOLI_* settings (QEMU strips them);
     // the next QEMU needs them again.
-    let mut new_envp: Vec<CString> = c_strings(*envp).into_iter()
+    let mut new_envp: Vec<CString> = c_strings(*envp)
+        .into_iter()
         .filter(|e| !e.to_bytes().starts_with(b"CANNOLI_"))
         .collect();
     for (k, v) in std::env::vars_os() {

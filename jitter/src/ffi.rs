@@ -7,7 +7,7 @@ use crate::{codegen, events, stream};
 use std::ffi::{c_char, c_int, CStr};
 
 /// Must match `CANNOLI_ABI_VERSION` in include/cannoli.h.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 #[repr(C)]
 pub struct CannoliGuestInfo {
@@ -35,7 +35,8 @@ pub struct CannoliMemAccess {
     addr_reg: u8,
     value_reg: u8,
     after: u8,
-    pad: [u8; 3],
+    value_hi_reg: u8,
+    pad: [u8; 2],
 }
 
 const SITE_RUNTIME: u32 = 0;
@@ -59,7 +60,7 @@ pub struct CannoliOps {
     lift_mem: unsafe extern "C" fn(*const CannoliMemAccess, *mut u8, usize, usize) -> usize,
     cpu_enter: unsafe extern "C" fn(Cur),
     cpu_exit: unsafe extern "C" fn(Cur, c_int),
-    helper_mem: unsafe extern "C" fn(Cur, u64, u64, u32, bool),
+    helper_mem: unsafe extern "C" fn(Cur, u64, u64, u64, u32, bool),
     syscall_enter: unsafe extern "C" fn(Cur, c_int, *const i64),
     syscall_exit: unsafe extern "C" fn(Cur, c_int, i64),
     mmap: unsafe extern "C" fn(Cur, u64, u64, c_int, c_int, c_int, u64),
@@ -67,8 +68,13 @@ pub struct CannoliOps {
     mprotect: unsafe extern "C" fn(Cur, u64, u64, c_int),
     signal: unsafe extern "C" fn(Cur, c_int, c_int, u64, u64),
     fork_child: unsafe extern "C" fn(Cur),
-    execve: unsafe extern "C" fn(Cur, c_int, *mut *const c_char, *mut *mut *mut c_char,
-                                 *mut *mut *mut c_char) -> c_int,
+    execve: unsafe extern "C" fn(
+        Cur,
+        c_int,
+        *mut *const c_char,
+        *mut *mut *mut c_char,
+        *mut *mut *mut c_char,
+    ) -> c_int,
 }
 
 // SAFETY: the only pointer is to a 'static NUL-terminated string.
@@ -117,14 +123,23 @@ unsafe fn set_err(err: *mut c_char, len: usize, msg: &str) {
 unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errlen: usize) -> c_int {
     let info = &*info;
     if info.abi_version != ABI_VERSION {
-        set_err(err, errlen, &format!(
-            "QEMU speaks cannoli ABI {} but the hook library was built for ABI {ABI_VERSION}: \
-             rebuild both from the same cannoli checkout", info.abi_version));
+        set_err(
+            err,
+            errlen,
+            &format!(
+                "QEMU speaks cannoli ABI {} but the hook library was built for ABI {ABI_VERSION}: \
+             rebuild both from the same cannoli checkout",
+                info.abi_version
+            ),
+        );
         return -1;
     }
-    let cstr = |p: *const c_char| (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned());
+    let cstr =
+        |p: *const c_char| (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned());
     let exe = cstr(info.exe).map(|e| {
-        std::fs::canonicalize(&e).map(|p| p.to_string_lossy().into_owned()).unwrap_or(e)
+        std::fs::canonicalize(&e)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or(e)
     });
     let arch = wire::arch_name(&cstr(info.arch).unwrap_or_default(), info.big_endian != 0);
     let mut syscall_names = std::collections::BTreeMap::new();
@@ -132,7 +147,11 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         // Linux numbers syscalls from 0, except MIPS: o32 from 4000, n64
         // from 5000, n32 from 6000 (QEMU's table is a list it scans, so ask
         // only where numbers can be).
-        let mips = if arch.starts_with("mips") { 4000..6600 } else { 0..0 };
+        let mips = if arch.starts_with("mips") {
+            4000..6600
+        } else {
+            0..0
+        };
         for n in (0..1024).chain(mips) {
             if let Some(s) = cstr(name(n)) {
                 syscall_names.insert(n as u64, s);
@@ -147,7 +166,9 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         cursor_env_offset: info.cursor_env_offset,
         read_guest: info.read_guest,
         interp_prefix: cstr(info.interp_prefix),
-        elf_ident: exe.as_deref().and_then(|e| events::elf_ident(std::path::Path::new(e))),
+        elf_ident: exe
+            .as_deref()
+            .and_then(|e| events::elf_ident(std::path::Path::new(e))),
         hook_syscall: user_hook_syscall(),
         exe_as_given: cstr(info.exe),
         mips: arch.starts_with("mips"),
@@ -157,8 +178,11 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         regs: wire::RegLayout {
             count: info.reg_count,
             bytes: info.reg_bytes,
-            names: wire::reg_names(&arch).iter().take(info.reg_count as usize)
-                .map(|s| s.to_string()).collect(),
+            names: wire::reg_names(&arch)
+                .iter()
+                .take(info.reg_count as usize)
+                .map(|s| s.to_string())
+                .collect(),
         },
         arch,
         big_endian: info.big_endian != 0,
@@ -221,20 +245,33 @@ unsafe extern "C" fn lift_insn(pc: u64, buf: *mut u8, cap: usize, rx: usize) -> 
     a.len()
 }
 
-unsafe extern "C" fn lift_mem(x: *const CannoliMemAccess, buf: *mut u8, cap: usize, rx: usize) -> usize {
+unsafe extern "C" fn lift_mem(
+    x: *const CannoliMemAccess,
+    buf: *mut u8,
+    cap: usize,
+    rx: usize,
+) -> usize {
     let x = &*x;
-    let (Some(addr), Some(value)) = (Reg::from_num(x.addr_reg), Reg::from_num(x.value_reg)) else {
+    let (Some(addr), Some(value), Some(value_hi)) = (
+        Reg::from_num(x.addr_reg),
+        Reg::from_num(x.value_reg),
+        Reg::from_num(x.value_hi_reg),
+    ) else {
         return 0;
     };
     let mut a = asm(buf, cap, rx);
-    codegen::lift_mem(&mut a, &codegen::Access {
-        pc: x.pc,
-        store: x.store != 0,
-        size_log2: x.size_log2,
-        addr,
-        value,
-        after: x.after != 0,
-    });
+    codegen::lift_mem(
+        &mut a,
+        &codegen::Access {
+            pc: x.pc,
+            store: x.store != 0,
+            size_log2: x.size_log2,
+            addr,
+            value,
+            value_hi,
+            after: x.after != 0,
+        },
+    );
     a.len()
 }
 
@@ -249,8 +286,15 @@ unsafe extern "C" fn cpu_enter(c: Cur) {
     stream::enter(&mut *c);
 }
 
-unsafe extern "C" fn helper_mem(c: Cur, addr: u64, value: u64, size_log2: u32, store: bool) {
-    stream::helper_mem(&mut *c, addr, value, size_log2 as u8, store);
+unsafe extern "C" fn helper_mem(
+    c: Cur,
+    addr: u64,
+    value: u64,
+    value_hi: u64,
+    size_log2: u32,
+    store: bool,
+) {
+    stream::helper_mem(&mut *c, addr, value, value_hi, size_log2 as u8, store);
 }
 
 /// Also called, at exit_group, for the other threads' vCPUs (stopped).
@@ -270,7 +314,15 @@ unsafe extern "C" fn syscall_exit(c: Cur, num: c_int, ret: i64) {
     events::syscall_exit(&mut *c, num, ret);
 }
 
-unsafe extern "C" fn mmap(c: Cur, base: u64, len: u64, prot: c_int, flags: c_int, fd: c_int, off: u64) {
+unsafe extern "C" fn mmap(
+    c: Cur,
+    base: u64,
+    len: u64,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: u64,
+) {
     events::mmap(c.as_mut(), base, len, prot, flags, fd, off);
 }
 
@@ -290,8 +342,13 @@ unsafe extern "C" fn fork_child(c: Cur) {
     events::fork_child(&mut *c);
 }
 
-unsafe extern "C" fn execve(c: Cur, dirfd: c_int, path: *mut *const c_char,
-                            argv: *mut *mut *mut c_char, envp: *mut *mut *mut c_char) -> c_int {
+unsafe extern "C" fn execve(
+    c: Cur,
+    dirfd: c_int,
+    path: *mut *const c_char,
+    argv: *mut *mut *mut c_char,
+    envp: *mut *mut *mut c_char,
+) -> c_int {
     events::execve(&mut *c, dirfd, &mut *path, &mut *argv, &mut *envp) as c_int
 }
 
@@ -303,8 +360,12 @@ fn user_hook_syscall() -> Option<fn(u64) -> bool> {
     // with the documented Rust signature, so the transmute is to its type.
     unsafe {
         let mut info: libc::Dl_info = std::mem::zeroed();
-        if libc::dladdr(user_hook_syscall as *const () as *const libc::c_void, &mut info) == 0
-            || info.dli_fname.is_null() {
+        if libc::dladdr(
+            user_hook_syscall as *const () as *const libc::c_void,
+            &mut info,
+        ) == 0
+            || info.dli_fname.is_null()
+        {
             return None;
         }
         let h = libc::dlopen(info.dli_fname, libc::RTLD_NOLOAD | libc::RTLD_LAZY);
@@ -321,7 +382,10 @@ mod tests {
     #[test]
     fn abi_version_matches_header() {
         let h = include_str!("../../include/cannoli.h");
-        let line = h.lines().find(|l| l.starts_with("#define CANNOLI_ABI_VERSION")).unwrap();
+        let line = h
+            .lines()
+            .find(|l| l.starts_with("#define CANNOLI_ABI_VERSION"))
+            .unwrap();
         let v: u32 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
         assert_eq!(v, super::ABI_VERSION);
     }
@@ -332,6 +396,9 @@ mod tests {
         assert_eq!(std::mem::size_of::<super::CannoliOps>(), 8 + 8 + 17 * 8);
         assert_eq!(std::mem::size_of::<super::CannoliCursor>(), 24);
         assert_eq!(std::mem::size_of::<super::CannoliMemAccess>(), 16);
-        assert_eq!(std::mem::size_of::<super::CannoliGuestInfo>(), 16 + 24 + 16 + 24);
+        assert_eq!(
+            std::mem::size_of::<super::CannoliGuestInfo>(),
+            16 + 24 + 16 + 24
+        );
     }
 }

@@ -38,7 +38,10 @@ pub static GUEST: OnceLock<Guest> = OnceLock::new();
 /// Chunk geometry; `CANNOLI_CHUNK_KB` and `CANNOLI_CHUNKS` override it.
 fn geometry() -> (usize, usize) {
     let get = |k: &str, d: usize| {
-        std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
     };
     let kb = get("CANNOLI_CHUNK_KB", 128).clamp(8, 64 * 1024);
     let n = get("CANNOLI_CHUNKS", 32).clamp(2, 4096).next_power_of_two();
@@ -97,8 +100,10 @@ impl Stream {
         let guest = GUEST.get().ok_or("cannoli used before init")?;
         let addr = wire::client_addr();
         let mut sock = TcpStream::connect(&addr).map_err(|e| {
-            format!("no cannoli client is listening on {addr} ({e}): start your client first, \
-                     or point {ADDR_ENV} at it")
+            format!(
+                "no cannoli client is listening on {addr} ({e}): start your client first, \
+                     or point {ADDR_ENV} at it"
+            )
         })?;
         let _ = sock.set_nodelay(true);
         let (chunk_size, chunks) = geometry();
@@ -118,7 +123,11 @@ impl Stream {
                 big_endian: guest.big_endian,
                 guest_bits: guest.guest_bits,
                 ring: ring.path().to_string_lossy().into_owned(),
-                comm: guest.exe.as_deref().and_then(|e| e.rsplit('/').next()).map(Into::into),
+                comm: guest
+                    .exe
+                    .as_deref()
+                    .and_then(|e| e.rsplit('/').next())
+                    .map(Into::into),
                 exe: guest.exe.clone(),
                 regs: guest.regs.clone(),
                 syscall_names: guest.syscall_names.clone(),
@@ -129,17 +138,22 @@ impl Stream {
                 .map_err(|e| format!("lost the client at {addr} during the handshake: {e}"))?;
             sock.set_read_timeout(Some(Duration::from_secs(10))).ok();
             let mut reply = String::new();
-            BufReader::new(&sock).read_line(&mut reply).map_err(|e| {
-                format!("the client at {addr} did not answer the handshake: {e}")
-            })?;
+            BufReader::new(&sock)
+                .read_line(&mut reply)
+                .map_err(|e| format!("the client at {addr} did not answer the handshake: {e}"))?;
             sock.set_read_timeout(None).ok();
             if reply.is_empty() {
-                return Err(format!("the client at {addr} closed the connection during the \
-                                    handshake (is it a cannoli client?)"));
+                return Err(format!(
+                    "the client at {addr} closed the connection during the \
+                                    handshake (is it a cannoli client?)"
+                ));
             }
             let welcome: Welcome = serde_json::from_str(&reply).map_err(|_| {
-                format!("{addr} answered the handshake with something that is not a cannoli \
-                         client: {:?}", reply.trim_end())
+                format!(
+                    "{addr} answered the handshake with something that is not a cannoli \
+                         client: {:?}",
+                    reply.trim_end()
+                )
             })?;
             match welcome.error {
                 Some(e) => Err(format!("the client at {addr} refused the trace: {e}")),
@@ -150,7 +164,14 @@ impl Stream {
             ring.unlink();
             return Err(e);
         }
-        Ok(Stream { ring, sock, addr, chunk: std::ptr::null_mut(), scratch: None, lost_bytes: 0 })
+        Ok(Stream {
+            ring,
+            sock,
+            addr,
+            chunk: std::ptr::null_mut(),
+            scratch: None,
+            lost_bytes: 0,
+        })
     }
 
     /// Bytes of the chunk being filled.
@@ -163,7 +184,10 @@ impl Stream {
 
     fn window(&self) -> Window {
         let start = self.chunk as u64;
-        Window { cursor: start, end: start + (self.chunk_len() - HEADROOM) as u64 }
+        Window {
+            cursor: start,
+            end: start + (self.chunk_len() - HEADROOM) as u64,
+        }
     }
 
     /// Takes the next chunk; switches to untraced mode if the client is gone.
@@ -181,9 +205,14 @@ impl Stream {
     }
 
     fn client_gone(&mut self, why: &str) {
-        eprintln!("qemu: cannoli: the client at {} stopped reading ({why}); the program goes on \
-                   untraced", self.addr);
-        let s = self.scratch.insert(vec![0u64; 16 * 1024].into_boxed_slice());
+        eprintln!(
+            "qemu: cannoli: the client at {} stopped reading ({why}); the program goes on \
+                   untraced",
+            self.addr
+        );
+        let s = self
+            .scratch
+            .insert(vec![0u64; 16 * 1024].into_boxed_slice());
         self.chunk = s.as_mut_ptr() as *mut u8;
     }
 
@@ -201,7 +230,8 @@ impl Stream {
 
     /// Tells the client about a forked child to wait for.
     fn expect(&mut self, pid: i32) {
-        let line = serde_json::to_string(&wire::Expect { expect_pid: pid }).expect("serializes") + "\n";
+        let line =
+            serde_json::to_string(&wire::Expect { expect_pid: pid }).expect("serializes") + "\n";
         let _ = self.sock.write_all(line.as_bytes());
     }
 
@@ -216,15 +246,23 @@ impl Stream {
             }
         }
         self.ring.close();
-        let bye = Goodbye { chunks: self.ring.published(), lost_events: self.lost_bytes / 8, exec };
+        let bye = Goodbye {
+            chunks: self.ring.published(),
+            lost_events: self.lost_bytes / 8,
+            exec,
+        };
         let line = serde_json::to_string(&bye).expect("Goodbye serializes") + "\n";
         let _ = self.sock.write_all(line.as_bytes());
         let _ = self.sock.shutdown(Shutdown::Both);
         // Once the client is gone it was said; the events QEMU then drops
         // are the untraced rest of the program.
         if self.lost_bytes > 0 && self.scratch.is_none() {
-            eprintln!("qemu: cannoli: {} bytes of events (up to {} events) could not be delivered \
-                       to the client", self.lost_bytes, self.lost_bytes / 8);
+            eprintln!(
+                "qemu: cannoli: {} bytes of events (up to {} events) could not be delivered \
+                       to the client",
+                self.lost_bytes,
+                self.lost_bytes / 8
+            );
         }
     }
 
@@ -306,12 +344,17 @@ pub fn is_mine(c: &Cursor) -> bool {
 pub fn finish(c: &mut Cursor, exec: bool) {
     let key = c as *mut Cursor as usize;
     let slot = if is_mine(c) || c.cursor == 0 {
-        MY_CURSOR.with(|m| if m.get() == key { m.set(0) });
+        MY_CURSOR.with(|m| {
+            if m.get() == key {
+                m.set(0)
+            }
+        });
         let mine = STREAM.with(Arc::clone);
         lock(&STREAMS).remove(&key);
         Some(mine)
     } else {
-        lock(&STREAMS).remove(&key)
+        lock(&STREAMS)
+            .remove(&key)
             .filter(|(pid, _)| *pid == std::process::id())
             .map(|(_, s)| s)
     };
@@ -324,7 +367,11 @@ pub fn finish(c: &mut Cursor, exec: bool) {
 
 /// In the parent of a fork: the client should wait for `child` too.
 pub fn expect_child(child: i32) {
-    with_mine(|s| if let Some(st) = s.as_mut() { st.expect(child) });
+    with_mine(|s| {
+        if let Some(st) = s.as_mut() {
+            st.expect(child)
+        }
+    });
 }
 
 /// In a forked child: forget the parent's stream; the child connects anew.
@@ -362,7 +409,11 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
             std::ptr::copy_nonoverlapping(words.as_ptr() as *const u8, p, 8 * words.len());
             let q = p.add(8 * words.len());
             std::ptr::copy_nonoverlapping(payload.as_ptr(), q, payload.len());
-            std::ptr::write_bytes(q.add(payload.len()), 0, len - 8 * words.len() - payload.len());
+            std::ptr::write_bytes(
+                q.add(payload.len()),
+                0,
+                len - 8 * words.len() - payload.len(),
+            );
         }
         c.cursor += len as u64;
         if c.cursor >= c.end {
@@ -371,6 +422,23 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
             c.end = w.end;
         }
     });
+}
+
+/// Appends an event at this thread's own vCPU cursor, for code that has no
+/// cursor at hand: translation, which runs on the vCPU thread outside the
+/// JIT, after `cpu_enter` gave the thread its window.
+pub fn append_mine(words: &[u64], payload: &[u8]) {
+    let key = MY_CURSOR.with(|m| m.get());
+    if key == 0 {
+        return;
+    }
+    // SAFETY: MY_CURSOR holds the address of this thread's vCPU cursor,
+    // registered by `ensure_window` and cleared by `finish` and
+    // `forked_child` before the vCPU goes away. Outside the JIT only this
+    // thread writes it: `exit_group` finishes other threads' cursors only
+    // once they are stopped outside the JIT, never in translation.
+    let c = unsafe { &mut *(key as *mut Cursor) };
+    append(c, words, payload);
 }
 
 /// Events that happened where no vCPU was at hand (QEMU-internal threads);
@@ -387,21 +455,40 @@ pub fn append_or_keep(c: Option<&mut Cursor>, words: &[u64], payload: &[u8]) {
             }
             append(c, words, payload)
         }
-        None => ORPHANS.lock().unwrap_or_else(|e| e.into_inner())
+        None => ORPHANS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
             .push((words.to_vec(), payload.to_vec())),
     }
 }
 
-/// Appends a memory access made by a QEMU helper (outside the JIT).
-pub fn helper_mem(c: &mut Cursor, addr: u64, value: u64, size_log2: u8, store: bool) {
+/// Appends a memory access made by a QEMU helper (outside the JIT);
+/// `value_hi` is the high half of a 16-byte access.
+pub fn helper_mem(
+    c: &mut Cursor,
+    addr: u64,
+    value: u64,
+    value_hi: u64,
+    size_log2: u8,
+    store: bool,
+) {
     let pc = c.pc;
-    if !crate::user_hook_mem(pc, store, 1 << size_log2) {
+    if size_log2 > 4 || !crate::user_hook_mem(pc, store, 1 << size_log2) {
         return;
     }
     let t = wire::mem_tag(store, size_log2) as u64;
-    if wire::pc_fits(pc) {
-        append(c, &[t << 56 | pc, addr, value], &[]);
+    let mut words = [0u64; 5];
+    let n = if wire::pc_fits(pc) {
+        words[..3].copy_from_slice(&[t << 56 | pc, addr, value]);
+        3
     } else {
-        append(c, &[(wire::tag::MEM_LONG as u64) << 56 | t, pc, addr, value], &[]);
+        words[..4].copy_from_slice(&[(wire::tag::MEM_LONG as u64) << 56 | t, pc, addr, value]);
+        4
+    };
+    if size_log2 == 4 {
+        words[n] = value_hi;
+        append(c, &words[..n + 1], &[]);
+    } else {
+        append(c, &words[..n], &[]);
     }
 }

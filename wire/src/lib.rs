@@ -23,7 +23,12 @@
 //! | `0x1f` | memory access whose pc needs more than 56 bits: `tag\|kind`, `pc`, `addr`, `value` | 4 |
 //! | `0x14 \| log2(size)` | load of at most 4 bytes by a 32-bit guest: `tag\|pc`, `addr \| value << 32` | 2 |
 //! | `0x1c \| log2(size)` | store of at most 4 bytes by a 32-bit guest: `tag\|pc`, `addr \| value << 32` | 2 |
+//! | `0x02` | 16-byte load: `tag\|pc`, `addr`, `value` low 64 bits, high 64 bits | 4 |
+//! | `0x03` | 16-byte store: `tag\|pc`, `addr`, `value` low 64 bits, high 64 bits | 4 |
 //! | `0x20`.. | framed event (below) | `len` |
+//!
+//! A `0x1f` event whose kind byte is `0x02` or `0x03` carries a 16-byte
+//! access: `tag\|kind`, `pc`, `addr`, low, high (5 words).
 //!
 //! `addr` and `value` are the raw host register contents: the reader masks
 //! `addr` to the guest's address width and `value` to the access size.
@@ -44,6 +49,12 @@
 //! | `0x23` | munmap | 0 | `base`, `len` |
 //! | `0x24` | mprotect | [`map_flags`] (prot bits only) | `base`, `len` |
 //! | `0x25` | signal | 0 | `signo`, `code`, `fault_addr`, `handler` (0: default action) |
+//! | `0x26` | block | instruction count `n` | `pc`, then `n` length bytes (one per instruction, 0: unknown) |
+//!
+//! A block event is written when QEMU translates a block, by the thread
+//! that translates it and before the block first runs: it tells a reader
+//! the exact length of each instruction (which a Thumb or x86 pc alone
+//! does not).
 //!
 //! A syscall's `data` is the buffer it read or wrote where that is known
 //! (`read`, `write`, `pread64`, `pwrite64`, `getrandom`, `readlink`: the bytes;
@@ -53,7 +64,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the event layout and handshake. Both sides must agree.
-pub const WIRE_VERSION: u32 = 3;
+pub const WIRE_VERSION: u32 = 4;
 
 /// Default address of the client; `CANNOLI_ADDR` overrides it on both sides.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:11458";
@@ -88,7 +99,7 @@ pub const PC_MASK: u64 = (1 << PC_BITS) - 1;
 
 /// Largest event the JIT writes, in bytes. A chunk always has at least this
 /// much room left when the JIT starts an event.
-pub const MAX_JIT_EVENT: usize = 32;
+pub const MAX_JIT_EVENT: usize = 40;
 
 /// Event tags (the top byte of an event's first word).
 pub mod tag {
@@ -96,6 +107,10 @@ pub mod tag {
     pub const EXEC: u8 = 0x00;
     /// Executed instruction, pc in the next word.
     pub const EXEC_LONG: u8 = 0x01;
+    /// Load of 16 bytes: value in two words, low then high.
+    pub const LOAD128: u8 = 0x02;
+    /// Store of 16 bytes, laid out like [`LOAD128`].
+    pub const STORE128: u8 = 0x03;
     /// Load of `1 << (tag & 3)` bytes.
     pub const LOAD: u8 = 0x10;
     /// Store of `1 << (tag & 3)` bytes.
@@ -122,6 +137,8 @@ pub mod tag {
     pub const MPROTECT: u8 = 0x24;
     /// A signal delivered to the guest.
     pub const SIGNAL: u8 = 0x25;
+    /// A translated block's instruction lengths.
+    pub const BLOCK: u8 = 0x26;
 }
 
 /// First word of a framed event: tag, 24 bits of `aux`, length in words.
@@ -185,19 +202,19 @@ pub struct RegLayout {
 /// in the order QEMU keeps them; empty for an arch this crate doesn't know.
 pub fn reg_names(arch: &str) -> &'static [&'static str] {
     const MIPS: [&str; 32] = [
-        "zero", "at", "v0", "v1", "a0", "a1", "a2", "a3", "t0", "t1", "t2", "t3", "t4", "t5",
-        "t6", "t7", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "t8", "t9", "k0", "k1", "gp",
-        "sp", "fp", "ra",
+        "zero", "at", "v0", "v1", "a0", "a1", "a2", "a3", "t0", "t1", "t2", "t3", "t4", "t5", "t6",
+        "t7", "s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "t8", "t9", "k0", "k1", "gp", "sp",
+        "fp", "ra",
     ];
     const RISCV: [&str; 32] = [
-        "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1", "a0", "a1", "a2", "a3",
-        "a4", "a5", "a6", "a7", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11",
-        "t3", "t4", "t5", "t6",
+        "zero", "ra", "sp", "gp", "tp", "t0", "t1", "t2", "s0", "s1", "a0", "a1", "a2", "a3", "a4",
+        "a5", "a6", "a7", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10", "s11", "t3", "t4",
+        "t5", "t6",
     ];
     const AARCH64: [&str; 32] = [
         "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13",
-        "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25",
-        "x26", "x27", "x28", "x29", "x30", "sp",
+        "x14", "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26",
+        "x27", "x28", "x29", "x30", "sp",
     ];
     const X86_64: [&str; 16] = [
         "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12",
@@ -223,11 +240,27 @@ pub fn pc_fits(pc: u64) -> bool {
     pc >> PC_BITS == 0
 }
 
-/// Tag of a memory access of `size_log2` (0..=3) bytes.
+/// Tag of a memory access of `size_log2` (0..=4) bytes: a 16-byte access
+/// has its own tag, as its value takes two words.
 #[inline]
 pub fn mem_tag(store: bool, size_log2: u8) -> u8 {
-    debug_assert!(size_log2 <= 3);
-    (if store { tag::STORE } else { tag::LOAD }) | size_log2
+    debug_assert!(size_log2 <= 4);
+    match (size_log2, store) {
+        (4, false) => tag::LOAD128,
+        (4, true) => tag::STORE128,
+        _ => (if store { tag::STORE } else { tag::LOAD }) | size_log2,
+    }
+}
+
+/// Words of a memory event with tag `t` (as [`mem_tag`] gives it) and a
+/// pc that fits the first word.
+#[inline]
+pub fn mem_words(t: u8) -> usize {
+    if t == tag::LOAD128 || t == tag::STORE128 {
+        4
+    } else {
+        3
+    }
 }
 
 /// Tag of a packed (two-word) access of `size_log2` (0..=2) bytes by a
@@ -337,7 +370,11 @@ mod tests {
             ring: "/dev/shm/x".into(),
             comm: None,
             exe: Some("/bin/true".into()),
-            regs: RegLayout { count: 32, bytes: 4, names: vec!["zero".into()] },
+            regs: RegLayout {
+                count: 32,
+                bytes: 4,
+                names: vec!["zero".into()],
+            },
             syscall_names: [(4001, "exit".to_string())].into_iter().collect(),
         };
         let s = serde_json::to_string(&h).unwrap();
@@ -358,7 +395,10 @@ mod tests {
         let w = frame(tag::SYSCALL, 1, 12);
         assert_eq!(w >> 56, tag::SYSCALL as u64);
         assert_eq!(unframe(w), (tag::SYSCALL, 1, 12));
-        assert_eq!(unframe(frame(tag::SIGNAL, 0xff_ffff, u32::MAX)), (tag::SIGNAL, 0xff_ffff, u32::MAX));
+        assert_eq!(
+            unframe(frame(tag::SIGNAL, 0xff_ffff, u32::MAX)),
+            (tag::SIGNAL, 0xff_ffff, u32::MAX)
+        );
         assert_eq!(framed_len(10, 0), 10);
         assert_eq!(framed_len(10, 1), 11);
         assert_eq!(framed_len(10, 8), 11);
