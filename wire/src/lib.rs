@@ -224,12 +224,32 @@ pub fn reg_names(arch: &str) -> &'static [&'static str] {
         "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "sp",
         "lr", "pc",
     ];
+    // QEMU's env->regs of a 32-bit x86 guest: the same order as x86_64's
+    // first eight (the ModRM register numbers).
+    const I386: [&str; 8] = ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi"];
+    // env->gpr of PowerPC: r1 is the stack pointer and r2 the TOC pointer by
+    // the ABI, not by the hardware, so the hardware names are the useful
+    // ones (they are also what objdump and gdb print). LR and CTR are not
+    // general purpose registers and are not in the event.
+    const PPC: [&str; 32] = [
+        "r0", "r1", "r2", "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r11", "r12", "r13",
+        "r14", "r15", "r16", "r17", "r18", "r19", "r20", "r21", "r22", "r23", "r24", "r25", "r26",
+        "r27", "r28", "r29", "r30", "r31",
+    ];
     match arch {
-        "mips" | "mipsel" | "mips64" | "mips64el" => &MIPS,
+        "mips" | "mipsel" | "mips64" | "mips64el" | "mipsn32" | "mipsn32el" => &MIPS,
         "riscv32" | "riscv64" => &RISCV,
         "aarch64" | "aarch64_be" => &AARCH64,
         "x86_64" => &X86_64,
-        "arm" | "armeb" | "armv7l" => &ARM,
+        // QEMU's linux-user calls a 32-bit x86 guest `i686` (its uname
+        // machine), the launcher and Debian `i386`.
+        "i386" | "i486" | "i586" | "i686" | "x86" => &I386,
+        "ppc" | "ppc64" | "ppc64le" | "powerpc" | "powerpc64" | "powerpc64le" => &PPC,
+        // QEMU's linux-user calls an ARM guest `armv5tel` / `armv5teb`
+        // (its uname machine), the launcher `arm` / `armeb`, the kernel
+        // `armv7l` and the like.
+        "arm" | "armeb" => &ARM,
+        a if a.starts_with("armv") => &ARM,
         _ => &[],
     }
 }
@@ -411,6 +431,32 @@ mod tests {
         assert_eq!(reg_names("riscv64")[1], "ra");
         assert_eq!(reg_names("x86_64")[4], "rsp");
         assert!(reg_names("sparc").is_empty());
+        // 32-bit x86 under either of its names: QEMU's env->regs order.
+        for a in ["i386", "i686"] {
+            assert_eq!(
+                reg_names(a),
+                ["eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi"]
+            );
+        }
+        // PowerPC: env->gpr, r1 the stack pointer.
+        for a in ["ppc", "ppc64", "ppc64le"] {
+            let n = reg_names(a);
+            assert_eq!((n.len(), n[0], n[1], n[31]), (32, "r0", "r1", "r31"));
+        }
+        // ARM under QEMU's uname name as well as the launcher's.
+        for a in ["arm", "armeb", "armv5tel", "armv5teb", "armv7l"] {
+            let n = reg_names(a);
+            assert_eq!(
+                (n.len(), n[13], n[14], n[15]),
+                (16, "sp", "lr", "pc"),
+                "{a}"
+            );
+        }
+        assert_eq!(reg_names("mips64el")[31], "ra");
+        assert_eq!(reg_names("aarch64")[30], "x30");
+        assert_eq!(reg_names("aarch64")[31], "sp");
+        // Only `armv...` machine names are taken as ARM, not any `arm...`.
+        assert!(reg_names("armhf").is_empty());
     }
 
     #[test]
