@@ -381,6 +381,11 @@ fn reg_layout(h: &wire::Hello) -> wire::RegLayout {
     l
 }
 
+/// Exit status of a tool whose trace is incomplete ([`Stats::is_complete`]
+/// is false), whatever the program's own status: its output cannot be
+/// trusted, and a script must be able to tell.
+pub const EXIT_INCOMPLETE: i32 = 3;
+
 /// Totals over all connections of a run.
 #[derive(Debug, Default, Clone)]
 pub struct Stats {
@@ -402,6 +407,10 @@ pub struct Stats {
     /// Framed events of a kind this client does not know (written by a newer
     /// QEMU side), skipped. Not part of `events` nor of `lost_events`.
     pub skipped_events: u64,
+    /// Connections that never became a stream (no hello, a bad one, a ring
+    /// that could not be opened): if one was a guest thread, all of its
+    /// events are missing.
+    pub refused_connections: u64,
 }
 
 impl Stats {
@@ -413,6 +422,42 @@ impl Stats {
         self.lost_events += o.lost_events;
         self.incomplete_streams += o.incomplete_streams;
         self.skipped_events += o.skipped_events;
+        self.refused_connections += o.refused_connections;
+    }
+
+    /// True if every event of every stream arrived: nothing lost, no stream
+    /// cut short, no connection refused.
+    pub fn is_complete(&self) -> bool {
+        self.lost_events == 0 && self.incomplete_streams == 0 && self.refused_connections == 0
+    }
+
+    /// What was lost, for a tool's summary line: `0 lost` only when
+    /// [`Stats::is_complete`]; a stream cut short or a refused connection
+    /// lost an unknown number of events, and says so.
+    pub fn loss_summary(&self) -> String {
+        if self.is_complete() {
+            return "0 lost".into();
+        }
+        let mut parts = Vec::new();
+        if self.lost_events > 0 {
+            parts.push(format!("{} events lost", self.lost_events));
+        }
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        if self.incomplete_streams > 0 {
+            let n = self.incomplete_streams;
+            parts.push(format!(
+                "{n} stream{} cut short (events lost: unknown)",
+                plural(n)
+            ));
+        }
+        if self.refused_connections > 0 {
+            let n = self.refused_connections;
+            parts.push(format!(
+                "{n} connection{} refused (events lost: unknown)",
+                plural(n)
+            ));
+        }
+        format!("INCOMPLETE: {}", parts.join(", "))
     }
 }
 

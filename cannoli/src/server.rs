@@ -568,6 +568,10 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
     };
     let mut reader = BufReader::new(stream);
     let Some((hello, consumer)) = handshake(&mut reader, &mut writer, peer) else {
+        lock(&shared.stats).add(&Stats {
+            refused_connections: 1,
+            ..Stats::default()
+        });
         return;
     };
     let ci = ClientInfo::from_hello(&hello);
@@ -656,6 +660,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         lost_events: lost.into_inner(),
         incomplete_streams: incomplete,
         skipped_events: skipped,
+        refused_connections: 0,
     });
 }
 
@@ -703,7 +708,8 @@ fn control<T: Cannoli>(reader: &mut BufReader<TcpStream>, conn: &Conn<'_, T>) ->
                 consumer.abandon();
             }
             let published = consumer.published();
-            if g.chunks != published {
+            let all_there = g.chunks == published;
+            if !all_there {
                 eprintln!(
                     "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
                     g.chunks
@@ -716,7 +722,7 @@ fn control<T: Cannoli>(reader: &mut BufReader<TcpStream>, conn: &Conn<'_, T>) ->
                 );
                 conn.lost.fetch_add(g.lost_events, Ordering::Relaxed);
             }
-            true
+            all_there
         }
         None => {
             consumer.abandon();

@@ -196,6 +196,12 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         set_err(err, errlen, &e);
         return -1;
     }
+    // Still behind QEMU's fence: reserve the address space later rings go
+    // to (see arena.rs).
+    let (chunk_size, chunks) = stream::geometry();
+    if let Ok(len) = mempipe::Producer::mapped_len(chunk_size, chunks) {
+        crate::arena::reserve(len);
+    }
     // Connect the main thread now, so that a missing client is reported
     // before the guest runs at all.
     match stream::Stream::connect() {

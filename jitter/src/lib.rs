@@ -24,6 +24,7 @@
 //! site gets, `stream` owns a guest thread's connection and ring, `ffi` is the
 //! C interface QEMU calls (see `include/cannoli.h`).
 
+mod arena;
 pub mod asm;
 mod codegen;
 mod delay;

@@ -36,7 +36,7 @@ pub struct Guest {
 pub static GUEST: OnceLock<Guest> = OnceLock::new();
 
 /// Chunk geometry; `CANNOLI_CHUNK_KB` and `CANNOLI_CHUNKS` override it.
-fn geometry() -> (usize, usize) {
+pub fn geometry() -> (usize, usize) {
     let get = |k: &str, d: usize| {
         std::env::var(k)
             .ok()
@@ -60,6 +60,9 @@ pub struct Window {
 
 pub struct Stream {
     ring: mempipe::Producer,
+    /// Where `ring` is mapped, if in the arena (dropped after `ring`, which
+    /// leaves the slot reserved again).
+    slot: Option<crate::arena::Slot>,
     sock: TcpStream,
     addr: String,
     /// Start of the chunk being filled (or of `scratch` once the client is gone).
@@ -107,8 +110,19 @@ impl Stream {
         })?;
         let _ = sock.set_nodelay(true);
         let (chunk_size, chunks) = geometry();
-        let ring = mempipe::Producer::create(chunk_size, chunks)
-            .map_err(|e| format!("cannot create the event ring: {e}"))?;
+        let slot = crate::arena::Slot::take();
+        // SAFETY: the slot is an arena range of a ring's mapped length,
+        // reserved and used by nothing else while we hold it; it is held by
+        // the Stream, which drops it after the ring.
+        let ring = unsafe {
+            mempipe::Producer::create_at(
+                &mempipe::ring_dir(),
+                chunk_size,
+                chunks,
+                slot.as_ref().map(|s| s.addr()),
+            )
+        }
+        .map_err(|e| format!("cannot create the event ring: {e}"))?;
         let result = (|| {
             // SAFETY: plain libc getters with no preconditions.
             let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid()) };
@@ -166,6 +180,7 @@ impl Stream {
         }
         Ok(Stream {
             ring,
+            slot,
             sock,
             addr,
             chunk: std::ptr::null_mut(),
@@ -210,9 +225,7 @@ impl Stream {
                    untraced",
             self.addr
         );
-        let s = self
-            .scratch
-            .insert(vec![0u64; 16 * 1024].into_boxed_slice());
+        let s = self.scratch.insert(vec![0u64; 8 * 1024].into_boxed_slice());
         self.chunk = s.as_mut_ptr() as *mut u8;
     }
 
@@ -271,7 +284,12 @@ impl Stream {
     /// parent's connection).
     fn abandon_inherited(self) {
         use std::os::fd::IntoRawFd;
-        let Stream { ring, sock, .. } = self;
+        let Stream {
+            ring, sock, slot, ..
+        } = self;
+        if let Some(s) = slot {
+            s.keep_forever();
+        }
         // SAFETY: the fd is ours (a copy made by fork); closing it leaves the
         // parent's copy open.
         unsafe { libc::close(sock.into_raw_fd()) };

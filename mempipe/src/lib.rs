@@ -112,6 +112,9 @@ use std::time::{Duration, Instant};
 
 use memmap2::{MmapOptions, MmapRaw};
 
+mod mapping;
+use mapping::Mapping;
+
 /// The eight bytes every ring file starts with.
 pub const MAGIC: [u8; 8] = *b"MEMPIPE1";
 /// Version of the layout described in the crate documentation.
@@ -263,13 +266,13 @@ impl Geometry {
 
 /// A mapped ring with its validated geometry. Both ends share this code.
 struct Ring {
-    map: MmapRaw,
+    map: Mapping,
     geo: Geometry,
     mask: u64,
 }
 
 impl Ring {
-    fn new(map: MmapRaw, geo: Geometry) -> Ring {
+    fn new(map: Mapping, geo: Geometry) -> Ring {
         debug_assert!(map.len() >= geo.file_len);
         Ring {
             map,
@@ -534,9 +537,35 @@ impl Producer {
 
     /// Like [`Producer::create`], in the directory `dir`.
     pub fn create_in(dir: &Path, chunk_size: usize, chunk_count: usize) -> Result<Producer, Error> {
+        // SAFETY: no placement.
+        unsafe { Self::create_at(dir, chunk_size, chunk_count, None) }
+    }
+
+    /// Bytes of address space a ring of this geometry maps.
+    pub fn mapped_len(chunk_size: usize, chunk_count: usize) -> Result<usize, Error> {
+        Ok(Geometry::new(chunk_size, chunk_count)
+            .map_err(Error::InvalidArgument)?
+            .file_len)
+    }
+
+    /// Like [`Producer::create_in`], mapping the ring at `at` when given:
+    /// for a producer that must not let the kernel choose (see
+    /// `mapping.rs`). When the producer is dropped the range is reserved
+    /// again (`PROT_NONE`), not unmapped, for the caller to reuse.
+    ///
+    /// # Safety
+    /// `at`, if given, starts [`Producer::mapped_len`] bytes of address
+    /// space that the caller reserved and uses for nothing else until the
+    /// producer is dropped.
+    pub unsafe fn create_at(
+        dir: &Path,
+        chunk_size: usize,
+        chunk_count: usize,
+        at: Option<std::ptr::NonNull<u8>>,
+    ) -> Result<Producer, Error> {
         let geo = Geometry::new(chunk_size, chunk_count).map_err(Error::InvalidArgument)?;
         let (file, path) = create_file(dir)?;
-        match Self::init(&file, &path, geo) {
+        match Self::init(&file, &path, geo, at) {
             Ok(ring) => Ok(Producer {
                 ring,
                 path,
@@ -552,7 +581,12 @@ impl Producer {
         }
     }
 
-    fn init(file: &File, path: &Path, geo: Geometry) -> Result<Ring, Error> {
+    fn init(
+        file: &File,
+        path: &Path,
+        geo: Geometry,
+        at: Option<std::ptr::NonNull<u8>>,
+    ) -> Result<Ring, Error> {
         let len = geo.file_len;
         file.set_len(len as u64).map_err(|e| {
             io_error(
@@ -566,14 +600,16 @@ impl Producer {
         let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
         match rc {
             0 | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => {}
-            libc::ENOSPC => return Err(io_error(
-                format_args!(
+            libc::ENOSPC => {
+                return Err(io_error(
+                    format_args!(
                     "no space for a {len}-byte ring in {}; free space there, point {DIR_ENV} at \
                          another directory, or use fewer/smaller chunks",
                     path.parent().unwrap_or(Path::new("")).display()
                 ),
-                io::Error::from_raw_os_error(rc),
-            )),
+                    io::Error::from_raw_os_error(rc),
+                ))
+            }
             _ => {
                 return Err(io_error(
                     format_args!("allocating {len} bytes for ring file {}", path.display()),
@@ -581,16 +617,13 @@ impl Producer {
                 ))
             }
         }
-        let map = MmapOptions::new()
-            .len(len)
-            .populate()
-            .map_raw(file)
-            .map_err(|e| {
-                io_error(
-                    format_args!("mapping ring file {} ({len} bytes)", path.display()),
-                    e,
-                )
-            })?;
+        // SAFETY: `at` is the caller's reservation (create_at's contract).
+        let map = unsafe { Mapping::map(file, len, at) }.map_err(|e| {
+            io_error(
+                format_args!("mapping ring file {} ({len} bytes)", path.display()),
+                e,
+            )
+        })?;
         let base = map.as_mut_ptr() as *mut Ident;
         // SAFETY: the mapping is fresh, private to this function until the path
         // is handed out, at least HEADER_SIZE bytes and page aligned; the file
@@ -938,7 +971,7 @@ impl Consumer {
         // SAFETY: the mapping is >= HEADER_SIZE bytes and page aligned; the
         // field is written by the producer before the path is handed out.
         let producer_pid = unsafe { addr_of!((*base).producer_pid).read_volatile() };
-        let ring = Ring::new(map, geo);
+        let ring = Ring::new(Mapping::Anywhere(map), geo);
         let me = std::process::id();
         if let Err(pid) = ring.header().ident.consumer_pid.compare_exchange(
             0,

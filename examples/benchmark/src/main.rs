@@ -16,8 +16,8 @@
 
 use cannoli::{Cannoli, ClientInfo};
 use std::ffi::OsString;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
 
 struct Counter;
@@ -40,8 +40,19 @@ impl Cannoli for Counter {
     // The rare events (mappings, syscalls, signals) are counted apart, so the
     // total below is instructions (and accesses) only.
 
-    fn mmap(_: &(), _: &(), _: u64, _: u64, _: bool, _: bool, _: bool, _: bool, _: &str, _: u64,
-            _: &mut Vec<()>) {
+    fn mmap(
+        _: &(),
+        _: &(),
+        _: u64,
+        _: u64,
+        _: bool,
+        _: bool,
+        _: bool,
+        _: bool,
+        _: &str,
+        _: u64,
+        _: &mut Vec<()>,
+    ) {
         OTHER.fetch_add(1, Relaxed);
     }
 
@@ -126,7 +137,7 @@ fn main() {
     };
     println!(
         "{} events in {} chunks (and {other} mapping, syscall and signal events), {:.3} s since {}, \
-         {:.1} M events/s, {cycles}{} lost",
+         {:.1} M events/s, {cycles}{}",
         events,
         stats.chunks,
         secs,
@@ -136,8 +147,15 @@ fn main() {
             "listening"
         },
         events as f64 / secs / 1e6,
-        stats.lost_events
+        stats.loss_summary()
     );
+    if !stats.is_complete() {
+        eprintln!(
+            "benchmark: the trace is incomplete ({})",
+            stats.loss_summary()
+        );
+        std::process::exit(cannoli::EXIT_INCOMPLETE);
+    }
     std::process::exit(report.status);
 }
 
