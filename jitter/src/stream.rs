@@ -380,7 +380,21 @@ pub fn finish(c: &mut Cursor, exec: bool) {
         st.finish(c.cursor, exec);
     }
     c.cursor = 0;
-    c.end = 0;
+    // After an exec the same thread goes on if the exec fails, and may
+    // trace again; after an exit it must not.
+    c.end = if exec { 0 } else { ENDED };
+}
+
+/// `Cursor::end` of a vCPU whose thread's stream has ended for good (thread
+/// exit, exit_group), with `cursor` 0. QEMU may still report events for it:
+/// an x86 guest thread's GDT is unmapped while its vCPU is freed, after the
+/// stream's goodbye. Those must not open a new stream (which would then
+/// never say goodbye); they go out with another thread's events.
+const ENDED: u64 = u64::MAX;
+
+/// Whether `c`'s thread has ended its stream for good.
+pub fn has_ended(c: &Cursor) -> bool {
+    c.cursor == 0 && c.end == ENDED
 }
 
 /// In the parent of a fork: the client should wait for `child` too.
@@ -405,6 +419,11 @@ pub fn forked_child(c: &mut Cursor) {
 /// Appends one event, `words` then `payload` padded to whole words, at the
 /// vCPU's cursor, outside the JIT. Leaves the cursor inside the window.
 pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
+    if has_ended(c) {
+        // Process-wide facts go through append_or_keep; nothing else is
+        // reported for a thread that has exited.
+        return;
+    }
     if ensure_window(c) {
         crate::events::replay_if_owed(c);
     }
@@ -466,14 +485,14 @@ static ORPHANS: Mutex<Vec<(Vec<u64>, Vec<u8>)>> = Mutex::new(Vec::new());
 /// Like [`append`], for a caller that may have no vCPU.
 pub fn append_or_keep(c: Option<&mut Cursor>, words: &[u64], payload: &[u8]) {
     match c {
-        Some(c) => {
+        Some(c) if !has_ended(c) => {
             let orphans = std::mem::take(&mut *ORPHANS.lock().unwrap_or_else(|e| e.into_inner()));
             for (w, p) in &orphans {
                 append(c, w, p);
             }
             append(c, words, payload)
         }
-        None => ORPHANS
+        _ => ORPHANS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push((words.to_vec(), payload.to_vec())),

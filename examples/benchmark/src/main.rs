@@ -56,6 +56,10 @@ impl Cannoli for Counter {
         OTHER.fetch_add(1, Relaxed);
     }
 
+    fn block(_: &(), _: &(), _: u64, _: &[u8], _: &mut Vec<()>) {
+        OTHER.fetch_add(1, Relaxed);
+    }
+
     fn munmap(_: &(), _: &(), _: u64, _: u64, _: &mut Vec<()>) {
         OTHER.fetch_add(1, Relaxed);
     }
@@ -136,7 +140,7 @@ fn main() {
         _ => String::new(),
     };
     println!(
-        "{} events in {} chunks (and {other} mapping, syscall and signal events), {:.3} s since {}, \
+        "{} events in {} chunks (and {other} block, mapping, syscall and signal events), {:.3} s since {}, \
          {:.1} M events/s, {cycles}{}",
         events,
         stats.chunks,
