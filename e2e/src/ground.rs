@@ -25,16 +25,17 @@
 //!   translated it, in translation order;
 //! * the guest ELF's symbol table and code ([`Elf`]).
 //!
-//! and parsing `cannoli-dump`'s rare-event lines ([`SyscallEvent`],
-//! [`RegsEvent`]).
+//! The `cannoli-dump` lines these tests look at are parsed by
+//! [`crate::dump`] ([`DumpEvents`], [`SyscallEvent`], [`RegsEvent`]).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::fs::{self, File};
-use std::io::{BufRead, BufReader};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
+pub use crate::dump::{parse_dump_events, DumpEvents, RegsEvent, SyscallEvent};
+pub use crate::lines::{for_lines, parse_hex};
 use crate::{
     assert_traced_success, finish_guest, qemu_builds, release_artifact, spawn_guest, DumpClient,
     GuestCmd, GuestRun, Plugin, RunDir,
@@ -219,58 +220,6 @@ pub fn run_cpu_log(
 // Small parsing helpers
 // ---------------------------------------------------------------------------
 
-/// Calls `f` with each line (without its newline) and its 1-based number;
-/// errors name the file and line.
-pub fn for_lines(
-    path: &Path,
-    mut f: impl FnMut(usize, &str) -> Result<(), String>,
-) -> Result<(), String> {
-    let file = File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    let mut r = BufReader::with_capacity(1 << 20, file);
-    let mut buf = Vec::with_capacity(256);
-    let mut n = 0;
-    loop {
-        buf.clear();
-        let got = r
-            .read_until(b'\n', &mut buf)
-            .map_err(|e| format!("reading {}: {e}", path.display()))?;
-        if got == 0 {
-            return Ok(());
-        }
-        n += 1;
-        if buf.last() == Some(&b'\n') {
-            buf.pop();
-        }
-        let line = String::from_utf8_lossy(&buf);
-        f(n, &line).map_err(|e| format!("{}:{n}: {e}: {line:?}", path.display()))?;
-    }
-}
-
-/// A hex number with or without `0x`.
-pub fn parse_hex(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let d = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")).unwrap_or(t);
-    if d.is_empty() || d.len() > 16 {
-        return Err(format!("bad hex number {s:?}"));
-    }
-    u64::from_str_radix(d, 16).map_err(|_| format!("bad hex number {s:?}"))
-}
-
-/// A signed hex number as `cannoli-dump` prints results: `-` and the
-/// magnitude for negative values.
-pub fn parse_signed_hex(s: &str) -> Result<i64, String> {
-    match s.strip_prefix('-') {
-        Some(m) => {
-            let v = parse_hex(m)?;
-            if v > 1 << 63 {
-                return Err(format!("{s:?} out of range"));
-            }
-            Ok((v as i64).wrapping_neg())
-        }
-        None => Ok(parse_hex(s)? as i64),
-    }
-}
-
 /// `v` reduced to `bits` bits.
 pub fn mask(v: u64, bits: u32) -> u64 {
     if bits >= 64 {
@@ -278,184 +227,6 @@ pub fn mask(v: u64, bits: u32) -> u64 {
     } else {
         v & ((1u64 << bits) - 1)
     }
-}
-
-// ---------------------------------------------------------------------------
-// cannoli-dump's rare events
-// ---------------------------------------------------------------------------
-
-/// A `Y` line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SyscallEvent {
-    pub num: u64,
-    pub name: String,
-    /// `None`: the syscall did not return (`-`).
-    pub ret: Option<i64>,
-    pub args: [u64; 6],
-    /// Full length of the syscall's buffer.
-    pub total: u64,
-    /// The captured part of it.
-    pub data: Vec<u8>,
-}
-
-/// Decodes a `Y` line's data field: `-`, `"text"` (with `\" \\ \t \n \r`)
-/// or plain hex.
-pub fn decode_data(s: &str) -> Result<Vec<u8>, String> {
-    if s == "-" {
-        return Ok(Vec::new());
-    }
-    if let Some(inner) = s.strip_prefix('"') {
-        let inner = inner
-            .strip_suffix('"')
-            .ok_or_else(|| format!("unterminated text {s:?}"))?;
-        let mut out = Vec::with_capacity(inner.len());
-        let mut it = inner.bytes();
-        while let Some(c) = it.next() {
-            if c != b'\\' {
-                out.push(c);
-                continue;
-            }
-            out.push(match it.next() {
-                Some(b'"') => b'"',
-                Some(b'\\') => b'\\',
-                Some(b't') => b'\t',
-                Some(b'n') => b'\n',
-                Some(b'r') => b'\r',
-                other => return Err(format!("bad escape {other:?} in {s:?}")),
-            });
-        }
-        return Ok(out);
-    }
-    if s.len() % 2 == 1 || s.is_empty() {
-        return Err(format!("bad hex data {s:?}"));
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| format!("bad hex data {s:?}")))
-        .collect()
-}
-
-impl SyscallEvent {
-    /// Parses `Y <num> <name> <ret> <a0>..<a5> <total> <data>`.
-    pub fn parse(line: &str) -> Result<SyscallEvent, String> {
-        let f: Vec<&str> = line.splitn(12, ' ').collect();
-        if f.len() != 12 || f[0] != "Y" {
-            return Err(format!("not a Y line with 12 fields: {line:?}"));
-        }
-        let mut args = [0u64; 6];
-        for (i, a) in args.iter_mut().enumerate() {
-            *a = parse_hex(f[4 + i])?;
-        }
-        Ok(SyscallEvent {
-            num: f[1].parse().map_err(|_| format!("bad syscall number in {line:?}"))?,
-            name: f[2].to_string(),
-            ret: if f[3] == "-" {
-                None
-            } else {
-                Some(parse_signed_hex(f[3])?)
-            },
-            args,
-            total: parse_hex(f[10])?,
-            data: decode_data(f[11])?,
-        })
-    }
-}
-
-/// An `R` or `B` line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RegsEvent {
-    pub pc: u64,
-    /// `B` lines: the "can end a block" flag; `None` for `R` lines.
-    pub branch: Option<bool>,
-    pub regs: Vec<u64>,
-}
-
-impl RegsEvent {
-    pub fn parse(line: &str) -> Result<RegsEvent, String> {
-        let mut f = line.split(' ');
-        let tag = f.next().unwrap_or("");
-        let pc = parse_hex(f.next().ok_or_else(|| format!("no pc: {line:?}"))?)?;
-        let branch = match tag {
-            "R" => None,
-            "B" => Some(match f.next() {
-                Some("0") => false,
-                Some("1") => true,
-                other => return Err(format!("bad branch flag {other:?}: {line:?}")),
-            }),
-            _ => return Err(format!("not an R or B line: {line:?}")),
-        };
-        let regs = f.map(parse_hex).collect::<Result<Vec<u64>, String>>()?;
-        Ok(RegsEvent { pc, branch, regs })
-    }
-}
-
-/// The parts of a `cannoli-dump` file these tests look at.
-#[derive(Debug, Default)]
-pub struct Dump {
-    /// `X` pcs in order.
-    pub pcs: Vec<u64>,
-    /// `R` and `B` lines in order.
-    pub regs: Vec<RegsEvent>,
-    /// `Y` lines in order.
-    pub syscalls: Vec<SyscallEvent>,
-    /// Every line's kind letter, in order (`X`, `L`, `S`, `R`, `B`, `Y`,
-    /// `M`, `U`, `P`, `G`).
-    pub kinds: Vec<u8>,
-    /// The pcs of the `X`, `R` and `B` lines, in order.
-    pub insn_pcs: Vec<u64>,
-    /// For each `Y` line, the index in `insn_pcs` of the last instruction
-    /// line before it (`usize::MAX` if none).
-    pub syscall_after: Vec<usize>,
-    /// For each `Y` line, the index in `insn_pcs` of the first instruction
-    /// line after it (`usize::MAX` if none).
-    pub syscall_before: Vec<usize>,
-    /// `M`, `U` and `P` lines, whole, each with the number of `Y` lines
-    /// before it.
-    pub maps: Vec<(usize, String)>,
-}
-
-/// Parses a `cannoli-dump` file (the `L`/`S` lines only by kind).
-pub fn parse_dump_events(path: &Path) -> Result<Dump, String> {
-    let mut d = Dump::default();
-    let mut pending_before = Vec::new();
-    for_lines(path, |_, line| {
-        let k = *line.as_bytes().first().ok_or("empty line")?;
-        d.kinds.push(k);
-        let insn_pc = match k {
-            b'X' => {
-                let pc = parse_hex(line.strip_prefix("X ").ok_or("bad X line")?)?;
-                d.pcs.push(pc);
-                Some(pc)
-            }
-            b'R' | b'B' => {
-                let r = RegsEvent::parse(line)?;
-                let pc = r.pc;
-                d.regs.push(r);
-                Some(pc)
-            }
-            _ => None,
-        };
-        if let Some(pc) = insn_pc {
-            d.insn_pcs.push(pc);
-            for i in pending_before.drain(..) {
-                d.syscall_before[i] = d.insn_pcs.len() - 1;
-            }
-            return Ok(());
-        }
-        match k {
-            b'Y' => {
-                d.syscalls.push(SyscallEvent::parse(line)?);
-                d.syscall_after.push(d.insn_pcs.len().wrapping_sub(1));
-                d.syscall_before.push(usize::MAX);
-                pending_before.push(d.syscalls.len() - 1);
-            }
-            b'M' | b'U' | b'P' => d.maps.push((d.syscalls.len(), line.to_string())),
-            b'L' | b'S' | b'G' => {}
-            _ => return Err("unknown line kind".into()),
-        }
-        Ok(())
-    })?;
-    Ok(d)
 }
 
 // ---------------------------------------------------------------------------
@@ -541,7 +312,9 @@ pub fn parse_strace_line(line: &str) -> Result<StraceCall, String> {
     let ret = if tail.trim().is_empty() {
         None
     } else {
-        let r = tail.strip_prefix(" = ").ok_or("no ' = ' after the arguments")?;
+        let r = tail
+            .strip_prefix(" = ")
+            .ok_or("no ' = ' after the arguments")?;
         Some(if let Some(e) = r.strip_prefix("-1 errno=") {
             let n = e.split(' ').next().unwrap_or("");
             StraceRet::Errno(n.parse().map_err(|_| format!("bad errno {n:?}"))?)
@@ -691,8 +464,9 @@ pub fn path_arg(name: &str) -> Option<usize> {
     match name {
         "open" | "creat" | "stat" | "stat64" | "lstat" | "lstat64" | "access" | "unlink"
         | "mkdir" | "rmdir" | "execve" | "chdir" | "truncate" | "truncate64" | "statfs"
-        | "statfs64" | "chmod" | "chown" | "lchown" | "chroot" | "symlink" | "link"
-        | "rename" => Some(0),
+        | "statfs64" | "chmod" | "chown" | "lchown" | "chroot" | "symlink" | "link" | "rename" => {
+            Some(0)
+        }
         "openat" | "openat2" | "unlinkat" | "fstatat64" | "newfstatat" | "faccessat"
         | "faccessat2" | "mkdirat" | "execveat" | "statx" | "fchmodat" | "fchownat"
         | "utimensat" | "mknodat" | "renameat" | "renameat2" => Some(1),
@@ -729,9 +503,7 @@ pub fn compare_strace(
 ) -> Result<StraceStats, String> {
     let mut st = StraceStats::default();
     let names = |v: &mut dyn Iterator<Item = &str>| v.collect::<Vec<_>>().join(" ");
-    if strace.len() != events.len()
-        || strace.iter().zip(events).any(|(s, e)| s.name != e.name)
-    {
+    if strace.len() != events.len() || strace.iter().zip(events).any(|(s, e)| s.name != e.name) {
         let first = strace
             .iter()
             .zip(events)
@@ -750,7 +522,10 @@ pub fn compare_strace(
         st.calls += 1;
         let what = format!("syscall #{i} {}", s.name);
         if s.tid != strace_pid {
-            errs.push(format!("{what}: strace tid {} is not QEMU's pid {strace_pid}", s.tid));
+            errs.push(format!(
+                "{what}: strace tid {} is not QEMU's pid {strace_pid}",
+                s.tid
+            ));
         }
         // The result.
         match (&s.ret, e.ret) {
@@ -819,7 +594,11 @@ pub fn compare_strace(
     if errs.is_empty() {
         Ok(st)
     } else {
-        Err(format!("{} difference(s):\n  {}", errs.len(), errs.join("\n  ")))
+        Err(format!(
+            "{} difference(s):\n  {}",
+            errs.len(),
+            errs.join("\n  ")
+        ))
     }
 }
 
@@ -857,7 +636,10 @@ pub fn parse_execlog_regs(
         let pc = parse_hex(it.next().ok_or("no pc")?)?;
         let rest = it.next().ok_or("no opcode")?;
         let open = rest.find('"').ok_or("no disassembly")?;
-        let close = rest.rfind('"').filter(|&c| c > open).ok_or("unterminated disassembly")?;
+        let close = rest
+            .rfind('"')
+            .filter(|&c| c > open)
+            .ok_or("unterminated disassembly")?;
         log.pcs.push(pc);
         log.disas
             .entry(pc)
@@ -945,7 +727,11 @@ pub fn parse_cpu_log(path: &Path) -> Result<Vec<CpuState>, String> {
             Some(s) if seen.iter().any(|x| !x) => Err(format!(
                 "the record for pc {:#x} lacks registers {:?}",
                 s.pc,
-                seen.iter().enumerate().filter(|(_, x)| !**x).map(|(i, _)| i).collect::<Vec<_>>()
+                seen.iter()
+                    .enumerate()
+                    .filter(|(_, x)| !**x)
+                    .map(|(i, _)| i)
+                    .collect::<Vec<_>>()
             )),
             _ => Ok(()),
         }
@@ -961,11 +747,16 @@ pub fn parse_cpu_log(path: &Path) -> Result<Vec<CpuState>, String> {
         };
         if let Some(pc) = pc {
             finish(&mut out, &seen)?;
-            out.push(CpuState { pc, regs: vec![0; 32] });
+            out.push(CpuState {
+                pc,
+                regs: vec![0; 32],
+            });
             seen = vec![false; 32];
             return Ok(());
         }
-        let Some(cur) = out.last_mut() else { return Ok(()) };
+        let Some(cur) = out.last_mut() else {
+            return Ok(());
+        };
         let mut set = |i: usize, v: &str| -> Result<(), String> {
             if i >= 32 {
                 return Err(format!("register index {i}"));
@@ -1020,7 +811,10 @@ pub fn parse_in_asm(path: &Path) -> Result<Vec<Vec<u64>>, String> {
         Ok(())
     })?;
     if let Some(i) = tbs.iter().position(|t| t.is_empty()) {
-        return Err(format!("{}: translation block #{i} has no instructions", path.display()));
+        return Err(format!(
+            "{}: translation block #{i} has no instructions",
+            path.display()
+        ));
     }
     Ok(tbs)
 }
@@ -1187,47 +981,21 @@ mod tests {
     }
 
     #[test]
-    fn y_lines() {
-        let e = SyscallEvent::parse("Y 4004 write c 1 46f0b0 c 0 0 0 c \"hello, \\\"x\\\"\\n\"")
-            .unwrap();
-        assert_eq!(e.num, 4004);
-        assert_eq!(e.name, "write");
-        assert_eq!(e.ret, Some(12));
-        assert_eq!(e.args, [1, 0x46f0b0, 12, 0, 0, 0]);
-        assert_eq!(e.total, 12);
-        assert_eq!(e.data, b"hello, \"x\"\n");
-        let e = SyscallEvent::parse("Y 56 openat -2 ffffffffffffff9c 0 0 0 0 0 4 00ff4100").unwrap();
-        assert_eq!(e.ret, Some(-2));
-        assert_eq!(e.args[0], (-100i64) as u64);
-        assert_eq!(e.data, [0, 0xff, 0x41, 0]);
-        let e = SyscallEvent::parse("Y 94 exit_group - 0 0 0 0 0 0 0 -").unwrap();
-        assert_eq!((e.ret, e.data.len()), (None, 0));
-        assert!(SyscallEvent::parse("Y 94 exit_group - 0 0 0 0 0 0 0").is_err());
-        assert!(SyscallEvent::parse("Y 1 x 0 0 0 0 0 0 0 0 abc").is_err());
-        assert!(SyscallEvent::parse("Y 1 x 0 0 0 0 0 0 0 0 \"a\\q\"").is_err());
-    }
-
-    #[test]
-    fn regs_lines() {
-        let r = RegsEvent::parse("R 400000 0 80000001 10").unwrap();
-        assert_eq!((r.pc, r.branch, r.regs), (0x400000, None, vec![0, 0x80000001, 0x10]));
-        let b = RegsEvent::parse("B 10 1 0 2").unwrap();
-        assert_eq!((b.branch, b.regs), (Some(true), vec![0, 2]));
-        assert!(RegsEvent::parse("B 10 2 0").is_err());
-        assert!(RegsEvent::parse("X 10").is_err());
-    }
-
-    #[test]
     fn strace_lines() {
-        let c = parse_strace_line(
-            "31595 openat(AT_FDCWD,\"a, (b)\",O_RDWR|O_CREAT|O_TRUNC,0644) = 4",
-        )
-        .unwrap();
+        let c =
+            parse_strace_line("31595 openat(AT_FDCWD,\"a, (b)\",O_RDWR|O_CREAT|O_TRUNC,0644) = 4")
+                .unwrap();
         assert_eq!(c.tid, 31595);
         assert_eq!(c.name, "openat");
-        assert_eq!(c.args, ["AT_FDCWD", "\"a, (b)\"", "O_RDWR|O_CREAT|O_TRUNC", "0644"]);
+        assert_eq!(
+            c.args,
+            ["AT_FDCWD", "\"a, (b)\"", "O_RDWR|O_CREAT|O_TRUNC", "0644"]
+        );
         assert_eq!(c.ret, Some(StraceRet::Value(4)));
-        let c = parse_strace_line("7 openat(AT_FDCWD,\"m\",O_RDONLY) = -1 errno=2 (No such file or directory)").unwrap();
+        let c = parse_strace_line(
+            "7 openat(AT_FDCWD,\"m\",O_RDONLY) = -1 errno=2 (No such file or directory)",
+        )
+        .unwrap();
         assert_eq!(c.ret, Some(StraceRet::Errno(2)));
         let c = parse_strace_line("7 exit_group(0)").unwrap();
         assert_eq!((c.args.len(), c.ret), (1, None));
@@ -1235,7 +1003,10 @@ mod tests {
         assert!(c.args.is_empty());
         let c = parse_strace_line("7 brk(NULL) = 0x004a4000").unwrap();
         assert_eq!(c.ret, Some(StraceRet::Value(0x4a4000)));
-        let c = parse_strace_line("7 prlimit64(0,RLIMIT_STACK,NULL,0x55d56da8) = 0 ({rlim_cur=8388608,rlim_max=-1})").unwrap();
+        let c = parse_strace_line(
+            "7 prlimit64(0,RLIMIT_STACK,NULL,0x55d56da8) = 0 ({rlim_cur=8388608,rlim_max=-1})",
+        )
+        .unwrap();
         assert_eq!(c.ret, Some(StraceRet::Value(0)));
         assert_eq!(c.args.len(), 4);
         assert!(parse_strace_line("--- SIGSEGV {si_signo=SIGSEGV} ---").is_err());
@@ -1244,14 +1015,26 @@ mod tests {
 
     #[test]
     fn strace_values() {
-        assert_eq!(strace_value("mipsel", "O_RDWR|O_CREAT|O_TRUNC"), Some(0x302));
-        assert_eq!(strace_value("riscv64", "O_RDWR|O_CREAT|O_TRUNC"), Some(0x242));
-        assert_eq!(strace_value("mipsel", "MAP_PRIVATE|MAP_ANONYMOUS"), Some(0x802));
+        assert_eq!(
+            strace_value("mipsel", "O_RDWR|O_CREAT|O_TRUNC"),
+            Some(0x302)
+        );
+        assert_eq!(
+            strace_value("riscv64", "O_RDWR|O_CREAT|O_TRUNC"),
+            Some(0x242)
+        );
+        assert_eq!(
+            strace_value("mipsel", "MAP_PRIVATE|MAP_ANONYMOUS"),
+            Some(0x802)
+        );
         assert_eq!(strace_value("riscv64", "AT_FDCWD"), Some(-100));
         assert_eq!(strace_value("riscv64", "0644"), Some(0o644));
         assert_eq!(strace_value("riscv64", "000"), Some(0));
         assert_eq!(strace_value("riscv64", "(nil)"), Some(0));
-        assert_eq!(strace_value("riscv64", "0x0000000055d56da8"), Some(0x55d56da8));
+        assert_eq!(
+            strace_value("riscv64", "0x0000000055d56da8"),
+            Some(0x55d56da8)
+        );
         assert_eq!(strace_value("riscv64", "RLIMIT_STACK"), None);
         assert_eq!(strace_value("riscv64", "O_RDONLY|O_WEIRD"), None);
         assert_eq!(strace_value("riscv64", "\"x\""), None);
@@ -1285,7 +1068,12 @@ mod tests {
         .map(|l| parse_strace_line(l).unwrap())
         .collect();
         let good = vec![
-            ev("openat", Some(4), [(-100i64) as u64, 0x1000, 0, 0, 0, 0], b"f"),
+            ev(
+                "openat",
+                Some(4),
+                [(-100i64) as u64, 0x1000, 0, 0, 0, 0],
+                b"f",
+            ),
             ev("getpid", Some(20), [0; 6], b""),
             ev("close", Some(-9), [77, 0, 0, 0, 0, 0], b""),
             ev("exit_group", None, [0; 6], b""),
@@ -1294,13 +1082,19 @@ mod tests {
         assert_eq!((s.calls, s.results, s.paths, s.symbolic_args), (4, 3, 1, 2));
         let mut bad = good.clone();
         bad[0].data = b"g".to_vec();
-        assert!(compare_strace("riscv64", 64, &st, 9, &bad, 20).unwrap_err().contains("path"));
+        assert!(compare_strace("riscv64", 64, &st, 9, &bad, 20)
+            .unwrap_err()
+            .contains("path"));
         let mut bad = good.clone();
         bad[2].args[0] = 78;
-        assert!(compare_strace("riscv64", 64, &st, 9, &bad, 20).unwrap_err().contains("argument 0"));
+        assert!(compare_strace("riscv64", 64, &st, 9, &bad, 20)
+            .unwrap_err()
+            .contains("argument 0"));
         let mut bad = good.clone();
         bad[2].ret = Some(-2);
-        assert!(compare_strace("riscv64", 64, &st, 9, &bad, 20).unwrap_err().contains("result"));
+        assert!(compare_strace("riscv64", 64, &st, 9, &bad, 20)
+            .unwrap_err()
+            .contains("result"));
         assert!(compare_strace("riscv64", 64, &st, 9, &good, 21).is_err());
         assert!(compare_strace("riscv64", 64, &st, 9, &good[..3], 20).is_err());
         let mut bad = good.clone();
@@ -1331,7 +1125,8 @@ mod tests {
 
     #[test]
     fn cpu_logs() {
-        let mut mips = String::from("pc=0x004006d0 HI=0x00000000 LO=0x00000000 ds 00e2 00000000 0\n");
+        let mut mips =
+            String::from("pc=0x004006d0 HI=0x00000000 LO=0x00000000 ds 00e2 00000000 0\n");
         for b in (0..32).step_by(4) {
             mips.push_str(&format!(
                 "GPR{b:02}: r0 {:08x} at {:08x} v0 {:08x} v1 {:08x}\n",

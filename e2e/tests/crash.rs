@@ -9,17 +9,37 @@ fn crash(arch: &str) {
     let prog = guest(arch, "crash");
     let dir = RunDir::new();
     let (gt, log) = run_plugin(&dir, "execlog", arch, Plugin::Execlog, &prog, &[]);
-    assert!(!gt.status.success(), "the crash program did not crash under the execlog plugin");
+    assert!(
+        !gt.status.success(),
+        "the crash program did not crash under the execlog plugin"
+    );
     let execlog = parse_execlog(&log).unwrap_or_else(|e| panic!("{e}"));
 
     let run = run_cannoli(&dir, "cannoli", arch, &prog, &[], 2);
-    assert_eq!(run.guest.status.code(), gt.status.code(), "QEMU's exit status differs with -cannoli");
-    assert_eq!(run.guest.stdout, gt.stdout, "guest stdout differs with -cannoli");
-    assert!(run.client_status.success(),
-            "cannoli-dump reported lost events or an incomplete stream:\n{}", run.client_stderr);
+    assert_eq!(
+        run.guest.status.code(),
+        gt.status.code(),
+        "QEMU's exit status differs with -cannoli"
+    );
+    assert_eq!(
+        run.guest.stdout, gt.stdout,
+        "guest stdout differs with -cannoli"
+    );
+    assert!(
+        run.client_status.success(),
+        "cannoli-dump reported lost events or an incomplete stream:\n{}",
+        run.client_stderr
+    );
     let dump = parse_dump(&run.dump).unwrap_or_else(|e| panic!("{e}"));
-    compare_seq("pc sequence", "execlog", &execlog.pcs, "cannoli", &dump.pcs, |pc| format!("{pc:#x}"))
-        .unwrap_or_else(|e| panic!("crash on {arch}: {e}"));
+    compare_seq(
+        "pc sequence",
+        "execlog",
+        &execlog.pcs,
+        "cannoli",
+        &dump.pcs,
+        |pc| format!("{pc:#x}"),
+    )
+    .unwrap_or_else(|e| panic!("crash on {arch}: {e}"));
 }
 
 #[test]

@@ -106,7 +106,8 @@ fn hook_library_of_another_abi_version() {
         .expect("run cc (Debian package build-essential)");
     assert!(cc.success(), "cc failed to build the fixture");
     let header = std::fs::read_to_string(root.join("include/cannoli.h")).expect("read cannoli.h");
-    let abi: u32 = header.lines()
+    let abi: u32 = header
+        .lines()
         .find_map(|l| l.strip_prefix("#define CANNOLI_ABI_VERSION"))
         .and_then(|v| v.trim().parse().ok())
         .expect("CANNOLI_ABI_VERSION in cannoli.h");
@@ -116,7 +117,10 @@ fn hook_library_of_another_abi_version() {
         let run = run_with_lib(&dir, &format!("otherabi-{arch}"), arch, &lib, &client.addr);
         client.kill();
         assert_clean_failure(&run, "-cannoli libother_abi.so", |l| {
-            l.contains("cannoli") && l.contains(&theirs) && l.contains(&ours) && l.contains("rebuild")
+            l.contains("cannoli")
+                && l.contains(&theirs)
+                && l.contains(&ours)
+                && l.contains("rebuild")
         });
     }
 }

@@ -256,17 +256,6 @@ fn check(arch: &str, name: &str, args: &[&str]) {
     f.finish();
 }
 
-fn same_output(an: &str, a: &[u8], bn: &str, b: &[u8]) -> Result<(), String> {
-    if a == b {
-        return Ok(());
-    }
-    Err(format!(
-        "{an} and {bn} outputs differ\n--- {an} ---\n{}\n--- {bn} ---\n{}",
-        tail(&text(a), 15),
-        tail(&text(b), 15)
-    ))
-}
-
 /// Deletes a big log once parsed (unless the run dir is to be kept).
 fn remove_big(p: &Path) {
     if std::env::var_os(KEEP_ENV).is_none() {

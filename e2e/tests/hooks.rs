@@ -61,12 +61,16 @@ fn mnemonic(disas: &str) -> &str {
 fn is_control(arch: &str, m: &str) -> bool {
     match arch {
         "mipsel" => {
-            matches!(m, "j" | "jal" | "jalr" | "jr" | "jalx" | "jr.hb" | "jalr.hb" | "syscall")
-                || (m.starts_with('b') && m != "break")
+            matches!(
+                m,
+                "j" | "jal" | "jalr" | "jr" | "jalx" | "jr.hb" | "jalr.hb" | "syscall"
+            ) || (m.starts_with('b') && m != "break")
         }
         "riscv64" => {
-            matches!(m, "j" | "jal" | "jalr" | "jr" | "ret" | "call" | "tail" | "ecall")
-                || m.starts_with('b')
+            matches!(
+                m,
+                "j" | "jal" | "jalr" | "jr" | "ret" | "call" | "tail" | "ecall"
+            ) || m.starts_with('b')
         }
         _ => false,
     }
@@ -105,7 +109,14 @@ fn check_run(f: &Failures, what: &str, run: &GuestRun, reference: &[u8]) {
     }
 }
 
-fn traced(dir: &RunDir, tag: &str, arch: &str, prog: &Path, args: &[&str], o: &TraceOpts) -> (Traced, Dump) {
+fn traced(
+    dir: &RunDir,
+    tag: &str,
+    arch: &str,
+    prog: &Path,
+    args: &[&str],
+    o: &TraceOpts,
+) -> (Traced, DumpEvents) {
     let t = run_traced(dir, tag, arch, prog, args, o);
     t.assert_success();
     let d = parse_dump_events(&t.dump).unwrap_or_else(|e| panic!("{e}"));
@@ -184,15 +195,25 @@ fn once_test(arch: &str) {
     if insn.total != el.pcs.len() as u64 {
         f.fail(
             "ground truth",
-            format!("libinsn counts {}, execlog has {} lines", insn.total, el.pcs.len()),
+            format!(
+                "libinsn counts {}, execlog has {} lines",
+                insn.total,
+                el.pcs.len()
+            ),
         );
     }
 
     let opts = with_translation_logs(TraceOpts::hooks("once"), &dir, "once");
     let (t, d) = traced(&dir, "once", arch, &prog, &[ROUNDS], &opts);
     check_run(&f, "stdout (once)", &t.guest, &reference);
-    if d.kinds.iter().any(|k| matches!(k, b'L' | b'S' | b'R' | b'B')) {
-        f.fail("kinds", "Once without memory hooks wrote L, S, R or B lines");
+    if d.kinds
+        .iter()
+        .any(|k| matches!(k, b'L' | b'S' | b'R' | b'B'))
+    {
+        f.fail(
+            "kinds",
+            "Once without memory hooks wrote L, S, R or B lines",
+        );
     }
     let (tbs, hooks) = translation_logs(&dir, "once");
     let translations = check_hook_calls(&f, &tbs, &hooks);
@@ -216,12 +237,24 @@ fn once_test(arch: &str) {
     if d.pcs.len() as u64 * 10 > insn.total {
         f.fail(
             "far below libinsn",
-            format!("{} X lines for {} executed instructions", d.pcs.len(), insn.total),
+            format!(
+                "{} X lines for {} executed instructions",
+                d.pcs.len(),
+                insn.total
+            ),
         );
     }
     // Every executed pc, and nothing else.
-    let mut missing: Vec<u64> = executed.iter().filter(|pc| !counts.contains_key(pc)).copied().collect();
-    let mut extra: Vec<u64> = counts.keys().filter(|pc| !executed.contains(pc)).copied().collect();
+    let mut missing: Vec<u64> = executed
+        .iter()
+        .filter(|pc| !counts.contains_key(pc))
+        .copied()
+        .collect();
+    let mut extra: Vec<u64> = counts
+        .keys()
+        .filter(|pc| !executed.contains(pc))
+        .copied()
+        .collect();
     missing.sort();
     extra.sort();
     if !missing.is_empty() || !extra.is_empty() {
@@ -263,7 +296,11 @@ fn once_test(arch: &str) {
                 .into_iter()
                 .filter(|pc| want.get(pc) != counts.get(pc))
                 .map(|pc| {
-                    (*pc, counts.get(pc).copied().unwrap_or(0), want.get(pc).copied().unwrap_or(0))
+                    (
+                        *pc,
+                        counts.get(pc).copied().unwrap_or(0),
+                        want.get(pc).copied().unwrap_or(0),
+                    )
                 })
                 .collect();
             diff.sort();
@@ -280,7 +317,10 @@ fn once_test(arch: &str) {
             }
             let once_only = want.values().filter(|&&n| n == 1).count();
             if once_only * 2 < want.len() {
-                f.fail("once per executed translation", "most pcs have several translations: the check says little");
+                f.fail(
+                    "once per executed translation",
+                    "most pcs have several translations: the check says little",
+                );
             }
         }
         Err(e) => f.fail(
@@ -289,14 +329,27 @@ fn once_test(arch: &str) {
         ),
     }
     // In execution order.
-    f.check("order: subsequence of execlog", is_subsequence(&d.pcs, &el.pcs));
+    f.check(
+        "order: subsequence of execlog",
+        is_subsequence(&d.pcs, &el.pcs),
+    );
     let firsts = |pcs: &[u64]| {
         let mut seen = HashSet::new();
-        pcs.iter().copied().filter(|pc| seen.insert(*pc)).collect::<Vec<u64>>()
+        pcs.iter()
+            .copied()
+            .filter(|pc| seen.insert(*pc))
+            .collect::<Vec<u64>>()
     };
     f.check(
         "order: first appearances",
-        compare_seq("first appearance of each pc", "execlog", &firsts(&el.pcs), "Once X lines", &firsts(&d.pcs), |pc| format!("{pc:x}")),
+        compare_seq(
+            "first appearance of each pc",
+            "execlog",
+            &firsts(&el.pcs),
+            "Once X lines",
+            &firsts(&d.pcs),
+            |pc| format!("{pc:x}"),
+        ),
     );
     f.finish();
 }
@@ -376,7 +429,10 @@ fn registers_and_branch_test(arch: &str) {
     let bits = arch_bits(arch);
     let dir = RunDir::new();
     let f = Failures::new(format!("{PROG} {ROUNDS} on {arch}: Register and Branch"));
-    eprintln!("e2e: Register/Branch on {arch}: run dir {}", dir.path().display());
+    eprintln!(
+        "e2e: Register/Branch on {arch}: run dir {}",
+        dir.path().display()
+    );
 
     // ---- ground truth --------------------------------------------------
     let (run, log, cpu_pid) = run_cpu_log(&dir, "cpu", arch, &prog, &[ROUNDS]);
@@ -393,7 +449,9 @@ fn registers_and_branch_test(arch: &str) {
     let truth_pcs: Vec<u64> = truth.iter().map(|s| s.0).collect();
     if !f.check(
         "ground truth: -d cpu and execlog pcs",
-        compare_seq("pcs", "execlog", &el.pcs, "-d cpu", &truth_pcs, |pc| format!("{pc:x}")),
+        compare_seq("pcs", "execlog", &el.pcs, "-d cpu", &truth_pcs, |pc| {
+            format!("{pc:x}")
+        }),
     ) {
         f.finish();
         return;
@@ -407,34 +465,71 @@ fn registers_and_branch_test(arch: &str) {
     });
     if let Some(x) = &from_execlog {
         if el.changes.iter().all(|c| c.is_empty()) {
-            f.fail("ground truth", "execlog reg=* reported no general purpose register changes");
+            f.fail(
+                "ground truth",
+                "execlog reg=* reported no general purpose register changes",
+            );
         }
         f.check(
             "ground truth: execlog reg=* vs -d cpu",
             compare_states(
                 arch,
                 "register states",
-                States { name: "-d cpu", pid: cpu_pid, v: &truth },
-                States { name: "execlog", pid: el_pid, v: x },
+                States {
+                    name: "-d cpu",
+                    pid: cpu_pid,
+                    v: &truth,
+                },
+                States {
+                    name: "execlog",
+                    pid: el_pid,
+                    v: x,
+                },
             ),
         );
     }
 
     // ---- Register --------------------------------------------------------
-    let (t, d) = traced(&dir, "regs", arch, &prog, &[ROUNDS], &TraceOpts::hooks("regs"));
+    let (t, d) = traced(
+        &dir,
+        "regs",
+        arch,
+        &prog,
+        &[ROUNDS],
+        &TraceOpts::hooks("regs"),
+    );
     check_run(&f, "stdout (regs)", &t.guest, &reference);
     if !d.pcs.is_empty() || d.kinds.iter().any(|k| matches!(k, b'L' | b'S' | b'B')) {
         f.fail("Register: kinds", "Register hooks wrote X, L, S or B lines");
     }
-    if d.regs.iter().any(|r| r.branch.is_some() || r.regs.len() != 32) {
-        f.fail("Register: lines", "an R line is malformed (a flag, or not 32 registers)");
+    if d.regs
+        .iter()
+        .any(|r| r.branch.is_some() || r.regs.len() != 32)
+    {
+        f.fail(
+            "Register: lines",
+            "an R line is malformed (a flag, or not 32 registers)",
+        );
     }
     let r_states: Vec<(u64, Vec<u64>)> = d.regs.iter().map(|r| (r.pc, r.regs.clone())).collect();
-    let cpu_truth = || States { name: "-d cpu", pid: cpu_pid, v: &truth };
-    let r_lines = States { name: "R lines", pid: t.pid, v: &r_states };
+    let cpu_truth = || States {
+        name: "-d cpu",
+        pid: cpu_pid,
+        v: &truth,
+    };
+    let r_lines = States {
+        name: "R lines",
+        pid: t.pid,
+        v: &r_states,
+    };
     f.check(
         "Register vs -d cpu",
-        compare_states(arch, "registers before each instruction", cpu_truth(), r_lines),
+        compare_states(
+            arch,
+            "registers before each instruction",
+            cpu_truth(),
+            r_lines,
+        ),
     );
     if let Some(x) = &from_execlog {
         f.check(
@@ -442,8 +537,16 @@ fn registers_and_branch_test(arch: &str) {
             compare_states(
                 arch,
                 "registers before each instruction",
-                States { name: "execlog", pid: el_pid, v: x },
-                States { name: "R lines", pid: t.pid, v: &r_states },
+                States {
+                    name: "execlog",
+                    pid: el_pid,
+                    v: x,
+                },
+                States {
+                    name: "R lines",
+                    pid: t.pid,
+                    v: &r_states,
+                },
             ),
         );
     }
@@ -460,17 +563,30 @@ fn registers_and_branch_test(arch: &str) {
         f.fail("Branch: lines", "a register line without a flag");
     }
     let b_states: Vec<(u64, Vec<u64>)> = d.regs.iter().map(|r| (r.pc, r.regs.clone())).collect();
-    let b_lines = || States { name: "B lines", pid: t.pid, v: &b_states };
+    let b_lines = || States {
+        name: "B lines",
+        pid: t.pid,
+        v: &b_states,
+    };
     f.check(
         "Branch vs -d cpu",
-        compare_states(arch, "registers before each instruction", cpu_truth(), b_lines()),
+        compare_states(
+            arch,
+            "registers before each instruction",
+            cpu_truth(),
+            b_lines(),
+        ),
     );
     f.check(
         "Branch vs Register",
         compare_states(
             arch,
             "registers before each instruction",
-            States { name: "R lines", pid: r_pid, v: &r_states },
+            States {
+                name: "R lines",
+                pid: r_pid,
+                v: &r_states,
+            },
             b_lines(),
         ),
     );
@@ -484,7 +600,10 @@ fn registers_and_branch_test(arch: &str) {
     // Flags per pc, as the B lines carry them.
     let mut flags: HashMap<u64, HashSet<bool>> = HashMap::new();
     for r in &d.regs {
-        flags.entry(r.pc).or_default().insert(r.branch.unwrap_or(false));
+        flags
+            .entry(r.pc)
+            .or_default()
+            .insert(r.branch.unwrap_or(false));
     }
     let mut not_given = Vec::new();
     for (pc, fl) in &flags {
@@ -511,7 +630,10 @@ fn registers_and_branch_test(arch: &str) {
     let (mut n_control, mut n_add) = (0, 0);
     for (pc, fl) in &flags {
         let Some(dis) = el.disas.get(pc) else {
-            f.fail("Branch: disassembly", format!("no execlog line for pc {pc:x}"));
+            f.fail(
+                "Branch: disassembly",
+                format!("no execlog line for pc {pc:x}"),
+            );
             continue;
         };
         let m = mnemonic(dis);
@@ -562,7 +684,10 @@ fn registers_and_branch_test(arch: &str) {
     }
     for kind in required_kinds(arch) {
         if !kind.split('|').any(|k| kinds_seen.contains_key(k)) {
-            f.fail("Branch: instruction kinds", format!("no `{kind}` instruction was executed"));
+            f.fail(
+                "Branch: instruction kinds",
+                format!("no `{kind}` instruction was executed"),
+            );
         }
     }
     eprintln!(
@@ -632,14 +757,34 @@ fn range_test(arch: &str) {
     let d = parse_dump(&t.dump).unwrap_or_else(|e| panic!("{e}"));
     f.check(
         "Always inside: X lines",
-        compare_seq("pcs", &format!("execlog in [{range})"), &want_pcs, "X lines", &d.pcs, |pc| format!("{pc:x}")),
+        compare_seq(
+            "pcs",
+            &format!("execlog in [{range})"),
+            &want_pcs,
+            "X lines",
+            &d.pcs,
+            |pc| format!("{pc:x}"),
+        ),
     );
     f.check(
         "Always inside: loads and stores",
-        compare_seq("accesses", &format!("libmem in [{range})"), &want_mem, "L/S lines", &d.mem, |m| m.to_string()),
+        compare_seq(
+            "accesses",
+            &format!("libmem in [{range})"),
+            &want_mem,
+            "L/S lines",
+            &d.mem,
+            |m| m.to_string(),
+        ),
     );
-    f.check("Always inside: accesses after their instruction", d.check_attribution());
-    if d.other.iter().any(|l| l.starts_with('R') || l.starts_with('B')) {
+    f.check(
+        "Always inside: accesses after their instruction",
+        d.check_attribution(),
+    );
+    if d.other
+        .iter()
+        .any(|l| l.starts_with('R') || l.starts_with('B'))
+    {
         f.fail("Always inside: kinds", "R or B lines");
     }
 
@@ -670,8 +815,16 @@ fn range_test(arch: &str) {
         compare_states(
             arch,
             "registers before each instruction",
-            States { name: &format!("-d cpu in [{range})"), pid: cpu_pid, v: &truth },
-            States { name: "R lines", pid: t.pid, v: &got },
+            States {
+                name: &format!("-d cpu in [{range})"),
+                pid: cpu_pid,
+                v: &truth,
+            },
+            States {
+                name: "R lines",
+                pid: t.pid,
+                v: &got,
+            },
         ),
     );
     eprintln!(

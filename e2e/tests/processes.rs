@@ -490,7 +490,7 @@ fn forkexec(arch: &str) {
             f.fail("child: fork", "no clone returning 0 in the child's stream");
         }
         let last = y.last();
-        let ok = matches!(last, Some(l) if l.name == "execve" && l.ret.is_none() && l.data == format!("\"{prog_str}\""));
+        let ok = matches!(last, Some(l) if l.name == "execve" && l.ret.is_none() && l.data == prog_str.as_bytes());
         if !ok {
             f.fail(
                 "child: execve",
@@ -782,7 +782,7 @@ fn dynamic(arch: &str) {
         ("the interpreter", interp_path.as_path()),
         ("libc.so.6", libc_path.as_path()),
     ] {
-        let exec_maps: Vec<&MapLine> = maps
+        let exec_maps: Vec<&MapEvent> = maps
             .iter()
             .filter(|m| !m.anon && m.prot.contains('x') && same_file(&m.path, path))
             .collect();
@@ -1064,22 +1064,35 @@ fn sigterm(arch: &str) {
     let mut qemu = spawn_guest(&dir, "cannoli", &cmd);
     let started = Instant::now();
     while !read_text(&dir.file("cannoli.stdout")).contains("ready") {
-        assert!(started.elapsed() < Duration::from_secs(30), "the guest never said it was ready");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the guest never said it was ready"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(qemu.id() as i32, libc::SIGTERM) }, 0);
-    let status = qemu.wait_timeout(Duration::from_secs(30)).expect("QEMU did not die of SIGTERM");
+    let status = qemu
+        .wait_timeout(Duration::from_secs(30))
+        .expect("QEMU did not die of SIGTERM");
     use std::os::unix::process::ExitStatusExt;
-    assert_eq!(status.signal(), Some(libc::SIGTERM), "QEMU's status: {status}");
+    assert_eq!(
+        status.signal(),
+        Some(libc::SIGTERM),
+        "QEMU's status: {status}"
+    );
     let (client_status, client_err) = client.wait(Duration::from_secs(30));
-    assert!(client_status.is_some_and(|s| s.success()),
-            "cannoli-dump reported lost events or an incomplete stream:\n{client_err}");
+    assert!(
+        client_status.is_some_and(|s| s.success()),
+        "cannoli-dump reported lost events or an incomplete stream:\n{client_err}"
+    );
     let dump = parse_dump(&client.out).unwrap_or_else(|e| panic!("{e}"));
     assert!(!dump.pcs.is_empty(), "no instructions traced");
     let last = dump.other.last().map(String::as_str).unwrap_or("");
-    assert!(last.starts_with(&format!("G {} ", libc::SIGTERM)),
-            "the trace does not end with the SIGTERM delivery: last rare event {last:?}");
+    assert!(
+        last.starts_with(&format!("G {} ", libc::SIGTERM)),
+        "the trace does not end with the SIGTERM delivery: last rare event {last:?}"
+    );
 }
 
 #[test]

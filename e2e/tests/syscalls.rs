@@ -58,14 +58,17 @@ fn known_numbers(arch: &str) -> [(&'static str, u64); 2] {
     }
 }
 
-fn dump(run: &Traced) -> Dump {
+fn dump(run: &Traced) -> DumpEvents {
     run.assert_success();
     parse_dump_events(&run.dump).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn check_stdout(f: &Failures, what: &str, out: &[u8]) {
     if out != STDOUT {
-        f.fail(what, format!("guest stdout {:?}, expected {:?}", text(out), text(STDOUT)));
+        f.fail(
+            what,
+            format!("guest stdout {:?}, expected {:?}", text(out), text(STDOUT)),
+        );
     }
 }
 
@@ -81,12 +84,12 @@ fn show(e: &SyscallEvent) -> String {
     )
 }
 
-fn by_name<'a>(d: &'a Dump, name: &str) -> Vec<&'a SyscallEvent> {
+fn by_name<'a>(d: &'a DumpEvents, name: &str) -> Vec<&'a SyscallEvent> {
     d.syscalls.iter().filter(|e| e.name == name).collect()
 }
 
 /// The buffers of the syscalls `syscalls.c` makes (see its source).
-fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
+fn check_data(f: &Failures, arch: &str, prog: &Path, d: &DumpEvents, stdout: &[u8]) {
     let big: Vec<u8> = (0..BIG).map(|i| b'a' + (i % 26) as u8).collect();
 
     // openat: the path, whatever the result. The first free descriptor is
@@ -100,16 +103,27 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
     if fd < 3 {
         f.fail("data: openat", format!("the first openat returned {fd}"));
     }
-    let want: [(&[u8], i64); 4] =
-        [(FILE_NAME, fd), (FILE_NAME, fd), (MISSING_NAME, -2), (FILE_NAME, fd)];
+    let want: [(&[u8], i64); 4] = [
+        (FILE_NAME, fd),
+        (FILE_NAME, fd),
+        (MISSING_NAME, -2),
+        (FILE_NAME, fd),
+    ];
     if program_opens.len() != want.len() {
-        f.fail("data: openat", format!("program's openat events: {program_opens:?}"));
+        f.fail(
+            "data: openat",
+            format!("program's openat events: {program_opens:?}"),
+        );
     } else {
         for (e, (path, ret)) in program_opens.iter().zip(want) {
             if e.data != path || e.total != path.len() as u64 || e.ret != Some(ret) {
                 f.fail(
                     "data: openat",
-                    format!("{}; expected path {:?} and result {ret}", show(e), text(path)),
+                    format!(
+                        "{}; expected path {:?} and result {ret}",
+                        show(e),
+                        text(path)
+                    ),
                 );
             }
         }
@@ -126,7 +140,11 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
     if writes.len() != want.len() {
         f.fail(
             "data: write",
-            format!("{} write events, expected {}: {writes:?}", writes.len(), want.len()),
+            format!(
+                "{} write events, expected {}: {writes:?}",
+                writes.len(),
+                want.len()
+            ),
         );
     } else {
         for (i, (e, (data, total, fd))) in writes.iter().zip(want).enumerate() {
@@ -162,7 +180,10 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
 
     for e in by_name(d, "unlinkat") {
         if e.data != FILE_NAME || e.total != FILE_NAME.len() as u64 {
-            f.fail("data: unlinkat", format!("{}; expected path {:?}", show(e), text(FILE_NAME)));
+            f.fail(
+                "data: unlinkat",
+                format!("{}; expected path {:?}", show(e), text(FILE_NAME)),
+            );
         }
     }
     if by_name(d, "unlinkat").len() != 1 {
@@ -179,7 +200,14 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
         (b"", -14, Some(fd)), // EFAULT
     ];
     if reads.len() != want.len() {
-        f.fail("data: read", format!("{} read events, expected {}: {reads:?}", reads.len(), want.len()));
+        f.fail(
+            "data: read",
+            format!(
+                "{} read events, expected {}: {reads:?}",
+                reads.len(),
+                want.len()
+            ),
+        );
     } else {
         for (e, (data, ret, rfd)) in reads.iter().zip(want) {
             if e.data != data
@@ -189,7 +217,11 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
             {
                 f.fail(
                     "data: read",
-                    format!("{}; expected result {ret} and data {:?}", show(e), text(data)),
+                    format!(
+                        "{}; expected result {ret} and data {:?}",
+                        show(e),
+                        text(data)
+                    ),
                 );
             }
         }
@@ -203,12 +235,21 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
         if n <= 0 || e.data.len() as i64 != n || e.total as i64 != n || e.args[1] as i64 != n {
             f.fail(
                 "data: getrandom",
-                format!("{}: expected as many bytes as returned (= the length asked for)", show(e)),
+                format!(
+                    "{}: expected as many bytes as returned (= the length asked for)",
+                    show(e)
+                ),
             );
         }
     }
-    if !rnd.iter().any(|e| e.args[1] == 16 && e.ret == Some(16) && e.data.len() == 16) {
-        f.fail("data: getrandom", format!("no getrandom of 16 bytes among {rnd:?}"));
+    if !rnd
+        .iter()
+        .any(|e| e.args[1] == 16 && e.ret == Some(16) && e.data.len() == 16)
+    {
+        f.fail(
+            "data: getrandom",
+            format!("no getrandom of 16 bytes among {rnd:?}"),
+        );
     }
 
     // readlink(at) of /proc/self/exe (glibc's start-up): QEMU answers with the
@@ -222,7 +263,10 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
     if links.len() != 1 || links[0].data != exe || links[0].ret != Some(exe.len() as i64) {
         f.fail(
             "data: readlink",
-            format!("expected one readlink(at) event carrying {:?}: {links:?}", text(exe)),
+            format!(
+                "expected one readlink(at) event carrying {:?}: {links:?}",
+                text(exe)
+            ),
         );
     }
 
@@ -262,7 +306,11 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
             if maps_before(i) != [want.as_str()] {
                 f.fail(
                     "data: mmap",
-                    format!("{}: mapping lines before it {:?}, expected [{want:?}]", show(e), maps_before(i)),
+                    format!(
+                        "{}: mapping lines before it {:?}, expected [{want:?}]",
+                        show(e),
+                        maps_before(i)
+                    ),
                 );
             }
         }
@@ -272,19 +320,26 @@ fn check_data(f: &Failures, arch: &str, prog: &Path, d: &Dump, stdout: &[u8]) {
             if maps_before(i) != [want.as_str()] || e.ret != Some(0) {
                 f.fail(
                     "data: munmap",
-                    format!("{}: mapping lines before it {:?}, expected [{want:?}]", show(e), maps_before(i)),
+                    format!(
+                        "{}: mapping lines before it {:?}, expected [{want:?}]",
+                        show(e),
+                        maps_before(i)
+                    ),
                 );
             }
         }
     }
     if seen != 2 {
-        f.fail("data: mmap", format!("expected one {mmap_name} and one munmap of {len} bytes"));
+        f.fail(
+            "data: mmap",
+            format!("expected one {mmap_name} and one munmap of {len} bytes"),
+        );
     }
 }
 
 /// Two runs' events, equal but for the pid-valued results and the random
 /// bytes.
-fn same_events(a: &Dump, a_pid: u32, b: &Dump, b_pid: u32) -> Result<(), String> {
+fn same_events(a: &DumpEvents, a_pid: u32, b: &DumpEvents, b_pid: u32) -> Result<(), String> {
     compare_seq_by(
         "syscall events",
         "never run",
@@ -298,8 +353,13 @@ fn same_events(a: &Dump, a_pid: u32, b: &Dump, b_pid: u32) -> Result<(), String>
                     && x.ret == Some(a_pid as i64)
                     && y.ret == Some(b_pid as i64)
             } else if x.name == "getrandom" {
-                SyscallEvent { data: vec![], ..x.clone() } == SyscallEvent { data: vec![], ..y.clone() }
-                    && x.data.len() == y.data.len()
+                SyscallEvent {
+                    data: vec![],
+                    ..x.clone()
+                } == SyscallEvent {
+                    data: vec![],
+                    ..y.clone()
+                } && x.data.len() == y.data.len()
             } else {
                 x == y
             }
@@ -318,8 +378,16 @@ fn strace_test(arch: &str) {
     let never = run_traced(&dir, "never", arch, &prog, &[], &TraceOpts::hooks("never"));
     let nd = dump(&never);
     check_stdout(&f, "stdout (cannoli, never)", &never.guest.stdout);
-    if !nd.pcs.is_empty() || nd.kinds.iter().any(|k| matches!(k, b'L' | b'S' | b'R' | b'B')) {
-        f.fail("never", "instruction or memory events with every hook Never");
+    if !nd.pcs.is_empty()
+        || nd
+            .kinds
+            .iter()
+            .any(|k| matches!(k, b'L' | b'S' | b'R' | b'B'))
+    {
+        f.fail(
+            "never",
+            "instruction or memory events with every hook Never",
+        );
     }
 
     let (st_run, st_log, st_pid) = run_strace(&dir, "strace", arch, &prog, &[]);
@@ -331,8 +399,11 @@ fn strace_test(arch: &str) {
         Ok(st) => {
             eprintln!("e2e: syscalls on {arch}: {st:?}");
             // The comparison must have compared something of each kind.
-            if st.calls < 30 || st.results + 1 != st.calls || st.numeric_args < 50
-                || st.symbolic_args < 10 || st.paths < 4
+            if st.calls < 30
+                || st.results + 1 != st.calls
+                || st.numeric_args < 50
+                || st.symbolic_args < 10
+                || st.paths < 4
             {
                 f.fail("strace", format!("too little was compared: {st:?}"));
             }
@@ -345,14 +416,24 @@ fn strace_test(arch: &str) {
     // before each instruction): the same events, each right after the
     // syscall instruction.
     let elf = Elf::open(&prog).unwrap_or_else(|e| panic!("{e}"));
-    let maps = |d: &Dump| d.maps.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>();
+    let maps = |d: &DumpEvents| d.maps.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>();
     for mode in ["nomem", "regs"] {
         let run = run_traced(&dir, mode, arch, &prog, &[], &TraceOpts::hooks(mode));
         let md = dump(&run);
         check_stdout(&f, &format!("stdout (cannoli, {mode})"), &run.guest.stdout);
-        let n_lines = if mode == "regs" { md.regs.len() } else { md.pcs.len() };
+        let n_lines = if mode == "regs" {
+            md.regs.len()
+        } else {
+            md.pcs.len()
+        };
         if n_lines != md.insn_pcs.len() || n_lines < 1000 {
-            f.fail(mode, format!("{n_lines} instruction lines of the hooked kind, {} in all", md.insn_pcs.len()));
+            f.fail(
+                mode,
+                format!(
+                    "{n_lines} instruction lines of the hooked kind, {} in all",
+                    md.insn_pcs.len()
+                ),
+            );
         }
         f.check(
             &format!("same events with every instruction hooked ({mode})"),
@@ -360,13 +441,23 @@ fn strace_test(arch: &str) {
         );
         f.check(
             &format!("same mapping events with every instruction hooked ({mode})"),
-            compare_seq("M/U/P lines", "never run", &maps(&nd), mode, &maps(&md), |l| l.clone()),
+            compare_seq(
+                "M/U/P lines",
+                "never run",
+                &maps(&nd),
+                mode,
+                &maps(&md),
+                |l| l.clone(),
+            ),
         );
         for (i, e) in md.syscalls.iter().enumerate() {
             let what = format!("order ({mode})");
             let (after, before) = (md.syscall_after[i], md.syscall_before[i]);
             let Some(&pc) = md.insn_pcs.get(after) else {
-                f.fail(&what, format!("syscall event #{i} ({}) before any instruction", e.name));
+                f.fail(
+                    &what,
+                    format!("syscall event #{i} ({}) before any instruction", e.name),
+                );
                 continue;
             };
             let word = elf.word(pc);
@@ -404,7 +495,10 @@ fn filter_test(arch: &str) {
     let prog = guest(arch, PROG);
     let dir = RunDir::new();
     let f = Failures::new(format!("{PROG} on {arch}: hook_syscall filter"));
-    eprintln!("e2e: syscall filter on {arch}: run dir {}", dir.path().display());
+    eprintln!(
+        "e2e: syscall filter on {arch}: run dir {}",
+        dir.path().display()
+    );
 
     let all = run_traced(&dir, "all", arch, &prog, &[], &TraceOpts::hooks("never"));
     let ad = dump(&all);
@@ -413,17 +507,26 @@ fn filter_test(arch: &str) {
     for e in &ad.syscalls {
         if let Some(&n) = nums.get(e.name.as_str()) {
             if n != e.num {
-                f.fail("numbers", format!("{} has numbers {n} and {}", e.name, e.num));
+                f.fail(
+                    "numbers",
+                    format!("{} has numbers {n} and {}", e.name, e.num),
+                );
             }
         }
         nums.insert(&e.name, e.num);
     }
     for (name, n) in known_numbers(arch) {
         if nums.get(name) != Some(&n) {
-            f.fail("numbers", format!("{name} is {:?} in the trace, {n} in the {arch} ABI", nums.get(name)));
+            f.fail(
+                "numbers",
+                format!(
+                    "{name} is {:?} in the trace, {n} in the {arch} ABI",
+                    nums.get(name)
+                ),
+            );
         }
     }
-    let maps = |d: &Dump| d.maps.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>();
+    let maps = |d: &DumpEvents| d.maps.iter().map(|(_, l)| l.clone()).collect::<Vec<_>>();
 
     let cases: [(&str, &[&str]); 3] = [
         ("write", &["write"]),
@@ -464,16 +567,33 @@ fn filter_test(arch: &str) {
         if want.len() != expected_count {
             f.fail(
                 &format!("filter {tag}"),
-                format!("the unfiltered run has {} such events, the program makes {expected_count}", want.len()),
+                format!(
+                    "the unfiltered run has {} such events, the program makes {expected_count}",
+                    want.len()
+                ),
             );
         }
         f.check(
             &format!("filter {tag} (CANNOLI_TEST_SYSCALLS={spec})"),
-            compare_seq("syscall events", "unfiltered, selected", &want, "filtered run", &d.syscalls, show),
+            compare_seq(
+                "syscall events",
+                "unfiltered, selected",
+                &want,
+                "filtered run",
+                &d.syscalls,
+                show,
+            ),
         );
         f.check(
             &format!("filter {tag}: mapping events unaffected"),
-            compare_seq("M/U/P lines", "unfiltered", &maps(&ad), "filtered", &maps(&d), |l| l.clone()),
+            compare_seq(
+                "M/U/P lines",
+                "unfiltered",
+                &maps(&ad),
+                "filtered",
+                &maps(&d),
+                |l| l.clone(),
+            ),
         );
     }
     f.finish();

@@ -1,39 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! `cannoli-dump`: a cannoli client that writes the complete, ordered trace of
-//! a guest to a text file, one event a line:
-//!
-//! ```text
-//! X <pc>                              executed instruction
-//! L <pc> <addr> <size> <value>        load
-//! S <pc> <addr> <size> <value>        store
-//! R <pc> <r0> <r1> ...                registers at an instruction (Register hook)
-//! B <pc> <0|1> <r0> <r1> ...          registers at an instruction (Branch hook;
-//!                                     1: it can end a basic block)
-//! Y <num> <name> <ret> <a0> <a1> <a2> <a3> <a4> <a5> <total> <data>
-//!                                     system call
-//! M <base> <len> <prot> <anon|file> <offset> <path>
-//!                                     new mapping
-//! U <base> <len>                      unmapped
-//! P <base> <len> <prot>               protection changed
-//! G <signo> <code> <fault_addr> <handler>
-//!                                     signal delivered
-//! ```
-//!
-//! Numbers are lowercase hex without `0x`, except these, in decimal: `size`
-//! (the access size in bytes), the syscall number `num`, `signo` and `code`
-//! (which may be negative). Registers are in the order of the hello's
-//! register layout, masked to the guest register width. `name` is the
-//! syscall's name, `?` where QEMU's side does not know it. `ret` is the
-//! result as a signed hex number (`-2` is -ENOENT, `-16` is -EINVAL), `-` for
-//! a syscall that did not return (`exit`, a successful `execve`). `total` is
-//! the full length of the syscall's buffer and `data` the captured part (at
-//! most 4096 bytes): `-` when empty, `"text"` when every byte is printable
-//! ASCII, tab, newline or carriage return (with `\"`, `\\`, `\t`, `\n`,
-//! `\r` escaped), else plain hex, two digits a byte. `prot` is `rwx` with `-`
-//! for each missing right. `path` is the rest of the line (it may contain
-//! spaces; `\\` and `\xHH` for control characters), `-` for an anonymous
-//! mapping. `handler` is the guest handler's address, `-` for the default
-//! action.
+//! a guest to a text file, one event a line. The format (`X` executed
+//! instruction, `L`/`S` load/store with its value, `R`/`B` registers, `Y`
+//! syscall, `M`/`U`/`P` mappings, `G` signal) is defined, written and parsed
+//! by the `e2e::dump` module, shared with the tests that read these files.
 //!
 //! The end-to-end tests compare the `X`, `L` and `S` lines against QEMU's own
 //! plugins (libinsn, libexeclog, libmem).
@@ -70,6 +40,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use cannoli::{Cannoli, ClientInfo, Server, Signal, Syscall};
+use e2e::dump::{
+    push_exec, push_map, push_mem, push_protect, push_regs, push_signal, push_syscall, push_unmap,
+    split_file_name, stream_line, MemKind, Summary, ALL_KINDS, LISTENING,
+};
 
 /// Where `trace` writes; shared by every traced thread and process.
 struct Output {
@@ -82,9 +56,6 @@ static OUT: OnceLock<Mutex<Output>> = OnceLock::new();
 static VERBOSE: OnceLock<bool> = OnceLock::new();
 /// Line kinds to print: bit `letter - 'A'` set for each.
 static KINDS: OnceLock<u32> = OnceLock::new();
-
-/// Every line kind.
-const ALL_KINDS: &str = "XLSRBYMUPG";
 
 /// `--split DIR`: one file per stream (see the file header).
 struct Split {
@@ -104,11 +75,7 @@ static DELAY: OnceLock<Duration> = OnceLock::new();
 /// The file name of the next stream of (`pid`, `tid`) under `--split`.
 fn split_name(seen: &mut HashMap<(i32, i32), u32>, pid: i32, tid: i32) -> String {
     let k = seen.entry((pid, tid)).or_insert(0);
-    let name = if *k == 0 {
-        format!("dump-{pid}-{tid}.txt")
-    } else {
-        format!("dump-{pid}-{tid}.{k}.txt")
-    };
+    let name = split_file_name(pid, tid, *k);
     *k += 1;
     name
 }
@@ -128,17 +95,14 @@ fn split_open(ci: &ClientInfo) -> Option<BufWriter<File>> {
             return Some(BufWriter::new(File::create("/dev/null").ok()?));
         }
     };
-    let mut exe = Vec::new();
-    push_path(&mut exe, ci.exe.as_deref().unwrap_or(""));
-    let r = writeln!(
-        sp.index,
-        "{name} pid {} ppid {} tid {} exe {}",
+    let line = stream_line(
+        &name,
         ci.pid,
         ci.ppid,
         ci.tid,
-        String::from_utf8_lossy(&exe)
-    )
-    .and_then(|_| sp.index.flush());
+        ci.exe.as_deref().unwrap_or(""),
+    );
+    let r = writeln!(sp.index, "{line}").and_then(|_| sp.index.flush());
     if let Err(e) = r {
         record_error(e);
     }
@@ -190,8 +154,36 @@ enum Ev {
         val: u64,
         sz: u8,
     },
+    /// A 16-byte access (boxed: rare, and it would make every event
+    /// larger).
+    Wide(Box<Wide>),
     /// A rare event's whole line (with its newline), formatted in parallel.
     Line(Box<[u8]>),
+}
+
+struct Wide {
+    kind: MemKind,
+    pc: u64,
+    addr: u64,
+    val: u128,
+    sz: u8,
+}
+
+/// Appends the lines of `trace` to `buf`.
+fn format_events(buf: &mut Vec<u8>, trace: &[Ev]) {
+    for ev in trace {
+        match ev {
+            &Ev::Exec(pc) => push_exec(buf, pc),
+            &Ev::Load { pc, addr, val, sz } => {
+                push_mem(buf, MemKind::Load, pc, addr, sz, val as u128)
+            }
+            &Ev::Store { pc, addr, val, sz } => {
+                push_mem(buf, MemKind::Store, pc, addr, sz, val as u128)
+            }
+            Ev::Wide(w) => push_mem(buf, w.kind, w.pc, w.addr, w.sz, w.val),
+            Ev::Line(l) => buf.extend_from_slice(l),
+        }
+    }
 }
 
 struct Dump {
@@ -210,116 +202,6 @@ impl Drop for Dump {
     }
 }
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-#[inline]
-fn push_hex(buf: &mut Vec<u8>, v: u64) {
-    if v == 0 {
-        buf.push(b'0');
-        return;
-    }
-    let digits = (64 - v.leading_zeros()).div_ceil(4);
-    for i in (0..digits).rev() {
-        buf.push(HEX[((v >> (i * 4)) & 0xf) as usize]);
-    }
-}
-
-#[inline]
-fn push_dec(buf: &mut Vec<u8>, v: u8) {
-    if v >= 100 {
-        buf.push(b'0' + v / 100);
-    }
-    if v >= 10 {
-        buf.push(b'0' + (v / 10) % 10);
-    }
-    buf.push(b'0' + v % 10);
-}
-
-#[inline]
-fn push_mem(buf: &mut Vec<u8>, kind: u8, pc: u64, addr: u64, sz: u8, val: u64) {
-    buf.push(kind);
-    buf.push(b' ');
-    push_hex(buf, pc);
-    buf.push(b' ');
-    push_hex(buf, addr);
-    buf.push(b' ');
-    push_dec(buf, sz);
-    buf.push(b' ');
-    push_hex(buf, val);
-    buf.push(b'\n');
-}
-
-/// `v` as signed hex: `-` and the magnitude when negative.
-fn push_signed_hex(buf: &mut Vec<u8>, v: i64) {
-    if v < 0 {
-        buf.push(b'-');
-    }
-    push_hex(buf, v.unsigned_abs());
-}
-
-/// The start of an `M`, `U` or `P` line: `<kind> <base> <len>`.
-fn push_range(buf: &mut Vec<u8>, kind: u8, base: u64, len: u64) {
-    buf.push(kind);
-    buf.push(b' ');
-    push_hex(buf, base);
-    buf.push(b' ');
-    push_hex(buf, len);
-}
-
-fn push_prot(buf: &mut Vec<u8>, r: bool, w: bool, x: bool) {
-    buf.push(if r { b'r' } else { b'-' });
-    buf.push(if w { b'w' } else { b'-' });
-    buf.push(if x { b'x' } else { b'-' });
-}
-
-/// A syscall buffer: `-`, `"text"` or hex (see the file header).
-fn push_data(buf: &mut Vec<u8>, data: &[u8]) {
-    if data.is_empty() {
-        buf.push(b'-');
-    } else if data
-        .iter()
-        .all(|&c| (0x20..0x7f).contains(&c) || matches!(c, b'\t' | b'\n' | b'\r'))
-    {
-        buf.push(b'"');
-        for &c in data {
-            match c {
-                b'"' => buf.extend_from_slice(b"\\\""),
-                b'\\' => buf.extend_from_slice(b"\\\\"),
-                b'\t' => buf.extend_from_slice(b"\\t"),
-                b'\n' => buf.extend_from_slice(b"\\n"),
-                b'\r' => buf.extend_from_slice(b"\\r"),
-                c => buf.push(c),
-            }
-        }
-        buf.push(b'"');
-    } else {
-        for &c in data {
-            buf.push(HEX[(c >> 4) as usize]);
-            buf.push(HEX[(c & 15) as usize]);
-        }
-    }
-}
-
-/// A path: `-` when empty, else as is but for `\\` and `\xHH` for control
-/// characters.
-fn push_path(buf: &mut Vec<u8>, path: &str) {
-    if path.is_empty() {
-        buf.push(b'-');
-        return;
-    }
-    for &c in path.as_bytes() {
-        match c {
-            b'\\' => buf.extend_from_slice(b"\\\\"),
-            0..=0x1f | 0x7f => {
-                buf.extend_from_slice(b"\\x");
-                buf.push(HEX[(c >> 4) as usize]);
-                buf.push(HEX[(c & 15) as usize]);
-            }
-            c => buf.push(c),
-        }
-    }
-}
-
 /// Formats one rare event's line with `f` and queues it.
 #[inline]
 fn line(trace: &mut Vec<Ev>, f: impl FnOnce(&mut Vec<u8>)) {
@@ -329,11 +211,8 @@ fn line(trace: &mut Vec<Ev>, f: impl FnOnce(&mut Vec<u8>)) {
     trace.push(Ev::Line(b.into_boxed_slice()));
 }
 
-fn push_regs(b: &mut Vec<u8>, ci: &ClientInfo, regs: &[u8]) {
-    for (_, v) in ci.reg_values(regs) {
-        b.push(b' ');
-        push_hex(b, v);
-    }
+fn reg_values<'a>(ci: &'a ClientInfo, regs: &'a [u8]) -> impl Iterator<Item = u64> + 'a {
+    ci.reg_values(regs).map(|(_, v)| v)
 }
 
 impl Cannoli for Dump {
@@ -418,24 +297,60 @@ impl Cannoli for Dump {
         }
     }
 
+    #[inline]
+    fn read_wide(
+        _pid: &(),
+        _tid: &ClientInfo,
+        pc: u64,
+        addr: u64,
+        val: u128,
+        sz: u8,
+        trace: &mut Vec<Ev>,
+    ) {
+        if want(b'L') {
+            let kind = MemKind::Load;
+            trace.push(Ev::Wide(Box::new(Wide {
+                kind,
+                pc,
+                addr,
+                val,
+                sz,
+            })));
+        }
+    }
+
+    #[inline]
+    fn write_wide(
+        _pid: &(),
+        _tid: &ClientInfo,
+        pc: u64,
+        addr: u64,
+        val: u128,
+        sz: u8,
+        trace: &mut Vec<Ev>,
+    ) {
+        if want(b'S') {
+            let kind = MemKind::Store;
+            trace.push(Ev::Wide(Box::new(Wide {
+                kind,
+                pc,
+                addr,
+                val,
+                sz,
+            })));
+        }
+    }
+
     fn regs(_pid: &(), ci: &ClientInfo, pc: u64, regs: &[u8], trace: &mut Vec<Ev>) {
         if want(b'R') {
-            line(trace, |b| {
-                b.push(b'R');
-                b.push(b' ');
-                push_hex(b, pc);
-                push_regs(b, ci, regs);
-            });
+            line(trace, |b| push_regs(b, pc, None, reg_values(ci, regs)));
         }
     }
 
     fn branch(_pid: &(), ci: &ClientInfo, pc: u64, branch: bool, regs: &[u8], trace: &mut Vec<Ev>) {
         if want(b'B') {
             line(trace, |b| {
-                b.extend_from_slice(b"B ");
-                push_hex(b, pc);
-                b.extend_from_slice(if branch { b" 1" } else { b" 0" });
-                push_regs(b, ci, regs);
+                push_regs(b, pc, Some(branch), reg_values(ci, regs))
             });
         }
     }
@@ -443,19 +358,7 @@ impl Cannoli for Dump {
     fn syscall(_pid: &(), _tid: &ClientInfo, sc: &Syscall<'_>, trace: &mut Vec<Ev>) {
         if want(b'Y') {
             line(trace, |b| {
-                b.extend_from_slice(format!("Y {} {} ", sc.num, sc.name.unwrap_or("?")).as_bytes());
-                match sc.ret {
-                    Some(r) => push_signed_hex(b, r),
-                    None => b.push(b'-'),
-                }
-                for a in sc.args {
-                    b.push(b' ');
-                    push_hex(b, a);
-                }
-                b.push(b' ');
-                push_hex(b, sc.data_total);
-                b.push(b' ');
-                push_data(b, sc.data);
+                push_syscall(b, sc.num, sc.name, sc.ret, &sc.args, sc.data_total, sc.data)
             });
         }
     }
@@ -475,22 +378,14 @@ impl Cannoli for Dump {
     ) {
         if want(b'M') {
             line(trace, |b| {
-                push_range(b, b'M', base, len);
-                b.push(b' ');
-                push_prot(b, read, write, exec);
-                b.extend_from_slice(if anon { b" anon " } else { b" file " });
-                push_hex(b, offset);
-                b.push(b' ');
-                push_path(b, path);
+                push_map(b, base, len, (read, write, exec), anon, offset, path)
             });
         }
     }
 
     fn munmap(_pid: &(), _tid: &ClientInfo, base: u64, len: u64, trace: &mut Vec<Ev>) {
         if want(b'U') {
-            line(trace, |b| {
-                push_range(b, b'U', base, len);
-            });
+            line(trace, |b| push_unmap(b, base, len));
         }
     }
 
@@ -505,24 +400,14 @@ impl Cannoli for Dump {
         trace: &mut Vec<Ev>,
     ) {
         if want(b'P') {
-            line(trace, |b| {
-                push_range(b, b'P', base, len);
-                b.push(b' ');
-                push_prot(b, read, write, exec);
-            });
+            line(trace, |b| push_protect(b, base, len, (read, write, exec)));
         }
     }
 
     fn signal(_pid: &(), _tid: &ClientInfo, sig: &Signal, trace: &mut Vec<Ev>) {
         if want(b'G') {
             line(trace, |b| {
-                b.extend_from_slice(format!("G {} {} ", sig.signo, sig.code).as_bytes());
-                push_hex(b, sig.fault_addr);
-                b.push(b' ');
-                match sig.handler {
-                    Some(h) => push_hex(b, h),
-                    None => b.push(b'-'),
-                }
+                push_signal(b, sig.signo, sig.code, sig.fault_addr, sig.handler)
             });
         }
     }
@@ -538,18 +423,7 @@ impl Cannoli for Dump {
         }
         let buf = &mut self.buf;
         buf.clear();
-        for ev in trace {
-            match ev {
-                &Ev::Exec(pc) => {
-                    buf.extend_from_slice(b"X ");
-                    push_hex(buf, pc);
-                    buf.push(b'\n');
-                }
-                &Ev::Load { pc, addr, val, sz } => push_mem(buf, b'L', pc, addr, sz, val),
-                &Ev::Store { pc, addr, val, sz } => push_mem(buf, b'S', pc, addr, sz, val),
-                Ev::Line(l) => buf.extend_from_slice(l),
-            }
-        }
+        format_events(buf, trace);
         if let Some(w) = &mut self.split {
             if let Err(e) = w.write_all(buf) {
                 record_error(e);
@@ -712,7 +586,8 @@ fn main() -> ExitCode {
     };
     {
         let mut stdout = io::stdout().lock();
-        let ok = writeln!(stdout, "listening {}", server.local_addr()).and_then(|_| stdout.flush());
+        let ok =
+            writeln!(stdout, "{LISTENING}{}", server.local_addr()).and_then(|_| stdout.flush());
         if let Err(e) = ok {
             eprintln!("cannoli-dump: cannot write to stdout: {e}");
             return ExitCode::from(1);
@@ -751,19 +626,14 @@ fn main() -> ExitCode {
         None if args.out == "-" => "stdout",
         None => &args.out,
     };
-    eprintln!(
-        "cannoli-dump: {} connections, {} events in {} chunks, {} lost, {} incomplete streams; \
-         {} lines to {} in {:.3}s ({} threads)",
-        stats.connections,
-        stats.events,
-        stats.chunks,
-        stats.lost_events,
-        stats.incomplete_streams,
-        out.lines,
-        dest,
-        secs,
-        args.threads
-    );
+    let summary = Summary {
+        connections: stats.connections,
+        events: stats.events,
+        chunks: stats.chunks,
+        lost: stats.lost_events,
+        incomplete: stats.incomplete_streams,
+    };
+    eprintln!("{}", summary.line(out.lines, dest, secs, args.threads));
     if let Some(e) = &out.error {
         eprintln!("cannoli-dump: error writing {dest}: {e}");
         return ExitCode::from(4);
@@ -804,14 +674,36 @@ mod tests {
 
     /// The lines the callbacks queued, formatted as `trace` would.
     fn lines(trace: &[Ev]) -> Vec<String> {
-        trace
-            .iter()
-            .map(|e| match e {
-                Ev::Line(l) => String::from_utf8(l.to_vec()).unwrap(),
-                &Ev::Exec(pc) => format!("X {pc:x}\n"),
-                _ => unreachable!(),
-            })
-            .collect()
+        let mut b = Vec::new();
+        format_events(&mut b, trace);
+        vec![String::from_utf8(b).unwrap()]
+    }
+
+    /// Every access size, with the whole value of a 16-byte one, in the
+    /// format the tests parse.
+    #[test]
+    fn access_lines() {
+        let ci = ci();
+        let mut t = Vec::new();
+        Dump::exec(&(), &ci, 0x400000, &mut t);
+        Dump::read(&(), &ci, 0x400000, 0x7ffe_0000, 0xff, 1, &mut t);
+        Dump::write(&(), &ci, 0x400000, 0x10, u64::MAX, 8, &mut t);
+        let v = 0x0011_2233_4455_6677_8899_aabb_ccdd_eeffu128;
+        Dump::read_wide(&(), &ci, 0x400004, 0x7ffe_0010, v, 16, &mut t);
+        Dump::write_wide(&(), &ci, 0x400004, 0x7ffe_0020, 1 << 64, 16, &mut t);
+        let text = lines(&t).concat();
+        assert_eq!(
+            text,
+            "X 400000\n\
+             L 400000 7ffe0000 1 ff\n\
+             S 400000 10 8 ffffffffffffffff\n\
+             L 400004 7ffe0010 16 112233445566778899aabbccddeeff\n\
+             S 400004 7ffe0020 16 10000000000000000\n"
+        );
+        for l in text.lines().skip(1) {
+            let m = e2e::MemAccess::parse(l).unwrap();
+            assert!(m.size != 16 || m.value >> 64 != 0, "{l}");
+        }
     }
 
     #[test]
@@ -937,16 +829,5 @@ mod tests {
         assert_eq!(split_name(&mut seen, 10, 10), "dump-10-10.1.txt");
         assert_eq!(split_name(&mut seen, 10, 10), "dump-10-10.2.txt");
         assert_eq!(split_name(&mut seen, 12, 10), "dump-12-10.txt");
-    }
-
-    #[test]
-    fn signed_hex() {
-        let mut b = Vec::new();
-        push_signed_hex(&mut b, i64::MIN);
-        b.push(b' ');
-        push_signed_hex(&mut b, -1);
-        b.push(b' ');
-        push_signed_hex(&mut b, 0);
-        assert_eq!(b, b"-8000000000000000 -1 0");
     }
 }
