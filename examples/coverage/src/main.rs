@@ -17,10 +17,15 @@
 //! each module's instruction starts into blocks: maximal runs of
 //! instructions that follow each other without a gap (so a block can span
 //! several basic blocks, as a straight-line call-and-return does; the
-//! readers map covered bytes onto their own basic blocks). The size of the
-//! last instruction of a run comes from the architecture (4 bytes on MIPS)
-//! or from the instruction's bytes in the mapped file (RISC-V compressed
-//! instructions, x86).
+//! readers map covered bytes onto their own basic blocks). The size of each
+//! instruction comes from QEMU: a block event, sent when QEMU translates a
+//! block, lists the length of each of its instructions (the only exact
+//! source for Thumb, where a 4-aligned pc may start an A32 instruction or
+//! a Thumb one, and the cheapest for x86). Lengths are kept per module, so
+//! a block translated by one thread of a process sizes the instructions
+//! another thread ran. A pc without one falls back to the architecture (4
+//! bytes on MIPS, AArch64, PowerPC) or to the instruction's bytes in the
+//! mapped file (RISC-V compressed instructions, x86, Thumb).
 
 mod drcov;
 mod isa;
@@ -33,7 +38,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use cannoli::{Cannoli, ClientInfo};
-use object::{Object, ObjectSegment};
+use object::{Object, ObjectSegment, ObjectSymbol};
 
 use drcov::{Bb, DrcovModule};
 use isa::Isa;
@@ -42,6 +47,11 @@ use space::{Module, Modules, Space};
 /// What the parallel callbacks hand to the serial phase.
 enum Ev {
     Exec(u64),
+    /// A translated block: its first pc and its instructions' lengths.
+    Block {
+        pc: u64,
+        lens: Box<[u8]>,
+    },
     Map {
         base: u64,
         len: u64,
@@ -65,6 +75,8 @@ struct Coverage {
     modules: Modules,
     /// Instruction starts by module id.
     hits: Vec<HashSet<u64>>,
+    /// Instruction lengths QEMU reported, by module id and pc.
+    lens: Vec<HashMap<u64, u8>>,
     /// Reported pcs in no executable mapping.
     outside: HashSet<u64>,
     exec_events: u64,
@@ -132,6 +144,13 @@ impl Cannoli for Tracer {
         trace.push(Ev::Exec(pc));
     }
 
+    fn block(_pid: &Proc, _tid: &Thread, pc: u64, lens: &[u8], trace: &mut Vec<Ev>) {
+        trace.push(Ev::Block {
+            pc,
+            lens: lens.into(),
+        });
+    }
+
     fn mmap(
         _pid: &Proc,
         _tid: &Thread,
@@ -191,6 +210,7 @@ impl Cannoli for Tracer {
                         }
                     }
                 }
+                Ev::Block { pc, lens } => record_block(&space, &mut c.lens, *pc, lens),
                 Ev::Map {
                     base,
                     len,
@@ -204,6 +224,75 @@ impl Cannoli for Tracer {
             }
         }
     }
+}
+
+/// Files the lengths of a translated block's instructions under the module
+/// each lies in (a block may run over the end of a mapping). A length of 0
+/// (QEMU could not tell) ends the block's usable part: the pcs after it are
+/// unknown.
+fn record_block(space: &Space, lens: &mut Vec<HashMap<u64, u8>>, pc: u64, block: &[u8]) {
+    let mut at = pc;
+    for &len in block {
+        if len == 0 {
+            break;
+        }
+        if let Some(m) = space.lookup(at) {
+            if lens.len() <= m as usize {
+                lens.resize_with(m as usize + 1, HashMap::new);
+            }
+            lens[m as usize].insert(at, len);
+        }
+        at = at.wrapping_add(len as u64);
+    }
+}
+
+/// ARM's mapping symbols of an ELF file: `$a` starts A32 code, `$t` Thumb
+/// code, `$d` data; sorted by link-time address. Empty for other files.
+fn arm_modes(data: &[u8]) -> Vec<(u64, Option<bool>)> {
+    let Ok(file) = object::File::parse(data) else {
+        return Vec::new();
+    };
+    if file.architecture() != object::Architecture::Arm {
+        return Vec::new();
+    }
+    let mut v: Vec<(u64, Option<bool>)> = file
+        .symbols()
+        .filter_map(|s| {
+            let name = s.name().ok()?;
+            let thumb = match name.split('.').next()? {
+                "$a" => Some(false),
+                "$t" => Some(true),
+                "$d" => None,
+                _ => return None,
+            };
+            Some((s.address(), thumb))
+        })
+        .collect();
+    v.sort_by_key(|&(a, _)| a);
+    v
+}
+
+/// What the mapping symbols say about link-time address `addr`: Thumb,
+/// A32, or nothing (no symbol before it, or data).
+fn arm_mode_at(modes: &[(u64, Option<bool>)], addr: u64) -> Option<bool> {
+    let i = modes.partition_point(|&(a, _)| a <= addr);
+    modes.get(i.checked_sub(1)?)?.1
+}
+
+/// Link-time address minus run-time address of module `m`'s code (0 if
+/// the file says nothing), as [`entry`] works it out.
+fn link_bias(data: &[u8], m: &Module) -> u64 {
+    let Ok(file) = object::File::parse(data) else {
+        return 0;
+    };
+    for seg in file.segments() {
+        let (off, size) = seg.file_range();
+        if off <= m.offset && m.offset < off + size.max(1) {
+            let want = seg.address().wrapping_add(m.offset - off);
+            return want.wrapping_sub(m.start);
+        }
+    }
+    0
 }
 
 /// One module of the output, with its blocks.
@@ -252,7 +341,21 @@ fn build(c: &Coverage) -> Vec<ModuleOut> {
                 .or_insert_with(|| std::fs::read(&**p).ok())
                 .as_deref()
         });
+        let reported = c.lens.get(id as usize);
+        // Only for ARM pcs QEMU did not size (there should be none).
+        let mut modes: Option<(Vec<(u64, Option<bool>)>, u64)> = None;
         let len = |pc: u64| {
+            if let Some(&n) = reported.and_then(|l| l.get(&pc)) {
+                return n as u64;
+            }
+            let isa = match (isa, data) {
+                (Isa::Arm, Some(d)) => {
+                    let (modes, bias) =
+                        modes.get_or_insert_with(|| (arm_modes(d), link_bias(d, m)));
+                    isa.arm_mode(pc, arm_mode_at(modes, pc.wrapping_add(*bias)))
+                }
+                _ => isa.arm_mode(pc, None),
+            };
             let code = data.filter(|_| isa.needs_code()).and_then(|d| {
                 let off = usize::try_from(m.file_offset(pc)).ok()?;
                 d.get(off..(off + 15).min(d.len()))
@@ -472,5 +575,42 @@ mod tests {
         };
         assert_eq!(entry(&data, &moved), file.entry() + 0x5550_0000_0000);
         assert_eq!(entry(b"not an elf", &m), 0);
+    }
+
+    #[test]
+    fn block_lengths_go_to_the_module_of_each_instruction() {
+        let mut modules = Modules::default();
+        let mut space = Space::new("armv5tel", 32);
+        space.map(0x10000, 0x1000, true, Some(("/a".into(), 0)), &mut modules);
+        space.map(0x11000, 0x1000, true, Some(("/b".into(), 0)), &mut modules);
+        let mut lens = Vec::new();
+        // Thumb: 2, 4, 2 bytes; the last instruction is in the next
+        // mapping. Nothing is mapped at 0xff8.
+        record_block(&space, &mut lens, 0xff8, &[4]);
+        record_block(&space, &mut lens, 0x10ffa, &[2, 4, 2]);
+        assert_eq!(lens[0].get(&0x10ffa), Some(&2));
+        assert_eq!(lens[0].get(&0x10ffc), Some(&4));
+        assert_eq!(lens[0].len(), 2);
+        assert_eq!(lens[1].get(&0x11000), Some(&2));
+        assert_eq!(lens[1].len(), 1);
+        // An unknown length (0) leaves the rest of the block unsized.
+        record_block(&space, &mut lens, 0x10100, &[4, 0, 2]);
+        assert_eq!(lens[0].get(&0x10100), Some(&4));
+        assert_eq!(lens[0].get(&0x10104), None);
+        assert_eq!(lens[0].get(&0x10106), None);
+    }
+
+    #[test]
+    fn arm_mapping_symbols() {
+        let modes = [(0x100, Some(false)), (0x200, None), (0x208, Some(true))];
+        assert_eq!(arm_mode_at(&modes, 0xfc), None);
+        assert_eq!(arm_mode_at(&modes, 0x100), Some(false));
+        assert_eq!(arm_mode_at(&modes, 0x1fc), Some(false));
+        assert_eq!(arm_mode_at(&modes, 0x204), None);
+        assert_eq!(arm_mode_at(&modes, 0x208), Some(true));
+        assert_eq!(arm_mode_at(&modes, 0x9000), Some(true));
+        // Not an ARM file (this test binary): no mapping symbols.
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert!(arm_modes(&exe).is_empty());
     }
 }
