@@ -13,8 +13,9 @@
 //!   of every block gets [`HookType::Register`]; the rest get
 //!   [`HookType::Always`] (one word each, so the client still sees every pc
 //!   and can tell a landing from a straight-line instruction);
-//! * on x86_64, where `call` pushes the return address instead of setting a
-//!   link register: the 8-byte stores made by branch instructions.
+//! * on x86, where `call` pushes the return address instead of setting a
+//!   link register: the 8-byte (x86_64) and 4-byte (i386) stores made by
+//!   branch instructions.
 //!
 //! `hook_inst` learns where a block starts from the order QEMU asks in: it
 //! asks about a block's instructions in order, right after translating it,
@@ -69,7 +70,7 @@ fn hook_inst(pc: u64, branch: bool) -> HookType {
 
 #[no_mangle]
 fn hook_mem(pc: u64, write: bool, size: usize) -> bool {
-    write && size == 8 && BRANCHES.with(|b| b.borrow().contains(&pc))
+    write && (size == 4 || size == 8) && BRANCHES.with(|b| b.borrow().contains(&pc))
 }
 
 /// No syscall events: the backtrace does not need them (mappings are

@@ -20,7 +20,8 @@
 //! the events in execution order (see `state.rs` for the algorithm and
 //! `arch.rs` for what a call looks like on each architecture). The parallel
 //! callbacks only keep the events that matter: branches, the instruction
-//! after each branch, the return addresses x86 `call`s push, and mappings.
+//! after each branch, the return addresses x86 `call`s push, mappings, and
+//! the instruction lengths QEMU reports for each block it translates.
 
 mod arch;
 mod state;
@@ -38,7 +39,7 @@ use cannoli::{Cannoli, ClientInfo};
 use serde::{Serialize, Serializer};
 
 use arch::Rules;
-use state::{BacktraceState, Change, Regs, Symbolize};
+use state::{BacktraceState, Change, Function, Regs, Symbolize};
 use symbols::Functions;
 
 const USAGE: &str = "\
@@ -65,7 +66,8 @@ and exits with its exit status once the trace is processed; extra QEMU
 options go in $CANNOLI_QEMU_ARGS. Without one, listens for QEMU started
 separately with -cannoli libbacktrace.so (start this first).
 
-Guests: mipsel/mips (32 and 64-bit), riscv64/riscv32, x86_64.
+Guests: mipsel, mips, mips64el, riscv64, arm (A32 and Thumb), aarch64,
+ppc64le, x86_64, i386.
 
 options:
   --binary PATH     guest ELF to read symbols from (default: the guest's exe)
@@ -309,6 +311,8 @@ struct Resolver<'a> {
     funcs: &'a Functions,
     bias: u64,
     modules: &'a [Module],
+    /// Instruction lengths from QEMU's block events.
+    lens: &'a HashMap<u64, u8>,
 }
 
 impl Resolver<'_> {
@@ -321,7 +325,7 @@ impl Resolver<'_> {
 }
 
 impl Symbolize for Resolver<'_> {
-    fn function(&self, pc: u64) -> Option<(u64, Arc<str>)> {
+    fn function(&self, pc: u64) -> Option<Function> {
         let (f, bias) = match self.funcs.find(pc.wrapping_sub(self.bias)) {
             Some(f) => (f, self.bias),
             None => {
@@ -329,7 +333,25 @@ impl Symbolize for Resolver<'_> {
                 (m.funcs.as_ref()?.find(pc.wrapping_sub(m.bias))?, m.bias)
             }
         };
-        Some((f.start.wrapping_add(bias), f.name.clone()))
+        let start = f.start.wrapping_add(bias);
+        Some(Function {
+            start,
+            local_entry: start.wrapping_add(f.local_entry),
+            name: f.name.clone(),
+        })
+    }
+
+    fn insn_len(&self, pc: u64) -> Option<u64> {
+        self.lens.get(&pc).map(|&n| u64::from(n))
+    }
+
+    fn insn_word(&self, pc: u64) -> Option<u32> {
+        // The executable's code, else a library's: the one containing pc.
+        if let Some(w) = self.funcs.word(pc.wrapping_sub(self.bias)) {
+            return Some(w);
+        }
+        let m = self.module(pc)?;
+        m.funcs.as_ref()?.word(pc.wrapping_sub(m.bias))
     }
 
     fn unnamed(&self, pc: u64) -> Arc<str> {
@@ -381,6 +403,11 @@ enum Item {
     Signal {
         handler: u64,
     },
+    /// QEMU translated a block: its first pc and its instructions' lengths.
+    Block {
+        pc: u64,
+        lens: Box<[u8]>,
+    },
 }
 
 /// Per guest process: the backtrace state of each of its threads, and what
@@ -400,6 +427,9 @@ struct Proc {
     /// Load bias of each other mapped file, from its mapping at offset 0.
     loads: HashMap<Arc<str>, u64>,
     modules: Vec<Module>,
+    /// The length of every instruction QEMU translated for the process
+    /// (by any of its threads), by pc.
+    lens: HashMap<u64, u8>,
 }
 
 /// Per guest thread: the symbols and how to read the registers.
@@ -449,7 +479,14 @@ fn after_branch(trace: &[Item], delay_slot: bool) -> bool {
     let mut kept = trace
         .iter()
         .rev()
-        .filter(|i| !matches!(i, Item::Map { .. } | Item::Unmap { .. }));
+        // A block event comes before the block's first instruction, which
+        // may be where a branch went: look past it, as past mappings.
+        .filter(|i| {
+            !matches!(
+                i,
+                Item::Map { .. } | Item::Unmap { .. } | Item::Block { .. }
+            )
+        });
     match kept.next() {
         None => true,
         Some(Item::Insn { branch: true, .. })
@@ -577,6 +614,13 @@ impl Cannoli for Backtrace {
         }
     }
 
+    fn block(_pid: &Pid, _tid: &Tid, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
+        trace.push(Item::Block {
+            pc,
+            lens: lens.into(),
+        });
+    }
+
     fn mmap(
         _pid: &Pid,
         _tid: &Tid,
@@ -619,6 +663,7 @@ impl Cannoli for Backtrace {
             bias,
             loads,
             modules,
+            lens,
         } = &mut *guard;
         let st = threads.entry(tid.tid).or_default();
         let blind = st.blind_landings;
@@ -631,12 +676,21 @@ impl Cannoli for Backtrace {
                         funcs: &tid.funcs,
                         bias: bias.unwrap_or(0),
                         modules,
+                        lens,
                     };
                     st.insn(&rules, &r, *pc, *branch, *regs, &mut |c, s| {
                         emit(out, pid.pid, tid.tid, c, s)
                     });
                 }
-                Item::Write { pc, addr, val, sz } => st.write(*pc, *addr, *val, *sz),
+                Item::Write { pc, addr, val, sz } => st.write(&rules, *pc, *addr, *val, *sz),
+                Item::Block { pc, lens: l } => {
+                    let mut at = *pc;
+                    // A length of 0 (unknown) leaves the rest unsized.
+                    for &n in l.iter().take_while(|&&n| n != 0) {
+                        lens.insert(at, n);
+                        at = at.wrapping_add(u64::from(n));
+                    }
+                }
                 Item::Map {
                     base,
                     len,

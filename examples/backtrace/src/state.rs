@@ -22,13 +22,13 @@
 //! The blog's return stack holds addresses only, so a recursive function
 //! returning to itself popped every recursive frame at once. Here each entry
 //! also holds the stack pointer the caller will have after the return (the
-//! one at the callee's entry, plus 8 on x86_64), which tells recursive frames
+//! one at the callee's entry, plus 8 on x86_64 and 4 on i386), which tells recursive frames
 //! apart and keeps a jump to the instruction after a call site (a join point)
 //! inside a recursive callee from passing for a return.
 
 use std::sync::Arc;
 
-use crate::arch::{Link, Rules};
+use crate::arch::{is_ppc_call, Link, Rules};
 
 /// How a frame was entered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,14 +120,49 @@ pub enum Change {
     Exit { frame: Frame, pc: u64, from: u64 },
 }
 
-/// Names the code: the function containing an address, if any.
+/// A function, at run-time addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Function {
+    /// Its first address (its symbol's value).
+    pub start: u64,
+    /// Where a call from code sharing its TOC enters it: PowerPC ELFv2's
+    /// local entry point, past the two instructions that set up r2 (the
+    /// same as `start` elsewhere).
+    pub local_entry: u64,
+    pub name: Arc<str>,
+}
+
+impl Function {
+    /// Whether a branch to `pc` enters the function at one of its entry
+    /// points.
+    pub fn entered_at(&self, pc: u64) -> bool {
+        pc == self.start || pc == self.local_entry
+    }
+}
+
+/// What the tracer knows about the guest's code: the function containing
+/// an address, and, where the registers do not tell a call from a jump,
+/// the instructions themselves.
 pub trait Symbolize {
-    /// `(first address, name)` of the function containing `pc`.
-    fn function(&self, pc: u64) -> Option<(u64, Arc<str>)>;
+    /// The function containing `pc`.
+    fn function(&self, pc: u64) -> Option<Function>;
 
     /// A name for `pc` when no function contains it.
     fn unnamed(&self, pc: u64) -> Arc<str> {
         format!("{pc:#x}").into()
+    }
+
+    /// The length of the instruction at `pc`, as QEMU reported it when it
+    /// translated it: then the return address of a call and the
+    /// fall-through of a branch are exactly that far past it.
+    fn insn_len(&self, _pc: u64) -> Option<u64> {
+        None
+    }
+
+    /// The 4-byte instruction word at `pc` in the guest's byte order, from
+    /// the file mapped there (PowerPC: the encoding tells a call).
+    fn insn_word(&self, _pc: u64) -> Option<u32> {
+        None
     }
 }
 
@@ -250,14 +285,18 @@ impl BacktraceState {
     ) {
         let ret = match (rules.link, regs) {
             (Link::Register { .. }, Some(r)) => Return {
-                addr: r.ra,
+                addr: r.ra.map(|ra| rules.return_address(ra)),
                 sp: Some(r.sp),
             },
             (Link::Stack, Some(r)) => Return {
                 addr: None,
                 sp: Some(r.sp.wrapping_add(rules.ret_pop)),
             },
-            (_, None) => Return {
+            // PowerPC: the handler returns to LR, which the trace does not
+            // carry, with the stack pointer it started with, which every
+            // jump inside a frameless handler has too. Left when a frame
+            // below it returns.
+            (Link::Encoding, _) | (_, None) => Return {
                 addr: None,
                 sp: None,
             },
@@ -280,10 +319,16 @@ impl BacktraceState {
         );
     }
 
-    /// The instruction at `pc` stored `size` bytes of `val` at `addr`.
-    pub fn write(&mut self, pc: u64, addr: u64, val: u64, size: u8) {
+    /// The instruction at `pc` stored `size` bytes of `val` at `addr`: on
+    /// x86, a branch storing a return address's worth of bytes just below
+    /// the stack pointer is a `call`.
+    pub fn write(&mut self, rules: &Rules, pc: u64, addr: u64, val: u64, size: u8) {
+        let width = rules.ret_pop;
         if let Some(b) = &mut self.branch_flag {
-            if b.pc == pc && size == 8 && b.sp.map_or(true, |sp| addr == sp.wrapping_sub(8)) {
+            if b.pc == pc
+                && u64::from(size) == width
+                && b.sp.map_or(true, |sp| addr == sp.wrapping_sub(width))
+            {
                 b.pushed = Some(val);
             }
         }
@@ -300,12 +345,25 @@ impl BacktraceState {
         out: &mut impl FnMut(&Change, &BacktraceState),
     ) {
         let from = b.pc.wrapping_sub(rules.insn_back);
+        // The address after the flagged instruction: exact where QEMU told
+        // its length, else one of the architecture's candidates.
+        let len = syms.insn_len(b.pc);
+        let after = |addr: u64, candidates: &[u64]| match len {
+            Some(n) => b.pc.wrapping_add(n) == addr,
+            None => candidates.iter().any(|&d| b.pc.wrapping_add(d) == addr),
+        };
         let link = match rules.link {
             Link::Register { offsets } => regs
                 .and_then(|r| r.ra)
-                .filter(|&ra| offsets.iter().any(|&d| b.pc.wrapping_add(d) == ra)),
+                .map(|ra| rules.return_address(ra))
+                .filter(|&ra| after(ra, offsets)),
             Link::Stack => b.pushed,
+            Link::Encoding => syms
+                .insn_word(b.pc)
+                .filter(|&w| is_ppc_call(w))
+                .map(|_| b.pc.wrapping_add(4)),
         }
+        // A call to the next instruction (reading the pc) returns nowhere.
         .filter(|&ret| ret != pc);
         let sp = regs.map(|r| r.sp);
 
@@ -331,11 +389,7 @@ impl BacktraceState {
             );
             return;
         }
-        if rules
-            .fallthrough
-            .iter()
-            .any(|&d| b.pc.wrapping_add(d) == pc)
-        {
+        if after(pc, rules.fallthrough) {
             return;
         }
         if regs.is_none() {
@@ -356,17 +410,18 @@ impl BacktraceState {
             return;
         }
 
-        // A tail call: a jump to the first instruction of another function.
-        if let Some((start, name)) = syms.function(pc) {
-            let same = syms.function(b.pc).is_some_and(|(s, _)| s == start);
-            if start == pc && !same {
+        // A tail call: a jump to the first instruction (or the local entry
+        // point) of another function.
+        if let Some(f) = syms.function(pc) {
+            let same = syms.function(b.pc).is_some_and(|g| g.start == f.start);
+            if f.entered_at(pc) && !same {
                 let ret = self.return_stack.last().copied().unwrap_or(Return {
                     addr: None,
                     sp: None,
                 });
                 self.push(
                     Frame {
-                        name,
+                        name: f.name,
                         entry: pc,
                         via: Via::Jump,
                     },
@@ -392,7 +447,7 @@ impl BacktraceState {
 
 fn name_of(syms: &impl Symbolize, pc: u64) -> Arc<str> {
     match syms.function(pc) {
-        Some((_, name)) => name,
+        Some(f) => f.name,
         None => syms.unnamed(pc),
     }
 }
@@ -402,10 +457,33 @@ mod tests {
     use super::*;
     use crate::arch::rules;
     use crate::symbols::Functions;
+    use std::collections::HashMap;
 
-    impl Symbolize for Functions {
-        fn function(&self, pc: u64) -> Option<(u64, Arc<str>)> {
-            self.find(pc).map(|f| (f.start, f.name.clone()))
+    /// The functions of `table()`, and what a test says about the code:
+    /// local entry points, instruction lengths and words.
+    #[derive(Default)]
+    struct Code {
+        funcs: Functions,
+        local: HashMap<u64, u64>,
+        lens: HashMap<u64, u64>,
+        words: HashMap<u64, u32>,
+    }
+
+    impl Symbolize for Code {
+        fn function(&self, pc: u64) -> Option<Function> {
+            self.funcs.find(pc).map(|f| Function {
+                start: f.start,
+                local_entry: f.start + self.local.get(&f.start).copied().unwrap_or(0),
+                name: f.name.clone(),
+            })
+        }
+
+        fn insn_len(&self, pc: u64) -> Option<u64> {
+            self.lens.get(&pc).copied()
+        }
+
+        fn insn_word(&self, pc: u64) -> Option<u32> {
+            self.words.get(&pc).copied()
         }
     }
 
@@ -413,7 +491,7 @@ mod tests {
     /// logging each change as `fmt` renders it.
     struct Trace {
         rules: Rules,
-        syms: Functions,
+        syms: Code,
         st: BacktraceState,
         log: Vec<String>,
         fmt: fn(&Change, &BacktraceState) -> String,
@@ -423,7 +501,10 @@ mod tests {
         fn new(arch: &str, fmt: fn(&Change, &BacktraceState) -> String) -> Self {
             Trace {
                 rules: rules(arch).unwrap(),
-                syms: table(),
+                syms: Code {
+                    funcs: table(),
+                    ..Code::default()
+                },
                 st: BacktraceState::default(),
                 log: Vec::new(),
                 fmt,
@@ -432,7 +513,13 @@ mod tests {
 
         /// Runs a script of (pc, branch, ra, sp) instructions.
         fn steps(&mut self, steps: &[(u64, bool, Option<u64>, u64)]) {
-            let Trace { rules, syms, st, log, fmt } = self;
+            let Trace {
+                rules,
+                syms,
+                st,
+                log,
+                fmt,
+            } = self;
             for &(pc, br, ra, sp) in steps {
                 st.insn(rules, syms, pc, br, Some(Regs { ra, sp }), &mut |c, s| {
                     log.push(fmt(c, s))
@@ -465,6 +552,17 @@ mod tests {
             t.steps(&[(pc, br, Some(ra), sp)]);
         }
         assert_eq!(t.log, expect);
+    }
+
+    /// "+name ret" / "-name pc", addresses in hex.
+    fn names_and_addresses(c: &Change, s: &BacktraceState) -> String {
+        match c {
+            Change::Enter { ret, .. } => {
+                let r = ret.map_or("-".to_string(), |r| format!("{r:x}"));
+                format!("+{} {r}", s.backtrace.last().unwrap().name)
+            }
+            Change::Exit { frame, pc, .. } => format!("-{} {pc:x}", frame.name),
+        }
     }
 
     fn table() -> Functions {
@@ -590,7 +688,8 @@ mod tests {
         });
         // call f at 0x1010: pushes 0x1015 at 0x7f8.
         t.steps_sp(&[(0x1000, false, 0x800), (0x1010, true, 0x800)]);
-        t.st.write(0x1010, 0x7f8, 0x1015, 8);
+        let rules = t.rules;
+        t.st.write(&rules, 0x1010, 0x7f8, 0x1015, 8);
         t.steps_sp(&[
             (0x2000, false, 0x7f8),
             // jmp g (tail call), g: a loop back to its own start, then ret.
@@ -652,6 +751,164 @@ mod tests {
             (0x9000, false, Some(0x9000), 0x600),
         ]);
         assert_eq!(t.log, ["+ None", "+ Some(9000)", "- 9000"]);
+    }
+
+    #[test]
+    fn arm_thumb_calls_set_the_interworking_bit() {
+        // Thumb main: `bl f` (4 bytes) at 0x1010, lr := 0x1015. f: `push
+        // {r4, lr}`, then `blx r3` (2 bytes) at 0x2008 to g, lr := 0x200b;
+        // g: a conditional instruction that falls through (2 bytes), then
+        // `b.w h` (a tail call); h returns with `bx lr` to 0x200a; f
+        // returns with `pop {r4, pc}` to 0x1014.
+        let mut t = Trace::new("armv5tel", names_and_addresses);
+        t.steps(&[
+            (0x1000, false, Some(0), 0x800),
+            (0x1010, true, Some(0), 0x800),
+            (0x2000, false, Some(0x1015), 0x800),
+            (0x2008, true, Some(0x1015), 0x7f8),
+            (0x3000, false, Some(0x200b), 0x7f8),
+            (0x3004, true, Some(0x200b), 0x7f8),
+            (0x3006, false, Some(0x200b), 0x7f8),
+            (0x300a, true, Some(0x200b), 0x7f8),
+            (0x4000, false, Some(0x200b), 0x7f8),
+            (0x4010, true, Some(0x200b), 0x7f8),
+            (0x200a, false, Some(0x200b), 0x7f8),
+            (0x2010, true, Some(0x200b), 0x7f8),
+            (0x1014, false, Some(0x200b), 0x800),
+        ]);
+        assert_eq!(
+            t.log,
+            ["+main -", "+f 1014", "+g 200a", "+h 200a", "-h 200a", "-g 200a", "-f 1014"]
+        );
+        // A32 code (no interworking bit): `bl` at 0x1010, lr := 0x1014.
+        check(
+            "arm",
+            &[
+                (0x1000, false, 0, 0x800),
+                (0x1010, true, 0, 0x800),
+                (0x2000, false, 0x1014, 0x800),
+                (0x2004, true, 0x1014, 0x800),
+                (0x1014, false, 0x1014, 0x800),
+            ],
+            &["+main", "+f", "-f"],
+        );
+    }
+
+    #[test]
+    fn aarch64_bl_and_ret() {
+        check(
+            "aarch64",
+            &[
+                (0x1000, false, 0, 0x800),
+                (0x1010, true, 0, 0x800),
+                (0x2000, false, 0x1014, 0x800),
+                // blr x1 to g.
+                (0x2008, true, 0x1014, 0x7f0),
+                (0x3000, false, 0x200c, 0x7f0),
+                (0x3004, true, 0x200c, 0x7f0),
+                (0x200c, false, 0x200c, 0x7f0),
+                (0x2010, true, 0x1014, 0x800),
+                (0x1014, false, 0x1014, 0x800),
+            ],
+            &["+main", "+f", "+g", "-g", "-f"],
+        );
+    }
+
+    #[test]
+    fn reported_lengths_make_the_return_address_exact() {
+        // RISC-V: a 4-byte jump at 0x2010 with ra = 0x2012, which a 2-byte
+        // call there would have left. Without the length that is a call;
+        // with it, a jump within f.
+        let steps = [
+            (0x1000, false, Some(0), 0x800),
+            (0x1010, true, Some(0), 0x800),
+            (0x2000, false, Some(0x1014), 0x800),
+            (0x2010, true, Some(0x2012), 0x800),
+            (0x2040, false, Some(0x2012), 0x800),
+        ];
+        let mut t = Trace::new("riscv64", names);
+        t.steps(&steps);
+        assert_eq!(t.log, ["+main", "+f", "+f"]);
+        let mut t = Trace::new("riscv64", names);
+        t.syms.lens.insert(0x2010, 4);
+        t.steps(&steps);
+        assert_eq!(t.log, ["+main", "+f"]);
+        // And the fall-through: a 2-byte branch at 0x2010 not taken.
+        let mut t = Trace::new("riscv64", names);
+        t.syms.lens.insert(0x2010, 2);
+        t.steps(&[
+            (0x1000, false, Some(0), 0x800),
+            (0x2010, true, Some(0x2012), 0x800),
+            (0x2012, false, Some(0x2012), 0x800),
+        ]);
+        assert_eq!(t.log, ["+main"]);
+    }
+
+    #[test]
+    fn powerpc_calls_are_read_from_the_code() {
+        // ppc64le: main's `bl f` at 0x1010 lands on f's local entry
+        // (0x2008); f's `bctrl` at 0x2010 calls g at its global entry; g
+        // tail-calls h with `b` to h's local entry; h's `blr` returns to
+        // f (0x2014), f's to main (0x1014). r1 is the stack pointer; LR is
+        // not in the registers.
+        let mut t = Trace::new("ppc64le", names_and_addresses);
+        for f in [0x2000, 0x3000, 0x4000] {
+            t.syms.local.insert(f, 8);
+        }
+        t.syms.words.extend([
+            (0x1010, 0x4800_0ff9), // bl 0x2008
+            (0x2010, 0x4e80_0421), // bctrl
+            (0x3010, 0x4800_0ff8), // b 0x4008
+            (0x4010, 0x4e80_0020), // blr
+            (0x2020, 0x4e80_0020), // blr
+        ]);
+        t.steps_sp(&[
+            (0x1000, false, 0x800),
+            (0x1010, true, 0x800),
+            (0x2008, false, 0x800),
+            (0x2010, true, 0x7c0),
+            (0x3000, false, 0x7c0),
+            (0x3010, true, 0x7c0),
+            (0x4008, false, 0x7c0),
+            (0x4010, true, 0x7c0),
+            (0x2014, false, 0x7c0),
+            (0x2020, true, 0x800),
+            (0x1014, false, 0x800),
+        ]);
+        assert_eq!(
+            t.log,
+            ["+main -", "+f 1014", "+g 2014", "+h 2014", "-h 2014", "-g 2014", "-f 1014"]
+        );
+        // A branch whose code is unknown is no call; a jump to a local
+        // entry in the same function is no tail call.
+        let mut t = Trace::new("ppc64le", names);
+        t.syms.local.insert(0x1000, 8);
+        t.steps_sp(&[
+            (0x1000, false, 0x800),
+            (0x1010, true, 0x800),
+            (0x2000, false, 0x800),
+            (0x2010, true, 0x800),
+            (0x2008, false, 0x800),
+        ]);
+        assert_eq!(t.log, ["+main", "+f"]);
+    }
+
+    #[test]
+    fn i386_call_pushes_four_bytes() {
+        let mut t = Trace::new("i686", names_and_addresses);
+        let rules = t.rules;
+        // call f at 0x1010 (5 bytes): pushes 0x1015 at 0x7fc.
+        t.steps_sp(&[(0x1000, false, 0x800), (0x1010, true, 0x800)]);
+        t.st.write(&rules, 0x1010, 0x7fc, 0x1015, 4);
+        t.steps_sp(&[(0x2000, false, 0x7fc), (0x2004, true, 0x7fc)]);
+        // An 8-byte store by a branch is no i386 return address.
+        t.st.write(&rules, 0x2004, 0x7f8, 0x2009, 8);
+        t.steps_sp(&[
+            (0x2040, false, 0x7f4),
+            (0x2044, true, 0x7fc),
+            (0x1015, false, 0x800),
+        ]);
+        assert_eq!(t.log, ["+main -", "+f 1015", "-f 1015"]);
     }
 
     #[test]

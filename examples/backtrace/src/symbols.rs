@@ -1,4 +1,11 @@
-//! The guest executable's functions, from its ELF symbol table.
+//! The guest executable's functions, from its ELF symbol table, and its
+//! code (PowerPC: the tracer reads call instructions).
+//!
+//! Two things make a symbol's value differ from the address code runs at:
+//! an ARM Thumb function's value has bit 0 set (the interworking bit: a
+//! `blx` to it switches to Thumb state), and a PowerPC ELFv2 function has a
+//! local entry point a few instructions past its value (`st_other` says how
+//! far), where calls from code sharing its TOC land.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,6 +20,9 @@ pub struct Func {
     pub start: u64,
     pub end: u64,
     pub name: Arc<str>,
+    /// The local entry point's distance from `start` (PowerPC ELFv2; else
+    /// 0).
+    pub local_entry: u64,
 }
 
 /// The functions of one executable, sorted and without overlaps.
@@ -27,6 +37,9 @@ pub struct Functions {
     /// Executable sections, sorted: they name code outside any function
     /// (`.plt+0x18`).
     sections: Vec<Func>,
+    /// The executable segments' bytes by link-time address, sorted.
+    code: Vec<(u64, Vec<u8>)>,
+    big_endian: bool,
 }
 
 /// A symbol as read, before the table is built.
@@ -39,6 +52,7 @@ struct Raw {
     /// Which of several symbols at one address names the function: lower
     /// wins.
     rank: (u8, usize, String),
+    local_entry: u64,
 }
 
 impl Functions {
@@ -53,9 +67,9 @@ impl Functions {
             std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let file = object::File::parse(&*data)
             .map_err(|e| format!("{} is not a usable ELF file: {e}", path.display()))?;
-        let first_page = match &file {
-            object::File::Elf32(f) => first_load_page(f),
-            object::File::Elf64(f) => first_load_page(f),
+        let (first_page, code) = match &file {
+            object::File::Elf32(f) => (first_load_page(f), code_segments(f)),
+            object::File::Elf64(f) => (first_load_page(f), code_segments(f)),
             _ => return Err(format!("{} is not an ELF file", path.display())),
         };
         let mut raw: Vec<Raw> = file
@@ -83,6 +97,7 @@ impl Functions {
                     start: s.address(),
                     end: s.address().saturating_add(s.size()),
                     name: s.name().ok()?.into(),
+                    local_entry: 0,
                 })
             })
             .collect();
@@ -92,6 +107,8 @@ impl Functions {
             pie: file.kind() == object::ObjectKind::Dynamic,
             first_page,
             sections,
+            code,
+            big_endian: !file.is_little_endian(),
         })
     }
 
@@ -106,13 +123,12 @@ impl Functions {
                 limit: u64::MAX,
                 name: name.to_string(),
                 rank: (0, 0, name.to_string()),
+                local_entry: 0,
             })
             .collect();
         Functions {
             funcs: build(raw),
-            pie: false,
-            first_page: 0,
-            sections: Vec::new(),
+            ..Functions::default()
         }
     }
 
@@ -121,6 +137,20 @@ impl Functions {
         let i = self.funcs.partition_point(|f| f.start <= addr);
         let f = self.funcs.get(i.checked_sub(1)?)?;
         (addr < f.end).then_some(f)
+    }
+
+    /// The 4-byte instruction word at link-time address `addr`, in the
+    /// file's byte order.
+    pub fn word(&self, addr: u64) -> Option<u32> {
+        let i = self.code.partition_point(|(start, _)| *start <= addr);
+        let (start, bytes) = self.code.get(i.checked_sub(1)?)?;
+        let off = usize::try_from(addr - start).ok()?;
+        let b: [u8; 4] = bytes.get(off..off.checked_add(4)?)?.try_into().ok()?;
+        Some(if self.big_endian {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
     }
 
     /// The executable section containing link-time address `addr`.
@@ -144,10 +174,51 @@ fn first_load_page<F: FileHeader>(f: &ElfFile<'_, F>) -> u64 {
         .unwrap_or(0)
 }
 
+/// The file bytes of the executable PT_LOAD segments, by link-time
+/// address.
+fn code_segments<F: FileHeader>(f: &ElfFile<'_, F>) -> Vec<(u64, Vec<u8>)> {
+    let endian = f.endian();
+    let mut v: Vec<(u64, Vec<u8>)> = f
+        .elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(endian) == elf::PT_LOAD && p.p_flags(endian) & elf::PF_X != 0)
+        .filter_map(|p| {
+            let data = p.data(endian, f.data()).ok()?;
+            Some((p.p_vaddr(endian).into(), data.to_vec()))
+        })
+        .collect();
+    v.sort_by_key(|(a, _)| *a);
+    v
+}
+
+/// The address code of a function symbol runs at, and the distance of its
+/// local entry point: ARM Thumb symbols have bit 0 set, PowerPC ELFv2
+/// ones carry the local entry in the top three bits of `st_other` (as
+/// `PPC64_LOCAL_ENTRY_OFFSET` decodes them: 0 and 1 mean none, n means
+/// `1 << n` bytes).
+fn code_address(arch: object::Architecture, value: u64, st_other: u8) -> (u64, u64) {
+    match arch {
+        object::Architecture::Arm => (value & !1, 0),
+        object::Architecture::PowerPc64 => {
+            let local = match st_other >> 5 {
+                0 | 1 => 0,
+                n => 1u64 << n,
+            };
+            (value, local)
+        }
+        _ => (value, 0),
+    }
+}
+
 fn raw_symbol<'a>(file: &object::File<'a>, s: &impl ObjectSymbol<'a>) -> Option<Raw> {
     if s.kind() != SymbolKind::Text || s.is_undefined() || s.address() == 0 {
         return None;
     }
+    let st_other = match s.flags() {
+        object::SymbolFlags::Elf { st_other, .. } => st_other,
+        _ => 0,
+    };
+    let (start, local_entry) = code_address(file.architecture(), s.address(), st_other);
     let name = s.name().ok()?;
     if name.is_empty() {
         return None;
@@ -167,11 +238,12 @@ fn raw_symbol<'a>(file: &object::File<'a>, s: &impl ObjectSymbol<'a>) -> Option<
         .and_then(|i| file.section_by_index(i).ok())
         .map_or(u64::MAX, |sec| sec.address().saturating_add(sec.size()));
     Some(Raw {
-        start: s.address(),
+        start,
         size: s.size(),
         limit,
         name: name.to_string(),
         rank: (binding, underscores, name.to_string()),
+        local_entry,
     })
 }
 
@@ -195,6 +267,7 @@ fn build(mut raw: Vec<Raw>) -> Vec<Func> {
             start: r.start,
             end: 0,
             name: r.name.into(),
+            local_entry: r.local_entry,
         });
         sizes.push((r.size, r.limit));
     }
