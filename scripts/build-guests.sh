@@ -5,20 +5,25 @@
 # guest programs (bench/programs/*.c) as static -O2 binaries for every guest
 # architecture the tests use:
 #
-#   target/guests/<arch>/<name>      arch = mipsel | riscv64 | x86_64
+#   target/guests/<arch>/<name>
+#   arch = mipsel mips mips64el arm aarch64 riscv64 x86_64 i386 ppc64le
 #
-# For mipsel it also installs Debian's busybox-static as
-# target/guests/mipsel/busybox (scripts/fetch-busybox.sh, the benchmark's
-# busybox workload); failing to download it is only a warning, since no test
-# needs it.
+# with Debian's cross compilers (scripts/deps.sh installs them; x86_64 uses
+# the host's gcc on an x86-64 host). For mipsel it also installs Debian's
+# busybox-static as target/guests/mipsel/busybox (scripts/fetch-busybox.sh,
+# the benchmark's busybox workload); failing to download it is only a
+# warning here. The tests fetch the other architectures' busybox themselves
+# when they need it (or run scripts/fetch-busybox.sh).
 #
 # Programs named dyn_*.c are linked dynamically instead (no -static); run
 # them with QEMU's -L /usr/<triple> (Debian's libc6-<arch>-cross).
+# simd.c gets -msse2 on i386 (Debian's i686 baseline has no SSE), so that
+# its 16-byte loads and stores are SSE ones there too.
 #
 # Outputs that are newer than their source (and this script) are skipped.
 #
-# usage: scripts/build-guests.sh [-f|--force] [-q|--quiet] [ARCH...]
-#   ARCH defaults to "mipsel riscv64"; x86_64 (host gcc) only on request.
+# usage: scripts/build-guests.sh [-f|--force] [-q|--quiet] [ARCH...|all]
+#   ARCH defaults to all of them.
 # env:   CANNOLI_GUEST_CFLAGS  extra compiler flags (appended)
 set -euo pipefail
 
@@ -28,6 +33,8 @@ src_dir="$root/tests/programs"
 out_root="$root/target/guests"
 self="$here/$(basename "${BASH_SOURCE[0]}")"
 
+all_arches=(mipsel mips mips64el arm aarch64 riscv64 x86_64 i386 ppc64le)
+
 force=0
 quiet=0
 arches=()
@@ -35,29 +42,51 @@ for a in "$@"; do
   case "$a" in
     -f|--force) force=1 ;;
     -q|--quiet) quiet=1 ;;
-    -h|--help) sed -n '3,22p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,27p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "build-guests: unknown option: $a" >&2; exit 2 ;;
+    all) arches+=("${all_arches[@]}") ;;
     *) arches+=("$a") ;;
   esac
 done
-[ ${#arches[@]} -eq 0 ] && arches=(mipsel riscv64)
+[ ${#arches[@]} -eq 0 ] && arches=("${all_arches[@]}")
 
 log() { [ "$quiet" = 1 ] || echo "build-guests: $*" >&2; }
 
-# arch -> compiler, Debian packages that provide it
+host_x86_64() { [ "$(uname -m)" = x86_64 ]; }
+
+# arch -> compiler
 compiler_for() {
   case "$1" in
-    mipsel) echo "mipsel-linux-gnu-gcc" ;;
-    riscv64) echo "riscv64-linux-gnu-gcc" ;;
-    x86_64) if [ "$(uname -m)" = x86_64 ]; then echo gcc; else echo x86_64-linux-gnu-gcc; fi ;;
+    mipsel) echo mipsel-linux-gnu-gcc ;;
+    mips) echo mips-linux-gnu-gcc ;;
+    mips64el) echo mips64el-linux-gnuabi64-gcc ;;
+    arm) echo arm-linux-gnueabihf-gcc ;;
+    aarch64) echo aarch64-linux-gnu-gcc ;;
+    riscv64) echo riscv64-linux-gnu-gcc ;;
+    x86_64) if host_x86_64; then echo gcc; else echo x86_64-linux-gnu-gcc; fi ;;
+    i386) echo i686-linux-gnu-gcc ;;
+    ppc64le) echo powerpc64le-linux-gnu-gcc ;;
     *) return 1 ;;
   esac
 }
+# arch -> the Debian packages that provide its compiler and C library
 packages_for() {
   case "$1" in
     mipsel) echo "gcc-mipsel-linux-gnu libc6-dev-mipsel-cross" ;;
+    mips) echo "gcc-mips-linux-gnu libc6-dev-mips-cross" ;;
+    mips64el) echo "gcc-mips64el-linux-gnuabi64 libc6-dev-mips64el-cross" ;;
+    arm) echo "gcc-arm-linux-gnueabihf libc6-dev-armhf-cross" ;;
+    aarch64) echo "gcc-aarch64-linux-gnu libc6-dev-arm64-cross" ;;
     riscv64) echo "gcc-riscv64-linux-gnu libc6-dev-riscv64-cross" ;;
-    x86_64) if [ "$(uname -m)" = x86_64 ]; then echo "gcc libc6-dev"; else echo "gcc-x86-64-linux-gnu libc6-dev-amd64-cross"; fi ;;
+    x86_64) if host_x86_64; then echo "gcc libc6-dev"; else echo "gcc-x86-64-linux-gnu libc6-dev-amd64-cross"; fi ;;
+    i386) echo "gcc-i686-linux-gnu libc6-dev-i386-cross" ;;
+    ppc64le) echo "gcc-powerpc64le-linux-gnu libc6-dev-ppc64el-cross" ;;
+  esac
+}
+# program, arch -> extra flags
+program_flags() {
+  case "$1:$2" in
+    simd:i386) echo "-msse2 -mfpmath=sse" ;;
   esac
 }
 
@@ -69,17 +98,17 @@ if [ ${#sources[@]} -eq 0 ]; then
 fi
 sources+=("$root"/bench/programs/*.c)
 
-CFLAGS=(-O2 -static -g0 -Wall -Wextra -Wno-unused-parameter -std=gnu11)
+CFLAGS=(-O2 -static -g0 -Wall -Wextra -Wno-unused-parameter -std=gnu11 -pthread)
 # shellcheck disable=SC2206
 extra=(${CANNOLI_GUEST_CFLAGS:-})
 
 built=0
 skipped=0
 for arch in "${arches[@]}"; do
-  cc="$(compiler_for "$arch")" || { echo "build-guests: unknown arch '$arch' (known: mipsel riscv64 x86_64)" >&2; exit 2; }
+  cc="$(compiler_for "$arch")" || { echo "build-guests: unknown arch '$arch' (known: ${all_arches[*]})" >&2; exit 2; }
   if ! command -v "$cc" >/dev/null 2>&1; then
     echo "build-guests: error: cross compiler '$cc' not found for $arch." >&2
-    echo "build-guests: install it with: apt-get install -y $(packages_for "$arch")" >&2
+    echo "build-guests: install it with: apt-get install -y $(packages_for "$arch") (or run scripts/deps.sh)" >&2
     exit 1
   fi
   out_dir="$out_root/$arch"
@@ -97,6 +126,8 @@ for arch in "${arches[@]}"; do
     for f in "${CFLAGS[@]}"; do
       case "$name:$f" in dyn_*:-static) ;; *) cflags+=("$f") ;; esac
     done
+    # shellcheck disable=SC2207
+    cflags+=($(program_flags "$name" "$arch"))
     if ! "$cc" "${cflags[@]}" "${extra[@]}" -o "$tmp" "$src" 2>"$tmp.log"; then
       cat "$tmp.log" >&2
       rm -f "$tmp" "$tmp.log"
@@ -111,7 +142,7 @@ for arch in "${arches[@]}"; do
   done
   if [ "$arch" = mipsel ]; then
     q=(); [ "$quiet" = 1 ] && q=(--quiet)
-    bash "$here/fetch-busybox.sh" "${q[@]}" ||
+    bash "$here/fetch-busybox.sh" "${q[@]}" mipsel ||
       echo "build-guests: warning: no busybox for mipsel; the benchmark's busybox-sha256 workload will be unavailable" >&2
   fi
 done

@@ -1,82 +1,160 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# Installs Debian's statically linked busybox for mipsel as
+# Installs Debian's statically linked busybox for each guest architecture
+# Debian ships it for as
 #
-#   target/guests/mipsel/busybox
+#   target/guests/<arch>/busybox
+#   arch (Debian's name) = x86_64 (amd64), aarch64 (arm64), arm (armhf),
+#                          i386, mips64el, mipsel, ppc64le (ppc64el)
 #
-# for the benchmark's busybox-sha256 workload (`cargo run --release -p bench`).
-# A real distribution binary, not one of our own test programs, so the
-# benchmark also measures code we did not write.
+# for the exactness tests (a real distribution binary, code we did not
+# write) and the benchmark's busybox-sha256 workload (mipsel). Debian 12 has
+# no busybox-static for big-endian mips nor riscv64.
 #
-# The .deb is fetched once with `apt-get download busybox-static:mipsel` into
-# ${CANNOLI_CACHE:-$HOME/.cache/cannoli}/dl and unpacked with `dpkg-deb -x`.
-# A no-op when the binary is already installed. Needs mipsel as a dpkg foreign
-# architecture (scripts/deps.sh adds it when run as root).
+# Each .deb is fetched once with `apt-get download busybox-static:<debarch>`
+# into ${CANNOLI_CACHE:-$HOME/.cache/cannoli}/dl and unpacked with
+# `dpkg-deb -x`; a download that fails (a mirror error, a stale index) is
+# retried, after `apt-get update` when run as root. An architecture whose
+# binary is already installed is a no-op. Needs the architecture as a dpkg
+# foreign architecture (scripts/deps.sh adds them when run as root), except
+# the host's own.
 #
-# usage: scripts/fetch-busybox.sh [-q|--quiet]
+# Exits 1, naming every architecture that failed, if any did; the others
+# are installed anyway.
+#
+# usage: scripts/fetch-busybox.sh [-q|--quiet] [ARCH...|all]   (default: all)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-out="$root/target/guests/mipsel/busybox"
 dl="${CANNOLI_CACHE:-$HOME/.cache/cannoli}/dl"
-pkg=busybox-static:mipsel
+all_arches=(x86_64 aarch64 arm i386 mips64el mipsel ppc64le)
 
 quiet=0
+arches=()
 for a in "$@"; do
   case "$a" in
     -q|--quiet) quiet=1 ;;
-    -h|--help) sed -n '3,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "fetch-busybox: unknown argument: $a" >&2; exit 2 ;;
+    -h|--help) sed -n '3,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "fetch-busybox: unknown option: $a" >&2; exit 2 ;;
+    all) arches+=("${all_arches[@]}") ;;
+    *) arches+=("$a") ;;
   esac
 done
+[ ${#arches[@]} -eq 0 ] && arches=("${all_arches[@]}")
+
 log() { [ "$quiet" = 1 ] || echo "fetch-busybox: $*" >&2; }
-die() { echo "fetch-busybox: error: $*" >&2; exit 1; }
+err() { echo "fetch-busybox: error: $*" >&2; }
 
-[ -x "$out" ] && exit 0
+# guest arch -> Debian architecture
+debarch_for() {
+  case "$1" in
+    x86_64) echo amd64 ;;
+    aarch64) echo arm64 ;;
+    arm) echo armhf ;;
+    i386) echo i386 ;;
+    mips64el) echo mips64el ;;
+    mipsel) echo mipsel ;;
+    ppc64le) echo ppc64el ;;
+    mips|riscv64) return 2 ;;
+    *) return 1 ;;
+  esac
+}
 
-command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null ||
-  die "needs apt-get and dpkg-deb (a Debian host) to fetch $pkg"
-dpkg --print-foreign-architectures | grep -qx mipsel ||
-  die "mipsel is not a dpkg foreign architecture: run 'bash scripts/deps.sh' as root (or: dpkg --add-architecture mipsel && apt-get update)"
-
-mkdir -p "$dl" "$(dirname "$out")"
-shopt -s nullglob
-debs=("$dl"/busybox-static_*_mipsel.deb)
-if [ ${#debs[@]} -eq 0 ]; then
-  log "downloading $pkg into $dl"
-  # apt-get download writes into the current directory; a private temporary
-  # directory keeps a half-downloaded file (or a concurrent run) out of the cache.
-  tmp="$(mktemp -d "$dl/.busybox.XXXXXX")"
-  trap 'rm -rf "$tmp"' EXIT
-  ok=0
-  for i in 1 2 3; do
-    # Only the download's own exit status counts: apt may also complain about
-    # unrelated broken indexes, which must not stop us. The timeout keeps an
-    # offline machine from stalling the test suite (which calls us through
-    # build-guests.sh) for minutes.
-    if (cd "$tmp" && apt-get download -o Acquire::Retries=2 -o Acquire::http::Timeout=20 "$pkg") >"$tmp/log" 2>&1; then
-      ok=1; break
+# Downloads busybox-static:$1 into $dl (if no .deb of it is cached) and
+# prints the newest cached .deb.
+download() {
+  local debarch=$1 pkg="busybox-static:$1" tmp i
+  shopt -s nullglob
+  local debs=("$dl"/busybox-static_*_"$debarch".deb)
+  if [ ${#debs[@]} -eq 0 ]; then
+    log "downloading $pkg into $dl"
+    # apt-get download writes into the current directory; a private
+    # temporary directory keeps a half-downloaded file out of the cache.
+    tmp="$(mktemp -d "$dl/.busybox.XXXXXX")"
+    local ok=0
+    for i in 1 2 3 4; do
+      # Only the download's own exit status counts: apt may also complain
+      # about unrelated broken indexes. The timeout keeps an offline machine
+      # from stalling the test suite for minutes.
+      if (cd "$tmp" && apt-get download -o Acquire::Retries=3 -o Acquire::http::Timeout=20 "$pkg") >"$tmp/log" 2>&1; then
+        ok=1; break
+      fi
+      log "apt-get download $pkg failed (try $i): $(grep -m1 -E '^(E|W):' "$tmp/log" || tail -n1 "$tmp/log")"
+      # A stale package index (a 404 from the mirror) is the usual cause;
+      # refresh it if we may.
+      if [ "$(id -u)" = 0 ]; then apt-get update -o Acquire::Retries=3 >/dev/null 2>&1 || true; fi
+      sleep $((i * 3))
+    done
+    if [ $ok = 0 ]; then
+      err "could not download $pkg after 4 tries: $(grep -m1 -E '^(E|W):' "$tmp/log" || tail -n1 "$tmp/log")"
+      rm -rf "$tmp"
+      return 1
     fi
-    log "apt-get download failed (try $i): $(grep -m1 -E '^(E|W):' "$tmp/log" || tail -n1 "$tmp/log")"
-    # A stale package index is the usual cause of a 404; refresh it if we may.
-    [ "$(id -u)" = 0 ] && apt-get update -o Acquire::Retries=3 >/dev/null 2>&1 || true
-    sleep $((i * 2))
-  done
-  [ $ok = 1 ] || die "could not download $pkg after 3 tries (see 'apt-get download $pkg')"
-  got=("$tmp"/busybox-static_*_mipsel.deb)
-  [ ${#got[@]} -eq 1 ] || die "apt-get download did not produce one busybox-static .deb"
-  mv -f "${got[0]}" "$dl/"
-  debs=("$dl/$(basename "${got[0]}")")
-fi
+    local got=("$tmp"/busybox-static_*_"$debarch".deb)
+    if [ ${#got[@]} -ne 1 ]; then
+      err "apt-get download $pkg did not produce one busybox-static .deb"
+      rm -rf "$tmp"
+      return 1
+    fi
+    mv -f "${got[0]}" "$dl/"
+    rm -rf "$tmp"
+    debs=("$dl/$(basename "${got[0]}")")
+  fi
+  # Newest cached version wins if there are several.
+  printf '%s\n' "${debs[@]}" | sort -V | tail -n1
+}
 
-# Newest cached version wins if there are several.
-deb="$(printf '%s\n' "${debs[@]}" | sort -V | tail -n1)"
-x="$(mktemp -d "$dl/.busybox-x.XXXXXX")"
-trap 'rm -rf "$x" ${tmp:+"$tmp"}' EXIT
-dpkg-deb -x "$deb" "$x" || die "cannot unpack $deb (delete it to download it again)"
-[ -x "$x/bin/busybox" ] || die "$deb has no bin/busybox (delete it to download it again)"
-cp -f "$x/bin/busybox" "$out.tmp.$$"
-mv -f "$out.tmp.$$" "$out"   # atomic: a concurrent reader never sees a partial binary
-log "installed $(basename "$deb") as $out"
+# Installs target/guests/$1/busybox.
+install_one() {
+  local arch=$1 debarch out deb x rc=0
+  debarch="$(debarch_for "$arch")" || rc=$?
+  case $rc in
+    0) ;;
+    2) err "Debian 12 ships no busybox-static for $arch"; return 1 ;;
+    *) err "unknown arch '$arch' (known: ${all_arches[*]})"; return 1 ;;
+  esac
+  out="$root/target/guests/$arch/busybox"
+  [ -x "$out" ] && return 0
+  if [ "$debarch" != "$(dpkg --print-architecture)" ] &&
+     ! dpkg --print-foreign-architectures | grep -qx "$debarch"; then
+    err "$debarch is not a dpkg foreign architecture: run 'bash scripts/deps.sh' as root (or: dpkg --add-architecture $debarch && apt-get update)"
+    return 1
+  fi
+  deb="$(download "$debarch")" || return 1
+  x="$(mktemp -d "$dl/.busybox-x.XXXXXX")"
+  if ! dpkg-deb -x "$deb" "$x"; then
+    rm -rf "$x"
+    err "cannot unpack $deb (delete it to download it again)"
+    return 1
+  fi
+  if [ ! -x "$x/bin/busybox" ]; then
+    rm -rf "$x"
+    err "$deb has no bin/busybox (delete it to download it again)"
+    return 1
+  fi
+  mkdir -p "$(dirname "$out")"
+  cp -f "$x/bin/busybox" "$out.tmp.$$"
+  rm -rf "$x"
+  mv -f "$out.tmp.$$" "$out"   # atomic: a concurrent reader never sees a partial binary
+  log "installed $(basename "$deb") as $out"
+}
+
+command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || {
+  err "needs apt-get and dpkg-deb (a Debian host) to fetch busybox-static"
+  exit 1
+}
+mkdir -p "$dl"
+# One fetch at a time: test processes may ask for the same architecture.
+exec 9>"$dl/.busybox.lock"
+flock 9
+
+failed=()
+for arch in "${arches[@]}"; do
+  install_one "$arch" || failed+=("$arch")
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  err "no busybox for: ${failed[*]}"
+  exit 1
+fi
