@@ -35,9 +35,9 @@
 //!   call between functions sharing a TOC lands on the callee's local entry
 //!   point, 8 bytes past its symbol (ELFv2); see `symbols.rs`.
 //! * **x86** (x86_64, i386): `call` pushes the return address: an 8-byte
-//!   (4-byte) store by the branch instruction to `rsp - 8` (`esp - 4`).
-//!   After `ret`, the stack pointer is 8 (4) higher than at the callee's
-//!   entry.
+//!   (4-byte) store by the branch instruction to `rsp - 8` (`esp - 4`) of
+//!   the address after it. After `ret`, the stack pointer is 8 (4) higher
+//!   than at the callee's entry.
 //!
 //! Where QEMU reported the length of the flagged instruction (its block
 //! events), the return address and the fall-through are that exact
@@ -49,8 +49,11 @@ pub enum Link {
     /// In a register, `pc + d` for one of these `d`, `pc` being the flagged
     /// instruction's.
     Register { offsets: &'static [u64] },
-    /// Pushed on the stack by the flagged instruction (`ret_pop` bytes).
-    Stack,
+    /// Pushed on the stack by the flagged instruction (`ret_pop` bytes):
+    /// the address `pc + d` for one of these `d`. The last instruction of a
+    /// block that ends at a page boundary is flagged too, and may be a
+    /// `push`: what it pushes is no return address.
+    Stack { offsets: &'static [u64] },
     /// In a register the trace does not carry (PowerPC's LR): the flagged
     /// instruction is a call if its encoding says it sets the link
     /// register ([`is_ppc_call`]); it returns to `pc + 4`.
@@ -126,7 +129,9 @@ pub fn rules(arch: &str) -> Option<Rules> {
             ..FIXED4
         },
         "x86_64" => Rules {
-            link: Link::Stack,
+            link: Link::Stack {
+                offsets: X86_LENGTHS,
+            },
             ra: None,
             sp: "rsp",
             fallthrough: &[],
@@ -134,7 +139,9 @@ pub fn rules(arch: &str) -> Option<Rules> {
             ..FIXED4
         },
         "i386" | "i486" | "i586" | "i686" => Rules {
-            link: Link::Stack,
+            link: Link::Stack {
+                offsets: X86_LENGTHS,
+            },
             ra: None,
             sp: "esp",
             fallthrough: &[],
@@ -144,6 +151,9 @@ pub fn rules(arch: &str) -> Option<Rules> {
         _ => return None,
     })
 }
+
+/// Every length an x86 instruction can have.
+const X86_LENGTHS: &[u64] = &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15];
 
 /// Fixed 4-byte instructions, the return address in a link register, no
 /// delay slot: the base of most rules.

@@ -288,7 +288,7 @@ impl BacktraceState {
                 addr: r.ra.map(|ra| rules.return_address(ra)),
                 sp: Some(r.sp),
             },
-            (Link::Stack, Some(r)) => Return {
+            (Link::Stack { .. }, Some(r)) => Return {
                 addr: None,
                 sp: Some(r.sp.wrapping_add(rules.ret_pop)),
             },
@@ -357,7 +357,7 @@ impl BacktraceState {
                 .and_then(|r| r.ra)
                 .map(|ra| rules.return_address(ra))
                 .filter(|&ra| after(ra, offsets)),
-            Link::Stack => b.pushed,
+            Link::Stack { offsets } => b.pushed.filter(|&ret| after(ret, offsets)),
             Link::Encoding => syms
                 .insn_word(b.pc)
                 .filter(|&w| is_ppc_call(w))
@@ -909,6 +909,23 @@ mod tests {
             (0x1015, false, 0x800),
         ]);
         assert_eq!(t.log, ["+main -", "+f 1015", "-f 1015"]);
+
+        // The last instruction before a page boundary ends its block, so it
+        // is flagged: a `push %esi` there stores esi, no return address,
+        // and the next instruction (on the next page) is no callee.
+        let mut t = Trace::new("i686", names);
+        t.steps_sp(&[(0x1000, false, 0x800), (0x1ffc, true, 0x800)]);
+        t.st.write(&rules, 0x1ffc, 0x7fc, 0x4080_0954, 4);
+        t.steps_sp(&[(0x1ffd, false, 0x7fc)]);
+        assert_eq!(t.log, ["+main"]);
+        // With QEMU's length of the flagged instruction, only that
+        // distance: a 1-byte `push` of the address 5 bytes on is none.
+        let mut t = Trace::new("i686", names);
+        t.syms.lens.insert(0x1ffc, 1);
+        t.steps_sp(&[(0x1000, false, 0x800), (0x1ffc, true, 0x800)]);
+        t.st.write(&rules, 0x1ffc, 0x7fc, 0x2001, 4);
+        t.steps_sp(&[(0x1ffd, false, 0x7fc)]);
+        assert_eq!(t.log, ["+main"]);
     }
 
     #[test]

@@ -1,13 +1,15 @@
-//! End to end: `tests/programs/bt_calls.c`, built with -O2 for mipsel,
-//! riscv64 and x86_64, traced by the `backtrace` binary under the patched
-//! QEMU; the JSON lines must follow the program's known call structure
-//! (nested calls, a five-deep recursion, a chain of two tail calls, a call
-//! through a function pointer).
+//! End to end: `tests/programs/bt_calls.c`, built with -O2 by Debian's
+//! cross compilers for every guest of the matrix (mipsel, mips, mips64el,
+//! arm in Thumb-2 and, with `-marm`, in A32, aarch64, riscv64, x86_64, i386,
+//! ppc64le), traced by the `backtrace` binary under the patched QEMU; the
+//! JSON lines must follow the program's known call structure (nested calls,
+//! a five-deep recursion, a chain of two tail calls, a call through a
+//! function pointer), which the cross binutils' disassembly confirms first.
 //!
 //! Needs what the rest of the workspace's end-to-end tests need: the cross
-//! compilers and binutils (`scripts/deps.sh`), and a patched QEMU for each of
-//! the three guests (`scripts/build-qemu.sh`, or `$CANNOLI_QEMU_BUILD`).
-//! These tests fail when something is missing; they never skip.
+//! compilers and binutils (`scripts/deps.sh`), and a patched QEMU for each
+//! guest (`scripts/build-qemu.sh`, or `$CANNOLI_QEMU_BUILD`). These tests
+//! fail when something is missing; they never skip.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -18,7 +20,9 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-const ARCHES: [&str; 3] = ["mipsel", "riscv64", "x86_64"];
+const ARCHES: [&str; 9] = [
+    "mipsel", "mips", "mips64el", "arm", "aarch64", "riscv64", "x86_64", "i386", "ppc64le",
+];
 
 /// What bt_calls prints with no arguments (argc = 1): bt_middle(1) = 9,
 /// bt_fact(5) = 120, bt_tail1(1) = bt_leaf(6) + 7 = 19, bt_leaf(1) = 2.
@@ -63,6 +67,31 @@ fn guest(arch: &str) -> PathBuf {
         .join("bt_calls");
     assert!(p.is_file(), "{} missing after build-guests.sh", p.display());
     p
+}
+
+/// `bt_calls` for ARM in A32 (`-marm`; the default is Thumb-2), built here:
+/// its calls into the C library, which is Thumb code, switch state.
+fn guest_a32() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = tmp("bt_calls_a32");
+            let o = Command::new("arm-linux-gnueabihf-gcc")
+                .args(["-marm", "-O2", "-static", "-g0", "-o"])
+                .arg(&out)
+                .arg(workspace().join("tests/programs/bt_calls.c"))
+                .output()
+                .unwrap_or_else(|e| {
+                    panic!("cannot run arm-linux-gnueabihf-gcc (scripts/deps.sh installs it): {e}")
+                });
+            assert!(
+                o.status.success(),
+                "arm-linux-gnueabihf-gcc -marm: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            out
+        })
+        .clone()
 }
 
 /// The `backtrace` binary, with its hook library `libbacktrace.so` next to
@@ -123,7 +152,13 @@ fn tmp(name: &str) -> PathBuf {
 fn objdump(arch: &str) -> &'static str {
     match arch {
         "mipsel" => "mipsel-linux-gnu-objdump",
+        "mips" => "mips-linux-gnu-objdump",
+        "mips64el" => "mips64el-linux-gnuabi64-objdump",
+        "arm" => "arm-linux-gnueabihf-objdump",
+        "aarch64" => "aarch64-linux-gnu-objdump",
         "riscv64" => "riscv64-linux-gnu-objdump",
+        "i386" => "i686-linux-gnu-objdump",
+        "ppc64le" => "powerpc64le-linux-gnu-objdump",
         _ => "objdump",
     }
 }
@@ -131,13 +166,38 @@ fn objdump(arch: &str) -> &'static str {
 /// Mnemonics of a call (leaves a return address) and of a plain jump.
 fn mnemonics(arch: &str) -> (&'static [&'static str], &'static [&'static str]) {
     match arch {
-        "mipsel" => (&["bal", "jal", "jalr", "bgezal", "bltzal"], &["b", "j"]),
+        "mipsel" | "mips" | "mips64el" => {
+            (&["bal", "jal", "jalr", "bgezal", "bltzal"], &["b", "j"])
+        }
         "riscv64" => (&["jal", "jalr", "call"], &["j", "jr", "tail"]),
+        "arm" => (&["bl", "blx"], &["b", "b.w", "b.n"]),
+        "aarch64" => (&["bl", "blr"], &["b", "br"]),
+        "ppc64le" => (&["bl", "bctrl", "blrl"], &["b", "bctr"]),
         _ => (&["call"], &["jmp"]),
     }
 }
 
-/// The bt_* functions and main: their instructions as (mnemonic, operands).
+/// How `main` is entered: called by the C library's start-up code, except
+/// on aarch64, where glibc's static `_start` holds a `__wrap_main: b main`
+/// (inside `_start`'s symbol size) that `__libc_start_call_main` calls.
+fn main_via(arch: &str) -> &'static str {
+    if arch == "aarch64" {
+        "jump"
+    } else {
+        "call"
+    }
+}
+
+/// Whether the operands of a branch name `target` as objdump prints it:
+/// `<f>`, or on ppc64le `<f+0x8>`, the local entry point (ELFv2) where
+/// calls and tail calls between functions sharing the TOC land.
+fn names_target(arch: &str, ops: &str, target: &str) -> bool {
+    ops.contains(&format!("<{target}>"))
+        || (arch == "ppc64le" && ops.contains(&format!("<{target}+0x8>")))
+}
+
+/// The bt_* functions, main and aarch64's `__wrap_main` (a label objdump
+/// shows as its own block): their instructions as (mnemonic, operands).
 fn disassemble(arch: &str, path: &Path) -> BTreeMap<String, Vec<(String, String)>> {
     let out = Command::new(objdump(arch))
         .args(["-d", "--no-show-raw-insn", "-w"])
@@ -158,7 +218,8 @@ fn disassemble(arch: &str, path: &Path) -> BTreeMap<String, Vec<(String, String)
             .split_once(" <")
             .and_then(|(_, r)| r.strip_suffix(">:"))
         {
-            current = (name.starts_with("bt_") || name == "main").then(|| name.to_string());
+            current = (name.starts_with("bt_") || name == "main" || name == "__wrap_main")
+                .then(|| name.to_string());
             continue;
         }
         let Some(f) = &current else { continue };
@@ -180,12 +241,15 @@ fn check_machine_code(arch: &str, path: &Path) {
     let (calls, jumps) = mnemonics(arch);
     let to = |f: &str, target: &str, kinds: &[&str]| {
         d[f].iter()
-            .filter(|(m, ops)| kinds.contains(&m.as_str()) && ops.contains(&format!("<{target}>")))
+            .filter(|(m, ops)| kinds.contains(&m.as_str()) && names_target(arch, ops, target))
             .count()
     };
+    // i386 position independent code reads its pc with a call to a thunk
+    // (`call __x86.get_pc_thunk.dx`), which is a real call and return but
+    // none of the program's.
     let any_call = |f: &str| {
         d[f].iter()
-            .filter(|(m, _)| calls.contains(&m.as_str()))
+            .filter(|(m, ops)| calls.contains(&m.as_str()) && !ops.contains("<__x86.get_pc_thunk."))
             .count()
     };
     // The tail calls are jumps, and the two tail-calling functions call
@@ -237,6 +301,15 @@ fn check_machine_code(arch: &str, path: &Path) {
         .filter(|(m, ops)| calls.contains(&m.as_str()) && !ops.contains('<'))
         .count();
     assert_eq!(indirect, 1, "{arch}: main's indirect call: {:?}", d["main"]);
+    // Where main is entered by a jump, the jump is there.
+    if main_via(arch) == "jump" {
+        assert_eq!(
+            to("__wrap_main", "main", jumps),
+            1,
+            "{arch}: {:?}",
+            d.get("__wrap_main")
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -271,12 +344,12 @@ impl Model {
     }
 }
 
-fn expected() -> Expected {
+fn expected(arch: &str) -> Expected {
     let mut m = Model {
         stack: Vec::new(),
         events: Vec::new(),
     };
-    m.call("main", "call", |m| {
+    m.call("main", main_via(arch), |m| {
         m.call("bt_middle", "call", |m| {
             m.call("bt_leaf", "call", |_| {});
             m.call("bt_leaf", "call", |_| {});
@@ -344,7 +417,18 @@ fn check_json(arch: &str, text: &str) -> Expected {
                     assert!(via == "call" || via == "jump", "{}", ctx());
                     hex(&v, "from");
                 }
-                let ret = (via != "start").then(|| hex(&v, "return"));
+                // A tail call from a frame that returns nowhere (the
+                // thread's first, like ppc64le's `_start: b
+                // __libc_start_main`) returns nowhere either; any other
+                // frame has a return address.
+                let ret = match via.as_str() {
+                    "start" => None,
+                    "jump" if stack.last().is_some_and(|(_, r)| r.is_none()) => {
+                        assert!(v.get("return").is_none(), "{}", ctx());
+                        None
+                    }
+                    _ => Some(hex(&v, "return")),
+                };
                 stack.push((f.clone(), ret));
                 via
             }
@@ -390,13 +474,15 @@ fn show(e: &Expected) -> String {
         .collect()
 }
 
-fn run_backtrace(arch: &str) -> (String, String) {
-    let prog = guest(arch);
-    let out_file = tmp(&format!("{arch}.jsonl"));
+fn run_backtrace(arch: &str, prog: &Path) -> (String, String) {
+    let out_file = tmp(&format!(
+        "{arch}-{}.jsonl",
+        prog.file_name().unwrap().to_string_lossy()
+    ));
     let out = Command::new(backtrace_bin())
         .arg("-o")
         .arg(&out_file)
-        .arg(&prog)
+        .arg(prog)
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -417,15 +503,19 @@ fn run_backtrace(arch: &str) -> (String, String) {
 }
 
 fn traces_bt_calls(arch: &str) {
-    check_machine_code(arch, &guest(arch));
-    let (text, err) = run_backtrace(arch);
+    traces(arch, &guest(arch));
+}
+
+fn traces(arch: &str, prog: &Path) {
+    check_machine_code(arch, prog);
+    let (text, err) = run_backtrace(arch, prog);
     assert!(
         err.contains("backtrace: ") && err.contains(" function entries"),
         "{err}"
     );
     assert!(!err.contains("warning"), "{arch}: {err}");
     let got = check_json(arch, &text);
-    let want = expected();
+    let want = expected(arch);
     assert_eq!(
         show(&got),
         show(&want),
@@ -446,6 +536,64 @@ fn riscv64_bt_calls() {
 #[test]
 fn x86_64_bt_calls() {
     traces_bt_calls("x86_64");
+}
+
+#[test]
+fn mips_bt_calls() {
+    traces_bt_calls("mips");
+}
+
+#[test]
+fn mips64el_bt_calls() {
+    traces_bt_calls("mips64el");
+}
+
+/// Thumb-2, Debian's default for armhf: 2- and 4-byte instructions, return
+/// addresses with the interworking bit set.
+#[test]
+fn arm_thumb_bt_calls() {
+    traces_bt_calls("arm");
+}
+
+/// A32 (`-marm`) calling into the Thumb C library and back.
+#[test]
+fn arm_a32_bt_calls() {
+    let prog = guest_a32();
+    let d = disassemble("arm", &prog);
+    // Really A32: 4-byte instructions only, in main.
+    let main_bytes = Command::new("arm-linux-gnueabihf-nm")
+        .args(["-S", "--defined-only"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let nm = String::from_utf8_lossy(&main_bytes.stdout);
+    let size = nm
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 4 && f[3] == "main").then(|| u64::from_str_radix(f[1], 16).unwrap())
+        })
+        .expect("main's size");
+    let insns = d["main"].len() as u64;
+    assert_eq!(size, 4 * insns, "main is not all A32: {:?}", d["main"]);
+    traces("arm", &prog);
+}
+
+#[test]
+fn aarch64_bt_calls() {
+    traces_bt_calls("aarch64");
+}
+
+#[test]
+fn i386_bt_calls() {
+    traces_bt_calls("i386");
+}
+
+/// ELFv2: calls land on local entry points; the link register is not in
+/// the trace, the code is read instead.
+#[test]
+fn ppc64le_bt_calls() {
+    traces_bt_calls("ppc64le");
 }
 
 /// The two-terminal mode: the client listens, QEMU is started separately.
@@ -498,7 +646,10 @@ fn classic_mode() {
     assert!(status.success(), "{status}: {rest}");
     let text = std::fs::read_to_string(&out_file).unwrap();
     let _ = std::fs::remove_file(&out_file);
-    assert_eq!(show(&check_json("mipsel", &text)), show(&expected()));
+    assert_eq!(
+        show(&check_json("mipsel", &text)),
+        show(&expected("mipsel"))
+    );
 }
 
 #[test]
