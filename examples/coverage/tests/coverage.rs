@@ -5,13 +5,18 @@
 //! programs' symbol tables, their ELF segments, QEMU's own drcov plugin and
 //! the tool's summary.
 //!
+//! Every guest of the matrix is covered: a static program on each (ARM
+//! both in Thumb-2, Debian's default, and in A32), compared byte for byte
+//! with QEMU's drcov plugin, and a dynamically linked one on each but
+//! x86_64 (the host's own).
+//!
 //! Needs `cargo build --release` first (target/release/coverage and
 //! libcoverage.so), the QEMU builds (`CANNOLI_QEMU_BUILD` /
 //! `CANNOLI_QEMU_PLAIN`, else target/qemu.env), the guest programs
-//! (built on demand by scripts/build-guests.sh), the mipsel and riscv64
-//! cross compilers and sysroots, busybox for mipsel
-//! (scripts/fetch-busybox.sh) and a host C compiler (for the shim that lets
-//! QEMU 10.0.13 load its drcov plugin, see `qemu_drcov`).
+//! (built on demand by scripts/build-guests.sh), Debian's cross compilers
+//! and sysroots, busybox for mipsel (scripts/fetch-busybox.sh) and a host
+//! C compiler (for the shim that lets QEMU 10.0.13 load its drcov plugin,
+//! see `qemu_drcov`).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -173,7 +178,8 @@ impl Elf {
         object::File::parse(&*self.data).unwrap()
     }
     /// Address and size of function `name` (symbol table, else dynamic
-    /// symbols), as linked.
+    /// symbols), as linked. An ARM Thumb function's symbol has bit 0 set
+    /// (the interworking bit); its code starts at the even address.
     fn func(&self, name: &str) -> (u64, u64) {
         let f = self.file();
         let found = f
@@ -181,7 +187,35 @@ impl Elf {
             .chain(f.dynamic_symbols())
             .find(|s| s.name() == Ok(name) && s.address() != 0)
             .unwrap_or_else(|| panic!("no symbol {name}"));
-        (found.address(), found.size())
+        let thumb_bit = match f.architecture() {
+            object::Architecture::Arm => 1,
+            _ => 0,
+        };
+        (found.address() & !thumb_bit, found.size())
+    }
+    /// Where a call of function `name` starts running it, as linked: its
+    /// start, or on ppc64le (ELFv2) its local entry point, past the two
+    /// instructions that set up the TOC pointer, which a call from code
+    /// sharing the TOC skips (`st_other` holds the distance: 0 and 1 mean
+    /// none, n means `1 << n` bytes). A function reached only that way never
+    /// runs its first instructions.
+    fn entry_point(&self, name: &str) -> u64 {
+        let (start, _) = self.func(name);
+        let f = self.file();
+        if f.architecture() != object::Architecture::PowerPc64 {
+            return start;
+        }
+        let sym = f
+            .symbols()
+            .chain(f.dynamic_symbols())
+            .find(|s| s.name() == Ok(name) && s.address() != 0)
+            .unwrap();
+        match sym.flags() {
+            object::SymbolFlags::Elf { st_other, .. } if st_other >> 5 >= 2 => {
+                start + (1 << (st_other >> 5))
+            }
+            _ => start,
+        }
     }
     /// The linked address of file offset 0 (what drcov offsets count from).
     fn vaddr0(&self) -> u64 {
@@ -366,13 +400,14 @@ fn run_coverage(dir: &RunDir, tag: &str, arch: &str, prog: &Path, args: &[&str])
     }
 }
 
-/// The options every e2e run gets, but no `-R` for x86-64: QEMU cannot
-/// place the x86-64 vsyscall page (0xffffffffff600000) in a reserved
-/// space ("Cannot allocate vsyscall page"). Static x86-64 code does not
-/// move without it.
+/// The options every e2e run gets, but no `-R` for x86-64 and mips64el:
+/// QEMU cannot place the x86-64 vsyscall page (0xffffffffff600000) in a
+/// reserved space ("Cannot allocate vsyscall page"), and a mips64el
+/// program is linked at 0x120000000, above the 4 GiB reservation. Static
+/// code does not move without it, and the comparisons are per module.
 fn common_args(arch: &str) -> Vec<&'static str> {
     let mut v = qemu_common_args(arch);
-    if arch == "x86_64" {
+    if arch == "x86_64" || arch == "mips64el" {
         if let Some(i) = v.iter().position(|a| *a == "-R") {
             v.drain(i..i + 2);
         }
@@ -471,10 +506,14 @@ fn qemu_drcov(
     let d = parse_drcov(&fs::read(&out).unwrap());
     assert_eq!(d.modules.len(), 1);
     let mut bytes = BTreeSet::new();
+    // QEMU writes the absolute pc truncated to 32 bits as the start: a
+    // module above 4 GiB (mips64el programs are linked at 0x120000000) gets
+    // its high bits back, as long as it does not straddle a 4 GiB line.
+    let high = lo & !0xffff_ffff;
+    assert_eq!((hi - 1) & !0xffff_ffff, high, "{lo:#x}-{hi:#x}");
     for &(m, start, size) in &d.bbs {
         assert_eq!(m, 0);
-        // QEMU writes the absolute pc (truncated to 32 bits) as the start.
-        let s = start as u64;
+        let s = high | start as u64;
         if s >= lo && s < hi {
             bytes.extend(s..s + size as u64);
         }
@@ -516,7 +555,7 @@ fn static_program(dir: &RunDir, arch: &str, prog: &Path, insn_align: u64, flavor
             module.entry
         );
         for f in ["main", "cov_always", "cov_loop", "cov_branch", "printf"] {
-            let (a, _) = elf.func(f);
+            let a = elf.entry_point(f);
             assert!(
                 d.covered(m, a),
                 "{f} at {a:#x} not covered ({})",
@@ -529,9 +568,9 @@ fn static_program(dir: &RunDir, arch: &str, prog: &Path, insn_align: u64, flavor
             !d.any_covered(m, never, never + never_size),
             "cov_never covered"
         );
-        let (odd, _) = elf.func("cov_odd");
-        let (even, _) = elf.func("cov_even");
-        let (x, _) = elf.func("cov_extra");
+        let odd = elf.entry_point("cov_odd");
+        let even = elf.entry_point("cov_even");
+        let x = elf.entry_point("cov_extra");
         assert_eq!(d.covered(m, x), with_extra, "cov_extra");
         assert_eq!(d.covered(m, odd), with_extra, "cov_odd");
         assert_eq!(d.covered(m, even), !with_extra, "cov_even");
@@ -618,9 +657,109 @@ fn static_program_x86_64() {
     static_program(&dir, "x86_64", &prog, 1, "drcov-64");
 }
 
+/// Debian's cross compiler for `arch`.
+fn cross_gcc(arch: &str) -> &'static str {
+    match arch {
+        "mipsel" => "mipsel-linux-gnu-gcc",
+        "mips" => "mips-linux-gnu-gcc",
+        "mips64el" => "mips64el-linux-gnuabi64-gcc",
+        "arm" => "arm-linux-gnueabihf-gcc",
+        "aarch64" => "aarch64-linux-gnu-gcc",
+        "riscv64" => "riscv64-linux-gnu-gcc",
+        "i386" => "i686-linux-gnu-gcc",
+        "ppc64le" => "powerpc64le-linux-gnu-gcc",
+        _ => panic!("no cross compiler for {arch}"),
+    }
+}
+
+/// `cov_funcs` for ARM in A32 (`-marm`), built here: the program's own
+/// functions are A32, the C library linked in is Thumb-2.
+fn cov_funcs_a32(dir: &RunDir) -> PathBuf {
+    let out = dir.file("cov_funcs");
+    let o = Command::new(cross_gcc("arm"))
+        .args(["-marm", "-O2", "-static", "-g0", "-o"])
+        .arg(&out)
+        .arg(workspace_root().join("tests/programs/cov_funcs.c"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run arm-linux-gnueabihf-gcc: {e}"));
+    assert!(
+        o.status.success(),
+        "arm-linux-gnueabihf-gcc -marm: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+#[test]
+fn static_program_mips() {
+    let dir = RunDir::new();
+    static_program(&dir, "mips", &guest("mips", "cov_funcs"), 4, "drcov-32");
+}
+
+#[test]
+fn static_program_mips64el() {
+    let dir = RunDir::new();
+    let prog = guest("mips64el", "cov_funcs");
+    static_program(&dir, "mips64el", &prog, 4, "drcov-64");
+}
+
+/// Thumb-2 (Debian's default for armhf): 2- and 4-byte instructions, and a
+/// pc that does not say which. Before QEMU reported instruction lengths,
+/// every instruction was one byte here.
+#[test]
+fn static_program_arm_thumb() {
+    let dir = RunDir::new();
+    static_program(&dir, "arm", &guest("arm", "cov_funcs"), 2, "drcov-32");
+}
+
+/// A32 code calling the Thumb-2 C library.
+#[test]
+fn static_program_arm_a32() {
+    let dir = RunDir::new();
+    let prog = cov_funcs_a32(&dir);
+    static_program(&dir, "arm", &prog, 2, "drcov-32");
+    // The program's own functions are A32: 4-byte blocks.
+    let elf = Elf::read(&prog);
+    let run = run_coverage(&dir, "a32", "arm", &prog, &[]);
+    let d = &run.drcov;
+    let m = d.module("cov_funcs");
+    let (lo, size) = elf.func("cov_always");
+    let blocks: Vec<(u64, u64)> = d
+        .blocks(m)
+        .into_iter()
+        .filter(|&(s, e)| s < lo + size && lo < e)
+        .collect();
+    assert!(!blocks.is_empty());
+    for (s, e) in blocks {
+        assert_eq!((s % 4, (e - s) % 4), (0, 0), "{s:#x}-{e:#x}");
+    }
+}
+
+#[test]
+fn static_program_aarch64() {
+    let dir = RunDir::new();
+    let prog = guest("aarch64", "cov_funcs");
+    static_program(&dir, "aarch64", &prog, 4, "drcov-64");
+}
+
+/// 32-bit x86: variable-length instructions whose decoding differs from
+/// x86_64's.
+#[test]
+fn static_program_i386() {
+    let dir = RunDir::new();
+    static_program(&dir, "i386", &guest("i386", "cov_funcs"), 1, "drcov-32");
+}
+
+#[test]
+fn static_program_ppc64le() {
+    let dir = RunDir::new();
+    let prog = guest("ppc64le", "cov_funcs");
+    static_program(&dir, "ppc64le", &prog, 4, "drcov-64");
+}
+
 /// The program built dynamically here (the test programs are static).
 fn dynamic_cov_funcs(dir: &RunDir, arch: &str) -> PathBuf {
-    let cc = format!("{}-linux-gnu-gcc", arch);
+    let cc = cross_gcc(arch);
     let out = dir.file("cov_funcs_dyn");
     let src = workspace_root().join("tests/programs/cov_funcs.c");
     let o = Command::new(&cc)
@@ -628,7 +767,7 @@ fn dynamic_cov_funcs(dir: &RunDir, arch: &str) -> PathBuf {
         .arg(&out)
         .arg(&src)
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {cc}: {e} (apt-get install gcc-{arch}-linux-gnu)"));
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e} (scripts/deps.sh installs it)"));
     assert!(
         o.status.success(),
         "{cc}: {}",
@@ -658,7 +797,7 @@ fn dynamic_program(arch: &str, ld_so: &str, insn_align: u64) {
     );
     let pe = Elf::read(&prog);
     for f in ["main", "cov_always", "cov_loop", "cov_extra", "cov_odd"] {
-        let (a, _) = pe.func(f);
+        let a = pe.entry_point(f);
         let at = d.modules[p].base + a - pe.vaddr0();
         assert!(d.covered(p, at), "{f} at {at:#x} not covered");
     }
@@ -667,7 +806,7 @@ fn dynamic_program(arch: &str, ld_so: &str, insn_align: u64) {
     assert!(!d.any_covered(p, at, at + size));
     let le = Elf::read(Path::new(&d.modules[libc].path));
     for f in ["printf", "__libc_start_main", "exit"] {
-        let (a, _) = le.func(f);
+        let a = le.entry_point(f);
         let at = d.modules[libc].base + a - le.vaddr0();
         assert!(d.covered(libc, at), "libc's {f} at {at:#x} not covered");
     }
@@ -689,6 +828,37 @@ fn dynamic_program_mipsel() {
 #[test]
 fn dynamic_program_riscv64() {
     dynamic_program("riscv64", "ld-linux-riscv64-lp64d.so.1", 2);
+}
+
+#[test]
+fn dynamic_program_mips() {
+    dynamic_program("mips", "ld.so.1", 4);
+}
+
+#[test]
+fn dynamic_program_mips64el() {
+    dynamic_program("mips64el", "ld.so.1", 4);
+}
+
+/// Thumb-2 throughout: the program, ld.so and libc.
+#[test]
+fn dynamic_program_arm() {
+    dynamic_program("arm", "ld-linux-armhf.so.3", 2);
+}
+
+#[test]
+fn dynamic_program_aarch64() {
+    dynamic_program("aarch64", "ld-linux-aarch64.so.1", 4);
+}
+
+#[test]
+fn dynamic_program_i386() {
+    dynamic_program("i386", "ld-linux.so.2", 1);
+}
+
+#[test]
+fn dynamic_program_ppc64le() {
+    dynamic_program("ppc64le", "ld64.so.2", 4);
 }
 
 /// Debian's busybox-static: a large program we did not write.
