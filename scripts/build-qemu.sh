@@ -19,8 +19,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cache=${CANNOLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cannoli}
-default_targets=mipsel,mips,mips64el,arm,aarch64,riscv64,x86_64,i386,ppc64le
-targets=${CANNOLI_QEMU_TARGETS:-$(echo "$default_targets" | sed 's/\([^,]*\)/\1-linux-user/g')}
+targets=${CANNOLI_QEMU_TARGETS:-mipsel-linux-user,mips-linux-user,mips64el-linux-user,arm-linux-user,aarch64-linux-user,riscv64-linux-user,x86_64-linux-user,i386-linux-user,ppc64le-linux-user}
 jobs=${JOBS:-$(nproc)}
 log() { echo "build-qemu: $*" >&2; }
 die() { echo "build-qemu: error: $*" >&2; exit 1; }
