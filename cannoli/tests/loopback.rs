@@ -878,7 +878,10 @@ fn run_forever_serves_any_number_of_processes() {
             if let Some(r) = take_result(pid, pid) {
                 return r;
             }
-            assert!(start.elapsed() < Duration::from_secs(30), "pid {pid} was never traced");
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "pid {pid} was never traced"
+            );
             std::thread::sleep(Duration::from_millis(5));
         }
     };
