@@ -93,7 +93,14 @@ pub fn run<T: Cannoli>(
     opts: Options<'_>,
     args: impl IntoIterator<Item = impl Into<OsString>>,
 ) -> Result<i32, Error> {
-    Launcher::new(opts).run::<T>(args).map(|r| r.status)
+    Launcher::new(opts)
+        .run::<T>(args)
+        .map(|r| r.finish(opts_tool_name()))
+}
+
+/// The name `run` gives its one line about an incomplete trace.
+fn opts_tool_name() -> &'static str {
+    "cannoli"
 }
 
 /// How a run ended.
@@ -106,6 +113,33 @@ pub struct Report {
     pub exit: Option<ExitStatus>,
     /// The server's totals.
     pub stats: Stats,
+}
+
+impl Report {
+    /// The status a tool exits with: [`cannoli::EXIT_INCOMPLETE`] when
+    /// events are missing (its output cannot be trusted, whatever the
+    /// program did), else the program's own status.
+    pub fn exit_code(&self) -> i32 {
+        if self.stats.is_complete() {
+            self.status
+        } else {
+            cannoli::EXIT_INCOMPLETE
+        }
+    }
+
+    /// Says on stderr, in one line starting with `tool:`, what was lost if
+    /// the trace is incomplete, and returns [`Report::exit_code`].
+    pub fn finish(&self, tool: &str) -> i32 {
+        if !self.stats.is_complete() {
+            eprintln!(
+                "{tool}: the trace is incomplete ({}); exiting with status {} (the program's was {})",
+                self.stats.loss_summary(),
+                cannoli::EXIT_INCOMPLETE,
+                self.status
+            );
+        }
+        self.exit_code()
+    }
 }
 
 /// [`run`] with more control.

@@ -779,15 +779,9 @@ fn main() {
     }
     match result {
         Ok(report) => {
-            let st = report.stats;
+            let st = &report.stats;
             if !quiet {
-                let mut extra = String::new();
-                if st.lost_events > 0 {
-                    extra += &format!(", {} events lost", st.lost_events);
-                }
-                if st.incomplete_streams > 0 {
-                    extra += &format!(", {} incomplete streams", st.incomplete_streams);
-                }
+                let extra = format!(", {}", st.loss_summary());
                 eprintln!(
                     "backtrace: {} events from {} guest thread{}, {} function entries, {} exits, \
                      deepest {} frames, {secs:.3} s{extra}",
@@ -806,7 +800,7 @@ fn main() {
                      (calls there were judged by address alone)"
                 );
             }
-            std::process::exit(report.status);
+            std::process::exit(report.finish("backtrace"));
         }
         Err(e) => {
             eprintln!("backtrace: {e}");

@@ -460,11 +460,10 @@ fn finish(out_path: &Path, report: Option<&launch::Report>) -> Result<(), String
         );
     }
     if let Some(r) = report {
-        if r.stats.lost_events > 0 || r.stats.incomplete_streams > 0 {
+        if !r.stats.is_complete() {
             s += &format!(
-                "coverage: the trace is incomplete ({} events lost, {} streams cut short): \
-                 coverage is a lower bound\n",
-                r.stats.lost_events, r.stats.incomplete_streams
+                "coverage: the trace is incomplete ({}): coverage is a lower bound\n",
+                r.stats.loss_summary()
             );
         }
     }
@@ -543,7 +542,7 @@ fn main() {
     if let Err(e) = finish(&out, Some(&report)) {
         die(&e, 1);
     }
-    std::process::exit(report.status);
+    std::process::exit(report.finish("coverage"));
 }
 
 #[cfg(test)]

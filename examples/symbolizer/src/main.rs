@@ -473,14 +473,8 @@ fn main() {
     };
     match result {
         Ok(report) => {
-            let st = report.stats;
-            let mut extra = String::new();
-            if st.lost_events > 0 {
-                extra += &format!(", {} lost", st.lost_events);
-            }
-            if st.incomplete_streams > 0 {
-                extra += &format!(", {} incomplete streams", st.incomplete_streams);
-            }
+            let st = &report.stats;
+            let mut extra = format!(", {}", st.loss_summary());
             if stopped {
                 extra += &format!(", printed {lines} lines");
             }
@@ -492,7 +486,7 @@ fn main() {
                 if st.connections == 1 { "" } else { "s" },
                 st.events as f64 / secs.max(1e-9) / 1e6
             );
-            std::process::exit(report.status);
+            std::process::exit(report.finish("symbolizer"));
         }
         Err(e) => {
             eprintln!("symbolizer: {e}");
