@@ -107,6 +107,15 @@ pub fn save_cursor(a: &mut Asm) {
     a.mov_m64_r(cursor_home(1), END);
 }
 
+/// JIT exit: save the cursor, and clear the helper pc: outside the JIT no
+/// guest instruction is running, so a memory access QEMU makes there (x86's
+/// segment setup marking a descriptor accessed, say) is QEMU's own, which
+/// QEMU's plugins do not report either.
+pub fn jit_exit(a: &mut Asm) {
+    save_cursor(a);
+    a.mov_m64_imm32(cursor_home(2), 0);
+}
+
 thread_local! {
     /// Guest pc of the instruction being lifted on this thread.
     static LIFT_PC: Cell<u64> = const { Cell::new(0) };

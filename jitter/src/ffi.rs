@@ -228,7 +228,7 @@ unsafe extern "C" fn emit_site(site: u32, buf: *mut u8, cap: usize, rx: usize) -
         SITE_RUNTIME => codegen::runtime(&mut a, flush),
         SITE_JIT_ENTER => codegen::jit_enter(&mut a),
         SITE_CALL_RETURN => codegen::load_cursor(&mut a),
-        SITE_JIT_EXIT => codegen::save_cursor(&mut a),
+        SITE_JIT_EXIT => codegen::jit_exit(&mut a),
         SITE_CALL => codegen::before_call(&mut a),
         _ => {}
     }

@@ -19,7 +19,7 @@ use wire::{Goodbye, Hello, RegLayout, Welcome, ADDR_ENV, MAGIC, WIRE_VERSION};
 pub struct Cursor {
     pub cursor: u64,
     pub end: u64,
-    /// Guest pc of the instruction that called a helper.
+    /// Guest pc of the instruction that called a helper; 0 outside the JIT.
     pub pc: u64,
 }
 
@@ -510,7 +510,8 @@ pub fn helper_mem(
     store: bool,
 ) {
     let pc = c.pc;
-    if size_log2 > 4 || !crate::user_hook_mem(pc, store, 1 << size_log2) {
+    // pc 0: not inside a guest instruction (see codegen::jit_exit).
+    if pc == 0 || size_log2 > 4 || !crate::user_hook_mem(pc, store, 1 << size_log2) {
         return;
     }
     let t = wire::mem_tag(store, size_log2) as u64;
