@@ -19,7 +19,8 @@
 //! written once the next one arrives (the last one of a thread has nothing
 //! after it). Values are hex, masked to the guest's register width. The
 //! program counter is not a general purpose register and is not shown as a
-//! change.
+//! change: ARM keeps it as r15 among the others (`pc` in the layout), but
+//! QEMU writes it there only when a block ends, so it is left out.
 //!
 //! `--range LO-HI` and `--func SYMBOL` restrict the trace to some code
 //! (decided at translation time, inside QEMU: the rest runs at full speed).
@@ -36,7 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use cannoli::{Cannoli, ClientInfo};
-use object::{Object, ObjectKind, ObjectSymbol};
+use object::{Object, ObjectKind, ObjectSymbol, SymbolKind};
 
 /// The environment variable the hook library reads its ranges from.
 const RANGES_ENV: &str = "CANNOLI_REGTRACE_RANGES";
@@ -118,6 +119,8 @@ fn emit(pid: i32, tid: i32, text: &str) {
 /// Per guest thread: the register layout.
 struct Layout {
     names: Vec<String>,
+    /// Shown: all but the program counter (ARM's r15).
+    shown: Vec<bool>,
     mask: u64,
     /// Hex digits of a pc.
     pc_digits: usize,
@@ -140,7 +143,7 @@ impl Layout {
         let mut changed = false;
         for (i, &o) in old.iter().enumerate() {
             let n = new(i);
-            if n != o {
+            if n != o && self.shown.get(i) == Some(&true) {
                 buf.push_str(if changed { ", " } else { "  " });
                 let _ = write!(buf, "{}: {o:x} -> {n:x}", self.names[i]);
                 changed = true;
@@ -179,6 +182,7 @@ impl Cannoli for Tracer {
         let bytes = ci.regs.bytes;
         let layout = Arc::new(Layout {
             names: ci.regs.names.clone(),
+            shown: ci.regs.names.iter().map(|n| n != "pc").collect(),
             mask: if (1..8).contains(&bytes) {
                 (1u64 << (bytes * 8)) - 1
             } else {
@@ -259,7 +263,7 @@ impl Cannoli for Tracer {
                             w = self.layout.pc_digits + 2
                         );
                         for (i, v) in regs.iter().enumerate() {
-                            if *v != 0 {
+                            if *v != 0 && self.layout.shown.get(i) == Some(&true) {
                                 let _ = write!(s, " {}={v:x}", self.layout.names[i]);
                             }
                         }
@@ -350,7 +354,18 @@ fn func_range(program: &OsString, name: &str) -> Result<(u64, u64), String> {
             path.display()
         ));
     }
-    Ok((sym.address(), sym.address() + sym.size()))
+    let start = code_address(file.architecture(), sym.kind(), sym.address());
+    Ok((start, start + sym.size()))
+}
+
+/// Where a symbol of `kind` with value `value` starts: an ARM Thumb
+/// function's value has bit 0 set (the interworking bit), its code starts
+/// at the even address. Data symbols are what they say.
+fn code_address(arch: object::Architecture, kind: SymbolKind, value: u64) -> u64 {
+    match (arch, kind) {
+        (object::Architecture::Arm, SymbolKind::Text) => value & !1,
+        _ => value,
+    }
 }
 
 fn main() {
@@ -463,11 +478,45 @@ fn main() {
         },
         secs
     );
-    if report.stats.lost_events > 0 || report.stats.incomplete_streams > 0 {
-        eprintln!(
-            "regtrace: the trace is incomplete ({} events lost, {} streams cut short)",
-            report.stats.lost_events, report.stats.incomplete_streams
-        );
+    std::process::exit(report.finish("regtrace"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thumb_functions_start_at_the_even_address() {
+        use object::Architecture::{Aarch64, Arm};
+        assert_eq!(code_address(Arm, SymbolKind::Text, 0x104c9), 0x104c8);
+        assert_eq!(code_address(Arm, SymbolKind::Text, 0x10340), 0x10340);
+        assert_eq!(code_address(Arm, SymbolKind::Data, 0x2_0001), 0x2_0001);
+        assert_eq!(code_address(Aarch64, SymbolKind::Text, 0x401), 0x401);
     }
-    std::process::exit(report.status);
+
+    #[test]
+    fn the_program_counter_is_no_change() {
+        // ARM's layout: r0..r12, sp, lr, pc.
+        let names: Vec<String> = cannoli::wire::reg_names("armv5tel")
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let l = Layout {
+            shown: names.iter().map(|n| n != "pc").collect(),
+            names,
+            mask: 0xffff_ffff,
+            pc_digits: 8,
+        };
+        let old = [0u64; 16];
+        let mut new = [0u64; 16];
+        new[15] = 0x104cc;
+        let mut buf = String::new();
+        assert!(!l.line(&mut buf, 0x104c8, &old, |i| new[i]));
+        assert_eq!(buf, "0x000104c8\n");
+        new[0] = 0x9e37_79b1;
+        new[13] = 0x4080_0800;
+        buf.clear();
+        assert!(l.line(&mut buf, 0x104c8, &old, |i| new[i]));
+        assert_eq!(buf, "0x000104c8  r0: 0 -> 9e3779b1, sp: 0 -> 40800800\n");
+    }
 }

@@ -1,25 +1,57 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! End-to-end tests of the regtrace example against QEMU's own view of the
-//! registers:
+//! registers, on every guest of the matrix:
 //!
-//! * riscv64: `contrib/plugins/libexeclog.so,reg=*`, whose log lists, per
-//!   executed instruction, the registers that instruction changed;
-//! * mipsel: QEMU's MIPS target exposes no registers to plugins (it has no
-//!   gdb XML, so `qemu_plugin_get_registers` is empty and execlog's `reg=*`
-//!   logs no changes at all), so the ground truth is QEMU's `-d cpu` log
-//!   with `-one-insn-per-tb -d nochain`: the CPU state before every
-//!   instruction.
+//! * riscv64, arm (Thumb-2), aarch64, x86_64, i386, ppc64le:
+//!   `contrib/plugins/libexeclog.so,reg=*`, whose log lists, per executed
+//!   instruction, the registers that instruction changed (by gdb's names,
+//!   which are ours but for RISC-V's `fp`);
+//! * mipsel, mips, mips64el: QEMU's MIPS target exposes no registers to
+//!   plugins (it has no gdb XML, so `qemu_plugin_get_registers` is empty and
+//!   execlog's `reg=*` logs no changes at all), so the ground truth is
+//!   QEMU's `-d cpu` log with `-one-insn-per-tb -d nochain`: the CPU state
+//!   before every instruction.
 //!
 //! Both sides run under identical conditions (empty guest environment, same
-//! absolute program path and argv, stdout to a file, `-seed 1`, `-R` for
-//! 64-bit guests). Needs `cargo build --release` first and the QEMU builds.
+//! absolute program path and argv, stdout to a file, `-seed 1`, the host's
+//! address space randomisation off, so that a 64-bit guest gets the same
+//! addresses in every run). Needs `cargo build --release` first and the
+//! QEMU builds.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use e2e::{guest, qemu_builds, qemu_common_args, tail, RunDir};
+use e2e::{guest, no_aslr, qemu_builds, qemu_common_args, tail, RunDir};
+
+/// The QEMU options of both sides: `-seed 1`, and `-R` for a 64-bit guest,
+/// so that its stack and mappings land at the same addresses in QEMU with
+/// a plugin and in QEMU with cannoli (host address space randomisation is
+/// off for both as well, but the plugin's own libraries would still move a
+/// 64-bit guest's mappings). mips64el programs are linked at 0x120000000,
+/// so it gets 8 GiB instead of 4; x86_64 none, as QEMU cannot place its
+/// vsyscall page in a reserved space (see `matches_execlog_x86_64`).
+fn qemu_args(arch: &str) -> Vec<&'static str> {
+    let mut v = qemu_common_args(arch);
+    if let Some(i) = v.iter().position(|a| *a == "-R") {
+        match arch {
+            "mips64el" => v[i + 1] = "0x200000000",
+            "x86_64" => {
+                v.drain(i..i + 2);
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+/// Where the guest's stdout goes in every run, ours and QEMU's: glibc
+/// `fstat`s it, and a file's or a pipe's timestamps (the second it was
+/// made) would differ between runs, in registers too; /dev/null's do not.
+fn guest_stdout() -> Stdio {
+    Stdio::from(fs::File::create("/dev/null").unwrap())
+}
 
 /// One line of the trace: pc and the registers it changed (name -> new).
 type Step = (u64, BTreeMap<String, u64>);
@@ -42,9 +74,25 @@ fn run_regtrace(
     prog: &Path,
     args: &[&str],
 ) -> Run {
+    run_regtrace_with(dir, tag, arch, opts, prog, args, &[])
+}
+
+/// [`run_regtrace`] with more QEMU options (`CANNOLI_QEMU_ARGS`, split at
+/// whitespace).
+fn run_regtrace_with(
+    dir: &RunDir,
+    tag: &str,
+    arch: &str,
+    opts: &[&str],
+    prog: &Path,
+    args: &[&str],
+    qemu_extra: &[String],
+) -> Run {
     let q = qemu_builds();
+    let mut qemu_opts: Vec<String> = qemu_args(arch).iter().map(|s| s.to_string()).collect();
+    qemu_opts.extend(qemu_extra.iter().cloned());
     let out = dir.file(&format!("{tag}.trace"));
-    let o = Command::new(regtrace_exe())
+    let o = no_aslr(&mut Command::new(regtrace_exe()))
         .arg("-o")
         .arg(&out)
         .args(opts)
@@ -52,10 +100,10 @@ fn run_regtrace(
         .args(args)
         .env_clear()
         .env("CANNOLI_QEMU_BUILD", &q.build)
-        .env("CANNOLI_QEMU_ARGS", qemu_common_args(arch).join(" "))
+        .env("CANNOLI_QEMU_ARGS", qemu_opts.join(" "))
         .current_dir(dir.path())
         .stdin(Stdio::null())
-        .stdout(fs::File::create(dir.file(&format!("{tag}.stdout"))).unwrap())
+        .stdout(guest_stdout())
         .stderr(Stdio::piped())
         .output()
         .unwrap();
@@ -165,33 +213,61 @@ fn compare(ours: &[Step], theirs: &[Step], unstable: &[Vec<String>], what: &str)
     skipped
 }
 
+/// Our names of `arch`'s registers as regtrace shows them: all of the
+/// layout's but the program counter (ARM's r15, which QEMU updates only
+/// between blocks and regtrace leaves out).
+fn shown_names(arch: &str) -> Vec<&'static str> {
+    let names = cannoli::wire::reg_names(arch);
+    assert!(!names.is_empty(), "no register names for {arch}");
+    names.iter().copied().filter(|n| *n != "pc").collect()
+}
+
 /// execlog's register change log for `prog args` (its last line, printed
 /// at exit without a register check, apart).
-fn execlog(dir: &RunDir, tag: &str, arch: &str, prog: &Path, args: &[&str]) -> (Vec<Step>, u64) {
-    let q = qemu_builds();
+fn execlog(
+    dir: &RunDir,
+    tag: &str,
+    arch: &str,
+    prog: &Path,
+    args: &[&str],
+    status: i32,
+) -> (Vec<Step>, u64) {
     let log = dir.file(&format!("{tag}.log"));
-    let mut spec = q
-        .build
-        .join("contrib/plugins/libexeclog.so")
-        .into_os_string();
-    spec.push(",reg=*");
-    let o = Command::new(q.qemu(arch))
-        .args(qemu_common_args(arch))
-        .arg("-plugin")
-        .arg(spec)
-        .args(["-d", "plugin", "-D"])
-        .arg(&log)
+    let o = no_aslr(&mut Command::new(qemu_builds().qemu(arch)))
+        .args(qemu_args(arch))
+        .args(execlog_args(&log))
         .arg(prog)
         .args(args)
         .env_clear()
         .current_dir(dir.path())
         .stdin(Stdio::null())
-        .stdout(fs::File::create(dir.file(&format!("{tag}.stdout"))).unwrap())
+        .stdout(guest_stdout())
         .output()
         .unwrap();
-    assert!(o.status.success());
-    // Our names for the general purpose registers; execlog (gdb) calls s0 fp.
-    let names: Vec<&str> = cannoli::wire::reg_names(arch).to_vec();
+    assert_eq!(o.status.code(), Some(status), "{arch}: execlog run");
+    parse_execlog(&log, arch)
+}
+
+/// The QEMU options that log every instruction's register changes to
+/// `log` (libexeclog with `reg=*`).
+fn execlog_args(log: &Path) -> Vec<String> {
+    let lib = qemu_builds().build.join("contrib/plugins/libexeclog.so");
+    vec![
+        "-plugin".into(),
+        format!("{},reg=*", lib.display()),
+        "-d".into(),
+        "plugin".into(),
+        "-D".into(),
+        log.display().to_string(),
+    ]
+}
+
+/// An execlog log as steps, and its last pc (printed at exit without a
+/// register check).
+fn parse_execlog(log: &Path, arch: &str) -> (Vec<Step>, u64) {
+    // Our names for the general purpose registers; execlog (gdb) calls
+    // RISC-V's s0 fp.
+    let names = shown_names(arch);
     let mut steps: Vec<Step> = Vec::new();
     for l in fs::read_to_string(&log).unwrap().lines() {
         // 0, 0x1062c, 0x22000ef, "jal ...", ra -> 0x0000000000010630, pc -> ...
@@ -203,7 +279,11 @@ fn execlog(dir: &RunDir, tag: &str, arch: &str, prog: &Path, args: &[&str]) -> (
         let mut ch = BTreeMap::new();
         for c in after.split(", ").filter(|c| c.contains(" -> ")) {
             let (name, val) = c.split_once(" -> ").unwrap();
-            let name = if name == "fp" { "s0" } else { name };
+            let name = if name == "fp" && arch.starts_with("riscv") {
+                "s0"
+            } else {
+                name
+            };
             if names.contains(&name) {
                 ch.insert(name.to_string(), hex(val));
             }
@@ -214,31 +294,121 @@ fn execlog(dir: &RunDir, tag: &str, arch: &str, prog: &Path, args: &[&str]) -> (
     (steps, last)
 }
 
-/// riscv64 against execlog's register change log.
-#[test]
-fn matches_execlog_riscv64() {
-    let arch = "riscv64";
+/// `arch` against execlog's register change log, on `prog args` (which
+/// exits with `status`) running at least `min` instructions; `sp` is the
+/// stack pointer's name. `same_process`: execlog runs in regtrace's own
+/// QEMU (for a guest whose addresses differ between two QEMU processes).
+fn matches_execlog(
+    arch: &str,
+    prog: &str,
+    args: &[&str],
+    status: i32,
+    min: usize,
+    sp: &str,
+    same_process: bool,
+) {
     let dir = RunDir::new();
-    let prog = guest(arch, "calls");
-    let run = run_regtrace(&dir, "rt", arch, &[], &prog, &[]);
-    assert_eq!(run.status, 0, "{}", tail(&run.stderr, 20));
+    let prog = guest(arch, prog);
+    let (run, (a, a_last), (b, _)) = if same_process {
+        let run = run_regtrace_with(
+            &dir,
+            "rt",
+            arch,
+            &[],
+            &prog,
+            args,
+            &execlog_args(&dir.file("a.log")),
+        );
+        let again = run_regtrace_with(
+            &dir,
+            "rt2",
+            arch,
+            &[],
+            &prog,
+            args,
+            &execlog_args(&dir.file("b.log")),
+        );
+        assert_eq!(again.status, status, "{}", tail(&again.stderr, 20));
+        let a = parse_execlog(&dir.file("a.log"), arch);
+        let b = parse_execlog(&dir.file("b.log"), arch);
+        (run, a, b)
+    } else {
+        let run = run_regtrace(&dir, "rt", arch, &[], &prog, args);
+        let a = execlog(&dir, "a", arch, &prog, args, status);
+        let b = execlog(&dir, "b", arch, &prog, args, status);
+        (run, a, b)
+    };
+    assert_eq!(run.status, status, "{}", tail(&run.stderr, 20));
     let (ours, last, initial) = parse_ours(&run.trace);
-    let (a, a_last) = execlog(&dir, "a", arch, &prog, &[]);
-    let (b, _) = execlog(&dir, "b", arch, &prog, &[]);
     let unstable = unstable(&a, &b);
     assert_eq!(last, a_last);
-    assert!(ours.len() > 100_000, "{} instructions", ours.len());
+    assert!(ours.len() > min, "{} instructions", ours.len());
     let skipped = compare(&ours, &a, &unstable, "execlog");
     // Only a handful of thread-id values.
     eprintln!("{skipped} register changes left out (they differ between two ground-truth runs)");
     assert!(skipped < 100, "{skipped} register changes left out");
+    // Something changed, by our names: not a trace of nothing.
+    let changes: usize = ours.iter().map(|s| s.1.len()).sum();
+    assert!(changes > ours.len() / 4, "{changes} changes");
     // The stack pointer is set before the first instruction.
-    assert!(initial.get("sp").is_some_and(|&sp| sp != 0), "{initial:?}");
+    assert!(initial.get(sp).is_some_and(|&v| v != 0), "{initial:?}");
     assert!(
         run.stderr
             .contains(&format!("regtrace: {} instructions,", ours.len() + 1)),
         "{}",
         run.stderr
+    );
+}
+
+#[test]
+fn matches_execlog_riscv64() {
+    matches_execlog("riscv64", "calls", &[], 0, 100_000, "sp", false);
+}
+
+/// Thumb-2: ARM's env->regs, r13 and r14 by their ABI names, without r15.
+#[test]
+fn matches_execlog_arm() {
+    matches_execlog("arm", "exitcode", &["3", "four"], 3, 10_000, "sp", false);
+}
+
+#[test]
+fn matches_execlog_aarch64() {
+    matches_execlog(
+        "aarch64",
+        "exitcode",
+        &["3", "four"],
+        3,
+        10_000,
+        "sp",
+        false,
+    );
+}
+
+/// x86_64 cannot have `-R` (QEMU cannot place its vsyscall page in a
+/// reserved space), and without it the plugin's own libraries move the
+/// guest's stack: execlog runs in regtrace's QEMU, on the same guest.
+#[test]
+fn matches_execlog_x86_64() {
+    matches_execlog("x86_64", "exitcode", &["3", "four"], 3, 10_000, "rsp", true);
+}
+
+/// 32-bit x86: eax, ecx, edx, ebx, esp, ebp, esi, edi.
+#[test]
+fn matches_execlog_i386() {
+    matches_execlog("i386", "exitcode", &["3", "four"], 3, 10_000, "esp", false);
+}
+
+/// PowerPC: r0..r31, r1 the stack pointer.
+#[test]
+fn matches_execlog_ppc64le() {
+    matches_execlog(
+        "ppc64le",
+        "exitcode",
+        &["3", "four"],
+        3,
+        10_000,
+        "r1",
+        false,
     );
 }
 
@@ -277,8 +447,8 @@ fn cpu_log(
 ) -> (Vec<Step>, u64, BTreeMap<String, u64>) {
     let q = qemu_builds();
     let log = dir.file(&format!("{tag}.log"));
-    let o = Command::new(q.qemu(arch))
-        .args(qemu_common_args(arch))
+    let o = no_aslr(&mut Command::new(q.qemu(arch)))
+        .args(qemu_args(arch))
         .args(["-one-insn-per-tb", "-d", "cpu,nochain", "-D"])
         .arg(&log)
         .arg(prog)
@@ -286,7 +456,7 @@ fn cpu_log(
         .env_clear()
         .current_dir(dir.path())
         .stdin(Stdio::null())
-        .stdout(fs::File::create(dir.file(&format!("{tag}.stdout"))).unwrap())
+        .stdout(guest_stdout())
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(3));
@@ -310,10 +480,8 @@ fn cpu_log(
     (steps, states.last().unwrap().0, initial)
 }
 
-/// mipsel against QEMU's CPU state log.
-#[test]
-fn matches_cpu_log_mipsel() {
-    let arch = "mipsel";
+/// MIPS against QEMU's CPU state log.
+fn matches_cpu_log(arch: &str) {
     let dir = RunDir::new();
     let prog = guest(arch, "exitcode");
     let args = ["3", "four"];
@@ -329,6 +497,24 @@ fn matches_cpu_log_mipsel() {
     let skipped = compare(&ours, &a, &unstable, "cpu log");
     eprintln!("{skipped} register changes left out (they differ between two ground-truth runs)");
     assert!(skipped < 100, "{skipped} register changes left out");
+}
+
+#[test]
+fn matches_cpu_log_mipsel() {
+    matches_cpu_log("mipsel");
+}
+
+/// Big-endian: the same registers, values read in the guest's order by
+/// QEMU and handed over as host words.
+#[test]
+fn matches_cpu_log_mips() {
+    matches_cpu_log("mips");
+}
+
+/// 64-bit registers.
+#[test]
+fn matches_cpu_log_mips64el() {
+    matches_cpu_log("mips64el");
 }
 
 /// `--func`: only that function, every one of its instructions once, with
