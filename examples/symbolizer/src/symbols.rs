@@ -1,5 +1,11 @@
 //! Symbol tables: from an ELF file (with the `object` crate) or an `nm`
 //! listing, looked up by binary search.
+//!
+//! Any ELF class and byte order (`object` reads 32- and 64-bit, big- and
+//! little-endian files alike). An ARM Thumb function's symbol value has bit
+//! 0 set (the interworking bit), while its code, and so every pc of the
+//! trace, starts at the even address: the table keeps the code address, as
+//! `nm` prints it.
 
 use std::path::Path;
 
@@ -60,14 +66,15 @@ impl Symbols {
             std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let file = object::File::parse(&*data)
             .map_err(|e| format!("{} is not a usable ELF file: {e}", path.display()))?;
+        let arch = file.architecture();
         let mut raw: Vec<Raw> = file
             .symbols()
-            .filter_map(|s| raw_symbol(&s, bias))
+            .filter_map(|s| raw_symbol(arch, &s, bias))
             .collect();
         if raw.is_empty() {
             raw = file
                 .dynamic_symbols()
-                .filter_map(|s| raw_symbol(&s, bias))
+                .filter_map(|s| raw_symbol(arch, &s, bias))
                 .collect();
         }
         let mut sections: Vec<Range> = file
@@ -212,8 +219,18 @@ impl Symbols {
     }
 }
 
+/// Where a symbol of `kind` with value `value` starts: ARM Thumb
+/// functions' values have bit 0 set, their code starts at the even
+/// address. Data symbols are what they say.
+fn code_address(arch: object::Architecture, kind: SymbolKind, value: u64) -> u64 {
+    match (arch, kind) {
+        (object::Architecture::Arm, SymbolKind::Text) => value & !1,
+        _ => value,
+    }
+}
+
 /// An ELF symbol worth showing, or None.
-fn raw_symbol<'d>(s: &impl ObjectSymbol<'d>, bias: u64) -> Option<Raw> {
+fn raw_symbol<'d>(arch: object::Architecture, s: &impl ObjectSymbol<'d>, bias: u64) -> Option<Raw> {
     if s.is_undefined()
         || matches!(
             s.kind(),
@@ -232,7 +249,7 @@ fn raw_symbol<'d>(s: &impl ObjectSymbol<'d>, bias: u64) -> Option<Raw> {
     } + if s.is_global() { 2 } else { 0 }
         + if s.size() > 0 { 1 } else { 0 };
     Some(Raw {
-        addr: s.address().wrapping_add(bias),
+        addr: code_address(arch, s.kind(), s.address()).wrapping_add(bias),
         size: s.size(),
         name: name.to_string(),
         rank,
@@ -347,42 +364,139 @@ garbage line
         assert!(!t.sections.is_empty());
     }
 
-    /// A 32-bit guest ELF, when a cross compiler is there.
-    #[test]
-    fn elf_of_a_mipsel_program() {
-        let dir = std::env::temp_dir().join(format!("symbolizer-elf-{}", std::process::id()));
+    /// `nm -S --defined-only`'s view of `exe`: name -> (address, size).
+    fn nm_sizes(nm: &str, exe: &Path) -> std::collections::HashMap<String, (u64, u64)> {
+        let o = std::process::Command::new(nm)
+            .args(["-S", "--defined-only"])
+            .arg(exe)
+            .output()
+            .unwrap_or_else(|e| panic!("{nm}: {e}"));
+        assert!(o.status.success(), "{nm} failed");
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                match f.as_slice() {
+                    [a, sz, _, n] => Some((
+                        n.to_string(),
+                        (
+                            u64::from_str_radix(a, 16).ok()?,
+                            u64::from_str_radix(sz, 16).ok()?,
+                        ),
+                    )),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// A guest program built by Debian's cross compiler `cc` (with
+    /// `flags`), read back: the class and byte order are `bits` and
+    /// `big_endian`, and every one of its functions and data objects
+    /// resolves as the cross `nm` places it. ARM Thumb: the symbol values
+    /// are odd, the table's (and nm's) addresses even. Skipped when the
+    /// cross compiler is not installed (scripts/deps.sh installs it).
+    fn guest_elf(cc: &str, flags: &[&str], bits: u32, big_endian: bool) {
+        let tag = format!("{cc}{}", flags.join(""));
+        let dir = std::env::temp_dir().join(format!("symbolizer-elf-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (src, exe) = (dir.join("p.c"), dir.join("p"));
         std::fs::write(
             &src,
-            "int table[4] = {1, 2, 3, 4};\nint main(void) { return table[1]; }\n",
+            "int table[4] = {1, 2, 3, 4};\n\
+             __attribute__((noinline)) int helper(int x) { return table[x & 3] * 3; }\n\
+             int main(int argc, char **argv) { return helper(argc); }\n",
         )
         .unwrap();
-        let built = std::process::Command::new("mipsel-linux-gnu-gcc")
+        let built = std::process::Command::new(cc)
+            .args(flags)
             .args(["-static", "-O1", "-o"])
             .arg(&exe)
             .arg(&src)
             .status();
         if !matches!(built, Ok(s) if s.success()) {
-            eprintln!(
-                "skipping: mipsel-linux-gnu-gcc is not installed (scripts/deps.sh installs it)"
-            );
+            eprintln!("skipping: {cc} is not installed (scripts/deps.sh installs it)");
             let _ = std::fs::remove_dir_all(&dir);
             return;
         }
+        let data = std::fs::read(&exe).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        assert_eq!(file.is_64(), bits == 64, "{tag}");
+        assert_eq!(file.is_little_endian(), !big_endian, "{tag}");
+        let nm = nm_sizes(&cc.replace("-gcc", "-nm"), &exe);
         let t = Symbols::from_elf(&exe, 0).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(!t.pie);
-        let main = t.syms.iter().find(|r| &*r.name == "main").expect("main");
-        assert!(
-            main.start >= 0x400000 && main.start < 0x1000_0000,
-            "{:#x}",
-            main.start
-        );
-        assert_eq!(show(&t, main.start + 4).as_deref(), Some("main+0x4"));
-        let table = t.syms.iter().find(|r| &*r.name == "table").expect("table");
-        assert_eq!(table.end - table.start, 16);
-        assert_eq!(show(&t, table.start + 8).as_deref(), Some("table+0x8"));
+        for name in ["main", "helper", "table"] {
+            let (addr, size) = nm[name];
+            assert!(size > 0, "{tag}: {name}");
+            assert_eq!(
+                show(&t, addr).as_deref(),
+                Some(&*format!("{name}+0x0")),
+                "{tag}"
+            );
+            let last = addr + size - 1;
+            assert_eq!(
+                show(&t, last).as_deref(),
+                Some(&*format!("{name}+{:#x}", size - 1)),
+                "{tag}"
+            );
+        }
+        let raw_main = file
+            .symbols()
+            .find(|s| s.name() == Ok("main"))
+            .unwrap()
+            .address();
+        if file.architecture() == object::Architecture::Arm && !flags.contains(&"-marm") {
+            assert_eq!(raw_main, nm["main"].0 | 1, "{tag}: a Thumb symbol");
+        } else {
+            assert_eq!(raw_main, nm["main"].0, "{tag}");
+        }
+    }
+
+    #[test]
+    fn elf_of_a_mipsel_program() {
+        guest_elf("mipsel-linux-gnu-gcc", &[], 32, false);
+    }
+
+    #[test]
+    fn elf_of_a_mips_program() {
+        guest_elf("mips-linux-gnu-gcc", &[], 32, true);
+    }
+
+    #[test]
+    fn elf_of_a_mips64el_program() {
+        guest_elf("mips64el-linux-gnuabi64-gcc", &[], 64, false);
+    }
+
+    #[test]
+    fn elf_of_an_arm_thumb_program() {
+        guest_elf("arm-linux-gnueabihf-gcc", &[], 32, false);
+    }
+
+    #[test]
+    fn elf_of_an_arm_a32_program() {
+        guest_elf("arm-linux-gnueabihf-gcc", &["-marm"], 32, false);
+    }
+
+    #[test]
+    fn elf_of_an_aarch64_program() {
+        guest_elf("aarch64-linux-gnu-gcc", &[], 64, false);
+    }
+
+    #[test]
+    fn elf_of_a_riscv64_program() {
+        guest_elf("riscv64-linux-gnu-gcc", &[], 64, false);
+    }
+
+    #[test]
+    fn elf_of_an_i386_program() {
+        guest_elf("i686-linux-gnu-gcc", &[], 32, false);
+    }
+
+    #[test]
+    fn elf_of_a_ppc64le_program() {
+        guest_elf("powerpc64le-linux-gnu-gcc", &[], 64, false);
     }
 
     #[test]
