@@ -101,8 +101,9 @@ const fn no_sysroot(mut a: Arch) -> Arch {
     a
 }
 
-/// Every guest the launcher knows, first match wins. QEMU is built for
-/// `mipsel` and `riscv64` by `scripts/build-qemu.sh`; the others need
+/// Every guest the launcher knows, first match wins. `scripts/build-qemu.sh`
+/// builds QEMU for the tested matrix (mipsel, mips, mips64el, arm, aarch64,
+/// riscv64, x86_64, i386, ppc64le); the others need
 /// `CANNOLI_QEMU_TARGETS=<name>-linux-user,...` there.
 #[rustfmt::skip]
 pub static ARCHES: &[Arch] = &[
@@ -338,6 +339,59 @@ mod tests {
         for p in [p, p2, p3, p4, p5] {
             let _ = std::fs::remove_file(p);
         }
+    }
+
+    /// Programs built by Debian's cross compiler for each guest of the
+    /// tested matrix (static and dynamic, ARM in Thumb-2 and A32) run under
+    /// that guest's QEMU, and a dynamic one finds its interpreter in the
+    /// guest's sysroot. A compiler that is not installed is skipped
+    /// (scripts/deps.sh installs them all).
+    #[test]
+    fn every_guest_of_the_matrix() {
+        let dir = std::env::temp_dir().join(format!("launch-matrix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("p.c");
+        std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+        let mut tried = 0;
+        for (arch, cc, flags) in [
+            ("mipsel", "mipsel-linux-gnu-gcc", ""),
+            ("mips", "mips-linux-gnu-gcc", ""),
+            ("mips64el", "mips64el-linux-gnuabi64-gcc", ""),
+            ("arm", "arm-linux-gnueabihf-gcc", ""),
+            ("arm", "arm-linux-gnueabihf-gcc", "-marm"),
+            ("aarch64", "aarch64-linux-gnu-gcc", ""),
+            ("riscv64", "riscv64-linux-gnu-gcc", ""),
+            ("i386", "i686-linux-gnu-gcc", ""),
+            ("ppc64le", "powerpc64le-linux-gnu-gcc", ""),
+        ] {
+            for link in ["-static", "-O1"] {
+                let exe = dir.join(format!("{arch}{flags}{link}"));
+                let built = std::process::Command::new(cc)
+                    .args([link, "-o"])
+                    .arg(&exe)
+                    .arg(&src)
+                    .args(flags.split_whitespace())
+                    .status();
+                if !matches!(built, Ok(s) if s.success()) {
+                    eprintln!("skipping {arch}: {cc} is not installed");
+                    continue;
+                }
+                tried += 1;
+                let g = inspect(&exe).unwrap();
+                assert_eq!(g.arch.name, arch, "{cc} {flags} {link}");
+                match (&g.interp, link) {
+                    (None, "-static") => {}
+                    (Some(interp), "-O1") => {
+                        let root = g.arch.sysroot().unwrap();
+                        let ld = root.join(interp.trim_start_matches('/'));
+                        assert!(ld.exists(), "{arch}: {} missing", ld.display());
+                    }
+                    (i, _) => panic!("{arch} {link}: interpreter {i:?}"),
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!("{tried} guest programs classified");
     }
 
     #[test]
