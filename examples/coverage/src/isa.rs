@@ -115,7 +115,7 @@ impl Isa {
             (Isa::Thumb | Isa::Arm, Some(c)) if c.len() >= 2 => {
                 // The top five bits of the first halfword (its second byte).
                 match c[1] >> 3 {
-                    0b11101 | 0b11110 | 0b11111 => 4,
+                    0b11101..=0b11111 => 4,
                     _ => 2,
                 }
             }

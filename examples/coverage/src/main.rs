@@ -246,16 +246,20 @@ fn record_block(space: &Space, lens: &mut Vec<HashMap<u64, u8>>, pc: u64, block:
     }
 }
 
-/// ARM's mapping symbols of an ELF file: `$a` starts A32 code, `$t` Thumb
-/// code, `$d` data; sorted by link-time address. Empty for other files.
-fn arm_modes(data: &[u8]) -> Vec<(u64, Option<bool>)> {
+/// ARM's mapping symbols of an ELF file, sorted by link-time address:
+/// `$a` starts A32 code (`Some(false)`), `$t` Thumb code (`Some(true)`),
+/// `$d` data (`None`).
+type ArmModes = Vec<(u64, Option<bool>)>;
+
+/// The [`ArmModes`] of an ELF file; empty for other files.
+fn arm_modes(data: &[u8]) -> ArmModes {
     let Ok(file) = object::File::parse(data) else {
         return Vec::new();
     };
     if file.architecture() != object::Architecture::Arm {
         return Vec::new();
     }
-    let mut v: Vec<(u64, Option<bool>)> = file
+    let mut v: ArmModes = file
         .symbols()
         .filter_map(|s| {
             let name = s.name().ok()?;
@@ -343,7 +347,7 @@ fn build(c: &Coverage) -> Vec<ModuleOut> {
         });
         let reported = c.lens.get(id as usize);
         // Only for ARM pcs QEMU did not size (there should be none).
-        let mut modes: Option<(Vec<(u64, Option<bool>)>, u64)> = None;
+        let mut modes: Option<(ArmModes, u64)> = None;
         let len = |pc: u64| {
             if let Some(&n) = reported.and_then(|l| l.get(&pc)) {
                 return n as u64;

@@ -762,7 +762,7 @@ fn dynamic_cov_funcs(dir: &RunDir, arch: &str) -> PathBuf {
     let cc = cross_gcc(arch);
     let out = dir.file("cov_funcs_dyn");
     let src = workspace_root().join("tests/programs/cov_funcs.c");
-    let o = Command::new(&cc)
+    let o = Command::new(cc)
         .args(["-O2", "-g0", "-o"])
         .arg(&out)
         .arg(&src)

@@ -269,7 +269,7 @@ fn parse_execlog(log: &Path, arch: &str) -> (Vec<Step>, u64) {
     // RISC-V's s0 fp.
     let names = shown_names(arch);
     let mut steps: Vec<Step> = Vec::new();
-    for l in fs::read_to_string(&log).unwrap().lines() {
+    for l in fs::read_to_string(log).unwrap().lines() {
         // 0, 0x1062c, 0x22000ef, "jal ...", ra -> 0x0000000000010630, pc -> ...
         let mut f = l.splitn(3, ", ");
         let (_cpu, pc) = (f.next().unwrap(), hex(f.next().unwrap()));
