@@ -88,19 +88,127 @@ struct Coverage {
 
 static COVERAGE: LazyLock<Mutex<Coverage>> = LazyLock::new(Default::default);
 
+impl Coverage {
+    /// The instruction at `pc` of module `m` ran.
+    fn hit(&mut self, m: u32, pc: u64) {
+        if self.hits.len() <= m as usize {
+            self.hits.resize_with(m as usize + 1, HashSet::new);
+        }
+        self.hits[m as usize].insert(pc);
+    }
+
+    /// The instruction at `pc` of module `m` is `len` bytes long.
+    fn len(&mut self, m: u32, pc: u64, len: u8) {
+        if self.lens.len() <= m as usize {
+            self.lens.resize_with(m as usize + 1, HashMap::new);
+        }
+        self.lens[m as usize].insert(pc, len);
+    }
+}
+
+/// A process's address space, and what ran in it before the trace showed
+/// the mapping it ran in. The serial phase sees each thread's events in
+/// order, but not the threads' in each other's: a new thread's chunks may
+/// be handled before the chunk of the thread that mapped its code (the
+/// first thread maps the program's image, and hands its first chunk over
+/// only once it is full). So a pc the space does not know yet waits here
+/// until a mapping covers it; what none ever covers is reported as outside
+/// every mapping when the process's last thread is done.
+struct AddrSpace {
+    space: Space,
+    /// Executed pcs in no known mapping yet.
+    early_hits: HashSet<u64>,
+    /// Instruction lengths at pcs in no known mapping yet.
+    early_lens: HashMap<u64, u8>,
+}
+
+impl AddrSpace {
+    fn new(arch: &str, bits: u32) -> AddrSpace {
+        AddrSpace {
+            space: Space::new(arch, bits),
+            early_hits: HashSet::new(),
+            early_lens: HashMap::new(),
+        }
+    }
+
+    /// The instruction at `pc` ran.
+    fn hit(&mut self, c: &mut Coverage, pc: u64) {
+        match self.space.lookup(pc) {
+            Some(m) => c.hit(m, pc),
+            None => {
+                self.early_hits.insert(pc);
+            }
+        }
+    }
+
+    /// QEMU translated a block at `pc` with these instruction lengths: each
+    /// goes to the module its instruction lies in (a block may run over the
+    /// end of a mapping). A length of 0 (QEMU could not tell) ends the
+    /// block's usable part: the pcs after it are unknown.
+    fn block(&mut self, c: &mut Coverage, pc: u64, lens: &[u8]) {
+        let mut at = pc;
+        for &len in lens.iter().take_while(|&&n| n != 0) {
+            match self.space.lookup(at) {
+                Some(m) => c.len(m, at, len),
+                None => {
+                    self.early_lens.insert(at, len);
+                }
+            }
+            at = at.wrapping_add(len as u64);
+        }
+    }
+
+    /// Files what waited for a mapping that now exists (after a mapping
+    /// became executable).
+    fn settle(&mut self, c: &mut Coverage) {
+        let AddrSpace {
+            space,
+            early_hits,
+            early_lens,
+        } = self;
+        early_hits.retain(|&pc| match space.lookup(pc) {
+            Some(m) => {
+                c.hit(m, pc);
+                false
+            }
+            None => true,
+        });
+        early_lens.retain(|&pc, &mut n| match space.lookup(pc) {
+            Some(m) => {
+                c.len(m, pc, n);
+                false
+            }
+            None => true,
+        });
+    }
+}
+
+impl Drop for AddrSpace {
+    fn drop(&mut self) {
+        if !self.early_hits.is_empty() {
+            lock(&COVERAGE).outside.extend(self.early_hits.drain());
+        }
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// An address space shared by a process's threads. Dropping the last
+/// reference takes the [`COVERAGE`] lock (see [`AddrSpace`]'s `Drop`):
+/// never while holding it.
+type Shared<T> = Arc<Mutex<T>>;
+
 /// Per guest process: its current address space. An `execve` replaces it:
 /// the new image's first thread (tid == pid) connects again.
 struct Proc {
-    space: Mutex<(Arc<Mutex<Space>>, bool)>,
+    space: Mutex<(Shared<AddrSpace>, bool)>,
 }
 
 /// Per guest thread: the address space it runs in.
 struct Thread {
-    space: Arc<Mutex<Space>>,
+    space: Shared<AddrSpace>,
 }
 
 struct Tracer;
@@ -116,7 +224,7 @@ impl Cannoli for Tracer {
         c.bits.get_or_insert(ci.guest_bits);
         Arc::new(Proc {
             space: Mutex::new((
-                Arc::new(Mutex::new(Space::new(&ci.arch, ci.guest_bits))),
+                Arc::new(Mutex::new(AddrSpace::new(&ci.arch, ci.guest_bits))),
                 false,
             )),
         })
@@ -128,7 +236,7 @@ impl Cannoli for Tracer {
         if ci.tid == ci.pid {
             // The process's first thread, or its image after an execve.
             if cur.1 {
-                cur.0 = Arc::new(Mutex::new(Space::new(&ci.arch, ci.guest_bits)));
+                cur.0 = Arc::new(Mutex::new(AddrSpace::new(&ci.arch, ci.guest_bits)));
             }
             cur.1 = true;
         }
@@ -191,58 +299,37 @@ impl Cannoli for Tracer {
     }
 
     fn trace(&mut self, _pid: &Proc, tid: &Thread, trace: &[Ev]) {
-        let mut space = lock(&tid.space);
+        let mut a = lock(&tid.space);
         let mut c = lock(&COVERAGE);
         let c = &mut *c;
         for ev in trace {
             match ev {
                 Ev::Exec(pc) => {
                     c.exec_events += 1;
-                    match space.lookup(*pc) {
-                        Some(m) => {
-                            if c.hits.len() <= m as usize {
-                                c.hits.resize_with(m as usize + 1, HashSet::new);
-                            }
-                            c.hits[m as usize].insert(*pc);
-                        }
-                        None => {
-                            c.outside.insert(*pc);
-                        }
-                    }
+                    a.hit(c, *pc);
                 }
-                Ev::Block { pc, lens } => record_block(&space, &mut c.lens, *pc, lens),
+                Ev::Block { pc, lens } => a.block(c, *pc, lens),
                 Ev::Map {
                     base,
                     len,
                     exec,
                     file,
-                } => space.map(*base, *len, *exec, file.clone(), &mut c.modules),
-                Ev::Unmap { base, len } => space.unmap(*base, *len),
+                } => {
+                    a.space
+                        .map(*base, *len, *exec, file.clone(), &mut c.modules);
+                    if *exec {
+                        a.settle(c);
+                    }
+                }
+                Ev::Unmap { base, len } => a.space.unmap(*base, *len),
                 Ev::Protect { base, len, exec } => {
-                    space.protect(*base, *len, *exec, &mut c.modules)
+                    a.space.protect(*base, *len, *exec, &mut c.modules);
+                    if *exec {
+                        a.settle(c);
+                    }
                 }
             }
         }
-    }
-}
-
-/// Files the lengths of a translated block's instructions under the module
-/// each lies in (a block may run over the end of a mapping). A length of 0
-/// (QEMU could not tell) ends the block's usable part: the pcs after it are
-/// unknown.
-fn record_block(space: &Space, lens: &mut Vec<HashMap<u64, u8>>, pc: u64, block: &[u8]) {
-    let mut at = pc;
-    for &len in block {
-        if len == 0 {
-            break;
-        }
-        if let Some(m) = space.lookup(at) {
-            if lens.len() <= m as usize {
-                lens.resize_with(m as usize + 1, HashMap::new);
-            }
-            lens[m as usize].insert(at, len);
-        }
-        at = at.wrapping_add(len as u64);
     }
 }
 
@@ -582,25 +669,68 @@ mod tests {
 
     #[test]
     fn block_lengths_go_to_the_module_of_each_instruction() {
-        let mut modules = Modules::default();
-        let mut space = Space::new("armv5tel", 32);
-        space.map(0x10000, 0x1000, true, Some(("/a".into(), 0)), &mut modules);
-        space.map(0x11000, 0x1000, true, Some(("/b".into(), 0)), &mut modules);
-        let mut lens = Vec::new();
+        let mut c = Coverage::default();
+        let mut a = AddrSpace::new("armv5tel", 32);
+        a.space.map(
+            0x10000,
+            0x1000,
+            true,
+            Some(("/a".into(), 0)),
+            &mut c.modules,
+        );
+        a.space.map(
+            0x11000,
+            0x1000,
+            true,
+            Some(("/b".into(), 0)),
+            &mut c.modules,
+        );
         // Thumb: 2, 4, 2 bytes; the last instruction is in the next
-        // mapping. Nothing is mapped at 0xff8.
-        record_block(&space, &mut lens, 0xff8, &[4]);
-        record_block(&space, &mut lens, 0x10ffa, &[2, 4, 2]);
-        assert_eq!(lens[0].get(&0x10ffa), Some(&2));
-        assert_eq!(lens[0].get(&0x10ffc), Some(&4));
-        assert_eq!(lens[0].len(), 2);
-        assert_eq!(lens[1].get(&0x11000), Some(&2));
-        assert_eq!(lens[1].len(), 1);
+        // mapping.
+        a.block(&mut c, 0x10ffa, &[2, 4, 2]);
+        assert_eq!(c.lens[0].get(&0x10ffa), Some(&2));
+        assert_eq!(c.lens[0].get(&0x10ffc), Some(&4));
+        assert_eq!(c.lens[0].len(), 2);
+        assert_eq!(c.lens[1].get(&0x11000), Some(&2));
+        assert_eq!(c.lens[1].len(), 1);
         // An unknown length (0) leaves the rest of the block unsized.
-        record_block(&space, &mut lens, 0x10100, &[4, 0, 2]);
-        assert_eq!(lens[0].get(&0x10100), Some(&4));
-        assert_eq!(lens[0].get(&0x10104), None);
-        assert_eq!(lens[0].get(&0x10106), None);
+        a.block(&mut c, 0x10100, &[4, 0, 2]);
+        assert_eq!(c.lens[0].get(&0x10100), Some(&4));
+        assert_eq!(c.lens[0].get(&0x10104), None);
+        assert_eq!(c.lens[0].get(&0x10106), None);
+    }
+
+    #[test]
+    fn code_that_ran_before_its_mapping_was_seen_waits_for_it() {
+        // A second thread's events handled before the first thread's
+        // mapping of the program.
+        let mut c = Coverage::default();
+        let mut a = AddrSpace::new("mipsel", 32);
+        a.block(&mut c, 0x400100, &[4, 4]);
+        a.hit(&mut c, 0x400100);
+        a.hit(&mut c, 0x400104);
+        a.hit(&mut c, 0x7000);
+        assert!(c.hits.is_empty() && c.lens.is_empty());
+        // A data mapping settles nothing.
+        a.space.map(0x7000, 0x1000, false, None, &mut c.modules);
+        a.settle(&mut c);
+        assert!(c.hits.is_empty());
+        a.space.map(
+            0x400000,
+            0x1000,
+            true,
+            Some(("/p".into(), 0)),
+            &mut c.modules,
+        );
+        a.settle(&mut c);
+        assert_eq!(c.hits[0], HashSet::from([0x400100, 0x400104]));
+        assert_eq!(c.lens[0], HashMap::from([(0x400100, 4), (0x400104, 4)]));
+        // 0x7000 never became code: it is reported outside, once the
+        // space is gone.
+        assert_eq!(a.early_hits, HashSet::from([0x7000]));
+        assert!(a.early_lens.is_empty());
+        drop(a);
+        assert!(lock(&COVERAGE).outside.contains(&0x7000));
     }
 
     #[test]

@@ -861,6 +861,53 @@ fn dynamic_program_ppc64le() {
     dynamic_program("ppc64le", "ld64.so.2", 4);
 }
 
+/// A multi-threaded program: the workers' first chunks can reach the
+/// client before the main thread's, which holds the program's mapping; their
+/// code is still attributed to the program, nothing is left outside.
+fn threads_program(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "threads");
+    let run = run_coverage(&dir, "threads", arch, &prog, &["3", "20000"]);
+    assert!(
+        !run.stderr.contains("outside any executable mapping"),
+        "{arch}: {}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("(1 process, 4 threads)"),
+        "{}",
+        run.stderr
+    );
+    let d = &run.drcov;
+    let m = d.module("threads");
+    let elf = Elf::read(&prog);
+    for f in ["main", "worker"] {
+        let a = elf.entry_point(f);
+        assert!(d.covered(m, a), "{arch}: {f} at {a:#x} not covered");
+    }
+    check_blocks(d, m, if arch == "arm" { 2 } else { 1 });
+}
+
+#[test]
+fn threads_mipsel() {
+    threads_program("mipsel");
+}
+
+#[test]
+fn threads_arm() {
+    threads_program("arm");
+}
+
+#[test]
+fn threads_x86_64() {
+    threads_program("x86_64");
+}
+
+#[test]
+fn threads_ppc64le() {
+    threads_program("ppc64le");
+}
+
 /// Debian's busybox-static: a large program we did not write.
 #[test]
 fn busybox_sha256sum_mipsel() {
