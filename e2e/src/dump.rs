@@ -23,11 +23,15 @@
 //! P <base> <len> <prot>               protection changed
 //! G <signo> <code> <fault_addr> <handler>
 //!                                     signal delivered
+//! C <pid> <tid> <exec> <loads> <stores>
+//!                                     with --counts: a stream's X, L and S
+//!                                     events, counted instead of printed
 //! ```
 //!
 //! Numbers are lowercase hex without `0x` and without leading zeros, except
 //! these, in decimal: `size` (the access size in bytes: 1, 2, 4, 8 or 16),
-//! the syscall number `num`, `signo` and `code` (which may be negative). A
+//! the syscall number `num`, `signo` and `code` (which may be negative),
+//! and all of a `C` line's numbers. A
 //! 16-byte access's `value` is the whole 128-bit value. Registers are in the
 //! order of the hello's register layout, masked to the guest register
 //! width. `name` is the syscall's name, `?` where QEMU's side does not know
@@ -173,6 +177,18 @@ pub enum Line {
     Unmap { base: u64, len: u64 },
     Protect { base: u64, len: u64, prot: String },
     Signal(SignalEvent),
+    Counts(Counts),
+}
+
+/// A `C` line: what a stream's `X`, `L` and `S` lines would have been, for
+/// a run too long to print them (`cannoli-dump --counts`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    pub pid: i32,
+    pub tid: i32,
+    pub exec: u64,
+    pub loads: u64,
+    pub stores: u64,
 }
 
 // ---------------------------------------------------------------------------
@@ -360,6 +376,13 @@ pub fn push_signal(
         Some(h) => push_hex(buf, h),
         None => buf.push(b'-'),
     }
+}
+
+/// A `C` line, without the newline.
+pub fn push_counts(buf: &mut Vec<u8>, c: &Counts) {
+    buf.extend_from_slice(
+        format!("C {} {} {} {} {}", c.pid, c.tid, c.exec, c.loads, c.stores).as_bytes(),
+    );
 }
 
 /// A syscall buffer: `-`, `"text"` or hex (see the module header).
@@ -705,6 +728,23 @@ impl SignalEvent {
     }
 }
 
+impl Counts {
+    /// Parses a `C` line.
+    pub fn parse(line: &str) -> Result<Counts, String> {
+        let f = fields(line, 6)?;
+        if f[0] != "C" {
+            return Err(format!("not a C line: {line:?}"));
+        }
+        Ok(Counts {
+            pid: parse_dec(f[1])?,
+            tid: parse_dec(f[2])?,
+            exec: parse_dec(f[3])?,
+            loads: parse_dec(f[4])?,
+            stores: parse_dec(f[5])?,
+        })
+    }
+}
+
 impl Line {
     /// Parses any trace line (without its newline).
     pub fn parse(line: &str) -> Result<Line, String> {
@@ -734,6 +774,7 @@ impl Line {
                 })
             }
             "G" => SignalEvent::parse(line).map(Line::Signal),
+            "C" => Counts::parse(line).map(Line::Counts),
             _ => Err(format!("unknown tag {tag:?}")),
         }
     }
@@ -753,8 +794,8 @@ pub struct DumpTrace {
     /// For each entry of `mem`, the index in `pcs` of the last `X` before it
     /// (`u64::MAX` if there was none).
     pub mem_insn: Vec<u64>,
-    /// Every other line (`R`, `B`, `Y`, `M`, `U`, `P`, `G`), whole, in order
-    /// (each was parsed, so it is well-formed).
+    /// Every other line (`R`, `B`, `Y`, `M`, `U`, `P`, `G`, `C`), whole, in
+    /// order (each was parsed, so it is well-formed).
     pub other: Vec<String>,
 }
 
@@ -813,6 +854,11 @@ impl DumpTrace {
     /// The `M` lines, parsed.
     pub fn maps(&self) -> Result<Vec<MapEvent>, String> {
         self.rare("M ", MapEvent::parse)
+    }
+
+    /// The `C` lines, parsed.
+    pub fn counts(&self) -> Result<Vec<Counts>, String> {
+        self.rare("C ", Counts::parse)
     }
 }
 
@@ -894,7 +940,7 @@ pub fn parse_dump_events(path: &Path) -> Result<DumpEvents, String> {
                 d.maps.push((d.syscalls.len(), line.to_string()));
                 None
             }
-            Line::Mem(_) | Line::Signal(_) => None,
+            Line::Mem(_) | Line::Signal(_) | Line::Counts(_) => None,
         };
         if let Some(pc) = insn_pc {
             d.insn_pcs.push(pc);

@@ -14,7 +14,9 @@
 //! * [`dump`]: the `cannoli-dump` formats, shared by the client (writer)
 //!   and the tests (parser);
 //! * [`plugins`]: parsers of QEMU's `libinsn`, `libexeclog` and `libmem`
-//!   logs, [`lines`]: reading big logs line by line;
+//!   logs, [`pages`]: its `-d page` log (the guest's layout) and moving
+//!   addresses from one run's layout to another's, [`lines`]: reading big
+//!   logs line by line;
 //! * [`compare`]: the first difference of two long sequences with context,
 //!   and [`Failures`];
 //! * [`ground`] and [`procs`]: more ground truth and helpers for the hook,
@@ -31,15 +33,17 @@ pub mod dump;
 pub mod ground;
 pub mod lines;
 pub mod locate;
+pub mod pages;
 pub mod plugins;
 pub mod procs;
 pub mod run;
 
 pub use compare::*;
 pub use dump::{
-    parse_dump, signals_in_context, DumpTrace, MapEvent, MemAccess, MemKind, RegsEvent,
+    parse_dump, signals_in_context, Counts, DumpTrace, MapEvent, MemAccess, MemKind, RegsEvent,
     SignalEvent, SignalInContext, StreamInfo, Summary, SyscallEvent,
 };
 pub use locate::*;
+pub use pages::{parse_page_layout, PageLayout, Relocation};
 pub use plugins::*;
 pub use run::*;

@@ -129,19 +129,38 @@ pub fn guest_info(arch: &str) -> &'static Guest {
         .unwrap_or_else(|| panic!("unknown guest architecture {arch:?} (not in e2e::GUESTS)"))
 }
 
-/// Options given to every QEMU run of the harness, plugin and cannoli
-/// alike, ahead of the run-specific ones.
+/// Options that make QEMU's guest randomness deterministic: given to every
+/// run of the harness, plugin and cannoli alike.
 ///
-/// `-seed` makes QEMU's guest randomness deterministic. Without it the 16
-/// `AT_RANDOM` bytes on the initial stack differ on every run, and glibc's
-/// start-up code loads them and stores the stack-protector and pointer
-/// guards derived from them (and every function with a canary then loads the
-/// guard), so load/store values would never match between two runs.
+/// Without `-seed` the 16 `AT_RANDOM` bytes on the initial stack differ on
+/// every run, and glibc's start-up code loads them and stores the
+/// stack-protector and pointer guards derived from them (and every function
+/// with a canary then loads the guard), so load/store values would never
+/// match between two runs.
+pub const QEMU_SEED_ARGS: &[&str] = &["-seed", "1"];
+
+/// QEMU's own environment in every run of the harness (its guest does not
+/// see it: [`QEMU_COMMON_ARGS`] unsets it for the guest with `-U`).
+///
+/// `MALLOC_ARENA_MAX=1` makes every QEMU thread allocate from glibc's main
+/// arena. Otherwise QEMU's RCU thread, started early, creates its own arena
+/// with a 64 MiB `mmap` at a moment that races with QEMU mapping its code
+/// buffer, and which of the two comes first decides where a 64-bit guest's
+/// stack and mmaps land (two layouts, even for plain QEMU, run to run);
+/// every guest thread's first malloc would add another such mapping. With
+/// one arena, every run of the same program under any QEMU build, plugin
+/// or cannoli gets the same layout.
+pub const QEMU_ENV: &[(&str, &str)] = &[("MALLOC_ARENA_MAX", "1")];
+
+/// Options given to every QEMU run of the harness, plugin and cannoli
+/// alike, ahead of the run-specific ones: [`QEMU_SEED_ARGS`], and `-U` for
+/// each variable of [`QEMU_ENV`], so that the guest's environment stays
+/// empty.
 ///
 /// No `-R`: the harness runs every QEMU with the host's address space
 /// randomisation off instead (see [`crate::run::GuestCmd`]), so that a
 /// 64-bit guest is traced with the address space layout it really gets.
-pub const QEMU_COMMON_ARGS: &[&str] = &["-seed", "1"];
+pub const QEMU_COMMON_ARGS: &[&str] = &["-seed", "1", "-U", "MALLOC_ARENA_MAX"];
 
 /// Reserved guest address space given to 64-bit guests (`-R`) by
 /// [`qemu_common_args`].
@@ -155,11 +174,12 @@ pub const QEMU_COMMON_ARGS: &[&str] = &["-seed", "1"];
 pub const RESERVED_VA_64: &str = "0x100000000";
 
 /// Options for a caller that starts QEMU itself with the host's address
-/// space randomisation on (the example tools' tests): [`QEMU_COMMON_ARGS`]
+/// space randomisation on (the example tools' tests): [`QEMU_SEED_ARGS`]
 /// and, for 64-bit guests, `-R` so that two runs agree on every address.
-/// The harness's own runs use [`QEMU_COMMON_ARGS`] with randomisation off.
+/// The harness's own runs use [`QEMU_COMMON_ARGS`] and [`QEMU_ENV`] with
+/// randomisation off.
 pub fn qemu_common_args(arch: &str) -> Vec<&'static str> {
-    let mut v = QEMU_COMMON_ARGS.to_vec();
+    let mut v = QEMU_SEED_ARGS.to_vec();
     if arch_bits(arch) == 64 {
         v.extend(["-R", RESERVED_VA_64]);
     }
@@ -492,6 +512,18 @@ pub fn expected_stdout(name: &str) -> Option<Vec<u8>> {
             .join(format!("{name}.expected")),
     )
     .ok()
+}
+
+/// [`expected_stdout`] on `arch`: on a big-endian guest
+/// `tests/programs/<name>.be.expected` if there is one (a program whose
+/// output depends on the byte order, like sortcrc's CRC over the bytes of
+/// an int array).
+pub fn expected_stdout_on(arch: &str, name: &str) -> Option<Vec<u8>> {
+    let be = GUESTS.iter().any(|g| g.arch == arch && g.big_endian);
+    let dir = workspace_root().join("tests/programs");
+    be.then(|| fs::read(dir.join(format!("{name}.be.expected"))).ok())
+        .flatten()
+        .or_else(|| expected_stdout(name))
 }
 
 const RELEASE_HOWTO: &str = "run `cargo build --release` in the workspace root first";

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! Parsers of the ground truth: the logs of QEMU's own plugins `libinsn`
 //! (instruction counts), `libexeclog` (executed pcs and their accesses'
-//! addresses) and `libmem` (every access with its value).
+//! addresses) and `libmem` (every access with its value). Each skips the
+//! lines of QEMU's `-d page` output (see [`crate::pages`]) that the same log
+//! may hold.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -10,6 +12,7 @@ use std::path::Path;
 
 use crate::dump::{MemAccess, MemKind};
 use crate::lines::{dec, for_each_line, parse_hex, parse_hex128};
+use crate::pages::is_page_log_line;
 
 /// A memory access attributed to the n-th executed instruction, without
 /// size/value (what execlog shows).
@@ -47,6 +50,9 @@ pub fn parse_insn(path: &Path) -> Result<InsnCounts, String> {
     let mut per_cpu = Vec::new();
     let mut total = None;
     for_each_line(path, |_, line| {
+        if is_page_log_line(line) {
+            return Ok(());
+        }
         if let Some(rest) = line.strip_prefix("total insns:") {
             if total.is_some() {
                 return Err("second `total insns` line".into());
@@ -89,7 +95,7 @@ pub struct Execlog {
 pub fn parse_execlog(path: &Path) -> Result<Execlog, String> {
     let mut log = Execlog::default();
     for_each_line(path, |_, line| {
-        if line.is_empty() {
+        if line.is_empty() || is_page_log_line(line) {
             return Ok(());
         }
         let mut it = line.splitn(3, ", ");
@@ -146,12 +152,14 @@ fn size_from_bits(bits: u32) -> Result<u8, String> {
 /// 128-bit access's value is printed as 32 hex digits, high half first.
 pub fn parse_mem(path: &Path) -> Result<Vec<MemAccess>, String> {
     let mut out = Vec::new();
-    for_each_line(path, |lineno, line| {
-        if line.is_empty() {
+    let mut header = false;
+    for_each_line(path, |_, line| {
+        if line.is_empty() || is_page_log_line(line) {
             return Ok(());
         }
         if line.starts_with("insn_vaddr,") {
-            return if lineno == 1 {
+            return if !header && out.is_empty() {
+                header = true;
                 Ok(())
             } else {
                 Err("header line not first".into())
@@ -232,12 +240,25 @@ pub fn parse_execlog_per_cpu(path: &Path) -> Result<BTreeMap<u32, Vec<u64>>, Str
         }
         i - q
     };
+    // The whole line starting at q, if it is a `-d page` line (a page dump
+    // is written whole, but can come between a record and its newline).
+    let page_line_end = |q: usize| -> Option<usize> {
+        let end = b[q..]
+            .iter()
+            .position(|&c| c == b'\n')
+            .map_or(b.len(), |e| q + e);
+        is_page_log_line(&text[q..end]).then_some(end)
+    };
     loop {
         while p < b.len() && b[p] == b'\n' {
             p += 1;
         }
         if p >= b.len() {
             break;
+        }
+        if let Some(end) = page_line_end(p) {
+            p = end;
+            continue;
         }
         // cpu
         let s = p;
@@ -312,8 +333,9 @@ pub fn parse_execlog_per_cpu(path: &Path) -> Result<BTreeMap<u32, Vec<u64>>, Str
             p += len;
         }
         per_cpu.entry(cpu).or_default().push(pc);
-        // What follows: a newline, the end, or another record (torn line).
-        if p < b.len() && b[p] != b'\n' && !record_start(p) {
+        // What follows: a newline, the end, another record (torn line) or a
+        // page dump.
+        if p < b.len() && b[p] != b'\n' && !record_start(p) && page_line_end(p).is_none() {
             return Err(err(p, "unexpected text after a record"));
         }
     }

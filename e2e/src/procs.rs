@@ -105,8 +105,8 @@ pub fn traced_cmd(arch: &str, prog: &Path, args: &[&str]) -> GuestCmd {
 /// may still use pointers into the old one (`get_cpu` returns a pointer
 /// after dropping its lock), and sometimes crashes when a guest creates a
 /// thread. That is the ground truth failing, with plain QEMU too, not
-/// cannoli. Returns the successful run and its log; panics if every attempt
-/// crashed.
+/// cannoli. Returns the successful run and its log (with `-d page`, see
+/// [`crate::pages`]); panics if every attempt crashed.
 pub fn run_plugin_retrying(
     dir: &RunDir,
     tag: &str,
@@ -118,7 +118,9 @@ pub fn run_plugin_retrying(
 ) -> (GuestRun, PathBuf) {
     let mut crashes = Vec::new();
     for n in 0..attempts {
-        let (run, log) = run_plugin(dir, &format!("{tag}-{n}"), arch, plugin, prog, args);
+        let tag = format!("{tag}-{n}");
+        let log = dir.file(&format!("{tag}.log"));
+        let run = run_guest(dir, &tag, &paged_plugin_cmd(arch, plugin, prog, args, &log));
         let internal =
             run.status.code().is_none() && run.stderr_text().contains("QEMU internal SIGSEGV");
         if !internal {

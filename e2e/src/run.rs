@@ -17,7 +17,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::dump::LISTENING;
-use crate::locate::{dump_client, jitter_lib, qemu_builds, Plugin, QEMU_COMMON_ARGS};
+use crate::locate::{
+    dump_client, jitter_lib, qemu_builds, Plugin, QEMU_COMMON_ARGS, QEMU_ENV, QEMU_SEED_ARGS,
+};
 
 /// Environment variable naming a directory: if set, run directories are
 /// kept (and also whenever a test panics).
@@ -133,8 +135,8 @@ impl Drop for ChildGuard {
 }
 
 /// What to run: `<qemu> <common args> <qemu_args> <prog> <args>`, where the
-/// common args are [`QEMU_COMMON_ARGS`], with the host's address space
-/// randomisation off (as `setarch -R` does).
+/// common args are [`QEMU_COMMON_ARGS`], with [`QEMU_ENV`] and the host's
+/// address space randomisation off (as `setarch -R` does).
 ///
 /// Why randomisation off rather than QEMU's `-R`: a 64-bit guest without
 /// `-R` gets its stack and mmaps where the host's `mmap` puts them, which
@@ -146,12 +148,13 @@ impl Drop for ChildGuard {
 #[derive(Debug, Clone)]
 pub struct GuestCmd {
     pub qemu: PathBuf,
-    /// [`QEMU_COMMON_ARGS`].
+    /// [`QEMU_COMMON_ARGS`] (or [`QEMU_SEED_ARGS`], see [`GuestCmd::unpinned`]).
     pub common_args: Vec<&'static str>,
     pub qemu_args: Vec<OsString>,
     pub prog: PathBuf,
     pub args: Vec<String>,
-    /// The whole environment of QEMU (it is cleared first).
+    /// The whole environment of QEMU (it is cleared first): [`QEMU_ENV`]
+    /// and what the run adds.
     pub env: Vec<(String, String)>,
 }
 
@@ -165,8 +168,20 @@ impl GuestCmd {
             qemu_args: Vec::new(),
             prog: prog.to_path_buf(),
             args: args.iter().map(|s| s.to_string()).collect(),
-            env: Vec::new(),
+            env: QEMU_ENV
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         }
+    }
+    /// Without [`QEMU_ENV`] (and the `-U` that hides it): QEMU allocates
+    /// as it does by default, and a 64-bit guest's layout may be either of
+    /// the two its race gives. For the test of that layout itself.
+    pub fn unpinned(mut self) -> Self {
+        self.common_args = QEMU_SEED_ARGS.to_vec();
+        self.env
+            .retain(|(k, _)| !QEMU_ENV.iter().any(|(e, _)| e == k));
+        self
     }
     pub fn qemu_arg(mut self, a: impl Into<OsString>) -> Self {
         self.qemu_args.push(a.into());
@@ -319,6 +334,29 @@ pub fn run_plugin(
 /// `qemu-<arch> <common args> -plugin <plugin> -d plugin -D <log> prog args`
 /// (the patched QEMU).
 pub fn plugin_cmd(arch: &str, plugin: Plugin, prog: &Path, args: &[&str], log: &Path) -> GuestCmd {
+    plugin_cmd_logging(arch, plugin, prog, args, log, "plugin")
+}
+
+/// [`plugin_cmd`] with `-d plugin,page`: the log also holds the guest's
+/// address space layout (see [`crate::pages`]).
+pub fn paged_plugin_cmd(
+    arch: &str,
+    plugin: Plugin,
+    prog: &Path,
+    args: &[&str],
+    log: &Path,
+) -> GuestCmd {
+    plugin_cmd_logging(arch, plugin, prog, args, log, "plugin,page")
+}
+
+fn plugin_cmd_logging(
+    arch: &str,
+    plugin: Plugin,
+    prog: &Path,
+    args: &[&str],
+    log: &Path,
+    what: &str,
+) -> GuestCmd {
     let q = qemu_builds();
     let mut spec = q.plugin(plugin).into_os_string();
     spec.push(plugin.options());
@@ -326,7 +364,7 @@ pub fn plugin_cmd(arch: &str, plugin: Plugin, prog: &Path, args: &[&str], log: &
         .qemu_arg("-plugin")
         .qemu_arg(spec)
         .qemu_arg("-d")
-        .qemu_arg("plugin")
+        .qemu_arg(what)
         .qemu_arg("-D")
         .qemu_arg(log)
 }

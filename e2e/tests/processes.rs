@@ -1,19 +1,28 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! Threads, processes, signals, dynamic linking and misbehaving clients,
-//! on mipsel and riscv64, against QEMU's own plugins (libinsn, libexeclog)
-//! and plain QEMU, under the harness's identical conditions (empty
-//! environment, `-seed 1`, `-R` for 64-bit guests, stdout to files):
+//! against QEMU's own plugins (libinsn, libexeclog) and plain QEMU, under
+//! the harness's identical conditions (empty environment, `-seed 1`, stdout
+//! to files, the host's address space randomisation off, no `-R`; see
+//! `e2e::run::GuestCmd`). Threads on every guest of the matrix
+//! (`<arch>::threads*`), the rest on mipsel and riscv64:
 //!
-//! * `threads_*`: a pthreads guest (tests/programs/threads.c). Each guest
-//!   thread is its own stream (`cannoli-dump --split`); every worker
+//! * `<arch>::threads`: a pthreads guest (tests/programs/threads.c). Each
+//!   guest thread is its own stream (`cannoli-dump --split`); every worker
 //!   thread's `X` count equals libinsn's count of its vCPU and its pc
-//!   sequence equals libexeclog's sequence of that vCPU. Worker i is vCPU
-//!   i + 1: the program creates all workers before any can finish, and QEMU
-//!   numbers vCPUs in creation order; the guest reports which thread id
-//!   worker i had, and main's `clone` results must agree. main's own count
-//!   depends on timing (pthread_join waits on a futex only if the worker
-//!   still runs), so main is compared up to `joins_begin`, the
-//!   deterministic part.
+//!   sequence equals libexeclog's sequence of that vCPU (moved to the bare
+//!   QEMU's layout where the plugin moved the guest's vDSO, see
+//!   `e2e::pages`). Worker i is vCPU i + 1: the program creates all workers
+//!   before any can finish, and QEMU numbers vCPUs in creation order; the
+//!   guest reports which thread id worker i had, and main's `clone` results
+//!   must agree. main's own count depends on timing (pthread_join waits on a
+//!   futex only if the worker still runs), so main is compared up to
+//!   `joins_begin`, the deterministic part.
+//! * `<arch>::threads_same_run`, `threads_host_xz`: libinsn loaded into the
+//!   traced QEMU itself, so the counts are of the very same execution: each
+//!   stream's `X` count (`cannoli-dump --counts`) is its thread's share of
+//!   libinsn's per-vCPU counts, nothing is lost; for the threads guest on
+//!   every guest, and for the host's own dynamically linked `xz -T2`
+//!   (x86_64), whose threads really start (its `clone` calls).
 //! * `forkexec_*`: fork, then execve of the same guest program, then wait
 //!   (tests/programs/forkexec.c). Three streams with the right pid/ppid; the
 //!   exec'd stream equals libinsn/libexeclog's run of `forkexec child`
@@ -114,7 +123,7 @@ fn threads(arch: &str) {
     let dir = RunDir::new();
     let f = Failures::new(format!("threads on {arch}"));
 
-    let plain = run_bare(&dir, "plain", arch, q.plain_qemu(arch), &prog, &args);
+    let plain = run_bare(&dir, "plain", arch, q.reference_qemu(arch), &prog, &args);
     plain.assert_success();
 
     let (run, log) = run_plugin(&dir, "insn", arch, Plugin::Insn, &prog, &args);
@@ -122,7 +131,19 @@ fn threads(arch: &str) {
     let insn = parse_insn(&log).unwrap_or_else(|e| panic!("{e}"));
     let (run, log) = run_plugin_retrying(&dir, "execlog", arch, Plugin::Execlog, &prog, &args, 10);
     run.assert_success();
-    let execlog = parse_execlog_per_cpu(&log).unwrap_or_else(|e| panic!("{e}"));
+    let mut execlog = parse_execlog_per_cpu(&log).unwrap_or_else(|e| panic!("{e}"));
+    // Without -R the plugin can move the guest's vDSO (see e2e::pages):
+    // its pcs go to where the bare QEMU has them.
+    let reloc = Relocation::between(
+        &parse_page_layout(&log).unwrap_or_else(|e| panic!("{e}")),
+        &bare_layout(&dir, arch, &prog, &args),
+    )
+    .unwrap_or_else(|e| panic!("threads on {arch}: the layout under libexeclog: {e}"));
+    for pcs in execlog.values_mut() {
+        for pc in pcs.iter_mut() {
+            *pc = reloc.addr(*pc);
+        }
+    }
 
     // Ground truth: one vCPU per thread, and the workers' counts agree
     // between the two plugin runs (they are deterministic).
@@ -276,7 +297,8 @@ fn threads(arch: &str) {
             Err(e) => f.fail("main thread", e),
         }
         let syms = elf_symbols(&prog).unwrap_or_else(|e| panic!("{e}"));
-        let jb = elf_symbol(&syms, &prog, "joins_begin");
+        // A Thumb function's symbol has bit 0 set; its code does not.
+        let jb = elf_symbol(&syms, &prog, "joins_begin") & !u64::from(arch == "arm");
         match (
             prefix_len_before(&execlog[&0], jb),
             prefix_len_before(&d.pcs, jb),
@@ -307,15 +329,229 @@ fn threads(arch: &str) {
     f.finish();
 }
 
+/// The bare patched QEMU's layout for `prog args` (`-d page`).
+fn bare_layout(dir: &RunDir, arch: &str, prog: &Path, args: &[&str]) -> PageLayout {
+    let log = dir.file("bare.page");
+    let cmd = GuestCmd::new(arch, qemu_builds().qemu(arch), prog, args)
+        .qemu_arg("-d")
+        .qemu_arg("page")
+        .qemu_arg("-D")
+        .qemu_arg(&log);
+    run_guest(dir, "bare", &cmd).assert_success();
+    parse_page_layout(&log).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Assigns each thread's count to a vCPU so that every vCPU's count is the
+/// sum of its threads' (QEMU gives a new thread the lowest free vCPU index,
+/// so a thread that starts after another ended reuses its index, and the
+/// plugins add both up). Returns, per thread, its vCPU; `None` if there is
+/// no such assignment.
+fn assign_threads(threads: &[u64], cpus: &[u64]) -> Option<Vec<usize>> {
+    fn go(i: usize, t: &[u64], left: &mut [u64], out: &mut Vec<usize>) -> bool {
+        if i == t.len() {
+            return left.iter().all(|&l| l == 0);
+        }
+        for c in 0..left.len() {
+            if left[c] >= t[i] {
+                left[c] -= t[i];
+                out.push(c);
+                if go(i + 1, t, left, out) {
+                    return true;
+                }
+                out.pop();
+                left[c] += t[i];
+            }
+        }
+        false
+    }
+    let mut left = cpus.to_vec();
+    let mut out = Vec::new();
+    go(0, threads, &mut left, &mut out).then_some(out)
+}
+
+/// A multi-threaded run traced by cannoli with libinsn loaded into the same
+/// QEMU (`cmd` is a [`traced_cmd`]): each stream's `X` count must be a
+/// thread's share of libinsn's per-vCPU counts ([`assign_threads`]), and
+/// the client must lose nothing. Unlike comparisons across runs this holds
+/// however the threads were scheduled. Returns the run and the counts (per
+/// stream in connection order, per vCPU).
+fn same_run_counts(
+    f: &Failures,
+    dir: &RunDir,
+    cmd: GuestCmd,
+) -> (Traced, Vec<(StreamInfo, Counts)>, Vec<(u32, u64)>) {
+    let log = dir.file("same-run-insn.log");
+    let cmd = cmd
+        .qemu_arg("-plugin")
+        .qemu_arg(qemu_builds().plugin(Plugin::Insn))
+        .qemu_arg("-d")
+        .qemu_arg("plugin")
+        .qemu_arg("-D")
+        .qemu_arg(&log);
+    let t = run_traced(dir, "same-run", cmd, &["--threads", "2", "--counts"], true);
+    f.check(
+        "same run: client (no lost events, no incomplete streams)",
+        t.client_ok(),
+    );
+    let insn = parse_insn(&log).unwrap_or_else(|e| panic!("{e}"));
+    let streams = t.streams().unwrap_or_else(|e| panic!("{e}"));
+    let mut counts = Vec::new();
+    for s in &streams.0 {
+        match parse_dump(&s.file).and_then(|d| d.counts()) {
+            Ok(c) if c.len() == 1 && c[0].pid == s.pid && c[0].tid == s.tid => {
+                counts.push((s.clone(), c[0]))
+            }
+            Ok(c) => f.fail(
+                "same run: C lines",
+                format!(
+                    "{}: {c:?}, want one C line of pid {} tid {}",
+                    s.file.display(),
+                    s.pid,
+                    s.tid
+                ),
+            ),
+            Err(e) => f.fail("same run: stream file", e),
+        }
+    }
+    let per_thread: Vec<u64> = counts.iter().map(|(_, c)| c.exec).collect();
+    let per_cpu: Vec<u64> = insn.per_cpu.iter().map(|&(_, n)| n).collect();
+    if per_thread.iter().sum::<u64>() != insn.total {
+        f.fail(
+            "same run: instruction count",
+            format!(
+                "the streams have {} X events in all ({per_thread:?}), libinsn counted {} ({per_cpu:?})",
+                per_thread.iter().sum::<u64>(),
+                insn.total
+            ),
+        );
+    } else if assign_threads(&per_thread, &per_cpu).is_none() {
+        f.fail(
+            "same run: per-thread counts",
+            format!(
+                "no assignment of the streams' counts {per_thread:?} to libinsn's vCPUs {:?}",
+                insn.per_cpu
+            ),
+        );
+    }
+    (t, counts, insn.per_cpu)
+}
+
+/// The `threads` guest on every guest, in one run with libinsn.
+fn threads_same_run(arch: &str) {
+    let prog = guest(arch, "threads");
+    let workers = WORKERS.to_string();
+    let args = [workers.as_str(), WORK];
+    let dir = RunDir::new();
+    let f = Failures::new(format!("threads on {arch}, with libinsn in the same run"));
+    let (t, counts, per_cpu) = same_run_counts(&f, &dir, traced_cmd(arch, &prog, &args));
+    t.guest.assert_success();
+    if counts.len() != WORKERS + 1 || per_cpu.len() != WORKERS + 1 {
+        f.fail(
+            "threads",
+            format!(
+                "{} streams and {} vCPUs, want {}",
+                counts.len(),
+                per_cpu.len(),
+                WORKERS + 1
+            ),
+        );
+    }
+    f.finish();
+}
+
+/// The host's own multi-threaded `xz -T2` (dynamically linked, x86_64),
+/// compressing a few blocks at once: it really starts threads (its `clone`
+/// calls, more than one stream), and each thread's count is its share of
+/// libinsn's in the same run.
 #[test]
-fn threads_mipsel() {
-    threads("mipsel");
+fn threads_host_xz() {
+    let arch = "x86_64";
+    let dir = RunDir::new();
+    let mut data = Vec::new();
+    let mut x = 0x2545_f491u32;
+    while data.len() < 24 << 10 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        data.extend_from_slice(format!("{x:08x} {}\n", x % 1000).as_bytes());
+    }
+    std::fs::write(dir.file("in.txt"), &data).unwrap();
+    let prog = Path::new("/usr/bin/xz");
+    let args = ["-T2", "-0", "--block-size=8KiB", "-c", "in.txt"];
+    let f = Failures::new("xz -T2 on x86_64, with libinsn in the same run");
+    let reference = run_bare(
+        &dir,
+        "plain",
+        arch,
+        qemu_builds().plain_qemu(arch),
+        prog,
+        &args,
+    );
+    reference.assert_success();
+    let (t, counts, per_cpu) = same_run_counts(&f, &dir, traced_cmd(arch, prog, &args));
+    t.guest.assert_success();
+    f.check(
+        "guest stdout",
+        same_output("plain QEMU", &reference.stdout, "cannoli", &t.guest.stdout),
+    );
+    let clones = counts
+        .first()
+        .map(|(s, _)| {
+            parse_dump(&s.file)
+                .and_then(|d| d.syscalls())
+                .map(|y| {
+                    y.iter()
+                        .filter(|l| {
+                            matches!(l.name.as_str(), "clone" | "clone3") && l.ret.unwrap_or(0) > 0
+                        })
+                        .count()
+                })
+                .unwrap_or(0)
+        })
+        .unwrap_or(0);
+    if clones < 2 || counts.len() < 3 || per_cpu.len() < 2 {
+        f.fail(
+            "threads",
+            format!(
+                "xz -T2 made {clones} threads (clone in the main stream), {} streams, {} vCPUs: \
+                 want at least 2 worker threads",
+                counts.len(),
+                per_cpu.len()
+            ),
+        );
+    }
+    eprintln!(
+        "e2e: xz -T2: {} streams {:?}, libinsn {per_cpu:?}",
+        counts.len(),
+        counts.iter().map(|(_, c)| c.exec).collect::<Vec<_>>()
+    );
+    f.finish();
 }
 
 #[test]
-fn threads_riscv64() {
-    threads("riscv64");
+fn assignment_of_threads_to_vcpus() {
+    assert_eq!(assign_threads(&[5, 3, 7], &[5, 7, 3]), Some(vec![0, 2, 1]));
+    assert_eq!(assign_threads(&[5, 3, 4], &[5, 7]), Some(vec![0, 1, 1]));
+    assert_eq!(assign_threads(&[5, 3, 4], &[5, 8]), None);
+    assert_eq!(assign_threads(&[5, 3], &[5, 3, 1]), None);
 }
+
+macro_rules! threads_tests {
+    ($($arch:ident),*) => {$(
+        mod $arch {
+            #[test]
+            fn threads() {
+                super::threads(stringify!($arch));
+            }
+            #[test]
+            fn threads_same_run() {
+                super::threads_same_run(stringify!($arch));
+            }
+        }
+    )*};
+}
+
+threads_tests!(mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 // ---------------------------------------------------------------------------
 // 2. fork + exec

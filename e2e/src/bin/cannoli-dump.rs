@@ -9,7 +9,7 @@
 //! plugins (libinsn, libexeclog, libmem).
 //!
 //! usage: `cannoli-dump [--listen ADDR] [--threads N] [--out FILE] [--only KINDS]
-//! [--no-exec] [--split DIR] [--delay-us N] [-v]`
+//! [--no-exec] [--split DIR] [--delay-us N] [--counts] [-v]`
 //!
 //! The first line on stdout is `listening <addr>` (flushed at once), so a
 //! caller that asked for port 0 learns the real port before starting QEMU.
@@ -41,8 +41,8 @@ use std::time::{Duration, Instant};
 
 use cannoli::{Cannoli, ClientInfo, Server, Signal, Syscall};
 use e2e::dump::{
-    push_exec, push_map, push_mem, push_protect, push_regs, push_signal, push_syscall, push_unmap,
-    split_file_name, stream_line, MemKind, Summary, ALL_KINDS, LISTENING,
+    push_counts, push_exec, push_map, push_mem, push_protect, push_regs, push_signal, push_syscall,
+    push_unmap, split_file_name, stream_line, Counts, MemKind, Summary, ALL_KINDS, LISTENING,
 };
 
 /// Where `trace` writes; shared by every traced thread and process.
@@ -71,6 +71,13 @@ static SPLIT: OnceLock<Mutex<Split>> = OnceLock::new();
 static SPLIT_LINES: AtomicU64 = AtomicU64::new(0);
 /// `--delay-us`.
 static DELAY: OnceLock<Duration> = OnceLock::new();
+/// `--counts`: count each stream's X, L and S events instead of printing
+/// them, and print one `C` line when the stream ends.
+static COUNTS: OnceLock<bool> = OnceLock::new();
+
+fn counting() -> bool {
+    *COUNTS.get().unwrap_or(&false)
+}
 
 /// The file name of the next stream of (`pid`, `tid`) under `--split`.
 fn split_name(seen: &mut HashMap<(i32, i32), u32>, pid: i32, tid: i32) -> String {
@@ -169,8 +176,22 @@ struct Wide {
     sz: u8,
 }
 
-/// Appends the lines of `trace` to `buf`.
-fn format_events(buf: &mut Vec<u8>, trace: &[Ev]) {
+/// Appends the lines of `trace` to `buf`; with `counts`, counts the `X`,
+/// `L` and `S` events there instead.
+fn format_events(buf: &mut Vec<u8>, trace: &[Ev], counts: Option<&mut Counts>) {
+    if let Some(c) = counts {
+        for ev in trace {
+            match ev {
+                Ev::Exec(_) => c.exec += 1,
+                Ev::Load { .. } => c.loads += 1,
+                Ev::Store { .. } => c.stores += 1,
+                Ev::Wide(w) if w.kind == MemKind::Load => c.loads += 1,
+                Ev::Wide(_) => c.stores += 1,
+                Ev::Line(l) => buf.extend_from_slice(l),
+            }
+        }
+        return;
+    }
     for ev in trace {
         match ev {
             &Ev::Exec(pc) => push_exec(buf, pc),
@@ -190,10 +211,42 @@ struct Dump {
     buf: Vec<u8>,
     /// This stream's own file under `--split`.
     split: Option<BufWriter<File>>,
+    /// Under `--counts`: this stream's events so far.
+    counts: Option<Counts>,
+}
+
+impl Dump {
+    /// Writes `buf`, `lines` lines, to this stream's file or the output.
+    fn emit(split: &mut Option<BufWriter<File>>, buf: &[u8], lines: u64) {
+        if let Some(w) = split {
+            if let Err(e) = w.write_all(buf) {
+                record_error(e);
+            }
+            SPLIT_LINES.fetch_add(lines, Ordering::Relaxed);
+            return;
+        }
+        let mut out = OUT
+            .get()
+            .expect("output initialised")
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if out.error.is_none() {
+            if let Err(e) = out.w.write_all(buf) {
+                out.error = Some(e);
+            }
+        }
+        out.lines += lines;
+    }
 }
 
 impl Drop for Dump {
     fn drop(&mut self) {
+        if let Some(c) = self.counts.take() {
+            let mut b = Vec::with_capacity(64);
+            push_counts(&mut b, &c);
+            b.push(b'\n');
+            Dump::emit(&mut self.split, &b, 1);
+        }
         if let Some(w) = &mut self.split {
             if let Err(e) = w.flush() {
                 record_error(e);
@@ -255,6 +308,11 @@ impl Cannoli for Dump {
             Dump {
                 buf: Vec::with_capacity(1 << 16),
                 split: split_open(ci),
+                counts: counting().then(|| Counts {
+                    pid: ci.pid,
+                    tid: ci.tid,
+                    ..Counts::default()
+                }),
             },
             ci.clone(),
         )
@@ -423,25 +481,15 @@ impl Cannoli for Dump {
         }
         let buf = &mut self.buf;
         buf.clear();
-        format_events(buf, trace);
-        if let Some(w) = &mut self.split {
-            if let Err(e) = w.write_all(buf) {
-                record_error(e);
-            }
-            SPLIT_LINES.fetch_add(trace.len() as u64, Ordering::Relaxed);
-            return;
+        format_events(buf, trace, self.counts.as_mut());
+        let lines = if self.counts.is_some() {
+            buf.iter().filter(|&&c| c == b'\n').count() as u64
+        } else {
+            trace.len() as u64
+        };
+        if !buf.is_empty() {
+            Dump::emit(&mut self.split, buf, lines);
         }
-        let mut out = OUT
-            .get()
-            .expect("output initialised")
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if out.error.is_none() {
-            if let Err(e) = out.w.write_all(buf) {
-                out.error = Some(e);
-            }
-        }
-        out.lines += trace.len() as u64;
     }
 }
 
@@ -454,11 +502,12 @@ struct Args {
     kinds: u32,
     split: Option<String>,
     delay_us: u64,
+    counts: bool,
 }
 
 const USAGE: &str = "\
 usage: cannoli-dump [--listen ADDR] [--threads N] [--out FILE|-] [--only KINDS] [--no-exec]
-                    [--split DIR] [--delay-us N] [-v]
+                    [--split DIR] [--delay-us N] [--counts] [-v]
   --listen ADDR   address to listen on (default 127.0.0.1:0 = any free port)
   --threads N     worker threads for the parallel callbacks (default: number of cpus)
   --out FILE      where to write the trace, '-' for stdout (default -)
@@ -468,9 +517,11 @@ usage: cannoli-dump [--listen ADDR] [--threads N] [--out FILE|-] [--only KINDS] 
                   (DIR/dump-<pid>-<tid>.<k>.txt for the k-th later one, after an execve),
                   and list them in DIR/streams.txt in connection order
   --delay-us N    sleep N microseconds per chunk in the serial phase (a slow client)
+  --counts        count each stream's X, L and S events instead of printing them,
+                  and print 'C <pid> <tid> <exec> <loads> <stores>' when it ends
   -v, --verbose   log every traced process and thread to stderr
 Line kinds: X exec, L load, S store, R registers, B branch registers,
-Y syscall, M mmap, U munmap, P mprotect, G signal (formats: see the source).
+Y syscall, M mmap, U munmap, P mprotect, G signal, C counts (formats: e2e::dump).
 Prints 'listening <addr>' as the first line on stdout, then serves until the
 first traced process and all its children have exited.";
 
@@ -485,6 +536,7 @@ fn parse_args() -> Result<Args, String> {
         kinds: kind_bits(ALL_KINDS).unwrap(),
         split: None,
         delay_us: 0,
+        counts: false,
     };
     let mut no_exec = false;
     let mut it = std::env::args().skip(1);
@@ -520,6 +572,7 @@ fn parse_args() -> Result<Args, String> {
                     format!("--delay-us: expected a number of microseconds, got '{v}'")
                 })?;
             }
+            "--counts" => args.counts = true,
             "--verbose" | "-v" => args.verbose = true,
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -545,6 +598,7 @@ fn main() -> ExitCode {
     let _ = VERBOSE.set(args.verbose);
     let _ = KINDS.set(args.kinds);
     let _ = DELAY.set(Duration::from_micros(args.delay_us));
+    let _ = COUNTS.set(args.counts);
     if let Some(dir) = &args.split {
         let dir = PathBuf::from(dir);
         let index = dir.join("streams.txt");
@@ -675,7 +729,7 @@ mod tests {
     /// The lines the callbacks queued, formatted as `trace` would.
     fn lines(trace: &[Ev]) -> Vec<String> {
         let mut b = Vec::new();
-        format_events(&mut b, trace);
+        format_events(&mut b, trace, None);
         vec![String::from_utf8(b).unwrap()]
     }
 
