@@ -23,7 +23,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use e2e::{guest, no_aslr, qemu_builds, qemu_common_args, tail, RunDir};
+use e2e::{guest, no_aslr, qemu_builds, qemu_common_args, tail, RunDir, QEMU_ENV};
 
 /// The QEMU options of both sides: `-seed 1`, and `-R` for a 64-bit guest,
 /// so that its stack and mappings land at the same addresses in QEMU with
@@ -32,8 +32,14 @@ use e2e::{guest, no_aslr, qemu_builds, qemu_common_args, tail, RunDir};
 /// 64-bit guest's mappings). mips64el programs are linked at 0x120000000,
 /// so it gets 8 GiB instead of 4; x86_64 none, as QEMU cannot place its
 /// vsyscall page in a reserved space (see `matches_execlog_x86_64`).
+/// QEMU itself runs with [`QEMU_ENV`] (one malloc arena: otherwise a race
+/// between two of its threads decides where a guest without `-R` lands),
+/// which `-U` keeps from the guest.
 fn qemu_args(arch: &str) -> Vec<&'static str> {
     let mut v = qemu_common_args(arch);
+    for (k, _) in QEMU_ENV {
+        v.extend(["-U", k]);
+    }
     if let Some(i) = v.iter().position(|a| *a == "-R") {
         match arch {
             "mips64el" => v[i + 1] = "0x200000000",
@@ -99,6 +105,7 @@ fn run_regtrace_with(
         .arg(prog)
         .args(args)
         .env_clear()
+        .envs(QEMU_ENV.iter().copied())
         .env("CANNOLI_QEMU_BUILD", &q.build)
         .env("CANNOLI_QEMU_ARGS", qemu_opts.join(" "))
         .current_dir(dir.path())
@@ -239,6 +246,7 @@ fn execlog(
         .arg(prog)
         .args(args)
         .env_clear()
+        .envs(QEMU_ENV.iter().copied())
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(guest_stdout())
@@ -454,6 +462,7 @@ fn cpu_log(
         .arg(prog)
         .args(args)
         .env_clear()
+        .envs(QEMU_ENV.iter().copied())
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .stdout(guest_stdout())
