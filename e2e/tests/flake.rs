@@ -10,7 +10,13 @@ use std::process::{Command, Output};
 
 use e2e::workspace_root;
 
+/// One `nix-instantiate` at a time: on a machine that has never run Nix the
+/// first call creates Nix's SQLite database, and two first calls racing to
+/// create it fail with "database is busy".
+static NIX: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn nix_instantiate(args: &[&str]) -> Output {
+    let _one_at_a_time = NIX.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new("nix-instantiate")
         .args(args)
         .current_dir(workspace_root())
