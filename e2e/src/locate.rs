@@ -186,6 +186,26 @@ pub fn qemu_common_args(arch: &str) -> Vec<&'static str> {
     v
 }
 
+/// True if `prog` is a position-independent executable (ELF `ET_DYN`):
+/// QEMU picks its load address (and so where its brk heap starts) with the
+/// host's `mmap`, like the guest's stack and vDSO.
+pub fn is_pie(prog: &Path) -> bool {
+    use std::io::Read;
+    let mut h = [0u8; 18];
+    let ok = fs::File::open(prog)
+        .and_then(|mut f| f.read_exact(&mut h))
+        .is_ok();
+    if !ok || &h[..4] != b"\x7fELF" {
+        return false;
+    }
+    let e_type = if h[5] == 2 {
+        u16::from_be_bytes([h[16], h[17]])
+    } else {
+        u16::from_le_bytes([h[16], h[17]])
+    };
+    e_type == 3
+}
+
 /// Guest address width of `arch`.
 pub fn arch_bits(arch: &str) -> u32 {
     if let Some(g) = GUESTS.iter().find(|g| g.arch == arch) {

@@ -45,36 +45,57 @@ pub struct InsnCounts {
     pub total: u64,
 }
 
-/// Parses libinsn's log (`cpu N insns: X` lines then `total insns: X`).
-pub fn parse_insn(path: &Path) -> Result<InsnCounts, String> {
-    let mut per_cpu = Vec::new();
-    let mut total = None;
-    for_each_line(path, |_, line| {
-        if is_page_log_line(line) {
-            return Ok(());
-        }
+/// libinsn's lines, one at a time.
+#[derive(Default)]
+struct InsnLines {
+    per_cpu: Vec<(u32, u64)>,
+    total: Option<u64>,
+}
+
+impl InsnLines {
+    fn line(&mut self, line: &str) -> Result<(), String> {
         if let Some(rest) = line.strip_prefix("total insns:") {
-            if total.is_some() {
+            if self.total.is_some() {
                 return Err("second `total insns` line".into());
             }
-            total = Some(dec(rest)?);
+            self.total = Some(dec(rest)?);
         } else if let Some(rest) = line.strip_prefix("cpu ") {
             let (cpu, count) = rest.split_once(" insns:").ok_or("unexpected line")?;
-            per_cpu.push((dec(cpu)?, dec(count)?));
+            self.per_cpu.push((dec(cpu)?, dec(count)?));
         } else if !line.trim().is_empty() {
             return Err("unexpected line".into());
         }
         Ok(())
-    })?;
-    let total = total.ok_or_else(|| format!("{}: no `total insns:` line", path.display()))?;
-    let sum: u64 = per_cpu.iter().map(|(_, n)| n).sum();
-    if !per_cpu.is_empty() && sum != total {
-        return Err(format!(
-            "{}: per-cpu counts add up to {sum}, total says {total}",
-            path.display()
-        ));
     }
-    Ok(InsnCounts { per_cpu, total })
+
+    fn finish(self, path: &Path) -> Result<InsnCounts, String> {
+        let total = self
+            .total
+            .ok_or_else(|| format!("{}: no `total insns:` line", path.display()))?;
+        let sum: u64 = self.per_cpu.iter().map(|(_, n)| n).sum();
+        if !self.per_cpu.is_empty() && sum != total {
+            return Err(format!(
+                "{}: per-cpu counts add up to {sum}, total says {total}",
+                path.display()
+            ));
+        }
+        Ok(InsnCounts {
+            per_cpu: self.per_cpu,
+            total,
+        })
+    }
+}
+
+/// Parses libinsn's log (`cpu N insns: X` lines then `total insns: X`).
+pub fn parse_insn(path: &Path) -> Result<InsnCounts, String> {
+    let mut p = InsnLines::default();
+    for_each_line(path, |_, line| {
+        if is_page_log_line(line) {
+            return Ok(());
+        }
+        p.line(line)
+    })?;
+    p.finish(path)
 }
 
 /// Output of `libexeclog`: the executed pcs in order, and the memory
@@ -85,6 +106,24 @@ pub struct Execlog {
     pub mem: Vec<MemSlot>,
     /// vCPU indexes seen.
     pub cpus: BTreeSet<u32>,
+}
+
+impl Execlog {
+    /// Moves the pcs and access addresses inside regions that `r` moves
+    /// (see [`crate::pages`]); returns how many changed.
+    pub fn relocate(&mut self, r: &crate::pages::Relocation) -> usize {
+        let mut n = 0;
+        for a in self
+            .pcs
+            .iter_mut()
+            .chain(self.mem.iter_mut().map(|s| &mut s.addr))
+        {
+            let new = r.addr(*a);
+            n += usize::from(new != *a);
+            *a = new;
+        }
+        n
+    }
 }
 
 /// Parses libexeclog's log. Each line is
@@ -98,16 +137,24 @@ pub fn parse_execlog(path: &Path) -> Result<Execlog, String> {
         if line.is_empty() || is_page_log_line(line) {
             return Ok(());
         }
+        log.line(line)
+    })?;
+    Ok(log)
+}
+
+impl Execlog {
+    /// Adds one of libexeclog's lines.
+    fn line(&mut self, line: &str) -> Result<(), String> {
         let mut it = line.splitn(3, ", ");
         let cpu = it.next().ok_or("no cpu")?;
         let pc = it.next().ok_or("no pc")?;
         let rest = it.next().ok_or("no opcode")?;
-        log.cpus.insert(dec(cpu)?);
+        self.cpus.insert(dec(cpu)?);
         if !pc.starts_with("0x") {
             return Err("pc without 0x".into());
         }
-        log.pcs.push(parse_hex(pc)?);
-        let insn = log.pcs.len() as u64 - 1;
+        self.pcs.push(parse_hex(pc)?);
+        let insn = self.pcs.len() as u64 - 1;
         // Memory annotations follow the closing quote of the disassembly.
         let open = rest.find('"').ok_or("no disassembly")?;
         let close = rest
@@ -126,12 +173,11 @@ pub fn parse_execlog(path: &Path) -> Result<Execlog, String> {
             };
             let end = t.find(", ").unwrap_or(t.len());
             let addr = parse_hex(&t[..end])?;
-            log.mem.push(MemSlot { insn, kind, addr });
+            self.mem.push(MemSlot { insn, kind, addr });
             tail = &t[end..];
         }
         Ok(())
-    })?;
-    Ok(log)
+    }
 }
 
 fn size_from_bits(bits: u32) -> Result<u8, String> {
@@ -151,15 +197,28 @@ fn size_from_bits(bits: u32) -> Result<u8, String> {
 /// per access (the symbol may be empty; hwaddr is 0 in user mode). A
 /// 128-bit access's value is printed as 32 hex digits, high half first.
 pub fn parse_mem(path: &Path) -> Result<Vec<MemAccess>, String> {
-    let mut out = Vec::new();
-    let mut header = false;
+    let mut p = MemLines::default();
     for_each_line(path, |_, line| {
         if line.is_empty() || is_page_log_line(line) {
             return Ok(());
         }
+        p.line(line)
+    })?;
+    Ok(p.out)
+}
+
+/// libmem's lines, one at a time.
+#[derive(Default)]
+struct MemLines {
+    out: Vec<MemAccess>,
+    header: bool,
+}
+
+impl MemLines {
+    fn line(&mut self, line: &str) -> Result<(), String> {
         if line.starts_with("insn_vaddr,") {
-            return if !header && out.is_empty() {
-                header = true;
+            return if !self.header && self.out.is_empty() {
+                self.header = true;
                 Ok(())
             } else {
                 Err("header line not first".into())
@@ -183,7 +242,7 @@ pub fn parse_mem(path: &Path) -> Result<Vec<MemAccess>, String> {
             "store" => MemKind::Store,
             _ => return Err(format!("bad access type {kind:?}")),
         };
-        out.push(MemAccess {
+        self.out.push(MemAccess {
             pc: parse_hex(pc)?,
             addr: parse_hex(vaddr)?,
             size: size_from_bits(dec(bits)?)?,
@@ -191,8 +250,35 @@ pub fn parse_mem(path: &Path) -> Result<Vec<MemAccess>, String> {
             value: parse_hex128(value)?,
         });
         Ok(())
+    }
+}
+
+/// The three ground truths from one run that loaded libinsn, libexeclog and
+/// libmem (`print-accesses=true`) together into one log: each line goes to
+/// its plugin's parser by its shape (libmem's start with `0x` or are its
+/// header, libinsn's with `cpu ` or `total insns:`, the rest are
+/// libexeclog's).
+pub fn parse_combined(path: &Path) -> Result<(InsnCounts, Execlog, Vec<MemAccess>), String> {
+    let (mut insn, mut execlog, mut mem) = (
+        InsnLines::default(),
+        Execlog::default(),
+        MemLines::default(),
+    );
+    for_each_line(path, |_, line| {
+        if line.is_empty() || is_page_log_line(line) {
+            Ok(())
+        } else if line.starts_with("0x")
+            || line.starts_with("insn_vaddr,")
+            || line.starts_with("mem accesses:")
+        {
+            mem.line(line)
+        } else if line.starts_with("cpu ") || line.starts_with("total insns:") {
+            insn.line(line)
+        } else {
+            execlog.line(line)
+        }
     })?;
-    Ok(out)
+    Ok((insn.finish(path)?, execlog, mem.out))
 }
 
 /// libexeclog's log split by vCPU: the executed pcs of each vCPU, in order.
@@ -448,6 +534,29 @@ mod tests {
                 value: 1
             }
         );
+    }
+
+    #[test]
+    fn combined_log() {
+        let (_d, p) = tmpfile(
+            "c.log",
+            "insn_vaddr,insn_symbol,mem_vaddr,mem_hwaddr,access_size,access_type,mem_value\n\
+             0x10,,0x7ffe,0x0,32,load,0x00000001\n\
+             0, 0x10, 0x8f998018, \"lw t9, 0(sp)\", load, 0x00007ffe\n\
+             page layout changed following mmap\n\
+             0, 0x14, 0x0, \"nop\"\n\
+             cpu 0 insns: 2\n\
+             total insns: 2\n",
+        );
+        let (i, e, m) = parse_combined(&p).unwrap();
+        assert_eq!(i.total, 2);
+        assert_eq!(e.pcs, vec![0x10, 0x14]);
+        assert_eq!(e.mem.len(), 1);
+        assert_eq!((m.len(), m[0].value), (1, 1));
+        let (_d, p) = tmpfile("d.log", "0, 0x10, 0x0, \"nop\"\n");
+        assert!(parse_combined(&p).is_err(), "no libinsn total");
+        let (_d, p) = tmpfile("e.log", "junk\ntotal insns: 0\n");
+        assert!(parse_combined(&p).is_err());
     }
 
     #[test]

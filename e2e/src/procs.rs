@@ -143,6 +143,62 @@ pub fn run_plugin_retrying(
     )
 }
 
+/// A change made to every command of a comparison (extra QEMU options,
+/// the environment): ground truth and traced runs must get the same.
+pub type Tweak<'a> = &'a dyn Fn(GuestCmd) -> GuestCmd;
+
+/// No change.
+pub fn same(cmd: GuestCmd) -> GuestCmd {
+    cmd
+}
+
+/// The bare patched QEMU's layout for `prog args` (`-d page`, logged to
+/// `<tag>.page`), its command changed by `tweak`.
+pub fn bare_layout(
+    dir: &RunDir,
+    tag: &str,
+    arch: &str,
+    prog: &Path,
+    args: &[&str],
+    tweak: Tweak,
+) -> PageLayout {
+    let log = dir.file(&format!("{tag}.page"));
+    let cmd = tweak(GuestCmd::new(arch, qemu_builds().qemu(arch), prog, args))
+        .qemu_arg("-d")
+        .qemu_arg("page")
+        .qemu_arg("-D")
+        .qemu_arg(&log);
+    run_guest(dir, tag, &cmd);
+    parse_page_layout(&log).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// libexeclog on a single-threaded `prog args` (its command changed by
+/// `tweak`), its pcs and addresses moved into the bare QEMU's layout (where
+/// the plugin moved the guest's vDSO, see [`crate::pages`]). Returns the run
+/// (whatever its status) and the log.
+pub fn execlog_in_bare_layout(
+    dir: &RunDir,
+    tag: &str,
+    arch: &str,
+    prog: &Path,
+    args: &[&str],
+    tweak: Tweak,
+) -> (GuestRun, Execlog) {
+    let log = dir.file(&format!("{tag}.log"));
+    let cmd = tweak(paged_plugin_cmd(arch, Plugin::Execlog, prog, args, &log));
+    let run = run_guest(dir, tag, &cmd);
+    let mut e = parse_execlog(&log).unwrap_or_else(|e| panic!("{e}"));
+    let bare = bare_layout(dir, &format!("{tag}-bare"), arch, prog, args, tweak);
+    let layout = parse_page_layout(&log).unwrap_or_else(|e| panic!("{e}"));
+    let r = Relocation::between(&layout, &bare)
+        .unwrap_or_else(|e| panic!("{tag}: the layout under libexeclog: {e}"));
+    let n = e.relocate(&r);
+    if n > 0 {
+        eprintln!("e2e: {tag}: libexeclog moved {r}: {n} pcs and addresses moved back");
+    }
+    (run, e)
+}
+
 /// One traced run.
 pub struct Traced {
     pub guest: GuestRun,

@@ -174,6 +174,14 @@ impl GuestCmd {
                 .collect(),
         }
     }
+    /// [`QEMU_ENV`] visible to the guest too (no `-U`), so that a QEMU the
+    /// guest `execve`s (cannoli runs the new program under a new QEMU, with
+    /// the guest's environment) also gets it. The guest's environment is
+    /// then `QEMU_ENV`, in every run that is compared with this one.
+    pub fn env_shared_with_guest(mut self) -> Self {
+        self.common_args = QEMU_SEED_ARGS.to_vec();
+        self
+    }
     /// Without [`QEMU_ENV`] (and the `-U` that hides it): QEMU allocates
     /// as it does by default, and a 64-bit guest's layout may be either of
     /// the two its race gives. For the test of that layout itself.
@@ -367,6 +375,36 @@ fn plugin_cmd_logging(
         .qemu_arg(what)
         .qemu_arg("-D")
         .qemu_arg(log)
+}
+
+/// The ground-truth plugins, in the order [`with_ground_plugins`] loads them.
+pub const GROUND_PLUGINS: [Plugin; 3] = [Plugin::Insn, Plugin::Execlog, Plugin::Mem];
+
+/// `cmd` with libinsn, libexeclog and libmem (`print-accesses=true`) all
+/// loaded, logging to `log` if given (else silent: QEMU drops plugin output
+/// without `-d plugin`). Parse the log with
+/// [`crate::plugins::parse_combined`].
+///
+/// Why all at once: a plugin is a shared object that QEMU maps before the
+/// guest, and for a 64-bit PIE guest that moves where the program (and its
+/// brk heap) is loaded, so that the guest even executes other instructions.
+/// Runs compared with each other must then load the same plugins, cannoli's
+/// runs included (silent there).
+pub fn with_ground_plugins(mut cmd: GuestCmd, log: Option<&Path>) -> GuestCmd {
+    let q = qemu_builds();
+    for p in GROUND_PLUGINS {
+        let mut spec = q.plugin(p).into_os_string();
+        spec.push(p.options());
+        cmd = cmd.qemu_arg("-plugin").qemu_arg(spec);
+    }
+    if let Some(log) = log {
+        cmd = cmd
+            .qemu_arg("-d")
+            .qemu_arg("plugin")
+            .qemu_arg("-D")
+            .qemu_arg(log);
+    }
+    cmd
 }
 
 /// Runs `prog args` under QEMU (`qemu` is the plain or the patched

@@ -35,7 +35,9 @@
 //!   trace is exact, and the `G` lines name each signal, its code, the
 //!   fault address and the handler (from the program's symbol table), and
 //!   the next `X` is the handler's first instruction.
-//! * `dynamic_*`: a dynamically linked program under `-L /usr/<triple>`:
+//! * `dynamic_*`: a dynamically linked program under `-L /usr/<triple>`
+//!   (the ground truth's plugins loaded in every run, see
+//!   `e2e::with_ground_plugins`):
 //!   the `M` lines name the interpreter and libc.so.6 in the sysroot, code
 //!   runs in both, and the trace is exact.
 //! * `slow_client_*`: `cannoli-dump --delay-us` with small chunks: QEMU
@@ -136,7 +138,7 @@ fn threads(arch: &str) {
     // its pcs go to where the bare QEMU has them.
     let reloc = Relocation::between(
         &parse_page_layout(&log).unwrap_or_else(|e| panic!("{e}")),
-        &bare_layout(&dir, arch, &prog, &args),
+        &bare_layout(&dir, "bare", arch, &prog, &args, &same),
     )
     .unwrap_or_else(|e| panic!("threads on {arch}: the layout under libexeclog: {e}"));
     for pcs in execlog.values_mut() {
@@ -327,18 +329,6 @@ fn threads(arch: &str) {
         }
     }
     f.finish();
-}
-
-/// The bare patched QEMU's layout for `prog args` (`-d page`).
-fn bare_layout(dir: &RunDir, arch: &str, prog: &Path, args: &[&str]) -> PageLayout {
-    let log = dir.file("bare.page");
-    let cmd = GuestCmd::new(arch, qemu_builds().qemu(arch), prog, args)
-        .qemu_arg("-d")
-        .qemu_arg("page")
-        .qemu_arg("-D")
-        .qemu_arg(&log);
-    run_guest(dir, "bare", &cmd).assert_success();
-    parse_page_layout(&log).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Assigns each thread's count to a vCPU so that every vCPU's count is the
@@ -564,10 +554,23 @@ fn forkexec(arch: &str) {
     let dir = RunDir::new();
     let f = Failures::new(format!("forkexec on {arch}"));
 
+    // QEMU's malloc arena must be pinned in the QEMU that the guest's
+    // execve starts too (see e2e::QEMU_ENV), which gets the guest's
+    // environment: so here the guest sees QEMU_ENV, in every run.
+    let tweak = |c: GuestCmd| c.env_shared_with_guest();
+
     // Reference: plain QEMU hands execve to the host kernel, which cannot
     // run a foreign ELF without binfmt_misc; `forkexec noexec` prints and
     // returns exactly what `forkexec` does, without the exec.
-    let plain = run_bare(&dir, "plain", arch, q.plain_qemu(arch), &prog, &["noexec"]);
+    let reference = q.reference_qemu(arch);
+    let bare = |tag: &str, args: &[&str]| {
+        run_guest(
+            &dir,
+            tag,
+            &tweak(GuestCmd::new(arch, reference.clone(), &prog, args)),
+        )
+    };
+    let plain = bare("plain", &["noexec"]);
     let plain_code = exit_code(&plain.status).unwrap_or_else(|e| panic!("plain QEMU: {e}"));
     assert_eq!(
         plain_code,
@@ -575,14 +578,7 @@ fn forkexec(arch: &str) {
         "`forkexec noexec` under plain QEMU:\n{}",
         plain.stderr_text()
     );
-    let plain_child = run_bare(
-        &dir,
-        "plain-child",
-        arch,
-        q.plain_qemu(arch),
-        &prog,
-        &["child"],
-    );
+    let plain_child = bare("plain-child", &["child"]);
     assert_eq!(
         plain_child.status.code(),
         Some(42),
@@ -590,22 +586,26 @@ fn forkexec(arch: &str) {
     );
 
     // Ground truth for the exec'd program: the same argv (argv[0] is the
-    // program path either way) and the same (empty) environment.
-    let (run, log) = run_plugin(&dir, "insn-child", arch, Plugin::Insn, &prog, &["child"]);
-    assert_eq!(run.status.code(), Some(42));
-    let insn = parse_insn(&log).unwrap_or_else(|e| panic!("{e}"));
-    let (run, log) = run_plugin(
+    // program path either way) and the same environment.
+    let log = dir.file("insn-child.log");
+    let run = run_guest(
         &dir,
-        "execlog-child",
-        arch,
-        Plugin::Execlog,
-        &prog,
-        &["child"],
+        "insn-child",
+        &tweak(plugin_cmd(arch, Plugin::Insn, &prog, &["child"], &log)),
     );
     assert_eq!(run.status.code(), Some(42));
-    let execlog = parse_execlog(&log).unwrap_or_else(|e| panic!("{e}"));
+    let insn = parse_insn(&log).unwrap_or_else(|e| panic!("{e}"));
+    let (run, execlog) =
+        execlog_in_bare_layout(&dir, "execlog-child", arch, &prog, &["child"], &tweak);
+    assert_eq!(run.status.code(), Some(42));
 
-    let t = run_traced(&dir, "cannoli", traced_cmd(arch, &prog, &[]), CLIENT, true);
+    let t = run_traced(
+        &dir,
+        "cannoli",
+        tweak(traced_cmd(arch, &prog, &[])),
+        CLIENT,
+        true,
+    );
     match exit_code(&t.guest.status) {
         Ok(c) if c == plain_code => {}
         other => f.fail(
@@ -741,9 +741,9 @@ fn forkexec(arch: &str) {
     // Child after execve: exactly `forkexec child`.
     if let Some(d) = parse_or_fail(&f, "exec'd child", &v[2].file) {
         check_pcs(&f, "exec'd child: ", &d.pcs, insn.total, &execlog.pcs);
-        // The exec'd program must run under the same QEMU options as a
-        // direct run (here `-seed 1`, and `-R` for 64-bit guests): without
-        // `-R` its stack and mmaps land elsewhere.
+        // The exec'd program must run under the same QEMU options and QEMU
+        // environment as a direct run (`-seed 1`, `MALLOC_ARENA_MAX=1`):
+        // else its stack and mmaps land elsewhere.
         f.check(
             "exec'd child: accesses (instruction, kind, address) as in a direct run",
             compare_seq(
@@ -830,9 +830,8 @@ fn signals(arch: &str) {
     let (run, log) = run_plugin(&dir, "insn", arch, Plugin::Insn, &prog, &[]);
     assert_eq!(run.status.code(), Some(SIGNALS_EXIT));
     let insn = parse_insn(&log).unwrap_or_else(|e| panic!("{e}"));
-    let (run, log) = run_plugin(&dir, "execlog", arch, Plugin::Execlog, &prog, &[]);
+    let (run, execlog) = execlog_in_bare_layout(&dir, "execlog", arch, &prog, &[], &same);
     assert_eq!(run.status.code(), Some(SIGNALS_EXIT));
-    let execlog = parse_execlog(&log).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
         execlog.pcs.len() as u64,
         insn.total,
@@ -979,25 +978,22 @@ fn dynamic(arch: &str) {
     let dir = RunDir::new();
     let f = Failures::new(format!("dyn_hello -L {} on {arch}", root.display()));
 
-    let plain_cmd = GuestCmd::new(arch, q.plain_qemu(arch), &prog, &[])
-        .qemu_arg("-L")
-        .qemu_arg(&root);
-    let plain = run_guest(&dir, "plain", &plain_cmd);
+    // -L in every run; and the ground-truth plugins in every run, cannoli's
+    // too (silent there): the program is a PIE, which a plugin would move
+    // (see e2e::with_ground_plugins).
+    let tweak = |c: GuestCmd| c.qemu_arg("-L").qemu_arg(&root);
+    let plain = run_guest(
+        &dir,
+        "plain",
+        &tweak(GuestCmd::new(arch, q.plain_qemu(arch), &prog, &[])),
+    );
     plain.assert_success();
-    // A ground-truth plugin run with `-L`: its log, `<tag>.log`.
-    let ground = |tag: &str, plugin| {
-        let log = dir.file(&format!("{tag}.log"));
-        let cmd = plugin_cmd(arch, plugin, &prog, &[], &log)
-            .qemu_arg("-L")
-            .qemu_arg(&root);
-        run_guest(&dir, tag, &cmd).assert_success();
-        log
-    };
-    let insn = parse_insn(&ground("insn", Plugin::Insn)).unwrap_or_else(|e| panic!("{e}"));
-    let execlog =
-        parse_execlog(&ground("execlog", Plugin::Execlog)).unwrap_or_else(|e| panic!("{e}"));
+    let log = dir.file("ground.log");
+    let cmd = tweak(GuestCmd::new(arch, q.qemu(arch), &prog, &[]));
+    run_guest(&dir, "ground", &with_ground_plugins(cmd, Some(&log))).assert_success();
+    let (insn, execlog, _) = parse_combined(&log).unwrap_or_else(|e| panic!("{e}"));
 
-    let cmd = traced_cmd(arch, &prog, &[]).qemu_arg("-L").qemu_arg(&root);
+    let cmd = with_ground_plugins(tweak(traced_cmd(arch, &prog, &[])), None);
     let t = run_traced(&dir, "cannoli", cmd, CLIENT, false);
     t.guest.assert_success();
     check_single_stream_run(&f, &plain, &t);

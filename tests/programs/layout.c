@@ -6,7 +6,8 @@
  * One `name 0x<address>` line each on stdout: `&main`, a global, a stack
  * variable of main, the program break (sbrk(0)) before and after a small
  * malloc, that malloc'd block, a large (mmap'd by malloc) block, an
- * anonymous mmap of its own, and a stack variable of a second thread. The
+ * anonymous mmap of its own, a stack variable of a second thread, and the
+ * vDSO QEMU maps for the guest (AT_SYSINFO_EHDR, 0 if none). The
  * thread is joined before anything else is printed, so the output does not
  * depend on scheduling.
  */
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -55,5 +57,6 @@ int main(void)
     printf("large %#lx\n", (unsigned long)(uintptr_t)large);
     printf("mmap %#lx\n", (unsigned long)(uintptr_t)map);
     printf("thread_stack %#lx\n", (unsigned long)thread_stack);
+    printf("vdso %#lx\n", (unsigned long)getauxval(AT_SYSINFO_EHDR));
     return 0;
 }
