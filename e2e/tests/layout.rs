@@ -10,7 +10,11 @@
 //! stack variable, `sbrk(0)` before and after a small malloc, that block, a
 //! large malloc'd block, an mmap, a thread's stack variable, the vDSO), and
 //! QEMU's `-d page` log gives the layout after loading (every region, and
-//! `start_stack`, `brk`, `entry`, ...). Its layout under `-cannoli` must be
+//! `start_stack`, `brk`, `entry`, ...). The program is static
+//! (`<arch>::pinned`, `<arch>::default`) or a dynamically linked PIE
+//! (`tests/programs/dyn_layout.c`, `*_pie`: QEMU also picks where the
+//! program, its interpreter and its brk heap go; libraries from Debian's
+//! cross sysroot, `-L /usr/<triple>`). Its layout under `-cannoli` must be
 //! one the same program gets without tracing:
 //!
 //! * `pinned_*`: with `MALLOC_ARENA_MAX=1` in QEMU's environment (hidden
@@ -119,10 +123,35 @@ fn layout_of(run: &GuestRun, page_log: &Path) -> Layout {
     }
 }
 
-/// `cmd` with `-d page -D <tag>.page`, unpinned if asked.
-fn paged(cmd: GuestCmd, dir: &RunDir, tag: &str, pinned: bool) -> (GuestCmd, std::path::PathBuf) {
+/// The program: `layout` (static) or `dyn_layout` (a PIE, with its
+/// libraries from Debian's cross sysroot `-L /usr/<triple>` unless the
+/// guest is the host's architecture).
+#[derive(Clone, Copy)]
+struct Prog {
+    arch: &'static str,
+    pie: bool,
+}
+
+impl Prog {
+    fn path(self) -> std::path::PathBuf {
+        guest(self.arch, if self.pie { "dyn_layout" } else { "layout" })
+    }
+}
+
+/// `cmd` with `-d page -D <tag>.page` (and `-L` for a PIE), unpinned if
+/// asked.
+fn paged(
+    cmd: GuestCmd,
+    p: Prog,
+    dir: &RunDir,
+    tag: &str,
+    pinned: bool,
+) -> (GuestCmd, std::path::PathBuf) {
     let log = dir.file(&format!("{tag}.page"));
-    let cmd = if pinned { cmd } else { cmd.unpinned() };
+    let mut cmd = if pinned { cmd } else { cmd.unpinned() };
+    if let (true, Some(t)) = (p.pie, guest_info(p.arch).triple) {
+        cmd = cmd.qemu_arg("-L").qemu_arg(format!("/usr/{t}"));
+    }
     (
         cmd.qemu_arg("-d")
             .qemu_arg("page")
@@ -133,23 +162,23 @@ fn paged(cmd: GuestCmd, dir: &RunDir, tag: &str, pinned: bool) -> (GuestCmd, std
 }
 
 /// A run of the plain (`plain`) or patched QEMU without cannoli.
-fn bare(dir: &RunDir, tag: &str, arch: &str, plain: bool, pinned: bool) -> Layout {
+fn bare(dir: &RunDir, tag: &str, p: Prog, plain: bool, pinned: bool) -> Layout {
     let q = qemu_builds();
+    let arch = p.arch;
     let exe = if plain {
         q.plain_qemu(arch)
     } else {
         q.qemu(arch)
     };
-    let prog = guest(arch, "layout");
-    let (cmd, log) = paged(GuestCmd::new(arch, exe, &prog, &[]), dir, tag, pinned);
+    let cmd = GuestCmd::new(arch, exe, &p.path(), &[]);
+    let (cmd, log) = paged(cmd, p, dir, tag, pinned);
     let run = run_guest(dir, tag, &cmd);
     layout_of(&run, &log)
 }
 
 /// A run under `-cannoli`, traced by `cannoli-dump --counts`.
-fn traced(dir: &RunDir, tag: &str, arch: &str, pinned: bool) -> Result<Layout, String> {
-    let prog = guest(arch, "layout");
-    let (cmd, log) = paged(traced_cmd(arch, &prog, &[]), dir, tag, pinned);
+fn traced(dir: &RunDir, tag: &str, p: Prog, pinned: bool) -> Result<Layout, String> {
+    let (cmd, log) = paged(traced_cmd(p.arch, &p.path(), &[]), p, dir, tag, pinned);
     let t = run_traced(dir, tag, cmd, &["--threads", "2", "--counts"], false);
     t.client_ok()?;
     let s = t.summary()?;
@@ -162,13 +191,17 @@ fn traced(dir: &RunDir, tag: &str, arch: &str, pinned: bool) -> Result<Layout, S
     Ok(layout_of(&t.guest, &log))
 }
 
-fn pinned(arch: &str) {
+fn pinned(p: Prog) {
+    let arch = p.arch;
     let g = guest_info(arch);
     let dir = RunDir::new();
-    let f = Failures::new(format!("layout on {arch}, QEMU's arena pinned"));
-    let build = bare(&dir, "build", arch, false, true);
+    let f = Failures::new(format!(
+        "layout{} on {arch}, QEMU's arena pinned",
+        pie_name(p)
+    ));
+    let build = bare(&dir, "build", p, false, true);
     if g.plain {
-        let plain = bare(&dir, "plain", arch, true, true);
+        let plain = bare(&dir, "plain", p, true, true);
         if plain != build {
             f.fail(
                 "patched QEMU vs plain QEMU",
@@ -180,7 +213,7 @@ fn pinned(arch: &str) {
             );
         }
     }
-    match traced(&dir, "cannoli", arch, true) {
+    match traced(&dir, "cannoli", p, true) {
         Ok(t) if t == build => {}
         Ok(t) => f.fail(
             "traced vs untraced",
@@ -192,14 +225,30 @@ fn pinned(arch: &str) {
         ),
         Err(e) => f.fail("traced run", e),
     }
-    eprintln!("e2e: layout on {arch} (pinned): {}", build.show());
+    eprintln!(
+        "e2e: layout{} on {arch} (pinned): {}",
+        pie_name(p),
+        build.show()
+    );
     f.finish();
 }
 
-fn default(arch: &str) {
+fn pie_name(p: Prog) -> &'static str {
+    if p.pie {
+        " (PIE)"
+    } else {
+        ""
+    }
+}
+
+fn default(p: Prog) {
+    let arch = p.arch;
     let g = guest_info(arch);
     let dir = RunDir::new();
-    let f = Failures::new(format!("layout on {arch}, QEMU's default environment"));
+    let f = Failures::new(format!(
+        "layout{} on {arch}, QEMU's default environment",
+        pie_name(p)
+    ));
     let reference_is_plain = g.plain;
     let ref_name = if reference_is_plain {
         "plain QEMU"
@@ -210,7 +259,7 @@ fn default(arch: &str) {
     let mut seen: BTreeMap<Layout, usize> = BTreeMap::new();
     let mut runs = 0;
     let reference = |seen: &mut BTreeMap<Layout, usize>, runs: &mut usize| {
-        let l = bare(&dir, &format!("ref{runs}"), arch, reference_is_plain, false);
+        let l = bare(&dir, &format!("ref{runs}"), p, reference_is_plain, false);
         *runs += 1;
         *seen.entry(l).or_default() += 1;
     };
@@ -219,12 +268,12 @@ fn default(arch: &str) {
     }
     let mut candidates: Vec<(String, Layout)> = Vec::new();
     for i in 0..TRACED_RUNS {
-        match traced(&dir, &format!("cannoli{i}"), arch, false) {
+        match traced(&dir, &format!("cannoli{i}"), p, false) {
             Ok(l) => candidates.push((format!("traced run {i}"), l)),
             Err(e) => f.fail(&format!("traced run {i}"), e),
         }
         if reference_is_plain {
-            let l = bare(&dir, &format!("build{i}"), arch, false, false);
+            let l = bare(&dir, &format!("build{i}"), p, false, false);
             candidates.push((format!("patched QEMU without -cannoli, run {i}"), l));
         }
     }
@@ -248,7 +297,8 @@ fn default(arch: &str) {
         }
     }
     eprintln!(
-        "e2e: layout on {arch} (default): {} layout(s) in {runs} runs of {ref_name}",
+        "e2e: layout{} on {arch} (default): {} layout(s) in {runs} runs of {ref_name}",
+        pie_name(p),
         seen.len()
     );
     f.finish();
@@ -257,13 +307,24 @@ fn default(arch: &str) {
 macro_rules! layout_tests {
     ($($arch:ident),*) => {$(
         mod $arch {
+            use super::Prog;
+            const STATIC: Prog = Prog { arch: stringify!($arch), pie: false };
+            const PIE: Prog = Prog { arch: stringify!($arch), pie: true };
             #[test]
             fn pinned() {
-                super::pinned(stringify!($arch));
+                super::pinned(STATIC);
             }
             #[test]
             fn default() {
-                super::default(stringify!($arch));
+                super::default(STATIC);
+            }
+            #[test]
+            fn pinned_pie() {
+                super::pinned(PIE);
+            }
+            #[test]
+            fn default_pie() {
+                super::default(PIE);
             }
         }
     )*};
