@@ -176,8 +176,9 @@ pub fn run_strace(
     run_logged(dir, tag, arch, prog, args, &["-strace".into()])
 }
 
-/// libexeclog with `reg=*` (every register the target exposes); returns
-/// the run, the log and QEMU's pid.
+/// libexeclog with `reg=*` (every register the target exposes), and `-d
+/// page` in the same log (see [`crate::pages`]); returns the run, the log
+/// and QEMU's pid.
 pub fn run_execlog_regs(
     dir: &RunDir,
     tag: &str,
@@ -193,7 +194,7 @@ pub fn run_execlog_regs(
         arch,
         prog,
         args,
-        &["-plugin".into(), spec, "-d".into(), "plugin".into()],
+        &["-plugin".into(), spec, "-d".into(), "plugin,page".into()],
     )
 }
 
@@ -620,6 +621,29 @@ pub struct ExeclogRegs {
     pub other_regs: HashSet<String>,
 }
 
+impl ExeclogRegs {
+    /// Moves the pcs and the register values inside regions that `r` moves
+    /// (a plugin can move the guest's vDSO, see [`crate::pages`]); returns
+    /// how many changed.
+    pub fn relocate(&mut self, r: &crate::pages::Relocation) -> usize {
+        let mut n = 0;
+        for pc in self.pcs.iter_mut() {
+            let new = r.addr(*pc);
+            n += usize::from(new != *pc);
+            *pc = new;
+        }
+        self.disas = self.disas.drain().map(|(pc, d)| (r.addr(pc), d)).collect();
+        for ch in self.changes.iter_mut() {
+            for (_, v) in ch.iter_mut() {
+                let new = r.addr(*v);
+                n += usize::from(new != *v);
+                *v = new;
+            }
+        }
+        n
+    }
+}
+
 /// Parses libexeclog's log, keeping the changes of the registers for which
 /// `index(name)` gives an index.
 pub fn parse_execlog_regs(
@@ -628,7 +652,7 @@ pub fn parse_execlog_regs(
 ) -> Result<ExeclogRegs, String> {
     let mut log = ExeclogRegs::default();
     for_lines(path, |_, line| {
-        if line.is_empty() {
+        if line.is_empty() || crate::pages::is_page_log_line(line) {
             return Ok(());
         }
         let mut it = line.splitn(3, ", ");

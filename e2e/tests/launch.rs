@@ -155,10 +155,12 @@ fn assert_complete(run: &ToolRun) {
                 run.cmdline, run.stderr
             )
         });
+    // `cannoli::Stats::loss_summary`: `0 lost` exactly when the trace is
+    // complete, else `INCOMPLETE: ...`.
     assert!(
         summary.contains("from 1 guest thread,")
-            && !summary.contains("lost")
-            && !summary.contains("incomplete"),
+            && summary.ends_with(", 0 lost")
+            && !summary.contains("INCOMPLETE"),
         "`{}`: the trace is not complete: {summary}",
         run.cmdline
     );
@@ -390,8 +392,8 @@ fn a_forked_child_that_outlives_its_parent_is_waited_for() {
             .unwrap_or_default();
         assert!(
             summary.contains("from 2 guest threads,")
-                && !summary.contains("lost")
-                && !summary.contains("incomplete"),
+                && summary.ends_with(", 0 lost")
+                && !summary.contains("INCOMPLETE"),
             "both processes' streams must be complete: {summary}\n{}",
             run.stderr
         );
