@@ -692,10 +692,10 @@ fn main() -> ExitCode {
         eprintln!("cannoli-dump: error writing {dest}: {e}");
         return ExitCode::from(4);
     }
-    if stats.lost_events != 0 || stats.incomplete_streams != 0 {
+    if !stats.is_complete() {
         eprintln!(
-            "cannoli-dump: the trace is incomplete ({} events lost, {} streams ended without goodbye)",
-            stats.lost_events, stats.incomplete_streams
+            "cannoli-dump: the trace is incomplete: {}",
+            stats.loss_summary()
         );
         return ExitCode::from(3);
     }
