@@ -212,6 +212,8 @@ pub fn parse_mem(path: &Path) -> Result<Vec<MemAccess>, String> {
 struct MemLines {
     out: Vec<MemAccess>,
     header: bool,
+    /// `mem accesses: N` (with `inline=true` or `callback=true`).
+    total: Option<u64>,
 }
 
 impl MemLines {
@@ -224,7 +226,10 @@ impl MemLines {
                 Err("header line not first".into())
             };
         }
-        if line.starts_with("mem accesses:") {
+        if let Some(n) = line.strip_prefix("mem accesses:") {
+            if self.total.replace(dec(n)?).is_some() {
+                return Err("second `mem accesses` line".into());
+            }
             return Ok(());
         }
         let (pc, rest) = line.split_once(',').ok_or("unexpected line")?;
@@ -253,12 +258,23 @@ impl MemLines {
     }
 }
 
-/// The three ground truths from one run that loaded libinsn, libexeclog and
-/// libmem (`print-accesses=true`) together into one log: each line goes to
-/// its plugin's parser by its shape (libmem's start with `0x` or are its
-/// header, libinsn's with `cpu ` or `total insns:`, the rest are
-/// libexeclog's).
-pub fn parse_combined(path: &Path) -> Result<(InsnCounts, Execlog, Vec<MemAccess>), String> {
+/// What one run with several plugins in one log gave ([`parse_combined`]).
+#[derive(Debug)]
+pub struct Combined {
+    pub insn: InsnCounts,
+    /// Empty if libexeclog was not loaded.
+    pub execlog: Execlog,
+    /// Empty unless libmem had `print-accesses=true`.
+    pub mem: Vec<MemAccess>,
+    /// libmem's `mem accesses: N` (with `inline=true`), if printed.
+    pub mem_total: Option<u64>,
+}
+
+/// The ground truths from one run that loaded libinsn with libexeclog
+/// and/or libmem into one log: each line goes to its plugin's parser by its
+/// shape (libmem's start with `0x`, `mem accesses:` or are its header,
+/// libinsn's with `cpu ` or `total insns:`, the rest are libexeclog's).
+pub fn parse_combined(path: &Path) -> Result<Combined, String> {
     let (mut insn, mut execlog, mut mem) = (
         InsnLines::default(),
         Execlog::default(),
@@ -278,7 +294,12 @@ pub fn parse_combined(path: &Path) -> Result<(InsnCounts, Execlog, Vec<MemAccess
             execlog.line(line)
         }
     })?;
-    Ok((insn.finish(path)?, execlog, mem.out))
+    Ok(Combined {
+        insn: insn.finish(path)?,
+        execlog,
+        mem: mem.out,
+        mem_total: mem.total,
+    })
 }
 
 /// libexeclog's log split by vCPU: the executed pcs of each vCPU, in order.
@@ -546,13 +567,14 @@ mod tests {
              page layout changed following mmap\n\
              0, 0x14, 0x0, \"nop\"\n\
              cpu 0 insns: 2\n\
-             total insns: 2\n",
+             total insns: 2\n\
+             mem accesses: 1\n",
         );
-        let (i, e, m) = parse_combined(&p).unwrap();
-        assert_eq!(i.total, 2);
-        assert_eq!(e.pcs, vec![0x10, 0x14]);
-        assert_eq!(e.mem.len(), 1);
-        assert_eq!((m.len(), m[0].value), (1, 1));
+        let c = parse_combined(&p).unwrap();
+        assert_eq!(c.insn.total, 2);
+        assert_eq!(c.execlog.pcs, vec![0x10, 0x14]);
+        assert_eq!(c.execlog.mem.len(), 1);
+        assert_eq!((c.mem.len(), c.mem[0].value, c.mem_total), (1, 1, Some(1)));
         let (_d, p) = tmpfile("d.log", "0, 0x10, 0x0, \"nop\"\n");
         assert!(parse_combined(&p).is_err(), "no libinsn total");
         let (_d, p) = tmpfile("e.log", "junk\ntotal insns: 0\n");

@@ -168,7 +168,7 @@ fn ground_combined(
         );
         let g = parse_combined(&log).unwrap_or_else(|e| panic!("{e}"));
         remove_big(&log);
-        g
+        (g.insn, g.execlog, g.mem)
     };
     let start = Instant::now();
     let (insn, execlog, mem) = run("ground");

@@ -17,10 +17,12 @@
 //!   must agree. main's own count depends on timing (pthread_join waits on a
 //!   futex only if the worker still runs), so main is compared up to
 //!   `joins_begin`, the deterministic part.
-//! * `<arch>::threads_same_run`, `threads_host_xz`: libinsn loaded into the
-//!   traced QEMU itself, so the counts are of the very same execution: each
-//!   stream's `X` count (`cannoli-dump --counts`) is its thread's share of
-//!   libinsn's per-vCPU counts, nothing is lost; for the threads guest on
+//! * `<arch>::threads_same_run`, `threads_host_xz`: libinsn and libmem
+//!   (counting) loaded into the traced QEMU itself, so the counts are of
+//!   the very same execution: each stream's `X` count (`cannoli-dump
+//!   --counts`) is its thread's share of libinsn's per-vCPU counts, all
+//!   streams' accesses add up to libmem's count, nothing is lost; for the
+//!   threads guest on
 //!   every guest, and for the host's own dynamically linked `xz -T2`
 //!   (x86_64), whose threads really start (its `clone` calls).
 //! * `forkexec_*`: fork, then execve of the same guest program, then wait
@@ -359,10 +361,11 @@ fn assign_threads(threads: &[u64], cpus: &[u64]) -> Option<Vec<usize>> {
     go(0, threads, &mut left, &mut out).then_some(out)
 }
 
-/// A multi-threaded run traced by cannoli with libinsn loaded into the same
-/// QEMU (`cmd` is a [`traced_cmd`]): each stream's `X` count must be a
-/// thread's share of libinsn's per-vCPU counts ([`assign_threads`]), and
-/// the client must lose nothing. Unlike comparisons across runs this holds
+/// A multi-threaded run traced by cannoli with libinsn and libmem
+/// (`inline=true`: a count) loaded into the same QEMU (`cmd` is a
+/// [`traced_cmd`]): each stream's `X` count must be a thread's share of
+/// libinsn's per-vCPU counts ([`assign_threads`]), all streams' `L` and `S`
+/// events together libmem's count, and the client must lose nothing. Unlike comparisons across runs this holds
 /// however the threads were scheduled. Returns the run and the counts (per
 /// stream in connection order, per vCPU).
 fn same_run_counts(
@@ -371,9 +374,13 @@ fn same_run_counts(
     cmd: GuestCmd,
 ) -> (Traced, Vec<(StreamInfo, Counts)>, Vec<(u32, u64)>) {
     let log = dir.file("same-run-insn.log");
+    let mut mem = qemu_builds().plugin(Plugin::Mem).into_os_string();
+    mem.push(",inline=true");
     let cmd = cmd
         .qemu_arg("-plugin")
         .qemu_arg(qemu_builds().plugin(Plugin::Insn))
+        .qemu_arg("-plugin")
+        .qemu_arg(mem)
         .qemu_arg("-d")
         .qemu_arg("plugin")
         .qemu_arg("-D")
@@ -383,7 +390,8 @@ fn same_run_counts(
         "same run: client (no lost events, no incomplete streams)",
         t.client_ok(),
     );
-    let insn = parse_insn(&log).unwrap_or_else(|e| panic!("{e}"));
+    let ground = parse_combined(&log).unwrap_or_else(|e| panic!("{e}"));
+    let insn = ground.insn;
     let streams = t.streams().unwrap_or_else(|e| panic!("{e}"));
     let mut counts = Vec::new();
     for s in &streams.0 {
@@ -420,6 +428,16 @@ fn same_run_counts(
             format!(
                 "no assignment of the streams' counts {per_thread:?} to libinsn's vCPUs {:?}",
                 insn.per_cpu
+            ),
+        );
+    }
+    let accesses: u64 = counts.iter().map(|(_, c)| c.loads + c.stores).sum();
+    if ground.mem_total != Some(accesses) {
+        f.fail(
+            "same run: memory accesses",
+            format!(
+                "the streams have {accesses} L and S events in all, libmem counted {:?}",
+                ground.mem_total
             ),
         );
     }
@@ -991,7 +1009,8 @@ fn dynamic(arch: &str) {
     let log = dir.file("ground.log");
     let cmd = tweak(GuestCmd::new(arch, q.qemu(arch), &prog, &[]));
     run_guest(&dir, "ground", &with_ground_plugins(cmd, Some(&log))).assert_success();
-    let (insn, execlog, _) = parse_combined(&log).unwrap_or_else(|e| panic!("{e}"));
+    let ground = parse_combined(&log).unwrap_or_else(|e| panic!("{e}"));
+    let (insn, execlog) = (ground.insn, ground.execlog);
 
     let cmd = with_ground_plugins(tweak(traced_cmd(arch, &prog, &[])), None);
     let t = run_traced(&dir, "cannoli", cmd, CLIENT, false);
