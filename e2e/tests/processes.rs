@@ -361,6 +361,10 @@ fn assign_threads(threads: &[u64], cpus: &[u64]) -> Option<Vec<usize>> {
     go(0, threads, &mut left, &mut out).then_some(out)
 }
 
+/// What [`same_run_counts`] gives: the run, each stream (in connection
+/// order) with its counts, and libinsn's per-vCPU counts.
+type SameRun = (Traced, Vec<(StreamInfo, Counts)>, Vec<(u32, u64)>);
+
 /// A multi-threaded run traced by cannoli with libinsn and libmem
 /// (`inline=true`: a count) loaded into the same QEMU (`cmd` is a
 /// [`traced_cmd`]): each stream's `X` count must be a thread's share of
@@ -368,11 +372,7 @@ fn assign_threads(threads: &[u64], cpus: &[u64]) -> Option<Vec<usize>> {
 /// events together libmem's count, and the client must lose nothing. Unlike comparisons across runs this holds
 /// however the threads were scheduled. Returns the run and the counts (per
 /// stream in connection order, per vCPU).
-fn same_run_counts(
-    f: &Failures,
-    dir: &RunDir,
-    cmd: GuestCmd,
-) -> (Traced, Vec<(StreamInfo, Counts)>, Vec<(u32, u64)>) {
+fn same_run_counts(f: &Failures, dir: &RunDir, cmd: GuestCmd) -> SameRun {
     let log = dir.file("same-run-insn.log");
     let mut mem = qemu_builds().plugin(Plugin::Mem).into_os_string();
     mem.push(",inline=true");
