@@ -33,7 +33,7 @@
 #include <stdbool.h>
 
 /* Bump on any change to this file. QEMU refuses a jitter of another version. */
-#define CANNOLI_ABI_VERSION 3
+#define CANNOLI_ABI_VERSION 4
 
 /* Name of the CannoliOps symbol a jitter library exports. */
 #define CANNOLI_OPS_SYMBOL "cannoli_ops"
@@ -46,7 +46,8 @@
 typedef struct CannoliCursor {
     uint64_t cursor;
     uint64_t end;
-    uint64_t pc;    /* guest pc of the instruction that called a helper */
+    uint64_t pc;    /* guest pc of the instruction that called a helper;
+                     * 0 outside the JIT (no guest instruction runs) */
 } CannoliCursor;
 
 /* What QEMU tells the jitter once, at load time. */
@@ -69,6 +70,12 @@ typedef struct CannoliGuestInfo {
     const char *(*syscall_name)(int num);
     /* Copies guest memory; 0 on success, -1 if any byte is unreadable. */
     int (*read_guest)(uint64_t addr, void *buf, size_t len);
+    /* The jitter keeps its file descriptors (sockets) at this number and
+     * above: the guest's close, close_range, dup2, dup3 and fcntl F_DUPFD
+     * cannot reach them, so a guest sees the fd numbers it would see
+     * untraced and cannot cut its own trace. */
+    int32_t fd_floor;
+    uint32_t pad2;
 } CannoliGuestInfo;
 
 /* Flags of hook_insn. */
@@ -176,6 +183,8 @@ typedef struct CannoliOps {
 
 /* The loaded jitter, or NULL when QEMU runs without -cannoli. */
 extern const CannoliOps *cannoli;
+/* CannoliGuestInfo.fd_floor once the jitter is loaded, else INT_MAX. */
+extern int cannoli_fd_floor;                         /* linux-user/main.c */
 
 /* Defined by the QEMU patch for its own use. */
 struct TCGOp;

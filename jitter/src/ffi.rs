@@ -7,7 +7,7 @@ use crate::{codegen, events, stream};
 use std::ffi::{c_char, c_int, CStr};
 
 /// Must match `CANNOLI_ABI_VERSION` in include/cannoli.h.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 #[repr(C)]
 pub struct CannoliGuestInfo {
@@ -25,6 +25,8 @@ pub struct CannoliGuestInfo {
     interp_prefix: *const c_char,
     syscall_name: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
     read_guest: Option<unsafe extern "C" fn(u64, *mut u8, usize) -> c_int>,
+    fd_floor: i32,
+    pad2: u32,
 }
 
 #[repr(C)]
@@ -187,6 +189,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         arch,
         big_endian: info.big_endian != 0,
         guest_bits: info.guest_bits,
+        fd_floor: info.fd_floor,
         exe,
         syscall_names,
     };
@@ -404,7 +407,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<super::CannoliMemAccess>(), 16);
         assert_eq!(
             std::mem::size_of::<super::CannoliGuestInfo>(),
-            16 + 24 + 16 + 24
+            16 + 24 + 16 + 24 + 8
         );
     }
 }

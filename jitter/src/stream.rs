@@ -31,6 +31,26 @@ pub struct Guest {
     pub exe: Option<String>,
     pub regs: RegLayout,
     pub syscall_names: BTreeMap<u64, String>,
+    /// Our fds go at or above this number, out of the guest's reach
+    /// (`CannoliGuestInfo.fd_floor`).
+    pub fd_floor: i32,
+}
+
+/// Moves a socket to the lowest free fd at or above `floor`, close-on-exec,
+/// and closes the original: QEMU keeps the guest's syscalls away from there,
+/// so the guest can neither close the trace's connection nor see its fd
+/// number taken. If that fails (no free fd up there) the socket stays where
+/// it is, which only loses that protection.
+fn out_of_guest_reach(sock: TcpStream, floor: i32) -> TcpStream {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: F_DUPFD_CLOEXEC on an fd we own makes a new fd we then own.
+    let moved = unsafe { libc::fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+    if moved < 0 {
+        return sock;
+    }
+    drop(sock);
+    // SAFETY: `moved` is a fresh fd for the same socket, owned by nobody else.
+    unsafe { TcpStream::from_raw_fd(moved) }
 }
 
 pub static GUEST: OnceLock<Guest> = OnceLock::new();
@@ -108,6 +128,7 @@ impl Stream {
                      or point {ADDR_ENV} at it"
             )
         })?;
+        sock = out_of_guest_reach(sock, guest.fd_floor);
         let _ = sock.set_nodelay(true);
         let (chunk_size, chunks) = geometry();
         let slot = crate::arena::Slot::take();
