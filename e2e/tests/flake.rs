@@ -175,7 +175,10 @@ fn flake_outputs_evaluate_like_build_qemu_sh() {
     let build = get("qemu-build");
     for target in targets.split(',') {
         let bin = format!(" qemu-{} ", target.trim_end_matches("-linux-user"));
-        assert!(build.contains(&bin), "flake.nix does not build{bin}: {build}");
+        assert!(
+            build.contains(&bin),
+            "flake.nix does not build{bin}: {build}"
+        );
     }
     for plugin in build_qemu_plugins() {
         assert!(

@@ -78,7 +78,10 @@ fn parse_mode(v: &str) -> Result<Mode, String> {
 
 fn parse_hex(s: &str) -> Option<u64> {
     let s = s.trim();
-    let s = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
+    let s = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
     u64::from_str_radix(s, 16).ok()
 }
 
