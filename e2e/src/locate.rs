@@ -570,18 +570,51 @@ pub fn dump_client() -> PathBuf {
     release_artifact("cannoli-dump")
 }
 
-/// A tool binary of this workspace (`env!("CARGO_BIN_EXE_<name>")`), after
-/// checking that its hook library `lib<name>.so` was built next to it.
+/// A tool binary of this workspace (`env!("CARGO_BIN_EXE_<name>")`, whose
+/// package is also called `<name>`), with its hook library `lib<name>.so`
+/// next to it. Cargo builds a package's cdylib for `cargo build`, not for
+/// its integration tests, so this builds it, once per test process (a no-op
+/// when it is up to date).
 pub fn tool_exe(exe: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let exe = PathBuf::from(exe);
     let name = exe
         .file_name()
         .and_then(|n| n.to_str())
-        .expect("tool file name");
+        .expect("tool file name")
+        .to_string();
     let lib = exe.with_file_name(format!("lib{name}.so"));
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !built.contains(&name) {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", &name, "--lib"])
+            .current_dir(workspace_root());
+        match exe
+            .parent()
+            .and_then(|d| d.file_name())
+            .and_then(|p| p.to_str())
+        {
+            Some("release") => {
+                cmd.arg("--release");
+            }
+            Some("debug") | None => {}
+            Some(profile) => {
+                cmd.args(["--profile", profile]);
+            }
+        }
+        let out = cmd.output().expect("cannot run cargo");
+        assert!(
+            out.status.success(),
+            "building {} failed: {}",
+            lib.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        built.push(name);
+    }
     assert!(
         lib.is_file(),
-        "{} is missing: run `cargo build --release` in the workspace root first",
+        "{} is missing after building it",
         lib.display()
     );
     exe

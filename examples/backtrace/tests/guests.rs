@@ -94,40 +94,9 @@ fn guest_a32() -> PathBuf {
         .clone()
 }
 
-/// The `backtrace` binary, with its hook library `libbacktrace.so` next to
-/// it. Cargo builds a package's cdylib for `cargo build`, not for the
-/// integration tests, so build it here (a no-op when it is up to date).
+/// The `backtrace` binary, with its hook library built next to it.
 fn backtrace_bin() -> PathBuf {
-    static LIB: OnceLock<Result<(), String>> = OnceLock::new();
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_backtrace"));
-    let built = LIB.get_or_init(|| {
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "--quiet", "-p", "backtrace", "--lib"])
-            .current_dir(workspace());
-        let profile = bin.parent().and_then(|d| d.file_name()).unwrap_or_default();
-        if profile == "release" {
-            cargo.arg("--release");
-        } else if profile != "debug" {
-            cargo.arg("--profile").arg(profile);
-        }
-        let out = cargo
-            .output()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "building libbacktrace.so failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(())
-    });
-    if let Err(e) = built {
-        panic!("{e}");
-    }
-    let lib = bin.with_file_name("libbacktrace.so");
-    assert!(lib.is_file(), "{} missing", lib.display());
-    bin
+    e2e::tool_exe(env!("CARGO_BIN_EXE_backtrace"))
 }
 
 /// Kills and reaps a child process when dropped (a failing test leaves no

@@ -78,39 +78,9 @@ fn guest_a32() -> PathBuf {
         .clone()
 }
 
-/// The `symbolizer` binary, with its hook library `libsymbolizer.so` next
-/// to it. Cargo builds a package's cdylib for `cargo build`, not for the
-/// integration tests, so build it here (a no-op when it is up to date).
+/// The `symbolizer` binary, with its hook library built next to it.
 fn symbolizer() -> PathBuf {
-    static LIB: OnceLock<Result<(), String>> = OnceLock::new();
-    let bin = PathBuf::from(env!("CARGO_BIN_EXE_symbolizer"));
-    let built = LIB.get_or_init(|| {
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "--quiet", "-p", "symbolizer", "--lib"])
-            .current_dir(workspace());
-        let profile = bin.parent().and_then(|d| d.file_name()).unwrap_or_default();
-        if profile == "release" {
-            cargo.arg("--release");
-        } else if profile != "debug" {
-            cargo.arg("--profile").arg(profile);
-        }
-        let out = cargo
-            .output()
-            .map_err(|e| format!("cannot run cargo: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "building libsymbolizer.so failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(())
-    });
-    if let Err(e) = built {
-        panic!("{e}");
-    }
-    assert!(bin.with_file_name("libsymbolizer.so").is_file());
-    bin
+    e2e::tool_exe(env!("CARGO_BIN_EXE_symbolizer"))
 }
 
 /// Debian's cross binutils prefix for `arch`.
