@@ -862,7 +862,47 @@ impl Drop for Producer {
     }
 }
 
+/// Removes ring files in `dir` that a dead producer left behind: named
+/// `mempipe-<pid>-...` for a pid that no longer exists, and ours (same
+/// owner). A killed producer whose consumer never came leaves its ring in
+/// `/dev/shm`; the next producer of this user sweeps it. A consumer unlinks
+/// a ring as soon as it has it open, so no live ring is in the way.
+/// Returns how many files it removed.
+pub fn sweep_dead_rings(dir: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("mempipe-"))
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // symlink_metadata: a link is never followed, and never ours to sweep.
+        let ours = e
+            .path()
+            .symlink_metadata()
+            .is_ok_and(|m| m.file_type().is_file() && m.uid() == me);
+        if ours && !process_exists(pid) && std::fs::remove_file(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 fn create_file(dir: &Path) -> Result<(File, PathBuf), Error> {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        sweep_dead_rings(dir);
+    });
     let pid = std::process::id();
     let tid = gettid();
     let mut last_err = None;
@@ -939,9 +979,13 @@ impl Consumer {
     /// exit, even after a crash.
     pub fn open(path: &Path) -> Result<Consumer, Error> {
         let shown = path.display();
+        // No symlink is followed and nothing blocks (a FIFO in its place
+        // cannot hang the client); only a regular file of our own user is a
+        // ring we map.
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
             .map_err(|e| io_error(format_args!("opening ring file {shown}"), e))?;
         let meta = file
@@ -951,6 +995,18 @@ impl Consumer {
             return Err(Error::BadHeader(format!(
                 "{shown} is not a regular file; pass the path Producer::path() returned"
             )));
+        }
+        {
+            use std::os::unix::fs::MetadataExt;
+            // SAFETY: geteuid has no preconditions.
+            let me = unsafe { libc::geteuid() };
+            if meta.uid() != me {
+                return Err(Error::BadHeader(format!(
+                    "{shown} belongs to uid {}, not to this user ({me}); a ring is made by \
+                     the traced QEMU running as the same user",
+                    meta.uid()
+                )));
+            }
         }
         let len = meta.len();
         if len < HEADER_SIZE as u64 {

@@ -604,3 +604,51 @@ fn concurrent_stress_small_ring() {
     }
     assert_eq!(set.len() as u64, N);
 }
+
+/// A fresh private directory for one test.
+fn private_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("mempipe-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn sweep_removes_only_rings_of_dead_producers() {
+    let d = private_dir("sweep");
+    // A pid that cannot exist (above pid_max), ours (alive), not a ring.
+    let dead = d.join("mempipe-4194999-1-00000000deadbeef");
+    let alive = d.join(format!("mempipe-{}-1-00000000cafef00d", std::process::id()));
+    let other = d.join("not-a-ring-4194999");
+    for p in [&dead, &alive, &other] {
+        std::fs::write(p, b"x").unwrap();
+    }
+    // A symlink named like a dead producer's ring is never followed nor swept.
+    let link = d.join("mempipe-4194998-1-0000000000000001");
+    std::os::unix::fs::symlink(&other, &link).unwrap();
+    assert_eq!(sweep_dead_rings(&d), 1);
+    assert!(!dead.exists());
+    assert!(alive.exists() && other.exists() && link.symlink_metadata().is_ok());
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn consumer_refuses_symlinks_and_fifos_without_blocking() {
+    let d = private_dir("open");
+    let p = Producer::create_in(&d, 4096, 2).unwrap();
+    let link = d.join("link");
+    std::os::unix::fs::symlink(p.path(), &link).unwrap();
+    let e = Consumer::open(&link).err().expect("a symlink is refused");
+    assert!(e.to_string().contains("opening ring file"), "{e}");
+    let fifo = d.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a plain mkfifo on a path in our private directory.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    // Opening a FIFO read-write without O_NONBLOCK would not block either,
+    // but it is no regular file: refused with one line.
+    let e = Consumer::open(&fifo).err().expect("a FIFO is refused");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+    // The real ring still opens.
+    assert!(Consumer::open(p.path()).is_ok());
+    let _ = std::fs::remove_dir_all(&d);
+}
