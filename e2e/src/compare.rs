@@ -130,6 +130,31 @@ pub fn compare_accesses(
     )
 }
 
+/// The message for two files that differ at `lineno`: each side's line as
+/// read (`n` bytes; 0 is the end of the file).
+fn line_difference(
+    a: &Path,
+    b: &Path,
+    lineno: u64,
+    la: (usize, &[u8]),
+    lb: (usize, &[u8]),
+) -> String {
+    let show = |(n, l): (usize, &[u8])| {
+        if n == 0 {
+            "<end of file>".to_string()
+        } else {
+            format!("{:?}", String::from_utf8_lossy(l).trim_end_matches('\n'))
+        }
+    };
+    format!(
+        "{} and {} differ at line {lineno}:\n  {}\n  {}",
+        a.display(),
+        b.display(),
+        show(la),
+        show(lb)
+    )
+}
+
 /// Compares two files byte for byte; on a difference reports the first
 /// differing line (1-based) of each.
 pub fn compare_files(a: &Path, b: &Path) -> Result<(), String> {
@@ -148,20 +173,7 @@ pub fn compare_files(a: &Path, b: &Path) -> Result<(), String> {
             .map_err(|e| format!("reading {}: {e}", b.display()))?;
         lineno += 1;
         if la != lb {
-            let show = |n: usize, l: &[u8]| {
-                if n == 0 {
-                    "<end of file>".to_string()
-                } else {
-                    format!("{:?}", String::from_utf8_lossy(l).trim_end_matches('\n'))
-                }
-            };
-            return Err(format!(
-                "{} and {} differ at line {lineno}:\n  {}\n  {}",
-                a.display(),
-                b.display(),
-                show(na, &la),
-                show(nb, &lb)
-            ));
+            return Err(line_difference(a, b, lineno, (na, &la), (nb, &lb)));
         }
         if na == 0 {
             return Ok(());
@@ -247,20 +259,7 @@ pub fn compare_dumps(a: &Path, b: &Path, volatile: &[bool]) -> Result<(), String
                 && same_access_but_value(&la, &lb)
         };
         if !same {
-            let show = |n: usize, l: &[u8]| {
-                if n == 0 {
-                    "<end of file>".to_string()
-                } else {
-                    format!("{:?}", String::from_utf8_lossy(l).trim_end_matches('\n'))
-                }
-            };
-            return Err(format!(
-                "{} and {} differ at line {lineno}:\n  {}\n  {}",
-                a.display(),
-                b.display(),
-                show(na, &la),
-                show(nb, &lb)
-            ));
+            return Err(line_difference(a, b, lineno, (na, &la), (nb, &lb)));
         }
         if is_access {
             access += 1;

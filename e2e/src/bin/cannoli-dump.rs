@@ -268,6 +268,21 @@ fn reg_values<'a>(ci: &'a ClientInfo, regs: &'a [u8]) -> impl Iterator<Item = u6
     ci.reg_values(regs).map(|(_, v)| v)
 }
 
+/// A 16-byte access, if its line kind (`L`/`S`) is wanted. Boxed: wide
+/// accesses are rare, and `Ev` stays small for the common ones.
+fn push_wide(trace: &mut Vec<Ev>, kind: MemKind, pc: u64, addr: u64, val: u128, sz: u8) {
+    let letter = if kind == MemKind::Load { b'L' } else { b'S' };
+    if want(letter) {
+        trace.push(Ev::Wide(Box::new(Wide {
+            kind,
+            pc,
+            addr,
+            val,
+            sz,
+        })));
+    }
+}
+
 impl Cannoli for Dump {
     type Trace = Ev;
     /// The thread's hello, for its register layout.
@@ -365,16 +380,7 @@ impl Cannoli for Dump {
         sz: u8,
         trace: &mut Vec<Ev>,
     ) {
-        if want(b'L') {
-            let kind = MemKind::Load;
-            trace.push(Ev::Wide(Box::new(Wide {
-                kind,
-                pc,
-                addr,
-                val,
-                sz,
-            })));
-        }
+        push_wide(trace, MemKind::Load, pc, addr, val, sz);
     }
 
     #[inline]
@@ -387,16 +393,7 @@ impl Cannoli for Dump {
         sz: u8,
         trace: &mut Vec<Ev>,
     ) {
-        if want(b'S') {
-            let kind = MemKind::Store;
-            trace.push(Ev::Wide(Box::new(Wide {
-                kind,
-                pc,
-                addr,
-                val,
-                sz,
-            })));
-        }
+        push_wide(trace, MemKind::Store, pc, addr, val, sz);
     }
 
     fn regs(_pid: &(), ci: &ClientInfo, pc: u64, regs: &[u8], trace: &mut Vec<Ev>) {
