@@ -100,7 +100,8 @@ pub fn traced_cmd(arch: &str, prog: &Path, args: &[&str]) -> GuestCmd {
 }
 
 /// Runs a ground-truth plugin on a multi-threaded guest, again (at most
-/// `attempts` times) while QEMU dies of an internal SIGSEGV: QEMU 10.0's
+/// `attempts` times) while QEMU dies of an internal SIGSEGV or a glibc heap
+/// abort: QEMU 10.0's
 /// libexeclog grows its per-vCPU array when a vCPU starts while other vCPUs
 /// may still use pointers into the old one (`get_cpu` returns a pointer
 /// after dropping its lock), and sometimes crashes when a guest creates a
@@ -121,8 +122,7 @@ pub fn run_plugin_retrying(
         let tag = format!("{tag}-{n}");
         let log = dir.file(&format!("{tag}.log"));
         let run = run_guest(dir, &tag, &paged_plugin_cmd(arch, plugin, prog, args, &log));
-        let internal =
-            run.status.code().is_none() && run.stderr_text().contains("QEMU internal SIGSEGV");
+        let internal = run.status.code().is_none() && plugin_race_crash(&run.stderr_text());
         if !internal {
             if !crashes.is_empty() {
                 eprintln!(
@@ -141,6 +141,16 @@ pub fn run_plugin_retrying(
         plugin_cmd(arch, plugin, prog, args, Path::new("<log>")).display(),
         crashes.join("\n")
     )
+}
+
+/// Whether QEMU's stderr shows the plugin race: a wild access caught by
+/// QEMU's own handler, or glibc aborting on the heap it corrupts (freeing
+/// the stale pointer).
+fn plugin_race_crash(stderr: &str) -> bool {
+    stderr.contains("QEMU internal SIGSEGV")
+        || ["invalid pointer", "corrupted", "double free"]
+            .iter()
+            .any(|m| stderr.contains(m))
 }
 
 /// A change made to every command of a comparison (extra QEMU options,
