@@ -1,6 +1,6 @@
 //! The cannoli wire format: what QEMU's side (the jitter) writes into a
 //! [mempipe] chunk and what the client parses back out, plus the one-line
-//! JSON handshake on the TCP control connection.
+//! JSON handshake on the control connection ([`channel`]).
 //!
 //! Both sides link this crate, so a change here changes both at once; bump
 //! [`WIRE_VERSION`] whenever the layout changes so an old client refuses a new
@@ -64,22 +64,11 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the event layout and handshake. Both sides must agree.
-pub const WIRE_VERSION: u32 = 4;
+pub const WIRE_VERSION: u32 = 5;
 
-/// Default address of the client; `CANNOLI_ADDR` overrides it on both sides.
-pub const DEFAULT_ADDR: &str = "127.0.0.1:11458";
+pub mod channel;
 
-/// Environment variable naming the client's address, read by both sides.
-pub const ADDR_ENV: &str = "CANNOLI_ADDR";
-
-/// The client's address as both sides see it: `CANNOLI_ADDR` unless unset
-/// or blank, else [`DEFAULT_ADDR`].
-pub fn client_addr() -> String {
-    match std::env::var(ADDR_ENV) {
-        Ok(a) if !a.trim().is_empty() => a.trim().to_string(),
-        _ => DEFAULT_ADDR.to_string(),
-    }
-}
+pub use channel::{client_addr, Addr, RingRef, Token, ADDR_ENV, TOKEN_ENV};
 
 /// The guest architecture's name as users know it. QEMU reports
 /// `UNAME_MACHINE` ("mips" for both endiannesses of 32-bit MIPS); a
@@ -308,8 +297,12 @@ pub struct Hello {
     pub big_endian: bool,
     /// Guest virtual address width: 32 or 64.
     pub guest_bits: u32,
-    /// Path of the mempipe ring carrying this thread's events.
-    pub ring: String,
+    /// Where the mempipe ring carrying this thread's events is.
+    pub ring: RingRef,
+    /// QEMU's nonce (hex), see [`channel`].
+    pub nonce: String,
+    /// HMAC over both nonces with the run's secret: QEMU holds it.
+    pub proof: String,
     /// Guest program name and path, where known.
     pub comm: Option<String>,
     pub exe: Option<String>,
@@ -329,6 +322,10 @@ pub const MAGIC: &str = "cannoli";
 pub struct Welcome {
     /// `None` when the client accepts the stream; otherwise why it refuses.
     pub error: Option<String>,
+    /// HMAC over both nonces with the run's secret: the client holds it
+    /// (absent in a refusal).
+    #[serde(default)]
+    pub proof: Option<String>,
 }
 
 /// Last message of a connection, sent by QEMU's side after it published its
@@ -352,6 +349,151 @@ pub struct Goodbye {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Expect {
     pub expect_pid: i32,
+}
+
+/// What may follow the handshake on a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Control {
+    Expect(Expect),
+    Goodbye(Goodbye),
+}
+
+/// Most registers a registers event may announce.
+pub const MAX_REGS: u32 = 256;
+/// Most syscall names a hello may carry.
+pub const MAX_SYSCALL_NAMES: usize = 4096;
+/// Longest string field (paths) in a hello.
+pub const MAX_HELLO_STRING: usize = 4096;
+/// Longest name (arch, register, syscall, version) in a hello.
+pub const MAX_HELLO_NAME: usize = 64;
+
+/// Why a hello line was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HelloError {
+    /// Not a cannoli hello at all (not JSON, or no `"magic":"cannoli"`).
+    NotCannoli,
+    /// A cannoli hello of another wire version: `theirs` (None when it
+    /// names none) from jitter `jitter_version`.
+    Version {
+        theirs: Option<u64>,
+        jitter_version: Option<String>,
+    },
+    /// Of our version but malformed or out of bounds.
+    Malformed(String),
+}
+
+impl std::fmt::Display for HelloError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HelloError::NotCannoli => f.write_str("not a cannoli hello"),
+            HelloError::Version {
+                theirs,
+                jitter_version,
+            } => write!(
+                f,
+                "wire version mismatch: QEMU's cannoli hook library (jitter {}) speaks wire version {}, \
+                 this client speaks wire version {WIRE_VERSION}; rebuild the hook library against the \
+                 same cannoli version as the client",
+                jitter_version.as_deref().unwrap_or("of unknown version"),
+                theirs.map_or_else(|| "none".to_string(), |t| t.to_string()),
+            ),
+            HelloError::Malformed(m) => write!(f, "malformed hello: {m}"),
+        }
+    }
+}
+
+/// Parses and bounds-checks QEMU's hello line: every size it states is one
+/// the client may allocate by. Magic and version are looked at first, so a
+/// QEMU side of another wire version gets a version message, not a parse
+/// error.
+pub fn parse_hello(line: &str) -> Result<Hello, HelloError> {
+    let v: serde_json::Value =
+        serde_json::from_str(line.trim_end()).map_err(|_| HelloError::NotCannoli)?;
+    if v.get("magic").and_then(|m| m.as_str()) != Some(MAGIC) {
+        return Err(HelloError::NotCannoli);
+    }
+    let theirs = v.get("wire_version").and_then(|w| w.as_u64());
+    if theirs != Some(WIRE_VERSION as u64) {
+        let jitter_version = v
+            .get("jitter_version")
+            .and_then(|j| j.as_str())
+            .map(|j| j.chars().take(MAX_HELLO_NAME).collect());
+        return Err(HelloError::Version {
+            theirs,
+            jitter_version,
+        });
+    }
+    let h: Hello = serde_json::from_value(v).map_err(|e| HelloError::Malformed(e.to_string()))?;
+    check_hello(&h).map_err(HelloError::Malformed)?;
+    Ok(h)
+}
+
+fn check_hello(h: &Hello) -> Result<(), String> {
+    let long = |what: &str, s: &str, max: usize| {
+        if s.len() > max {
+            Err(format!("{what} is longer than {max} bytes"))
+        } else {
+            Ok(())
+        }
+    };
+    if h.pid <= 0 || h.tid <= 0 || h.ppid < 0 {
+        return Err("pid, tid and ppid must be positive".into());
+    }
+    if h.guest_bits != 32 && h.guest_bits != 64 {
+        return Err(format!("guest_bits is {}, not 32 or 64", h.guest_bits));
+    }
+    long("arch", &h.arch, MAX_HELLO_NAME)?;
+    long("jitter_version", &h.jitter_version, MAX_HELLO_NAME)?;
+    long("nonce", &h.nonce, MAX_HELLO_NAME)?;
+    long("proof", &h.proof, 2 * MAX_HELLO_NAME)?;
+    for s in [&h.comm, &h.exe].into_iter().flatten() {
+        long("a program name", s, MAX_HELLO_STRING)?;
+    }
+    if h.regs.count > MAX_REGS {
+        return Err(format!(
+            "regs.count is {}, more than {MAX_REGS}",
+            h.regs.count
+        ));
+    }
+    if h.regs.count > 0 && h.regs.bytes != 4 && h.regs.bytes != 8 {
+        return Err(format!("regs.bytes is {}, not 4 or 8", h.regs.bytes));
+    }
+    if h.regs.names.len() > h.regs.count as usize {
+        return Err("more register names than registers".into());
+    }
+    for n in &h.regs.names {
+        long("a register name", n, MAX_HELLO_NAME)?;
+    }
+    if h.syscall_names.len() > MAX_SYSCALL_NAMES {
+        return Err(format!("more than {MAX_SYSCALL_NAMES} syscall names"));
+    }
+    for n in h.syscall_names.values() {
+        long("a syscall name", n, MAX_HELLO_NAME)?;
+    }
+    if let RingRef::ProcFd(fd) = h.ring {
+        if fd < 0 {
+            return Err("the ring's fd number is negative".into());
+        }
+    }
+    Ok(())
+}
+
+/// Parses a control line (after the handshake): an [`Expect`] or a
+/// [`Goodbye`]. A pid QEMU announces must be a real child's: above 1.
+pub fn parse_control(line: &str) -> Result<Control, String> {
+    let line = line.trim_end();
+    if let Ok(e) = serde_json::from_str::<Expect>(line) {
+        if e.expect_pid <= 1 {
+            return Err(format!(
+                "announces pid {}, which cannot be a child",
+                e.expect_pid
+            ));
+        }
+        return Ok(Control::Expect(e));
+    }
+    serde_json::from_str::<Goodbye>(line)
+        .map(Control::Goodbye)
+        .map_err(|_| "neither an expect nor a goodbye".into())
 }
 
 #[cfg(test)]
@@ -387,7 +529,9 @@ mod tests {
             arch: "mipsel".into(),
             big_endian: false,
             guest_bits: 32,
-            ring: "/dev/shm/x".into(),
+            ring: RingRef::ProcFd(7),
+            nonce: "00".repeat(16),
+            proof: "11".repeat(32),
             comm: None,
             exe: Some("/bin/true".into()),
             regs: RegLayout {
@@ -400,6 +544,103 @@ mod tests {
         let s = serde_json::to_string(&h).unwrap();
         assert!(!s.contains('\n'));
         assert_eq!(serde_json::from_str::<Hello>(&s).unwrap(), h);
+    }
+
+    fn good_hello() -> Hello {
+        Hello {
+            magic: MAGIC.into(),
+            wire_version: WIRE_VERSION,
+            jitter_version: "0.1.0".into(),
+            pid: 10,
+            ppid: 1,
+            tid: 10,
+            arch: "x86_64".into(),
+            big_endian: false,
+            guest_bits: 64,
+            ring: RingRef::Attached,
+            nonce: "00".repeat(16),
+            proof: "11".repeat(32),
+            comm: None,
+            exe: None,
+            regs: RegLayout {
+                count: 16,
+                bytes: 8,
+                names: vec![],
+            },
+            syscall_names: Default::default(),
+        }
+    }
+
+    #[test]
+    fn hello_bounds() {
+        let line = |h: &Hello| serde_json::to_string(h).unwrap() + "\n";
+        assert_eq!(parse_hello(&line(&good_hello())).unwrap(), good_hello());
+        let bad: Vec<(&str, Box<dyn Fn(&mut Hello)>)> = vec![
+            ("regs.count", Box::new(|h| h.regs.count = u32::MAX)),
+            ("regs.bytes", Box::new(|h| h.regs.bytes = 3)),
+            ("guest_bits", Box::new(|h| h.guest_bits = 48)),
+            ("positive", Box::new(|h| h.pid = 0)),
+            ("arch", Box::new(|h| h.arch = "x".repeat(1000))),
+            ("program name", Box::new(|h| h.exe = Some("/".repeat(5000)))),
+            (
+                "register names",
+                Box::new(|h| h.regs.names = vec!["r".into(); 17]),
+            ),
+            (
+                "syscall names",
+                Box::new(|h| h.syscall_names = (0..5000).map(|n| (n, "x".to_string())).collect()),
+            ),
+            ("negative", Box::new(|h| h.ring = RingRef::ProcFd(-1))),
+        ];
+        for (what, f) in bad {
+            let mut h = good_hello();
+            f(&mut h);
+            match parse_hello(&line(&h)) {
+                Err(HelloError::Malformed(m)) => assert!(m.contains(what), "{what}: {m}"),
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+        assert_eq!(parse_hello("GET / HTTP/1.0"), Err(HelloError::NotCannoli));
+        assert_eq!(
+            parse_hello("{\"magic\":\"x\"}"),
+            Err(HelloError::NotCannoli)
+        );
+        let old = line(&good_hello()).replace(
+            &format!("\"wire_version\":{WIRE_VERSION}"),
+            "\"wire_version\":4",
+        );
+        let e = parse_hello(&old).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                HelloError::Version {
+                    theirs: Some(4),
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("jitter 0.1.0"), "{e}");
+    }
+
+    #[test]
+    fn control_lines() {
+        assert_eq!(
+            parse_control("{\"expect_pid\":42}\n"),
+            Ok(Control::Expect(Expect { expect_pid: 42 }))
+        );
+        assert!(parse_control("{\"expect_pid\":1}").is_err());
+        assert!(parse_control("{\"expect_pid\":-5}").is_err());
+        assert_eq!(
+            parse_control("{\"chunks\":3,\"lost_events\":0}"),
+            Ok(Control::Goodbye(Goodbye {
+                chunks: 3,
+                lost_events: 0,
+                exec: false
+            }))
+        );
+        assert!(parse_control("{}").is_err());
+        assert!(parse_control("garbage").is_err());
     }
 
     #[test]

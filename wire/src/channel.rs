@@ -1,0 +1,756 @@
+//! The control channel between QEMU's side and the client: where the client
+//! listens, the run's secret, and how each side proves it holds it.
+//!
+//! # Who may talk to a client
+//!
+//! Only the traced QEMU. Two mechanisms, both always on:
+//!
+//! * **A Unix socket in a private directory** (the default): the directory
+//!   is the user's own with mode `0700`, so no other user can even connect,
+//!   and the client checks the peer's uid (`SO_PEERCRED`) and that the
+//!   peer's pid is the one its hello names. The ring travels with the hello
+//!   as a file descriptor (`SCM_RIGHTS`), so it has no name anyone could
+//!   point elsewhere.
+//! * **A per-run secret** ([`Token`], 32 random bytes), which QEMU gets in
+//!   `CANNOLI_TOKEN` (QEMU hides every `CANNOLI_*` variable from the guest)
+//!   or, for a client started by hand, from a token file only its user can
+//!   read. The secret never crosses the socket: the client opens with a
+//!   challenge (a fresh nonce), QEMU answers with its hello carrying its own
+//!   nonce and an HMAC-SHA256 over both, and the client's welcome carries
+//!   the HMAC the other way round. A process that took the client's TCP
+//!   port first learns nothing it could replay, and QEMU does not stream
+//!   into a ring nobody reads because a stranger said "welcome".
+//!
+//! TCP (`CANNOLI_ADDR=HOST:PORT`) is for a client QEMU cannot reach through
+//! the file system (another mount or network namespace on the same
+//! machine); it uses the same secret. Its ring is named as
+//! `/proc/<pid>/fd/<n>` of QEMU's sealed memfd, which only QEMU's user can
+//! open.
+//!
+//! # The handshake
+//!
+//! ```text
+//! client -> QEMU   Challenge  {"magic":"cannoli","wire_version":5,"nonce":C}
+//! QEMU -> client   Hello      {..., "nonce":Q, "proof":HMAC(k, "hello"|C|Q), "ring":...}
+//! client -> QEMU   Welcome    {"error":null, "proof":HMAC(k, "welcome"|C|Q)}
+//! QEMU -> client   Expect / Goodbye lines until the stream ends
+//! ```
+//!
+//! Every line is one JSON object ending in `\n`, at most [`MAX_LINE`] bytes.
+
+use std::fmt;
+use std::fs;
+use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+
+use crate::{Hello, Welcome, MAGIC, WIRE_VERSION};
+
+/// Environment variable naming the client's address, read by both sides.
+pub const ADDR_ENV: &str = "CANNOLI_ADDR";
+/// Environment variable carrying the run's secret (hex) to QEMU.
+pub const TOKEN_ENV: &str = "CANNOLI_TOKEN";
+/// Environment variable naming the token file, where the secret is when
+/// [`TOKEN_ENV`] is unset.
+pub const TOKEN_FILE_ENV: &str = "CANNOLI_TOKEN_FILE";
+
+/// Longest line either side accepts.
+pub const MAX_LINE: usize = 64 * 1024;
+/// How long either side waits for the other's next handshake line.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where the client listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Addr {
+    /// `unix:PATH`: a Unix stream socket.
+    Unix(PathBuf),
+    /// `HOST:PORT`: TCP.
+    Tcp(String),
+}
+
+impl Addr {
+    /// `unix:PATH` is a Unix socket, anything else `HOST:PORT`.
+    pub fn parse(s: &str) -> Addr {
+        match s.trim().strip_prefix("unix:") {
+            Some(p) => Addr::Unix(PathBuf::from(p)),
+            None => Addr::Tcp(s.trim().to_string()),
+        }
+    }
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Addr::Unix(p) => write!(f, "unix:{}", p.display()),
+            Addr::Tcp(a) => f.write_str(a),
+        }
+    }
+}
+
+/// The user's private directory for cannoli's sockets and token file:
+/// `$XDG_RUNTIME_DIR/cannoli` if that is set (systemd makes it private),
+/// else `/tmp/cannoli-<uid>`. [`private_dir`] creates or checks it.
+pub fn runtime_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() && Path::new(&d).is_absolute() => PathBuf::from(d).join("cannoli"),
+        // SAFETY: geteuid has no preconditions.
+        _ => PathBuf::from(format!("/tmp/cannoli-{}", unsafe { libc::geteuid() })),
+    }
+}
+
+/// The default address of a client started by hand: a socket in
+/// [`runtime_dir`].
+pub fn default_addr() -> Addr {
+    Addr::Unix(runtime_dir().join("cannoli.sock"))
+}
+
+/// The client's address as both sides see it: `CANNOLI_ADDR` unless unset
+/// or blank, else [`default_addr`].
+pub fn client_addr() -> Addr {
+    match std::env::var(ADDR_ENV) {
+        Ok(a) if !a.trim().is_empty() => Addr::parse(&a),
+        _ => default_addr(),
+    }
+}
+
+/// Makes `dir` a directory only the caller can enter: creates it (mode
+/// 0700) if missing; otherwise it must be a real directory (not a symlink)
+/// owned by the caller's uid and closed to group and others. A directory
+/// someone else prepared (in `/tmp`, say) is refused, never used.
+pub fn private_dir(dir: &Path) -> io::Result<()> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let m = fs::symlink_metadata(dir)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let problem = if !m.file_type().is_dir() {
+        "is not a directory"
+    } else if m.uid() != me {
+        "belongs to another user"
+    } else if m.mode() & 0o077 != 0 {
+        "is open to other users (its mode should be 0700)"
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "{} {problem}; remove it, or point {ADDR_ENV} and {TOKEN_FILE_ENV} elsewhere",
+            dir.display()
+        ),
+    ))
+}
+
+/// The run's secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token([u8; 32]);
+
+impl Token {
+    /// A fresh secret from the kernel's random source.
+    pub fn generate() -> io::Result<Token> {
+        let mut b = [0u8; 32];
+        getrandom::getrandom(&mut b).map_err(io::Error::other)?;
+        Ok(Token(b))
+    }
+
+    /// The secret as 64 hex digits, as [`TOKEN_ENV`] and the token file
+    /// carry it.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// Parses 64 hex digits (surrounding white space ignored).
+    pub fn from_hex(s: &str) -> Result<Token, String> {
+        let mut b = [0u8; 32];
+        hex::decode_to_slice(s.trim(), &mut b)
+            .map_err(|_| "a cannoli token is 64 hex digits".to_string())?;
+        Ok(Token(b))
+    }
+
+    /// The secret QEMU's side uses: [`TOKEN_ENV`] if set, else the token
+    /// file ([`token_file`]) a client started by hand wrote.
+    pub fn from_env() -> Result<Token, String> {
+        if let Some(v) = std::env::var_os(TOKEN_ENV).filter(|v| !v.is_empty()) {
+            return Token::from_hex(&v.to_string_lossy())
+                .map_err(|e| format!("{TOKEN_ENV} is not a cannoli token ({e})"));
+        }
+        let path = token_file();
+        Token::read_file(&path).map_err(|e| {
+            format!(
+                "no secret to present to the cannoli client: {TOKEN_ENV} is unset and the token file {} \
+                 cannot be used ({e}); start the client first (it writes that file), or pass the client's \
+                 token in {TOKEN_ENV}",
+                path.display()
+            )
+        })
+    }
+
+    /// Reads a token file: a regular file (not a symlink) of the caller's
+    /// uid that group and others cannot read.
+    pub fn read_file(path: &Path) -> io::Result<Token> {
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)?;
+        let m = f.metadata()?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if !m.file_type().is_file() || m.uid() != me || m.mode() & 0o077 != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "it must be a regular file of yours that only you can read",
+            ));
+        }
+        let mut s = String::new();
+        Read::by_ref(&mut f).take(256).read_to_string(&mut s)?;
+        Token::from_hex(&s).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Writes the token file atomically (a temporary file of mode 0600,
+    /// renamed over `path`), in a directory [`private_dir`] accepts.
+    pub fn write_file(&self, path: &Path) -> io::Result<()> {
+        if let Some(dir) = path.parent() {
+            private_dir(dir)?;
+        }
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(format!("{}\n", self.to_hex()).as_bytes())?;
+        drop(f);
+        fs::rename(&tmp, path)
+    }
+
+    fn mac(&self, role: &[u8], client_nonce: &str, qemu_nonce: &str) -> Hmac<Sha256> {
+        let mut m = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        // Lengths make the encoding unambiguous; the role keeps a hello's
+        // proof from passing as a welcome's.
+        for part in [role, client_nonce.as_bytes(), qemu_nonce.as_bytes()] {
+            m.update(&(part.len() as u64).to_le_bytes());
+            m.update(part);
+        }
+        m
+    }
+
+    /// The proof one side sends: HMAC-SHA256 over the role and both nonces.
+    pub fn prove(&self, role: Role, client_nonce: &str, qemu_nonce: &str) -> String {
+        hex::encode(
+            self.mac(role.label(), client_nonce, qemu_nonce)
+                .finalize()
+                .into_bytes(),
+        )
+    }
+
+    /// Checks the other side's proof, in constant time.
+    pub fn check(&self, role: Role, client_nonce: &str, qemu_nonce: &str, proof: &str) -> bool {
+        let Ok(bytes) = hex::decode(proof) else {
+            return false;
+        };
+        self.mac(role.label(), client_nonce, qemu_nonce)
+            .verify_slice(&bytes)
+            .is_ok()
+    }
+}
+
+// The secret never shows up in a log or a panic message.
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(..)")
+    }
+}
+
+/// The token file: `$CANNOLI_TOKEN_FILE`, else `token` in [`runtime_dir`].
+pub fn token_file() -> PathBuf {
+    match std::env::var_os(TOKEN_FILE_ENV) {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => runtime_dir().join("token"),
+    }
+}
+
+/// Which message a proof is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// QEMU's hello.
+    Hello,
+    /// The client's welcome.
+    Welcome,
+}
+
+impl Role {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Role::Hello => b"cannoli hello",
+            Role::Welcome => b"cannoli welcome",
+        }
+    }
+}
+
+/// A fresh nonce: 16 random bytes in hex.
+pub fn nonce() -> io::Result<String> {
+    let mut b = [0u8; 16];
+    getrandom::getrandom(&mut b).map_err(io::Error::other)?;
+    Ok(hex::encode(b))
+}
+
+/// The client's first line on a new connection.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Challenge {
+    /// Always [`MAGIC`].
+    pub magic: String,
+    /// The client's [`WIRE_VERSION`], so QEMU's side can say which one it
+    /// would need.
+    pub wire_version: u32,
+    /// The client's nonce, hex.
+    pub nonce: String,
+}
+
+/// How the client finds a stream's ring.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RingRef {
+    /// Sent with the hello as a file descriptor (`SCM_RIGHTS`; Unix sockets).
+    Attached,
+    /// QEMU's fd of that number: open `/proc/<hello.pid>/fd/<n>` (TCP).
+    ProcFd(i32),
+}
+
+/// The connection to the client, either kind.
+#[derive(Debug)]
+pub enum Sock {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Sock {
+    /// Connects to `addr`.
+    pub fn connect(addr: &Addr) -> io::Result<Sock> {
+        Ok(match addr {
+            Addr::Unix(p) => Sock::Unix(UnixStream::connect(p)?),
+            Addr::Tcp(a) => {
+                let s = TcpStream::connect(a.as_str())?;
+                let _ = s.set_nodelay(true);
+                Sock::Tcp(s)
+            }
+        })
+    }
+
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Unix(s) => s.set_read_timeout(t),
+            Sock::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Sock::Unix(s) => s.set_write_timeout(t),
+            Sock::Tcp(s) => s.set_write_timeout(t),
+        }
+    }
+
+    pub fn shutdown(&self) {
+        let _ = match self {
+            Sock::Unix(s) => s.shutdown(Shutdown::Both),
+            Sock::Tcp(s) => s.shutdown(Shutdown::Both),
+        };
+    }
+
+    pub fn try_clone(&self) -> io::Result<Sock> {
+        Ok(match self {
+            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
+        })
+    }
+
+    /// Moves the socket to the lowest free fd at or above `floor`,
+    /// close-on-exec (QEMU keeps the guest's syscalls away from there). If
+    /// no fd up there is free it stays where it is, which only loses that
+    /// protection.
+    pub fn move_up(self, floor: i32) -> Sock {
+        if floor <= 0 {
+            return self;
+        }
+        // SAFETY: F_DUPFD_CLOEXEC on an fd we own makes a new fd we then own.
+        let moved = unsafe { libc::fcntl(self.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+        if moved < 0 {
+            return self;
+        }
+        // SAFETY: `moved` is a fresh fd for the same socket, owned by nobody
+        // else; the old one is closed when `self` drops below.
+        match self {
+            Sock::Unix(_) => Sock::Unix(unsafe { UnixStream::from_raw_fd(moved) }),
+            Sock::Tcp(_) => Sock::Tcp(unsafe { TcpStream::from_raw_fd(moved) }),
+        }
+    }
+
+    /// Gives up the socket without closing it (a forked child closes its
+    /// copy of the parent's connection this way: see
+    /// [`Sock::close_inherited`]).
+    pub fn into_raw_fd(self) -> RawFd {
+        match self {
+            Sock::Unix(s) => s.into_raw_fd(),
+            Sock::Tcp(s) => s.into_raw_fd(),
+        }
+    }
+
+    /// Writes all of `line`, passing `fd` along with its first byte
+    /// (`SCM_RIGHTS`; Unix sockets only).
+    pub fn send_with_fd(&mut self, line: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+        let Sock::Unix(s) = self else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "file descriptors only travel over Unix sockets",
+            ));
+        };
+        let space = cmsg_space_for_one_fd();
+        let mut cbuf = vec![0u8; space];
+        let iov = [IoSlice::new(line)];
+        // SAFETY: msghdr is plain data; every pointer set below refers to a
+        // buffer that outlives the sendmsg call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        // SAFETY: msg_control points at `space` bytes, room for one
+        // SCM_RIGHTS header and one int (CMSG_SPACE(4)); CMSG_FIRSTHDR and
+        // CMSG_DATA stay inside it.
+        let sent = unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
+            libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
+        };
+        if sent < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // The rest of the line, if the kernel took only part of it.
+        s.write_all(&line[sent as usize..])
+    }
+}
+
+/// Bytes of control buffer for one passed fd.
+pub fn cmsg_space_for_one_fd() -> usize {
+    // SAFETY: CMSG_SPACE is arithmetic on its argument.
+    unsafe { libc::CMSG_SPACE(4) as usize }
+}
+
+impl Read for Sock {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Unix(s) => s.read(b),
+            Sock::Tcp(s) => s.read(b),
+        }
+    }
+}
+
+impl Read for &Sock {
+    fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Unix(s) => (&*s).read(b),
+            Sock::Tcp(s) => (&*s).read(b),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Unix(s) => s.write(b),
+            Sock::Tcp(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl AsRawFd for Sock {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Sock::Unix(s) => s.as_raw_fd(),
+            Sock::Tcp(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes. `Ok(None)` at a clean EOF
+/// before any byte.
+pub fn read_line(r: &mut impl BufRead) -> io::Result<Option<String>> {
+    let mut line = String::new();
+    let n = r.take(MAX_LINE as u64).read_line(&mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if !line.ends_with('\n') {
+        if n >= MAX_LINE {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "line longer than 64 KiB",
+            ));
+        }
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "connection closed in the middle of a line",
+        ));
+    }
+    Ok(Some(line))
+}
+
+/// How QEMU's side hands its ring over.
+pub enum RingOffer<'a> {
+    /// Pass this fd with the hello (Unix sockets).
+    Fd(BorrowedFd<'a>),
+    /// Name this fd number of ours (TCP: the client opens
+    /// `/proc/<pid>/fd/<n>`).
+    ProcFd(i32),
+}
+
+/// QEMU's side of the handshake: connects to `addr`, answers the client's
+/// challenge with `hello` (whose `nonce`, `proof` and `ring` it fills in),
+/// and checks the welcome. `ring` gives the ring: passed as an fd over a
+/// Unix socket, named by fd number over TCP. The socket goes to an fd at
+/// or above `fd_floor`. Errors are one line for QEMU's stderr.
+pub fn dial(
+    addr: &Addr,
+    token: &Token,
+    fd_floor: i32,
+    mut hello: Hello,
+    ring: &RingOffer<'_>,
+) -> Result<Sock, String> {
+    let sock = Sock::connect(addr).map_err(|e| {
+        format!(
+            "no cannoli client is listening on {addr} ({e}): start your client first, or point \
+             {ADDR_ENV} at it"
+        )
+    })?;
+    let mut sock = sock.move_up(fd_floor);
+    let lost = |e: io::Error| format!("lost the client at {addr} during the handshake: {e}");
+    sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(lost)?;
+    sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
+        .map_err(lost)?;
+    let reader_sock = sock.try_clone().map_err(lost)?;
+    let mut reader = BufReader::new(reader_sock);
+    let line = read_line(&mut reader)
+        .map_err(|e| format!("the client at {addr} did not open the handshake: {e}"))?
+        .ok_or_else(|| {
+            format!("the client at {addr} closed the connection at once (is it a cannoli client?)")
+        })?;
+    let challenge = parse_challenge(&line).map_err(|e| format!("{addr} {e}"))?;
+    hello.nonce = nonce().map_err(lost)?;
+    hello.proof = token.prove(Role::Hello, &challenge.nonce, &hello.nonce);
+    hello.ring = match ring {
+        RingOffer::Fd(_) => RingRef::Attached,
+        RingOffer::ProcFd(n) => RingRef::ProcFd(*n),
+    };
+    let mut out = serde_json::to_string(&hello).expect("a Hello serializes");
+    out.push('\n');
+    match ring {
+        RingOffer::Fd(fd) => sock.send_with_fd(out.as_bytes(), *fd),
+        RingOffer::ProcFd(_) => sock.write_all(out.as_bytes()),
+    }
+    .map_err(lost)?;
+    let reply = read_line(&mut reader)
+        .map_err(|e| format!("the client at {addr} did not answer the hello: {e}"))?
+        .ok_or_else(|| {
+            format!("the client at {addr} closed the connection during the handshake")
+        })?;
+    let welcome: Welcome = serde_json::from_str(reply.trim_end()).map_err(|_| {
+        format!("{addr} answered the hello with something that is not a cannoli welcome")
+    })?;
+    if let Some(e) = welcome.error {
+        let shown: String = e.chars().take(400).collect();
+        return Err(format!("the client at {addr} refused the trace: {shown}"));
+    }
+    let proved = welcome
+        .proof
+        .as_deref()
+        .is_some_and(|p| token.check(Role::Welcome, &challenge.nonce, &hello.nonce, p));
+    if !proved {
+        return Err(format!(
+            "the process listening on {addr} could not prove it holds this run's secret; \
+             it is not the client this QEMU was started for"
+        ));
+    }
+    let _ = sock.set_read_timeout(None);
+    let _ = sock.set_write_timeout(None);
+    Ok(sock)
+}
+
+/// Parses the client's challenge, refusing a wire version other than ours
+/// with a message naming both.
+pub fn parse_challenge(line: &str) -> Result<Challenge, String> {
+    let v: serde_json::Value = serde_json::from_str(line.trim_end()).map_err(|_| {
+        "opened the handshake with something that is not a cannoli client's challenge".to_string()
+    })?;
+    if v.get("magic").and_then(|m| m.as_str()) != Some(MAGIC) {
+        return Err("is not a cannoli client (no cannoli challenge)".into());
+    }
+    let theirs = v.get("wire_version").and_then(|w| w.as_u64());
+    if theirs != Some(WIRE_VERSION as u64) {
+        let theirs = theirs.map_or_else(|| "none".to_string(), |t| t.to_string());
+        return Err(format!(
+            "is a cannoli client speaking wire version {theirs}, but this hook library speaks \
+             wire version {WIRE_VERSION}; rebuild the client and the hook library from the same \
+             cannoli version"
+        ));
+    }
+    let c: Challenge =
+        serde_json::from_value(v).map_err(|e| format!("sent a malformed challenge ({e})"))?;
+    if c.nonce.len() != 32 || !c.nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("sent a challenge whose nonce is not 32 hex digits".into());
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_and_print_back() {
+        for s in ["unix:/tmp/x/cannoli.sock", "127.0.0.1:11458", "[::1]:9"] {
+            assert_eq!(Addr::parse(s).to_string(), s);
+        }
+        assert_eq!(Addr::parse("unix:/a b"), Addr::Unix(PathBuf::from("/a b")));
+        assert!(matches!(Addr::parse("localhost:1"), Addr::Tcp(_)));
+    }
+
+    #[test]
+    fn proofs_bind_secret_role_and_both_nonces() {
+        let t = Token::generate().unwrap();
+        let (c, q) = (nonce().unwrap(), nonce().unwrap());
+        let p = t.prove(Role::Hello, &c, &q);
+        assert!(t.check(Role::Hello, &c, &q, &p));
+        assert!(
+            !t.check(Role::Welcome, &c, &q, &p),
+            "a hello proof is no welcome proof"
+        );
+        assert!(!t.check(Role::Hello, &q, &c, &p), "nonces swapped");
+        assert!(
+            !t.check(Role::Hello, &c, &nonce().unwrap(), &p),
+            "another nonce"
+        );
+        let other = Token::generate().unwrap();
+        assert!(!other.check(Role::Hello, &c, &q, &p), "another secret");
+        assert!(!t.check(Role::Hello, &c, &q, "zz"));
+        assert!(!t.check(Role::Hello, &c, &q, ""));
+    }
+
+    #[test]
+    fn token_hex_roundtrip_and_redacted_debug() {
+        let t = Token::generate().unwrap();
+        assert_eq!(Token::from_hex(&t.to_hex()).unwrap(), t);
+        assert_eq!(Token::from_hex(&format!(" {}\n", t.to_hex())).unwrap(), t);
+        assert!(Token::from_hex("abcd").is_err());
+        assert!(Token::from_hex(&"g".repeat(64)).is_err());
+        assert!(!format!("{t:?}").contains(&t.to_hex()[..8]));
+    }
+
+    #[test]
+    fn token_file_must_be_private() {
+        let dir = std::env::temp_dir().join(format!("cannoli-wire-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir(&dir).unwrap();
+        let path = dir.join("sub").join("token");
+        let t = Token::generate().unwrap();
+        t.write_file(&path).unwrap();
+        assert_eq!(Token::read_file(&path).unwrap(), t);
+        let mode = fs::metadata(&path).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(
+            fs::metadata(path.parent().unwrap()).unwrap().mode() & 0o777,
+            0o700
+        );
+        // Readable by others: refused.
+        fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        assert!(Token::read_file(&path).is_err());
+        // A symlink to a good file: refused (O_NOFOLLOW).
+        fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert!(Token::read_file(&link).is_err());
+        // A directory open to others is not private.
+        let open = dir.join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+        let e = private_dir(&open).unwrap_err();
+        assert!(e.to_string().contains("open to other users"), "{e}");
+        // A symlink to a private directory is not one either.
+        let dlink = dir.join("dlink");
+        std::os::unix::fs::symlink(path.parent().unwrap(), &dlink).unwrap();
+        assert!(private_dir(&dlink).is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn challenges_are_checked() {
+        let good = format!(
+            "{{\"magic\":\"cannoli\",\"wire_version\":{WIRE_VERSION},\"nonce\":\"{}\"}}\n",
+            "ab".repeat(16)
+        );
+        assert!(parse_challenge(&good).is_ok());
+        let old = good.replace(&format!(":{WIRE_VERSION},"), ":4,");
+        let e = parse_challenge(&old).unwrap_err();
+        assert!(
+            e.contains("wire version 4") && e.contains(&WIRE_VERSION.to_string()),
+            "{e}"
+        );
+        assert!(parse_challenge("HTTP/1.1 200 OK\n").is_err());
+        assert!(parse_challenge(&good.replace("cannoli", "other")).is_err());
+        assert!(parse_challenge(&good.replace(&"ab".repeat(16), "short")).is_err());
+    }
+
+    #[test]
+    fn an_fd_travels_with_its_line() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut a = Sock::Unix(a);
+        let f = fs::File::open("/proc/self/exe").unwrap();
+        a.send_with_fd(b"hello\n", std::os::fd::AsFd::as_fd(&f))
+            .unwrap();
+        let mut buf = [0u8; 16];
+        let mut cbuf = vec![0u8; cmsg_space_for_one_fd()];
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        // SAFETY: test-only recvmsg into buffers that outlive the call.
+        let (n, fd) = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = iov.as_mut_ptr() as *mut libc::iovec;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = cbuf.len() as _;
+            let n = libc::recvmsg(b.as_raw_fd(), &mut msg, 0);
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            assert!(!c.is_null());
+            (
+                n,
+                std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const i32),
+            )
+        };
+        assert_eq!(&buf[..n as usize], b"hello\n");
+        let (m1, m2) = (
+            fs::metadata(format!("/proc/self/fd/{fd}")).unwrap(),
+            f.metadata().unwrap(),
+        );
+        assert_eq!((m1.dev(), m1.ino()), (m2.dev(), m2.ino()));
+        // SAFETY: `fd` was just received and is ours.
+        unsafe { libc::close(fd) };
+    }
+}
