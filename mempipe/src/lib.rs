@@ -2,15 +2,26 @@
 //! producer thread (in one process) to one consumer process, in which several
 //! threads may take chunks concurrently.
 //!
-//! The producer (inside QEMU) creates a ring file with [`Producer::create`],
-//! tells the consumer its [`Producer::path`] over some control channel, then
-//! loops [`Producer::acquire`] / write / [`Producer::publish`]. The consumer
-//! (the analysis client) calls [`Consumer::open`], which maps and *unlinks* the
-//! file, then any number of its threads call [`Consumer::recv`]. Each published
+//! The producer (inside QEMU) creates an anonymous, sealed ring with
+//! [`Producer::create_memfd`] (or [`Producer::create_memfd_at`]), tells the
+//! consumer where its fd is ([`Producer::proc_path`]: its pid and fd number)
+//! over some control channel, then loops [`Producer::acquire`] / write /
+//! [`Producer::publish`]. The consumer (the analysis client) attaches with
+//! [`Consumer::open_proc`] (or [`Consumer::from_fd`] given the fd itself),
+//! then any number of its threads call [`Consumer::recv`]. Each published
 //! chunk gets the next sequence number (0, 1, 2, ...) and is handed to exactly
 //! one `recv` caller, in increasing order of sequence number. Dropping the
 //! returned [`Chunk`] gives its slot back to the producer; chunks may be
 //! released in any order and from any thread.
+//!
+//! Why memfd: a ring that is a file in `/dev/shm` outlives a producer that is
+//! killed before its consumer unlinks it, and a consumer that opens a path
+//! the producer names can be pointed at any file of its user. A memfd has no
+//! name, disappears with the last fd and mapping, and is sealed against
+//! shrinking and growing, so no one can truncate it under the consumer
+//! (which would kill the consumer with `SIGBUS`). The older path API
+//! ([`Producer::create`], [`Consumer::open`]) is still here for existing
+//! callers; it cannot offer that guarantee.
 //!
 //! There is strict backpressure: when every slot is in use the producer waits
 //! in `acquire`; nothing is ever dropped. Waiting (on either side) is a short
@@ -18,12 +29,28 @@
 //! announce themselves, so the fast path (nobody asleep) makes no system call.
 //! The producer's `acquire`/`publish` never allocate and never take locks.
 //!
-//! Only Linux is supported (the implementation uses `futex(2)`).
+//! # Trust
+//!
+//! The consumer does not trust the producer: another process of the same
+//! user (or a buggy QEMU) can write anything into the shared memory at any
+//! time. The consumer copies the geometry once and checks it against the
+//! file, keeps its claim counter in its own memory (so the sequence numbers
+//! it hands out are always 0, 1, 2, ... each once), checks every slot it
+//! claims (the slot must be full, hold that sequence number and a length of
+//! at most the chunk size) and bounds what it maps. A slot that fails the
+//! check is handed out as a refused, empty chunk ([`Chunk::is_refused`]),
+//! counted in [`Consumer::refused_chunks`], described by
+//! [`Consumer::violation`], and ends the stream. The bytes of a chunk can
+//! still change while the consumer reads them: readers of [`Chunk::data`]
+//! must treat them as untrusted input.
+//!
+//! Only Linux is supported (the implementation uses `futex(2)` and
+//! `memfd_create(2)`).
 //!
 //! # Wire format (layout version 1)
 //!
-//! The ring file (and its mapping, which starts at file offset 0) looks like
-//! this. All integers are native-endian (both ends run on the same host);
+//! The ring file (a memfd, or a file in `/dev/shm` for the path API) and its
+//! mapping, which starts at file offset 0, look like this. All integers are native-endian (both ends run on the same host);
 //! offsets are in bytes.
 //!
 //! ```text
@@ -53,7 +80,9 @@
 //!  64  u64      published      number of chunks published = next sequence number
 //!  72  u32      closed         1 once the producer called close()
 //! -- line 2: consumer state, written only by the consumer threads -----------
-//! 128  u64      claimed        next sequence number to hand out (CAS by recv)
+//! 128  u64      claimed        how many sequence numbers the consumer handed out
+//!                              (informational: the consumer's own counter lives in
+//!                              its private memory, where the producer cannot change it)
 //! -- line 3: wake-up control ------------------------------------------------
 //! 192  u32      wake           futex word the sleeping consumer threads wait on;
 //!                              incremented (then FUTEX_WAKE) by whoever wakes them
@@ -80,8 +109,10 @@
 //!   (Acquire), write the chunk, store `len`, `seq`, `state = 1`, then
 //!   `published = s + 1` (SeqCst, which includes Release), then if
 //!   `sleepers != 0` increment `wake` and futex-wake one consumer thread.
-//! * Consumer thread: `c = claimed`; if `c < published` (Acquire) CAS
-//!   `claimed` from `c` to `c + 1`; the winner owns seq `c`. Releasing it
+//! * Consumer thread: `c = claimed` (the consumer's private counter); if
+//!   `c < published` (Acquire) CAS `claimed` from `c` to `c + 1`; the winner
+//!   owns seq `c`, after checking that slot `c % chunk_count` is full (bit 0
+//!   of `state`), holds `seq == c` and `len <= chunk_size`. Releasing it
 //!   swaps `state` to 0 (Release) and futex-wakes the producer only if the
 //!   waiter bit was set.
 //! * A producer that must wait sets the waiter bit with a CAS `1 -> 3` and
@@ -93,6 +124,24 @@
 //!   when `kill(consumer_pid, 0)` fails with `ESRCH` (checked between wait
 //!   slices). Note that an exited but not yet reaped child still exists for
 //!   `kill`. Both ends must be in the same pid namespace for this check.
+//! * The consumer learns that the producer died from outside the ring (the
+//!   control channel's end of file) and calls [`Consumer::abandon`]; it then
+//!   drains what was published up to that moment and stops. It never waits
+//!   on the ring alone: without `abandon` a producer that dies without
+//!   closing leaves `recv` waiting.
+//! * Once the consumer saw `closed == 1` (or abandoned the ring), the
+//!   `published` it read then is final: it hands out nothing beyond it.
+//!
+//! # Memfd rings
+//!
+//! [`Producer::create_memfd`] makes the ring with
+//! `memfd_create("cannoli-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING)`, sizes it,
+//! allocates its memory (`fallocate`) and seals it with `F_SEAL_SHRINK |
+//! F_SEAL_GROW | F_SEAL_SEAL`. [`Consumer::from_fd`] maps only a regular
+//! file of its own user that carries at least the shrink and grow seals,
+//! whose memory is allocated (no holes: mapping it allocates nothing on the
+//! consumer's side), whose size is what the header's geometry says, and at
+//! most [`MAX_RING_LEN`] bytes.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -103,14 +152,15 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::marker::PhantomData;
 use std::mem::{offset_of, size_of};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::{self, addr_of, addr_of_mut};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::MmapOptions;
 
 mod mapping;
 use mapping::Mapping;
@@ -129,6 +179,14 @@ pub const PAGE_SIZE: usize = 4096;
 pub const DEFAULT_DIR: &str = "/dev/shm";
 /// Environment variable naming the directory for ring files.
 pub const DIR_ENV: &str = "MEMPIPE_DIR";
+/// Largest ring (header, slots and chunks) either end accepts: 16 GiB. The
+/// consumer maps and populates the whole ring, so a header that claims a
+/// larger one is refused before anything is mapped (a hostile producer must
+/// not make the consumer build page tables without bound).
+pub const MAX_RING_LEN: usize = 16 << 30;
+/// The name memfd rings get (it shows in `/proc/<pid>/fd` as
+/// `/memfd:cannoli-ring (deleted)`; it is not a path anyone can open).
+pub const MEMFD_NAME: &str = "cannoli-ring";
 
 /// Longest single futex sleep; liveness and flags are re-checked between slices.
 /// Unit tests use a long slice so that a lost wake-up shows as a timing failure.
@@ -253,8 +311,8 @@ impl Geometry {
         let file_len = chunk_size
             .checked_mul(chunk_count)
             .and_then(|d| d.checked_add(data_offset))
-            .filter(|&l| l <= isize::MAX as usize && u64::try_from(l).is_ok())
-            .ok_or_else(too_big)?;
+            .filter(|&l| l <= MAX_RING_LEN)
+            .ok_or_else(|| format!("{} (at most {MAX_RING_LEN} bytes)", too_big()))?;
         Ok(Geometry {
             chunk_size,
             chunk_count,
@@ -349,6 +407,10 @@ pub enum Error {
     TooLong { len: usize, chunk_size: usize },
     /// [`Consumer::open`] on a ring that another consumer already opened.
     AlreadyOpened { pid: u32 },
+    /// [`Consumer::from_fd`] / [`Consumer::open_proc`] refused the file
+    /// before mapping it: not a regular file of this user, not sealed, not
+    /// allocated, or an invalid pid/fd. The message says which.
+    Refused(String),
 }
 
 impl fmt::Display for Error {
@@ -379,6 +441,7 @@ impl fmt::Display for Error {
                 "mempipe: the ring was already opened by consumer process {pid}; \
                  a ring has exactly one consumer process"
             ),
+            Error::Refused(msg) => write!(f, "mempipe: refused the ring: {msg}"),
         }
     }
 }
@@ -504,7 +567,10 @@ pub fn ring_dir() -> PathBuf {
 /// The writing end of a ring. `Send`, not `Sync`: one thread uses it at a time.
 pub struct Producer {
     ring: Ring,
+    /// The ring file's path (path API); empty for a memfd ring.
     path: PathBuf,
+    /// The memfd of a memfd ring, until [`Producer::release_fd`].
+    fd: Option<OwnedFd>,
     /// Sequence number of the next chunk to publish (= chunks published).
     next: u64,
     /// The slot for `next` was found free by `acquire` and not yet published.
@@ -517,6 +583,7 @@ impl fmt::Debug for Producer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Producer")
             .field("path", &self.path)
+            .field("fd", &self.fd.as_ref().map(|f| f.as_raw_fd()))
             .field("chunk_size", &self.ring.geo.chunk_size)
             .field("chunk_count", &self.ring.geo.chunk_count)
             .field("published", &self.next)
@@ -565,15 +632,13 @@ impl Producer {
     ) -> Result<Producer, Error> {
         let geo = Geometry::new(chunk_size, chunk_count).map_err(Error::InvalidArgument)?;
         let (file, path) = create_file(dir)?;
-        match Self::init(&file, &path, geo, at) {
-            Ok(ring) => Ok(Producer {
-                ring,
-                path,
-                next: 0,
-                acquired: false,
-                closed: false,
-                _not_sync: PhantomData,
-            }),
+        let what = format!("ring file {}", path.display());
+        let sized = size_ring(&file, geo, &what, false).and_then(|()| {
+            // SAFETY: `at` is the caller's reservation (create_at's contract).
+            unsafe { Self::init(&file, &what, geo, at) }
+        });
+        match sized {
+            Ok(ring) => Ok(Producer::with_ring(ring, path, None)),
             Err(e) => {
                 let _ = std::fs::remove_file(&path);
                 Err(e)
@@ -581,49 +646,83 @@ impl Producer {
         }
     }
 
-    fn init(
+    /// Creates an anonymous ring: a memfd named [`MEMFD_NAME`], sized for the
+    /// header plus `chunk_count * chunk_size`, its memory allocated, sealed
+    /// against shrinking and growing (and against further seals), and
+    /// mapped. Nothing appears in any directory; the ring goes away with the
+    /// last fd and mapping of it. Hand the consumer [`Producer::proc_path`]
+    /// (or the fd itself) to attach with; then [`Producer::release_fd`] if
+    /// the fd should not stay open. Geometry as for [`Producer::create`].
+    pub fn create_memfd(chunk_size: usize, chunk_count: usize) -> Result<Producer, Error> {
+        // SAFETY: no placement.
+        unsafe { Self::create_memfd_at(chunk_size, chunk_count, None, 0) }
+    }
+
+    /// Like [`Producer::create_memfd`], mapping the ring at address `at` when
+    /// given (see [`Producer::create_at`]), and with the memfd moved to the
+    /// lowest free fd at or above `fd_floor` when `fd_floor > 0` (QEMU keeps
+    /// the guest's fd syscalls away from the fds at its floor and above, so
+    /// the guest can neither close nor `dup2` over the ring's fd). If no fd
+    /// there is free the memfd stays where the kernel put it.
+    ///
+    /// # Safety
+    /// `at`, if given, is the start of [`Producer::mapped_len`] bytes of
+    /// address space that the caller reserved and uses for nothing else
+    /// until the producer is dropped.
+    pub unsafe fn create_memfd_at(
+        chunk_size: usize,
+        chunk_count: usize,
+        at: Option<usize>,
+        fd_floor: i32,
+    ) -> Result<Producer, Error> {
+        let geo = Geometry::new(chunk_size, chunk_count).map_err(Error::InvalidArgument)?;
+        let at = match at {
+            None => None,
+            Some(a) => Some(std::ptr::NonNull::new(a as *mut u8).ok_or_else(|| {
+                Error::InvalidArgument("the address to map the ring at is 0".into())
+            })?),
+        };
+        let fd = memfd_create()?;
+        let fd = move_to_floor(fd, fd_floor);
+        let file = File::from(fd);
+        let what = "the ring's memfd";
+        size_ring(&file, geo, what, true)?;
+        seal(&file)?;
+        // SAFETY: `at` is the caller's reservation (this function's contract).
+        let ring = unsafe { Self::init(&file, what, geo, at) }?;
+        Ok(Producer::with_ring(
+            ring,
+            PathBuf::new(),
+            Some(OwnedFd::from(file)),
+        ))
+    }
+
+    fn with_ring(ring: Ring, path: PathBuf, fd: Option<OwnedFd>) -> Producer {
+        Producer {
+            ring,
+            path,
+            fd,
+            next: 0,
+            acquired: false,
+            closed: false,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// Maps the sized ring `file` (at `at` if given) and writes its header.
+    ///
+    /// # Safety
+    /// As for [`Producer::create_at`]'s `at`.
+    unsafe fn init(
         file: &File,
-        path: &Path,
+        what: &str,
         geo: Geometry,
         at: Option<std::ptr::NonNull<u8>>,
     ) -> Result<Ring, Error> {
         let len = geo.file_len;
-        file.set_len(len as u64).map_err(|e| {
-            io_error(
-                format_args!("resizing ring file {} to {len} bytes", path.display()),
-                e,
-            )
-        })?;
-        // Reserve the memory now, so that a full tmpfs is a clear error here
-        // rather than a SIGBUS on first touch.
-        // SAFETY: plain syscall on an fd we own.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
-        match rc {
-            0 | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS => {}
-            libc::ENOSPC => {
-                return Err(io_error(
-                    format_args!(
-                    "no space for a {len}-byte ring in {}; free space there, point {DIR_ENV} at \
-                         another directory, or use fewer/smaller chunks",
-                    path.parent().unwrap_or(Path::new("")).display()
-                ),
-                    io::Error::from_raw_os_error(rc),
-                ))
-            }
-            _ => {
-                return Err(io_error(
-                    format_args!("allocating {len} bytes for ring file {}", path.display()),
-                    io::Error::from_raw_os_error(rc),
-                ))
-            }
-        }
-        // SAFETY: `at` is the caller's reservation (create_at's contract).
-        let map = unsafe { Mapping::map(file, len, at) }.map_err(|e| {
-            io_error(
-                format_args!("mapping ring file {} ({len} bytes)", path.display()),
-                e,
-            )
-        })?;
+        // SAFETY: `at` is the caller's reservation (this function's contract).
+        let map = unsafe { Mapping::map(file, len, at) }
+            .map_err(|e| io_error(format_args!("mapping {what} ({len} bytes)"), e))?;
         let base = map.as_mut_ptr() as *mut Ident;
         // SAFETY: the mapping is fresh, private to this function until the path
         // is handed out, at least HEADER_SIZE bytes and page aligned; the file
@@ -645,9 +744,50 @@ impl Producer {
         Ok(Ring::new(map, geo))
     }
 
-    /// Path of the ring file (to hand to the consumer).
+    /// Path of the ring file (to hand to the consumer); empty for a memfd
+    /// ring (see [`Producer::proc_path`]).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The memfd of a memfd ring, until [`Producer::release_fd`]; `None` for
+    /// a ring made with the path API.
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// Closes the memfd (once the consumer has its own). The mapping stays,
+    /// so the producer keeps working; the ring's memory goes away when both
+    /// ends have unmapped it. Idempotent.
+    pub fn release_fd(&mut self) {
+        self.fd = None;
+    }
+
+    /// `/proc/<pid>/fd/<n>` of the memfd while it is open: where a consumer
+    /// of the same user opens its own fd of the ring
+    /// ([`Consumer::open_proc`] takes the pid and `n`).
+    pub fn proc_path(&self) -> Option<String> {
+        let fd = self.fd.as_ref()?;
+        Some(format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            fd.as_raw_fd()
+        ))
+    }
+
+    /// In a child made by `fork(2)` that inherited this producer: lets go of
+    /// it without touching the ring, which the parent still writes. Closes
+    /// the child's copy of the memfd, leaves the mapping in place (it is
+    /// leaked, like everything else the child inherited and does not use)
+    /// and does not mark the ring closed, as dropping it would.
+    pub fn forget_in_forked_child(self) {
+        let mut me = std::mem::ManuallyDrop::new(self);
+        // Closing the child's copy of the fd leaves the parent's open.
+        me.fd = None;
+        me.path = PathBuf::new();
+        // The ring (its mapping) is deliberately never dropped: unmapping or
+        // re-reserving it would be harmless here, but Drop would also set
+        // `closed` in the shared header, ending the parent's stream.
     }
 
     /// Size of each chunk in bytes.
@@ -852,6 +992,9 @@ impl Producer {
     /// opening; call it when the consumer never showed up. Idempotent; errors
     /// (such as the file being gone already) are ignored.
     pub fn unlink(&self) {
+        if self.path.as_os_str().is_empty() {
+            return; // a memfd ring has no name
+        }
         let _ = std::fs::remove_file(&self.path);
     }
 }
@@ -896,6 +1039,94 @@ pub fn sweep_dead_rings(dir: &Path) -> usize {
         }
     }
     removed
+}
+
+/// Sizes a new ring file and allocates its memory, so that a full tmpfs (or
+/// memory cgroup) is a clear error here rather than a SIGBUS on first touch.
+/// A memfd must be allocated (the consumer refuses one with holes); a file
+/// of the path API may live on a filesystem without `fallocate`.
+fn size_ring(file: &File, geo: Geometry, what: &str, memfd: bool) -> Result<(), Error> {
+    let len = geo.file_len;
+    file.set_len(len as u64)
+        .map_err(|e| io_error(format_args!("resizing {what} to {len} bytes"), e))?;
+    // SAFETY: plain syscall on an fd we own; len fits off_t (<= MAX_RING_LEN).
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    match rc {
+        0 => Ok(()),
+        libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS if !memfd => Ok(()),
+        libc::ENOSPC | libc::ENOMEM => {
+            let fix = if memfd {
+                "free memory, or use fewer/smaller chunks (CANNOLI_CHUNKS, CANNOLI_CHUNK_KB)"
+                    .to_string()
+            } else {
+                format!("free space there, point {DIR_ENV} at another directory, or use fewer/smaller chunks")
+            };
+            Err(io_error(
+                format_args!("no room for a {len}-byte ring ({what}); {fix}"),
+                io::Error::from_raw_os_error(rc),
+            ))
+        }
+        _ => Err(io_error(
+            format_args!("allocating {len} bytes for {what}"),
+            io::Error::from_raw_os_error(rc),
+        )),
+    }
+}
+
+/// A fresh memfd for a ring, close-on-exec and sealable.
+fn memfd_create() -> Result<OwnedFd, Error> {
+    let name = std::ffi::CString::new(MEMFD_NAME).expect("no NUL in the name");
+    // SAFETY: `name` is a valid NUL-terminated string for the duration of
+    // the call; the flags are valid for memfd_create.
+    let fd =
+        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io_error(
+            "creating the ring's memfd (memfd_create, Linux 3.17 or later)",
+            io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: memfd_create returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `fd` moved to the lowest free fd at or above `floor` (close-on-exec), or
+/// `fd` itself when `floor <= 0` or no fd there is free.
+fn move_to_floor(fd: OwnedFd, floor: i32) -> OwnedFd {
+    if floor <= 0 || fd.as_raw_fd() >= floor {
+        return fd;
+    }
+    // SAFETY: F_DUPFD_CLOEXEC on an fd we own only creates a new fd.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
+    if moved < 0 {
+        return fd;
+    }
+    // SAFETY: fcntl returned a new fd that nothing else owns; `fd` (the old
+    // one) is closed when it goes out of scope here.
+    unsafe { OwnedFd::from_raw_fd(moved) }
+}
+
+/// The seals every memfd ring carries: no one can change its size.
+const RING_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+
+/// Seals a sized memfd ring: no shrinking (which would SIGBUS the consumer),
+/// no growing, and no further seals (so nobody can add a write seal later).
+fn seal(file: &File) -> Result<(), Error> {
+    // SAFETY: F_ADD_SEALS on an fd we own, with valid seal bits.
+    let rc = unsafe {
+        libc::fcntl(
+            file.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            RING_SEALS | libc::F_SEAL_SEAL,
+        )
+    };
+    if rc != 0 {
+        return Err(io_error(
+            "sealing the ring's memfd (F_ADD_SEALS)",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
 }
 
 fn create_file(dir: &Path) -> Result<(File, PathBuf), Error> {
@@ -947,10 +1178,82 @@ fn create_file(dir: &Path) -> Result<(File, PathBuf), Error> {
 /// [`Consumer::recv`] concurrently.
 pub struct Consumer {
     ring: Ring,
+    /// Path the ring was opened from (path API); empty otherwise.
     path: PathBuf,
     producer_pid: u32,
+    /// Next sequence number to hand out. In this process's memory, not the
+    /// ring's: the producer cannot make us hand a number out twice or skip
+    /// one, which the resequencing of the chunks relies on.
+    claimed: AtomicU64,
+    /// Sequence numbers below this are all the stream will have; [`NO_END`]
+    /// until the producer closed, the ring was abandoned or a slot refused.
+    end: AtomicU64,
     abandoned: AtomicBool,
     closed: AtomicBool,
+    /// Chunks handed out refused (see [`Chunk::is_refused`]).
+    refused: AtomicU64,
+    /// The first protocol violation seen.
+    violation: OnceLock<Violation>,
+}
+
+/// `Consumer::end` while the stream's end is not known.
+const NO_END: u64 = u64::MAX;
+
+/// How a producer broke the ring protocol: the consumer refused the chunk
+/// with sequence number `seq` and stopped there. The numbers are what the
+/// producer wrote into the slot; nothing else of the ring is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Violation {
+    /// `published` says the chunk is there, but its slot is not marked full.
+    SlotNotFull { seq: u64 },
+    /// Its slot holds another sequence number.
+    WrongSeq { seq: u64, found: u64 },
+    /// Its slot's length exceeds the chunk size.
+    TooLong {
+        seq: u64,
+        len: u64,
+        chunk_size: usize,
+    },
+}
+
+impl Violation {
+    /// Sequence number of the refused chunk.
+    pub fn seq(&self) -> u64 {
+        match *self {
+            Violation::SlotNotFull { seq }
+            | Violation::WrongSeq { seq, .. }
+            | Violation::TooLong { seq, .. } => seq,
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "mempipe: the producer broke the ring protocol: ")?;
+        match *self {
+            Violation::SlotNotFull { seq } => write!(
+                f,
+                "chunk {seq} was published but its slot is not marked full"
+            )?,
+            Violation::WrongSeq { seq, found } => write!(
+                f,
+                "chunk {seq} was published but its slot holds chunk {found}"
+            )?,
+            Violation::TooLong {
+                seq,
+                len,
+                chunk_size,
+            } => write!(
+                f,
+                "chunk {seq} claims {len} bytes in a {chunk_size}-byte chunk"
+            )?,
+        }
+        write!(
+            f,
+            "; refused it and stopped reading the ring (the events from there on are lost; \
+             the ring's producer is buggy or not the traced QEMU)"
+        )
+    }
 }
 
 impl fmt::Debug for Consumer {
@@ -961,6 +1264,8 @@ impl fmt::Debug for Consumer {
             .field("chunk_count", &self.ring.geo.chunk_count)
             .field("producer_pid", &self.producer_pid)
             .field("published", &self.published())
+            .field("claimed", &self.claimed.load(Ordering::Relaxed))
+            .field("violation", &self.violation.get())
             .finish()
     }
 }
@@ -972,12 +1277,115 @@ enum Poll<'a> {
     Finished,
 }
 
+/// Refuses a file that is not a regular file of this user.
+fn check_owner(meta: &std::fs::Metadata, what: &str, fix: &str) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_file() {
+        return Err(format!("{what} is not a regular file; {fix}"));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(format!(
+            "{what} belongs to uid {}, not to this user ({me}); a ring is made by \
+             the traced QEMU running as the same user",
+            meta.uid()
+        ));
+    }
+    Ok(())
+}
+
 impl Consumer {
-    /// Opens and maps an existing ring file, validates its header (magic,
-    /// version, sizes against the file length), records this process's pid in
-    /// it and unlinks the file, so that nothing is left behind once both ends
-    /// exit, even after a crash.
+    /// Attaches to a memfd ring given an fd of it (e.g. received over a
+    /// Unix socket, or opened by [`Consumer::open_proc`]). Before mapping
+    /// anything it checks that the fd is a regular file of this user, sealed
+    /// against shrinking and growing (an unsealed ring could be truncated
+    /// under us, which would kill this process with SIGBUS), that its memory
+    /// is allocated (so mapping it allocates none here), and that its size is
+    /// what its header describes, at most [`MAX_RING_LEN`]. Then it maps the
+    /// ring and records this process as its consumer. Nothing is unlinked:
+    /// the ring has no name.
+    pub fn from_fd(fd: OwnedFd) -> Result<Consumer, Error> {
+        use std::os::unix::fs::MetadataExt;
+        let file = File::from(fd);
+        let what = "the ring's fd";
+        let meta = file
+            .metadata()
+            .map_err(|e| io_error(format_args!("fstat of {what}"), e))?;
+        check_owner(
+            &meta,
+            what,
+            "a ring is the memfd Producer::create_memfd made",
+        )
+        .map_err(Error::Refused)?;
+        // SAFETY: F_GET_SEALS on an fd we own; it takes no argument.
+        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & RING_SEALS != RING_SEALS {
+            return Err(Error::Refused(format!(
+                "{what} is not sealed against shrinking and growing{}; its producer could \
+                 truncate it under this process (which would die of SIGBUS); a ring must be \
+                 made with Producer::create_memfd, which seals it",
+                if seals < 0 { " (not a memfd)" } else { "" }
+            )));
+        }
+        let len = meta.len();
+        if meta.blocks().saturating_mul(512) < len {
+            return Err(Error::Refused(format!(
+                "{what} is {len} bytes but only {} of them are allocated; its producer must \
+                 allocate the ring's memory (Producer::create_memfd does), or mapping it \
+                 here would allocate it",
+                meta.blocks().saturating_mul(512)
+            )));
+        }
+        Self::attach(file, len, what, PathBuf::new())
+    }
+
+    /// Attaches to the memfd ring that process `pid` has open as fd `fd`, by
+    /// opening `/proc/<pid>/fd/<fd>` (a link to the memfd itself, which only
+    /// a process of the same user may follow; never a path in a directory
+    /// anyone can write), then as [`Consumer::from_fd`].
+    pub fn open_proc(pid: i32, fd: i32) -> Result<Consumer, Error> {
+        if pid <= 0 || fd < 0 {
+            return Err(Error::Refused(format!(
+                "pid {pid} fd {fd} cannot name a ring (the pid must be positive and the fd \
+                 not negative); pass the pid and fd of the producer's memfd"
+            )));
+        }
+        let path = format!("/proc/{pid}/fd/{fd}");
+        // Not O_NOFOLLOW: the entry is a magic link, which is the point. No
+        // O_NONBLOCK surprises either: a FIFO in its place cannot hang us,
+        // and from_fd refuses anything but a sealed regular file.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| {
+                let hint = match e.kind() {
+                    io::ErrorKind::NotFound => {
+                        "; the producer exited or closed the fd before the consumer opened it"
+                    }
+                    io::ErrorKind::PermissionDenied => {
+                        "; the producer runs as another user or is not dumpable"
+                    }
+                    _ => "",
+                };
+                io_error(format_args!("opening ring {path}{hint}"), e)
+            })?;
+        Self::from_fd(OwnedFd::from(file))
+    }
+
+    /// Opens and maps an existing ring file (path API), validates its header
+    /// (magic, version, sizes against the file length), records this
+    /// process's pid in it and unlinks the file, so that nothing is left
+    /// behind once both ends exit, even after a crash.
+    ///
+    /// Unlike a memfd ring, a file cannot be sealed: its producer can still
+    /// truncate it while this process has it mapped, which kills this process
+    /// with SIGBUS. Use [`Producer::create_memfd`] and
+    /// [`Consumer::open_proc`] where the producer is not trusted.
     pub fn open(path: &Path) -> Result<Consumer, Error> {
+        use std::os::unix::fs::MetadataExt;
         let shown = path.display();
         // No symlink is followed and nothing blocks (a FIFO in its place
         // cannot hang the client); only a regular file of our own user is a
@@ -991,42 +1399,61 @@ impl Consumer {
         let meta = file
             .metadata()
             .map_err(|e| io_error(format_args!("reading the size of ring file {shown}"), e))?;
-        if !meta.is_file() {
-            return Err(Error::BadHeader(format!(
-                "{shown} is not a regular file; pass the path Producer::path() returned"
-            )));
-        }
-        {
-            use std::os::unix::fs::MetadataExt;
-            // SAFETY: geteuid has no preconditions.
-            let me = unsafe { libc::geteuid() };
-            if meta.uid() != me {
-                return Err(Error::BadHeader(format!(
-                    "{shown} belongs to uid {}, not to this user ({me}); a ring is made by \
-                     the traced QEMU running as the same user",
-                    meta.uid()
-                )));
+        check_owner(
+            &meta,
+            &shown.to_string(),
+            "pass the path Producer::path() returned",
+        )
+        .map_err(Error::BadHeader)?;
+        let consumer = Self::attach(file, meta.len(), &shown.to_string(), path.to_path_buf())?;
+        // From here on, an error drops `consumer`, which tells the producer.
+        // Unlink the name only if it still is the file we mapped: between
+        // our open and now, someone may have put another file there.
+        let same = match std::fs::symlink_metadata(path) {
+            Ok(now) => now.dev() == meta.dev() && now.ino() == meta.ino(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => {
+                return Err(io_error(
+                    format_args!("checking ring file {shown} before unlinking it"),
+                    e,
+                ))
+            }
+        };
+        if same {
+            match std::fs::remove_file(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(io_error(
+                        format_args!("unlinking ring file {shown} after opening it"),
+                        e,
+                    ))
+                }
             }
         }
-        let len = meta.len();
+        Ok(consumer)
+    }
+
+    /// The attach protocol shared by both APIs: reads and checks the header
+    /// (from the file, not a mapping, so that nothing is mapped before the
+    /// size is known to be sane), maps the ring and claims it.
+    fn attach(file: File, len: u64, what: &str, path: PathBuf) -> Result<Consumer, Error> {
+        use std::os::unix::fs::FileExt;
         if len < HEADER_SIZE as u64 {
             return Err(Error::BadHeader(format!(
-                "{shown} is {len} bytes, smaller than the {HEADER_SIZE}-byte header; \
+                "{what} is {len} bytes, smaller than the {HEADER_SIZE}-byte header; \
                  it is not a mempipe ring (or was truncated)"
             )));
         }
-        let len = usize::try_from(len)
-            .map_err(|_| Error::BadHeader(format!("{shown} is {len} bytes, too large to map")))?;
+        let mut ident = [0u8; size_of::<Ident>()];
+        file.read_exact_at(&mut ident, 0)
+            .map_err(|e| io_error(format_args!("reading the header of {what}"), e))?;
+        let (geo, producer_pid) = validate(&ident, len, what)?;
         let map = MmapOptions::new()
-            .len(len)
+            .len(geo.file_len)
             .populate()
             .map_raw(&file)
-            .map_err(|e| io_error(format_args!("mapping ring file {shown} ({len} bytes)"), e))?;
-        let geo = validate(&map, path)?;
-        let base = map.as_ptr() as *const Ident;
-        // SAFETY: the mapping is >= HEADER_SIZE bytes and page aligned; the
-        // field is written by the producer before the path is handed out.
-        let producer_pid = unsafe { addr_of!((*base).producer_pid).read_volatile() };
+            .map_err(|e| io_error(format_args!("mapping {what} ({} bytes)", geo.file_len), e))?;
         let ring = Ring::new(Mapping::Anywhere(map), geo);
         let me = std::process::id();
         if let Err(pid) = ring.header().ident.consumer_pid.compare_exchange(
@@ -1037,28 +1464,21 @@ impl Consumer {
         ) {
             return Err(Error::AlreadyOpened { pid });
         }
-        let consumer = Consumer {
+        Ok(Consumer {
             ring,
-            path: path.to_path_buf(),
+            path,
             producer_pid,
+            claimed: AtomicU64::new(0),
+            end: AtomicU64::new(NO_END),
             abandoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),
-        };
-        // From here on, an error drops `consumer`, which tells the producer.
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(io_error(
-                    format_args!("unlinking ring file {shown} after opening it"),
-                    e,
-                ))
-            }
-        }
-        Ok(consumer)
+            refused: AtomicU64::new(0),
+            violation: OnceLock::new(),
+        })
     }
 
-    /// Path the ring was opened from (already unlinked).
+    /// Path the ring was opened from (already unlinked); empty for a memfd
+    /// ring.
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -1073,21 +1493,26 @@ impl Consumer {
         self.ring.geo.chunk_count
     }
 
-    /// Pid of the process that created the ring, as recorded in its header.
+    /// Pid of the process that created the ring, as recorded in its header
+    /// (the producer's word: not a proof of anything).
     pub fn producer_pid(&self) -> u32 {
         self.producer_pid
     }
 
     /// Blocks until the next unclaimed sequence number is published, claims it
     /// and returns it. Each sequence number is handed to exactly one caller,
-    /// claimed in increasing order. Returns `None` once the producer closed
-    /// the ring (or [`Consumer::abandon`] was called) and every published
-    /// chunk has been claimed, and at once after [`Consumer::close`].
+    /// claimed in increasing order, with no gaps. Returns `None` once the
+    /// producer closed the ring (or [`Consumer::abandon`] was called, or a
+    /// chunk was refused) and every chunk before that end has been claimed,
+    /// and at once after [`Consumer::close`].
     ///
     /// The producer reuses slots in order, so a thread that blocks in `recv`
     /// while still holding a chunk may wait forever once the producer wraps
     /// around to that chunk's slot: drop held chunks before blocking, or use
-    /// [`Consumer::try_recv`] while holding some.
+    /// [`Consumer::try_recv`] while holding some. A producer that dies
+    /// without closing the ring leaves `recv` waiting until
+    /// [`Consumer::abandon`] (the ring itself cannot tell a dead producer
+    /// from a slow one).
     pub fn recv(&self) -> Option<Chunk<'_>> {
         let mut round = 0;
         loop {
@@ -1116,59 +1541,90 @@ impl Consumer {
     }
 
     /// Chunks published but not claimed yet: how far the consumer side is
-    /// behind the producer.
+    /// behind the producer (at most the ring's chunk count, whatever the
+    /// producer wrote into the header).
     pub fn backlog(&self) -> u64 {
-        let hdr = self.ring.header();
-        let p = hdr.producer.published.load(Ordering::Acquire);
-        p.saturating_sub(hdr.consumer.claimed.load(Ordering::Acquire))
+        let p = self.available();
+        p.saturating_sub(self.claimed.load(Ordering::Acquire))
+            .min(self.ring.geo.chunk_count as u64)
     }
 
-    /// Whether `recv` would return `None`: the producer closed (or the ring was
-    /// abandoned or closed) and every published chunk has been claimed.
+    /// Whether `recv` would return `None`: the stream's end is known (the
+    /// producer closed the ring, or it was abandoned, or a chunk refused) and
+    /// every chunk before it has been claimed; or the consumer was closed.
     pub fn is_finished(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
-            || (self.producer_done()
-                && self.ring.header().consumer.claimed.load(Ordering::Acquire)
-                    >= self
-                        .ring
-                        .header()
-                        .producer
-                        .published
-                        .load(Ordering::Acquire))
+        if self.closed.load(Ordering::Acquire) {
+            return true;
+        }
+        let e = self.end_now();
+        e != NO_END && self.claimed.load(Ordering::Acquire) >= self.available().min(e)
     }
 
+    /// `published` (Acquire), never beyond the stream's known end.
     #[inline]
-    fn producer_done(&self) -> bool {
-        self.ring.header().producer.closed.load(Ordering::Acquire) != 0
-            || self.abandoned.load(Ordering::Acquire)
+    fn available(&self) -> u64 {
+        let p = self
+            .ring
+            .header()
+            .producer
+            .published
+            .load(Ordering::Acquire);
+        p.min(self.end.load(Ordering::Acquire))
+    }
+
+    /// The stream's end if known; fixes it at the current `published` the
+    /// first time the producer's `closed` flag is seen (the producer sets it
+    /// after its last publish, so that value is final).
+    #[inline]
+    fn end_now(&self) -> u64 {
+        let e = self.end.load(Ordering::Acquire);
+        if e != NO_END {
+            return e;
+        }
+        let hdr = self.ring.header();
+        if hdr.producer.closed.load(Ordering::Acquire) == 0 {
+            return NO_END;
+        }
+        self.set_end(hdr.producer.published.load(Ordering::Acquire))
+    }
+
+    /// Lowers the stream's end to `e` (never raises it); returns the end.
+    fn set_end(&self, e: u64) -> u64 {
+        let e = e.min(NO_END - 1);
+        let prev = self.end.fetch_min(e, Ordering::AcqRel);
+        prev.min(e)
     }
 
     #[inline]
     fn poll(&self) -> Poll<'_> {
-        let hdr = self.ring.header();
         loop {
             if self.closed.load(Ordering::Relaxed) {
                 return Poll::Finished;
             }
-            let c = hdr.consumer.claimed.load(Ordering::Relaxed);
+            let c = self.claimed.load(Ordering::Relaxed);
             // Acquire: pairs with the producer's publishing store, so the chunk
             // and its descriptor are visible once we own seq c < p.
-            let p = hdr.producer.published.load(Ordering::Acquire);
+            let p = self.available();
             if c < p {
-                if hdr
-                    .consumer
+                if self
                     .claimed
                     .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
                 {
+                    // Informational copy for whoever inspects the ring.
+                    self.ring
+                        .header()
+                        .consumer
+                        .claimed
+                        .fetch_max(c + 1, Ordering::Relaxed);
                     return Poll::Got(self.chunk(c));
                 }
                 continue;
             }
-            if self.producer_done() {
-                // The flag was set after the last publish: re-read published.
-                let p = hdr.producer.published.load(Ordering::Acquire);
-                if hdr.consumer.claimed.load(Ordering::Relaxed) >= p {
+            let e = self.end_now();
+            if e != NO_END {
+                // The end was fixed after the last publish: re-check.
+                if self.claimed.load(Ordering::Acquire) >= self.available().min(e) {
                     return Poll::Finished;
                 }
                 continue;
@@ -1186,10 +1642,12 @@ impl Consumer {
         let word = wait.wake.load(Ordering::SeqCst);
         // Re-check after announcing ourselves: a publish/close/abandon either
         // happened before (we see it here) or sees sleepers != 0 and changes
-        // `wake` (so the futex wait returns at once or is woken).
-        let ready = hdr.consumer.claimed.load(Ordering::SeqCst)
+        // `wake` (so the futex wait returns at once or is woken). Whatever
+        // the producer does to `wake` and `sleepers`, the wait is bounded.
+        let ready = self.claimed.load(Ordering::SeqCst)
             < hdr.producer.published.load(Ordering::SeqCst)
             || hdr.producer.closed.load(Ordering::SeqCst) != 0
+            || self.end.load(Ordering::SeqCst) != NO_END
             || self.abandoned.load(Ordering::SeqCst)
             || self.closed.load(Ordering::SeqCst);
         if !ready {
@@ -1198,26 +1656,89 @@ impl Consumer {
         wait.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// The chunk of claimed sequence number `seq`, after checking its slot:
+    /// full, holding `seq`, with a length that fits. A slot that fails the
+    /// check is the producer's violation: the chunk is handed out refused
+    /// (empty, the slot untouched), which keeps the sequence numbers dense
+    /// for the caller, and the stream ends after it.
     #[inline]
     fn chunk(&self, seq: u64) -> Chunk<'_> {
         let idx = self.ring.slot_index(seq);
         let slot = self.ring.slot(idx);
-        debug_assert_eq!(slot.seq.load(Ordering::Relaxed), seq);
-        // Clamp: a corrupted descriptor must not make data() read out of bounds.
-        let len = (slot.len.load(Ordering::Relaxed) as usize).min(self.ring.geo.chunk_size);
+        let state = slot.state.load(Ordering::Acquire);
+        let found = slot.seq.load(Ordering::Relaxed);
+        let len = slot.len.load(Ordering::Relaxed);
+        let chunk_size = self.ring.geo.chunk_size;
+        let bad = if state & SLOT_FULL == 0 {
+            Some(Violation::SlotNotFull { seq })
+        } else if found != seq {
+            Some(Violation::WrongSeq { seq, found })
+        } else if len > chunk_size as u64 {
+            Some(Violation::TooLong {
+                seq,
+                len,
+                chunk_size,
+            })
+        } else {
+            None
+        };
+        if let Some(v) = bad {
+            self.refuse(v);
+            return Chunk {
+                consumer: self,
+                seq,
+                idx,
+                len: 0,
+                refused: true,
+            };
+        }
         Chunk {
             consumer: self,
             seq,
             idx,
-            len,
+            len: len as usize,
+            refused: false,
         }
     }
 
+    /// Records a violation, ends the stream after it and tells the producer
+    /// that no more will be read (so an honest but buggy one does not wait
+    /// for a slot forever).
+    #[cold]
+    #[inline(never)]
+    fn refuse(&self, v: Violation) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        let _ = self.violation.set(v);
+        self.set_end(v.seq() + 1);
+        self.tell_producer_gone();
+        self.ring.wake_consumers(i32::MAX);
+    }
+
+    /// Chunks handed out refused because their slot broke the protocol
+    /// (see [`Consumer::violation`]). At most 1: the first ends the stream.
+    /// What the producer published after it is not read; how much that
+    /// was is not known (the producer's counters are not trusted).
+    pub fn refused_chunks(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
+    }
+
+    /// The first protocol violation of the producer, if any.
+    pub fn violation(&self) -> Option<Violation> {
+        self.violation.get().copied()
+    }
+
     /// Declares the producer dead (e.g. its control socket hit EOF without a
-    /// clean close): `recv` drains what was published, then returns `None`
-    /// instead of waiting. Wakes sleeping `recv` callers.
+    /// clean close): `recv` drains what was published up to now, then
+    /// returns `None` instead of waiting. Wakes sleeping `recv` callers.
     pub fn abandon(&self) {
         self.abandoned.store(true, Ordering::SeqCst);
+        self.set_end(
+            self.ring
+                .header()
+                .producer
+                .published
+                .load(Ordering::Acquire),
+        );
         self.ring.wake_consumers(i32::MAX);
     }
 
@@ -1229,9 +1750,13 @@ impl Consumer {
         if self.closed.swap(true, Ordering::SeqCst) {
             return;
         }
+        self.tell_producer_gone();
+        self.ring.wake_consumers(i32::MAX);
+    }
+
+    fn tell_producer_gone(&self) {
         let hdr = self.ring.header();
         hdr.wait.consumer_gone.store(1, Ordering::SeqCst);
-        self.ring.wake_consumers(i32::MAX);
         // Wake a producer sleeping on any slot (see wait_for_slot for the
         // SeqCst pairing).
         for idx in 0..self.ring.geo.chunk_count {
@@ -1247,7 +1772,8 @@ impl Consumer {
         self.ring.header().producer.closed.load(Ordering::Acquire) != 0
     }
 
-    /// Chunks published by the producer so far.
+    /// Chunks published by the producer so far, as its header says (for
+    /// reports; what `recv` hands out never goes beyond the stream's end).
     pub fn published(&self) -> u64 {
         self.ring
             .header()
@@ -1263,68 +1789,65 @@ impl Drop for Consumer {
     }
 }
 
-/// Checks the identity line of a mapped ring file; returns its geometry.
-fn validate(map: &MmapRaw, path: &Path) -> Result<Geometry, Error> {
-    let shown = path.display();
-    let base = map.as_ptr() as *const Ident;
-    // SAFETY: the caller checked that the mapping is at least HEADER_SIZE
-    // bytes; it is page aligned. Volatile reads copy the fields out once, so
-    // later changes by the other process cannot affect the checks below.
-    let (magic, version, header_size, slot_size, chunk_size, chunk_count, data_offset, file_len) = unsafe {
-        (
-            addr_of!((*base).magic).read_volatile(),
-            addr_of!((*base).version).read_volatile(),
-            addr_of!((*base).header_size).read_volatile(),
-            addr_of!((*base).slot_size).read_volatile(),
-            addr_of!((*base).chunk_size).read_volatile(),
-            addr_of!((*base).chunk_count).read_volatile(),
-            addr_of!((*base).data_offset).read_volatile(),
-            addr_of!((*base).file_len).read_volatile(),
-        )
-    };
-    std::sync::atomic::fence(Ordering::Acquire);
+/// Checks the identity line of a ring (`ident`: a copy of the header's first
+/// bytes) against the file's length `len`; returns its geometry and
+/// producer pid. Messages never show the file's bytes, only numbers.
+fn validate(
+    ident: &[u8; size_of::<Ident>()],
+    len: u64,
+    what: &str,
+) -> Result<(Geometry, u32), Error> {
+    let u32_at = |o: usize| u32::from_ne_bytes(ident[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_ne_bytes(ident[o..o + 8].try_into().expect("8 bytes"));
+    let magic = &ident[..8];
+    let version = u32_at(offset_of!(Ident, version));
+    let header_size = u32_at(offset_of!(Ident, header_size));
+    let slot_size = u32_at(offset_of!(Ident, slot_size));
+    let chunk_size = u64_at(offset_of!(Ident, chunk_size));
+    let chunk_count = u64_at(offset_of!(Ident, chunk_count));
+    let data_offset = u64_at(offset_of!(Ident, data_offset));
+    let file_len = u64_at(offset_of!(Ident, file_len));
+    let producer_pid = u32_at(offset_of!(Ident, producer_pid));
     if magic != MAGIC {
         return Err(Error::BadHeader(format!(
-            "{shown} does not start with the magic {:?} (found {:?}); it is not a ring made by mempipe::Producer",
-            String::from_utf8_lossy(&MAGIC),
-            String::from_utf8_lossy(&magic)
+            "{what} does not start with the magic MEMPIPE1; it is not a ring made by \
+             mempipe::Producer (or the producer had not finished creating it)"
         )));
     }
     if version != LAYOUT_VERSION {
         return Err(Error::BadHeader(format!(
-            "{shown} has layout version {version}, this build reads version {LAYOUT_VERSION}; \
+            "{what} has layout version {version}, this build reads version {LAYOUT_VERSION}; \
              build the producer and the consumer from the same source"
         )));
     }
     if header_size as usize != HEADER_SIZE || slot_size as usize != SLOT_SIZE {
         return Err(Error::BadHeader(format!(
-            "{shown} declares a {header_size}-byte header and {slot_size}-byte slots, \
+            "{what} declares a {header_size}-byte header and {slot_size}-byte slots, \
              expected {HEADER_SIZE} and {SLOT_SIZE}; the header is corrupted"
         )));
     }
     let (Ok(cs), Ok(cc)) = (usize::try_from(chunk_size), usize::try_from(chunk_count)) else {
         return Err(Error::BadHeader(format!(
-            "{shown} declares chunk_size {chunk_size} and chunk_count {chunk_count}, too large for this machine"
+            "{what} declares chunk_size {chunk_size} and chunk_count {chunk_count}, too large for this machine"
         )));
     };
     let geo = Geometry::new(cs, cc)
-        .map_err(|m| Error::BadHeader(format!("{shown} declares {m}; the header is corrupted")))?;
+        .map_err(|m| Error::BadHeader(format!("{what} declares {m}; the header is corrupted")))?;
     if data_offset != geo.data_offset as u64 || file_len != geo.file_len as u64 {
         return Err(Error::BadHeader(format!(
-            "{shown} declares data_offset {data_offset} and file_len {file_len}, but {chunk_count} chunks of \
+            "{what} declares data_offset {data_offset} and file_len {file_len}, but {chunk_count} chunks of \
              {chunk_size} bytes need {} and {}; the header is corrupted",
             geo.data_offset, geo.file_len
         )));
     }
-    if map.len() != geo.file_len {
+    if len != geo.file_len as u64 {
         return Err(Error::BadHeader(format!(
-            "{shown} is {} bytes but its header describes {} bytes ({chunk_count} chunks of {chunk_size} bytes); \
+            "{what} is {len} bytes but its header describes {} bytes ({chunk_count} chunks of {chunk_size} bytes); \
              the file was truncated or extended",
-            map.len(),
             geo.file_len
         )));
     }
-    Ok(geo)
+    Ok((geo, producer_pid))
 }
 
 // ---------------------------------------------------------------------------
@@ -1337,6 +1860,8 @@ pub struct Chunk<'a> {
     seq: u64,
     idx: usize,
     len: usize,
+    /// The slot broke the protocol: no data, and the slot is not ours.
+    refused: bool,
 }
 
 impl Chunk<'_> {
@@ -1347,14 +1872,23 @@ impl Chunk<'_> {
     }
 
     /// The published bytes: exactly the `len` given to `publish`, starting at
-    /// a page-aligned (hence 8-byte aligned) address.
+    /// a page-aligned (hence 8-byte aligned) address. Empty for a refused
+    /// chunk.
+    ///
+    /// The producer of an honest ring does not write them while the chunk
+    /// is claimed; a hostile one can, so parse them as untrusted input that
+    /// may even change while being read (never read a value twice and
+    /// assume it is the same).
     #[inline]
     pub fn data(&self) -> &[u8] {
+        if self.refused {
+            return &[];
+        }
         // SAFETY: we own seq `self.seq`, whose slot stays "full" until this
         // Chunk is dropped, so the producer does not write the chunk meanwhile;
         // the bytes were published before our Acquire load of `published`;
-        // len <= chunk_size keeps the slice inside the chunk, in the mapping,
-        // which outlives 'a (the Consumer is borrowed).
+        // len <= chunk_size (checked when claimed) keeps the slice inside the
+        // chunk, in the mapping, which outlives 'a (the Consumer is borrowed).
         unsafe { std::slice::from_raw_parts(self.consumer.ring.chunk_ptr(self.idx), self.len) }
     }
 
@@ -1369,6 +1903,14 @@ impl Chunk<'_> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// Whether the consumer refused this chunk: its slot broke the protocol
+    /// (see [`Consumer::violation`]). It has no data, and it is the last
+    /// chunk of the stream.
+    #[inline]
+    pub fn is_refused(&self) -> bool {
+        self.refused
+    }
 }
 
 impl fmt::Debug for Chunk<'_> {
@@ -1376,6 +1918,7 @@ impl fmt::Debug for Chunk<'_> {
         f.debug_struct("Chunk")
             .field("seq", &self.seq)
             .field("len", &self.len)
+            .field("refused", &self.refused)
             .finish()
     }
 }
@@ -1383,6 +1926,10 @@ impl fmt::Debug for Chunk<'_> {
 impl Drop for Chunk<'_> {
     #[inline]
     fn drop(&mut self) {
+        if self.refused {
+            // Not ours: the slot never held this chunk.
+            return;
+        }
         let slot = self.consumer.ring.slot(self.idx);
         // Release: our reads of the chunk happen before the producer (Acquire)
         // reuses it. The swap is ordered with the producer's waiter-bit CAS, so
