@@ -26,8 +26,9 @@ fn main() {
     let touch = arg(4, 1) != 0;
     let seconds = arg(5, 2);
 
-    let mut p = Producer::create(chunk_size, chunk_count).unwrap();
-    let c = Consumer::open(p.path()).unwrap();
+    let mut p = Producer::create_memfd(chunk_size, chunk_count).unwrap();
+    let c = Consumer::from_fd(p.fd().unwrap().try_clone_to_owned().unwrap()).unwrap();
+    p.release_fd();
     let t0 = Instant::now();
     let (chunks, sum) = std::thread::scope(|s| {
         let prod = s.spawn(move || {

@@ -1385,7 +1385,6 @@ impl Consumer {
     /// with SIGBUS. Use [`Producer::create_memfd`] and
     /// [`Consumer::open_proc`] where the producer is not trusted.
     pub fn open(path: &Path) -> Result<Consumer, Error> {
-        use std::os::unix::fs::MetadataExt;
         let shown = path.display();
         // No symlink is followed and nothing blocks (a FIFO in its place
         // cannot hang the client); only a regular file of our own user is a
@@ -1407,30 +1406,7 @@ impl Consumer {
         .map_err(Error::BadHeader)?;
         let consumer = Self::attach(file, meta.len(), &shown.to_string(), path.to_path_buf())?;
         // From here on, an error drops `consumer`, which tells the producer.
-        // Unlink the name only if it still is the file we mapped: between
-        // our open and now, someone may have put another file there.
-        let same = match std::fs::symlink_metadata(path) {
-            Ok(now) => now.dev() == meta.dev() && now.ino() == meta.ino(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
-            Err(e) => {
-                return Err(io_error(
-                    format_args!("checking ring file {shown} before unlinking it"),
-                    e,
-                ))
-            }
-        };
-        if same {
-            match std::fs::remove_file(path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(io_error(
-                        format_args!("unlinking ring file {shown} after opening it"),
-                        e,
-                    ))
-                }
-            }
-        }
+        unlink_if_same(path, &meta)?;
         Ok(consumer)
     }
 
@@ -1789,6 +1765,36 @@ impl Drop for Consumer {
     }
 }
 
+/// Unlinks `path` if it still names the file `opened` describes (same
+/// device and inode): between the consumer's open and its unlink someone may
+/// have put another file under that name, which is not ours to delete.
+/// Returns whether it unlinked.
+fn unlink_if_same(path: &Path, opened: &std::fs::Metadata) -> Result<bool, Error> {
+    use std::os::unix::fs::MetadataExt;
+    let shown = path.display();
+    let same = match std::fs::symlink_metadata(path) {
+        Ok(now) => now.dev() == opened.dev() && now.ino() == opened.ino(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => {
+            return Err(io_error(
+                format_args!("checking ring file {shown} before unlinking it"),
+                e,
+            ))
+        }
+    };
+    if !same {
+        return Ok(false);
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_error(
+            format_args!("unlinking ring file {shown} after opening it"),
+            e,
+        )),
+    }
+}
+
 /// Checks the identity line of a ring (`ident`: a copy of the header's first
 /// bytes) against the file's length `len`; returns its geometry and
 /// producer pid. Messages never show the file's bytes, only numbers.
@@ -1943,3 +1949,5 @@ impl Drop for Chunk<'_> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_memfd;

@@ -638,7 +638,7 @@ fn consumer_refuses_symlinks_and_fifos_without_blocking() {
     let p = Producer::create_in(&d, 4096, 2).unwrap();
     let link = d.join("link");
     std::os::unix::fs::symlink(p.path(), &link).unwrap();
-    let e = Consumer::open(&link).err().expect("a symlink is refused");
+    let e = Consumer::open(&link).expect_err("a symlink is refused");
     assert!(e.to_string().contains("opening ring file"), "{e}");
     let fifo = d.join("fifo");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
@@ -646,7 +646,7 @@ fn consumer_refuses_symlinks_and_fifos_without_blocking() {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     // Opening a FIFO read-write without O_NONBLOCK would not block either,
     // but it is no regular file: refused with one line.
-    let e = Consumer::open(&fifo).err().expect("a FIFO is refused");
+    let e = Consumer::open(&fifo).expect_err("a FIFO is refused");
     assert!(e.to_string().contains("not a regular file"), "{e}");
     // The real ring still opens.
     assert!(Consumer::open(p.path()).is_ok());

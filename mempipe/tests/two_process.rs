@@ -1,19 +1,23 @@
 //! Tests with the producer and the consumer in different processes. The test
 //! binary re-executes itself (running only `child_entry`, with
-//! `MEMPIPE_TEST_CHILD` naming the role) to get the second process.
+//! `MEMPIPE_TEST_CHILD` naming the role) to get the second process. The
+//! rings are memfds: the consumer opens `/proc/<pid>/fd/<fd>` of the
+//! producer, as the real client does.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use std::os::fd::AsRawFd;
+
 use mempipe::{Consumer, Error, Producer};
 
 const ROLE_ENV: &str = "MEMPIPE_TEST_CHILD";
-const PATH_ENV: &str = "MEMPIPE_TEST_PATH";
+/// `<pid> <fd>` of the producer's memfd, for a consumer child.
+const RING_ENV: &str = "MEMPIPE_TEST_RING";
 const COUNT_ENV: &str = "MEMPIPE_TEST_COUNT";
 const CHUNK_SIZE: usize = 16 * 1024;
 const CHUNKS: u64 = 2000;
@@ -56,12 +60,12 @@ fn child_entry() {
     match role.as_str() {
         "producer" => {
             let n: u64 = std::env::var(COUNT_ENV).unwrap().parse().unwrap();
-            let mut p = Producer::create(CHUNK_SIZE, 8).unwrap();
-            println!("MEMPIPE_PATH={}", p.path().display());
+            let mut p = Producer::create_memfd(CHUNK_SIZE, 8).unwrap();
+            let fd = p.fd().unwrap().as_raw_fd();
+            println!("MEMPIPE_RING={} {fd}", std::process::id());
             std::io::stdout().flush().unwrap();
             for seq in 0..n {
                 let Some(ptr) = p.acquire_timeout(Duration::from_secs(30)).unwrap() else {
-                    p.unlink();
                     panic!("child producer: consumer never drained seq {seq}");
                 };
                 let len = pattern_len(seq);
@@ -73,8 +77,8 @@ fn child_entry() {
             p.close();
         }
         "consumer" => {
-            let path = PathBuf::from(std::env::var_os(PATH_ENV).unwrap());
-            let c = Consumer::open(&path).unwrap();
+            let (pid, fd) = parse_ring(&std::env::var(RING_ENV).unwrap());
+            let c = Consumer::open_proc(pid, fd).unwrap();
             println!("OPENED");
             std::io::stdout().flush().unwrap();
             // Exit without reading, without running destructors: the producer
@@ -84,6 +88,11 @@ fn child_entry() {
         }
         other => panic!("unknown {ROLE_ENV}={other}"),
     }
+}
+
+fn parse_ring(s: &str) -> (i32, i32) {
+    let (pid, fd) = s.split_once(' ').unwrap();
+    (pid.parse().unwrap(), fd.parse().unwrap())
 }
 
 /// Starts this test binary as a child running only `child_entry`; returns it
@@ -130,9 +139,9 @@ fn wait_line(rx: &mpsc::Receiver<String>, prefix: &str) -> String {
 #[test]
 fn two_process_stream_three_consumer_threads() {
     let (mut child, rx) = spawn_child("producer", &[(COUNT_ENV, CHUNKS.to_string())]);
-    let path = PathBuf::from(wait_line(&rx, "MEMPIPE_PATH="));
-    let consumer = Consumer::open(&path).unwrap();
-    assert!(!path.exists(), "ring file must be unlinked after open");
+    let (pid, fd) = parse_ring(&wait_line(&rx, "MEMPIPE_RING="));
+    assert_eq!(pid as u32, child.id());
+    let consumer = Consumer::open_proc(pid, fd).unwrap();
     assert_eq!(consumer.chunk_size(), CHUNK_SIZE);
     assert_eq!(consumer.producer_pid(), child.id());
 
@@ -182,11 +191,13 @@ fn two_process_stream_three_consumer_threads() {
 
 #[test]
 fn blocked_producer_sees_consumer_process_exit() {
-    let mut p = Producer::create(4096, 2).unwrap();
-    let (mut child, rx) = spawn_child("consumer", &[(PATH_ENV, p.path().display().to_string())]);
+    let mut p = Producer::create_memfd(4096, 2).unwrap();
+    let ring = format!("{} {}", std::process::id(), p.fd().unwrap().as_raw_fd());
+    let (mut child, rx) = spawn_child("consumer", &[(RING_ENV, ring)]);
     wait_line(&rx, "OPENED");
     assert!(p.consumer_attached());
-    assert!(!p.path().exists());
+    // The consumer has its own fd and mapping now; ours can go.
+    p.release_fd();
     // Reap the child as soon as it exits: a zombie still exists for kill(pid, 0).
     let reaper = thread::spawn(move || child.wait().unwrap());
     for _ in 0..2 {
