@@ -58,6 +58,7 @@ use std::{fmt, io};
 
 mod decode;
 mod event;
+mod handshake;
 mod reseq;
 mod server;
 
@@ -407,10 +408,16 @@ pub struct Stats {
     /// Framed events of a kind this client does not know (written by a newer
     /// QEMU side), skipped. Not part of `events` nor of `lost_events`.
     pub skipped_events: u64,
-    /// Connections that never became a stream (no hello, a bad one, a ring
+    /// Cannoli hellos refused (another wire version, a wrong secret, a ring
     /// that could not be opened): if one was a guest thread, all of its
     /// events are missing.
     pub refused_connections: u64,
+    /// Processes QEMU announced (a fork, an exec) that ended without ever
+    /// connecting: if one ran guest code, its events are missing.
+    pub missing_processes: u64,
+    /// Connections that were not this run's QEMU at all (another user, not
+    /// a cannoli hello, nothing said within the deadline): ignored, not loss.
+    pub strangers: u64,
 }
 
 impl Stats {
@@ -423,12 +430,17 @@ impl Stats {
         self.incomplete_streams += o.incomplete_streams;
         self.skipped_events += o.skipped_events;
         self.refused_connections += o.refused_connections;
+        self.missing_processes += o.missing_processes;
+        self.strangers += o.strangers;
     }
 
     /// True if every event of every stream arrived: nothing lost, no stream
-    /// cut short, no connection refused.
+    /// cut short, no stream refused, no announced process missing.
     pub fn is_complete(&self) -> bool {
-        self.lost_events == 0 && self.incomplete_streams == 0 && self.refused_connections == 0
+        self.lost_events == 0
+            && self.incomplete_streams == 0
+            && self.refused_connections == 0
+            && self.missing_processes == 0
     }
 
     /// What was lost, for a tool's summary line: `0 lost` only when
@@ -457,6 +469,13 @@ impl Stats {
                 plural(n)
             ));
         }
+        if self.missing_processes > 0 {
+            let n = self.missing_processes;
+            parts.push(format!(
+                "{n} announced process{} never connected (events lost: unknown)",
+                if n == 1 { "" } else { "es" }
+            ));
+        }
         format!("INCOMPLETE: {}", parts.join(", "))
     }
 }
@@ -481,14 +500,15 @@ impl fmt::Display for Error {
             Error::AddrInUse { addr } => write!(
                 f,
                 "cannot listen on {addr}: address already in use (another cannoli client is probably running); \
-                 stop it, or set {}=HOST:PORT to a free address for both this client and QEMU",
+                 stop it, or set {}=unix:PATH (or HOST:PORT) to a free address for both this client and QEMU",
                 wire::ADDR_ENV
             ),
             Error::Bind { addr, source } => write!(
                 f,
-                "cannot listen on {addr}: {source}; set {}=HOST:PORT (e.g. {}) for both this client and QEMU",
+                "cannot listen on {addr}: {source}; set {}=unix:PATH or HOST:PORT (default {}) for both this \
+                 client and QEMU",
                 wire::ADDR_ENV,
-                wire::DEFAULT_ADDR
+                wire::channel::default_addr()
             ),
             Error::Io { what, source } => write!(f, "cannoli: {what}: {source}"),
         }
@@ -513,20 +533,58 @@ impl std::error::Error for Error {
 }
 
 /// Address to listen on: `$CANNOLI_ADDR` if set and non-empty, else
-/// [`wire::DEFAULT_ADDR`].
+/// [`wire::channel::default_addr`] (a Unix socket in the user's private
+/// runtime directory).
 pub fn default_addr() -> String {
-    wire::client_addr()
+    wire::client_addr().to_string()
+}
+
+/// The server of a client started by hand (QEMU started separately):
+/// listens on [`default_addr`], with the secret from `$CANNOLI_TOKEN` if
+/// set, else a fresh one written to the token file
+/// ([`wire::channel::token_file`]), where QEMU of the same user finds it.
+pub fn bind_by_hand() -> Result<Server, Error> {
+    bind_by_hand_at(&default_addr())
+}
+
+/// [`bind_by_hand`] on `addr`.
+pub fn bind_by_hand_at(addr: &str) -> Result<Server, Error> {
+    let server = Server::bind(addr)?;
+    match std::env::var_os(wire::TOKEN_ENV).filter(|v| !v.is_empty()) {
+        Some(v) => {
+            let t = wire::Token::from_hex(&v.to_string_lossy()).map_err(|e| Error::Io {
+                what: "reading CANNOLI_TOKEN",
+                source: io::Error::new(io::ErrorKind::InvalidInput, e),
+            })?;
+            Ok(server.with_token(t))
+        }
+        None => {
+            let path = wire::channel::token_file();
+            let dir = wire::channel::runtime_dir();
+            if path.parent() == Some(dir.as_path()) {
+                wire::channel::private_dir(&dir).map_err(|e| Error::Io {
+                    what: "preparing the private directory of the token file",
+                    source: e,
+                })?;
+            }
+            server.token().write_file(&path).map_err(|e| Error::Io {
+                what: "writing the token file QEMU reads the run's secret from",
+                source: e,
+            })?;
+            Ok(server)
+        }
+    }
 }
 
 /// Listens on [`default_addr`] and traces until every connection of the
 /// traced process tree has ended; returns the totals.
 pub fn run<T: Cannoli>(threads: usize) -> Result<Stats, Error> {
-    Server::bind(&default_addr())?.run::<T>(threads)
+    bind_by_hand()?.run::<T>(threads)
 }
 
 /// Listens on [`default_addr`] and serves connections forever.
 pub fn run_forever<T: Cannoli>(threads: usize) -> Result<(), Error> {
-    Server::bind(&default_addr())?.run_forever::<T>(threads)
+    bind_by_hand()?.run_forever::<T>(threads)
 }
 
 /// The original Cannoli's name for [`run_forever`].

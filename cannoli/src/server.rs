@@ -1,30 +1,39 @@
-//! The TCP side: accepting QEMU's connections, the handshake, and per
-//! connection the worker threads that decode the ring and the control loop
-//! that watches the socket for the goodbye.
+//! Accepting QEMU's connections (a Unix socket or TCP), and per connection,
+//! after the handshake (`handshake.rs`), the worker threads that decode the
+//! ring and the control loop that watches the socket for the goodbye.
 
-use std::collections::{HashMap, HashSet};
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, BufReader, Read, Write};
+use std::net::TcpListener;
 use std::os::fd::AsRawFd;
-use std::os::unix::net::UnixStream;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mempipe::Consumer;
-use wire::{Expect, Goodbye, Hello, Welcome, MAGIC, WIRE_VERSION};
+use wire::channel::{private_dir, read_line, runtime_dir, Addr, Sock};
+use wire::{parse_control, Control, Token};
 
 use crate::decode::{decode, Layout};
+use crate::handshake::{handshake, Refusal};
 use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Error, Stats};
 
-/// How long a new connection has to send its hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest control line accepted.
-const MAX_LINE: u64 = 64 * 1024;
+/// Connections in their handshake at once. At the cap the oldest is closed
+/// to make room: a stranger that opens connections and says nothing (it
+/// needs TCP for that; the Unix socket's directory keeps strangers out)
+/// cannot make the run wait, nor keep QEMU's next connection out, since
+/// QEMU's own handshake takes microseconds.
+const MAX_PENDING: usize = 64;
+/// Streams served at once (guest threads of the traced tree).
+const MAX_STREAMS: usize = 8192;
+/// Processes announced (forked, exec'ing) and not connected yet.
+const MAX_EXPECTED: usize = 4096;
 /// How long [`Server::run`] keeps listening after the last connection ended,
 /// for a forked child that has not connected yet.
 const DEFAULT_LINGER: Duration = Duration::from_millis(100);
@@ -34,16 +43,69 @@ const DONE_POLL: Duration = Duration::from_millis(10);
 /// A listening client. Create it with [`Server::bind`], then call
 /// [`Server::run`] or [`Server::run_forever`].
 pub struct Server {
-    listener: TcpListener,
-    addr: SocketAddr,
+    listener: Listener,
+    addr: Addr,
+    token: Token,
     linger: Duration,
+    handshake_timeout: Duration,
+    trust_hello_pids: bool,
+}
+
+enum Listener {
+    /// The socket file is removed when the server is dropped.
+    Unix(UnixListener, PathBuf),
+    Tcp(TcpListener),
+}
+
+impl Listener {
+    fn as_raw_fd(&self) -> i32 {
+        match self {
+            Listener::Unix(l, _) => l.as_raw_fd(),
+            Listener::Tcp(l) => l.as_raw_fd(),
+        }
+    }
+
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Listener::Unix(l, _) => l.set_nonblocking(true),
+            Listener::Tcp(l) => l.set_nonblocking(true),
+        }
+    }
+
+    /// The next connection and a name for it in messages.
+    fn accept(&self) -> io::Result<(Sock, String)> {
+        match self {
+            Listener::Unix(l, path) => {
+                let (s, _) = l.accept()?;
+                s.set_nonblocking(false)?;
+                Ok((Sock::Unix(s), format!("a connection on {}", path.display())))
+            }
+            Listener::Tcp(l) => {
+                let (s, peer) = l.accept()?;
+                s.set_nonblocking(false)?;
+                let _ = s.set_nodelay(true);
+                Ok((Sock::Tcp(s), format!("the connection from {peer}")))
+            }
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 impl Server {
-    /// Listens on `addr` (`HOST:PORT`; port 0 picks a free one, see
-    /// [`Server::local_addr`]).
+    /// Listens on `addr`: `unix:PATH` (a Unix socket; the default's
+    /// directory is created private) or `HOST:PORT` (port 0 picks a free
+    /// one, see [`Server::addr`]). The server makes up a fresh secret
+    /// ([`Server::token`]) that QEMU must prove it holds.
     pub fn bind(addr: &str) -> Result<Server, Error> {
-        let listener = TcpListener::bind(addr).map_err(|e| {
+        let parsed = Addr::parse(addr);
+        let bind_err = |e: io::Error| {
             if e.kind() == io::ErrorKind::AddrInUse {
                 Error::AddrInUse {
                     addr: addr.to_string(),
@@ -54,21 +116,66 @@ impl Server {
                     source: e,
                 }
             }
-        })?;
-        let local = listener.local_addr().map_err(|e| Error::Bind {
-            addr: addr.to_string(),
+        };
+        let token = Token::generate().map_err(|e| Error::Io {
+            what: "making up the run's secret",
             source: e,
         })?;
+        let (listener, addr) = match parsed {
+            Addr::Unix(path) => {
+                if path.parent() == Some(runtime_dir().as_path()) {
+                    private_dir(&runtime_dir()).map_err(bind_err)?;
+                }
+                let l = bind_unix(&path).map_err(bind_err)?;
+                (Listener::Unix(l, path.clone()), Addr::Unix(path))
+            }
+            Addr::Tcp(a) => {
+                let l = TcpListener::bind(a.as_str()).map_err(bind_err)?;
+                let local = l.local_addr().map_err(bind_err)?;
+                (Listener::Tcp(l), Addr::Tcp(local.to_string()))
+            }
+        };
         Ok(Server {
             listener,
-            addr: local,
+            addr,
+            token,
             linger: DEFAULT_LINGER,
+            handshake_timeout: wire::channel::HANDSHAKE_TIMEOUT,
+            trust_hello_pids: false,
         })
     }
 
-    /// The address actually listened on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+    /// The address actually listened on, as `CANNOLI_ADDR` takes it.
+    pub fn addr(&self) -> &Addr {
+        &self.addr
+    }
+
+    /// The secret QEMU must hold: give it to QEMU as `CANNOLI_TOKEN`
+    /// ([`wire::TOKEN_ENV`]), or in the token file.
+    pub fn token(&self) -> &Token {
+        &self.token
+    }
+
+    /// How long a new connection may take to say its hello (default 10 s).
+    pub fn handshake_timeout(mut self, t: Duration) -> Server {
+        self.handshake_timeout = t;
+        self
+    }
+
+    /// Takes the pid a hello names without checking it against the
+    /// connecting process (Unix sockets check it by default): for a test
+    /// whose threads play several QEMU processes.
+    #[doc(hidden)]
+    pub fn trust_hello_pids(mut self) -> Server {
+        self.trust_hello_pids = true;
+        self
+    }
+
+    /// Uses `token` instead of the fresh one (a client whose QEMU gets the
+    /// secret some other way).
+    pub fn with_token(mut self, token: Token) -> Server {
+        self.token = token;
+        self
     }
 
     /// How long [`Server::run`] waits, after the last live connection ended,
@@ -127,7 +234,7 @@ impl Server {
                 source: e,
             })?;
         }
-        self.listener.set_nonblocking(true).map_err(|e| Error::Io {
+        self.listener.set_nonblocking().map_err(|e| Error::Io {
             what: "making the listening socket non-blocking",
             source: e,
         })?;
@@ -138,8 +245,13 @@ impl Server {
             live: Mutex::new(0),
             pids: Mutex::new(HashMap::new()),
             wake: wake_tx,
-            expected: Mutex::new(HashSet::new()),
+            expected: Mutex::new(HashMap::new()),
+            token: self.token.clone(),
+            pending: Mutex::new(VecDeque::new()),
+            handshake_timeout: self.handshake_timeout,
+            trust_hello_pids: self.trust_hello_pids,
         });
+        let mut next_id = 0u64;
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
         let mut seen_any = false;
 
@@ -177,17 +289,33 @@ impl Server {
                 loop {
                     match self.listener.accept() {
                         Ok((stream, peer)) => {
+                            next_id += 1;
+                            let id = next_id;
+                            {
+                                let mut pending = lock(&shared.pending);
+                                if pending.len() >= MAX_PENDING {
+                                    if let Some((_, old)) = pending.pop_front() {
+                                        old.shutdown();
+                                    }
+                                }
+                                if let Ok(c) = stream.try_clone() {
+                                    pending.push_back((id, c));
+                                }
+                            }
                             seen_any = true;
                             *lock(&shared.live) += 1;
                             let sh = shared.clone();
+                            let name = peer.clone();
                             let spawned = std::thread::Builder::new()
                                 .name("cannoli-conn".into())
-                                .spawn(move || connection_thread(&sh, stream, peer));
+                                .spawn(move || connection_thread(&sh, stream, name, id));
                             match spawned {
                                 Ok(h) => handles.push(h),
                                 Err(e) => {
                                     *lock(&shared.live) -= 1;
-                                    eprintln!("cannoli: cannot start a thread for the connection from {peer}: {e}; dropping it");
+                                    shared.handshake_done(id);
+                                    lock(&shared.stats).refused_connections += 1;
+                                    eprintln!("cannoli: cannot start a thread for {peer}: {e}; dropping it");
                                 }
                             }
                         }
@@ -215,9 +343,33 @@ impl Server {
         for h in handles {
             let _ = h.join();
         }
-        let stats = lock(&shared.stats).clone();
+        let mut stats = lock(&shared.stats).clone();
+        stats.missing_processes += shared.never_connected();
         Ok(stats)
     }
+}
+
+/// Binds a Unix socket at `path`, mode 0600. A socket file left there by a
+/// client that died is replaced; a live one is "address in use"; anything
+/// else at that path is left alone.
+fn bind_unix(path: &Path) -> io::Result<UnixListener> {
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        // SAFETY: geteuid has no preconditions.
+        let ours = m.file_type().is_socket() && m.uid() == unsafe { libc::geteuid() };
+        if !ours {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "something other than a socket of ours is at that path",
+            ));
+        }
+        if UnixStream::connect(path).is_ok() {
+            return Err(io::ErrorKind::AddrInUse.into());
+        }
+        std::fs::remove_file(path)?;
+    }
+    let l = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
 }
 
 fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
@@ -270,9 +422,16 @@ struct Shared<T: Cannoli> {
     pids: Mutex<PidMap<T>>,
     /// Written to when a connection ends, to wake the accept loop.
     wake: UnixStream,
-    /// Processes announced but not connected yet: a forked child, or a
-    /// process that execs a program QEMU traces again.
-    expected: Mutex<HashSet<i32>>,
+    /// Processes announced but not connected yet (a forked child, or a
+    /// process that execs a program QEMU traces again), with whether one
+    /// died without connecting.
+    expected: Mutex<HashMap<i32, bool>>,
+    /// The run's secret.
+    token: Token,
+    /// Connections in their handshake, oldest first, by accept number.
+    pending: Mutex<VecDeque<(u64, Sock)>>,
+    handshake_timeout: Duration,
+    trust_hello_pids: bool,
 }
 
 impl<T: Cannoli> Shared<T> {
@@ -280,11 +439,40 @@ impl<T: Cannoli> Shared<T> {
     /// no longer exist (a child killed before it ran, say).
     fn expecting(&self) -> bool {
         let mut e = lock(&self.expected);
-        // SAFETY: kill with signal 0 only checks that the pid exists.
-        e.retain(|&pid| unsafe {
-            libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM
-        });
-        !e.is_empty()
+        for (&pid, dead) in e.iter_mut() {
+            *dead = *dead || !process_alive(pid);
+        }
+        e.values().any(|dead| !dead)
+    }
+
+    /// Announced processes that ended without ever connecting: if one of
+    /// them ran guest code, its events are missing. Says so for each.
+    fn never_connected(&self) -> u64 {
+        let mut e = lock(&self.expected);
+        let n = e.len() as u64;
+        for pid in e.keys() {
+            eprintln!(
+                "cannoli: process {pid} was announced (fork or exec) but never connected; \
+                 if it ran, its events are missing"
+            );
+        }
+        e.clear();
+        n
+    }
+
+    /// Connection `id` is out of its handshake (or failed it).
+    fn handshake_done(&self, id: u64) {
+        lock(&self.pending).retain(|(i, _)| *i != id);
+    }
+
+    /// Notes an announced process, within [`MAX_EXPECTED`].
+    fn expect(&self, pid: i32) {
+        let mut e = lock(&self.expected);
+        if e.len() < MAX_EXPECTED || e.contains_key(&pid) {
+            e.insert(pid, false);
+        } else {
+            eprintln!("cannoli: more than {MAX_EXPECTED} processes announced and not connected; not waiting for {pid}");
+        }
     }
 
     fn pid_acquire(&self, ci: &ClientInfo) -> Arc<T::PidContext> {
@@ -325,9 +513,28 @@ impl<T: Cannoli> Drop for LiveGuard<'_, T> {
     }
 }
 
-fn connection_thread<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAddr) {
+/// Whether `pid` exists and is not a zombie.
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the pid exists.
+    let exists = unsafe { libc::kill(pid, 0) == 0 || *libc::__errno_location() == libc::EPERM };
+    if !exists {
+        return false;
+    }
+    // "pid (comm) S ...": the state follows the last ')'.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_none_or(|state| state != 'Z' && state != 'X'),
+        Err(_) => true,
+    }
+}
+
+fn connection_thread<T: Cannoli>(shared: &Shared<T>, stream: Sock, peer: String, id: u64) {
     let _live = LiveGuard(shared);
-    let r = catch_unwind(AssertUnwindSafe(|| connection::<T>(shared, stream, peer)));
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        connection::<T>(shared, stream, peer.clone(), id)
+    }));
     if r.is_err() {
         die_after_panic(&format!("the connection from {peer}"));
     }
@@ -338,147 +545,6 @@ fn connection_thread<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: So
 fn die_after_panic(what: &str) -> ! {
     eprintln!("cannoli: the tool panicked while serving {what} (message above); exiting");
     std::process::exit(101);
-}
-
-/// Reads one `\n`-terminated line of at most [`MAX_LINE`] bytes. `Ok(None)`
-/// at a clean EOF before any byte.
-fn read_line(r: &mut BufReader<TcpStream>) -> io::Result<Option<String>> {
-    let mut line = String::new();
-    let n = r.by_ref().take(MAX_LINE).read_line(&mut line)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if !line.ends_with('\n') {
-        if n as u64 >= MAX_LINE {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "line longer than 64 KiB",
-            ));
-        }
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "connection closed in the middle of a line",
-        ));
-    }
-    Ok(Some(line))
-}
-
-fn send_welcome(w: &mut TcpStream, error: Option<String>) -> io::Result<()> {
-    let mut line = serde_json::to_string(&Welcome { error }).map_err(io::Error::other)?;
-    line.push('\n');
-    w.write_all(line.as_bytes())
-}
-
-/// Reads and checks the hello, opens the ring and answers with a welcome.
-/// On failure it tells both QEMU (in the welcome) and the user (stderr).
-fn handshake(
-    reader: &mut BufReader<TcpStream>,
-    writer: &mut TcpStream,
-    peer: SocketAddr,
-) -> Option<(Hello, Consumer)> {
-    let _ = writer.set_read_timeout(Some(HELLO_TIMEOUT));
-    let line = match read_line(reader) {
-        Ok(Some(l)) => l,
-        Ok(None) => {
-            eprintln!("cannoli: connection from {peer} closed before it said hello; ignoring it");
-            return None;
-        }
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            eprintln!(
-                "cannoli: connection from {peer} sent no hello within {} s; closing it",
-                HELLO_TIMEOUT.as_secs()
-            );
-            return None;
-        }
-        Err(e) => {
-            eprintln!(
-                "cannoli: reading the hello of the connection from {peer} failed: {e}; closing it"
-            );
-            return None;
-        }
-    };
-    let _ = writer.set_read_timeout(None);
-
-    let reject = |writer: &mut TcpStream, who: String, msg: String| {
-        eprintln!("cannoli: rejected {who}: {msg}");
-        let _ = send_welcome(writer, Some(msg));
-    };
-
-    // Look at magic and version before the full parse, so that a QEMU side
-    // speaking another wire version gets a version message, not a parse error.
-    let value: serde_json::Value = match serde_json::from_str(line.trim_end()) {
-        Ok(v) => v,
-        Err(e) => {
-            reject(
-                writer,
-                format!("connection from {peer}"),
-                format!("not a cannoli hello (invalid JSON: {e})"),
-            );
-            return None;
-        }
-    };
-    if value.get("magic").and_then(|m| m.as_str()) != Some(MAGIC) {
-        reject(
-            writer,
-            format!("connection from {peer}"),
-            format!("not a cannoli hello (magic is not \"{MAGIC}\")"),
-        );
-        return None;
-    }
-    let who = match (
-        value.get("pid").and_then(|v| v.as_i64()),
-        value.get("tid").and_then(|v| v.as_i64()),
-    ) {
-        (Some(p), Some(t)) => format!("pid {p} tid {t}"),
-        _ => format!("connection from {peer}"),
-    };
-    let theirs = value.get("wire_version").and_then(|v| v.as_u64());
-    if theirs != Some(WIRE_VERSION as u64) {
-        let jv = value
-            .get("jitter_version")
-            .and_then(|v| v.as_str())
-            .unwrap_or("unknown version");
-        let theirs = theirs.map_or_else(|| "none".to_string(), |v| v.to_string());
-        reject(
-            writer,
-            who,
-            format!(
-                "wire version mismatch: QEMU's cannoli hook library (jitter {jv}) speaks wire version {theirs}, \
-                 this client (cannoli {}) speaks wire version {WIRE_VERSION}; \
-                 rebuild the hook library against the same cannoli version as the client",
-                env!("CARGO_PKG_VERSION")
-            ),
-        );
-        return None;
-    }
-    let hello: Hello = match serde_json::from_value(value) {
-        Ok(h) => h,
-        Err(e) => {
-            reject(writer, who, format!("malformed hello: {e}"));
-            return None;
-        }
-    };
-    let consumer = match Consumer::open(Path::new(&hello.ring)) {
-        Ok(c) => c,
-        Err(e) => {
-            reject(
-                writer,
-                who,
-                format!("cannot open the event ring {}: {e}", hello.ring),
-            );
-            return None;
-        }
-    };
-    if let Err(e) = send_welcome(writer, None) {
-        eprintln!("cannoli: {who}: sending the welcome failed: {e}; dropping the connection");
-        return None;
-    }
-    Some((hello, consumer))
 }
 
 /// Everything the workers of one connection share.
@@ -500,7 +566,7 @@ struct Conn<'a, T: Cannoli> {
     skipped: AtomicU64,
     skipped_tag: AtomicU32,
     relay: Relay,
-    expected: &'a Mutex<HashSet<i32>>,
+    shared_expect: &'a (dyn Fn(i32) + Sync),
 }
 
 /// How the first worker of a connection calls the others in.
@@ -556,26 +622,45 @@ impl Relay {
     }
 }
 
-fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAddr) {
-    let _ = stream.set_nodelay(true);
-    let _ = stream.set_nonblocking(false);
-    let mut writer = match stream.try_clone() {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("cannoli: connection from {peer}: {e}; dropping it");
+fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id: u64) {
+    let accepted = handshake(
+        &mut stream,
+        &peer,
+        &shared.token,
+        shared.handshake_timeout,
+        shared.trust_hello_pids,
+    );
+    shared.handshake_done(id);
+    let live_streams = *lock(&shared.live);
+    let (hello, consumer) = match accepted {
+        Ok(_) if live_streams > MAX_STREAMS => {
+            eprintln!("cannoli: rejected {peer}: more than {MAX_STREAMS} streams at once");
+            lock(&shared.stats).refused_connections += 1;
+            return;
+        }
+        Ok(a) => a,
+        Err(Refusal::Stranger(m)) => {
+            eprintln!("cannoli: ignored {m}");
+            lock(&shared.stats).strangers += 1;
+            return;
+        }
+        Err(Refusal::Refused(m)) => {
+            eprintln!("cannoli: rejected {m}");
+            lock(&shared.stats).refused_connections += 1;
             return;
         }
     };
-    let mut reader = BufReader::new(stream);
-    let Some((hello, consumer)) = handshake(&mut reader, &mut writer, peer) else {
-        lock(&shared.stats).add(&Stats {
-            refused_connections: 1,
-            ..Stats::default()
-        });
-        return;
+    let mut reader = match stream.try_clone() {
+        Ok(r) => BufReader::new(r),
+        Err(e) => {
+            eprintln!("cannoli: {peer}: {e}; dropping it");
+            lock(&shared.stats).refused_connections += 1;
+            return;
+        }
     };
     let ci = ClientInfo::from_hello(&hello);
     lock(&shared.expected).remove(&ci.pid);
+    let expect = |pid: i32| shared.expect(pid);
 
     let pid_ctx = shared.pid_acquire(&ci);
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
@@ -596,7 +681,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         skipped: AtomicU64::new(0),
         skipped_tag: AtomicU32::new(0),
         relay: Relay::new(),
-        expected: &shared.expected,
+        shared_expect: &expect,
     };
 
     let mut incomplete = 0;
@@ -660,30 +745,29 @@ fn connection<T: Cannoli>(shared: &Shared<T>, stream: TcpStream, peer: SocketAdd
         lost_events: lost.into_inner(),
         incomplete_streams: incomplete,
         skipped_events: skipped,
-        refused_connections: 0,
+        ..Stats::default()
     });
 }
 
 /// Watches the control socket until the goodbye or EOF, and ends the ring
 /// accordingly. Returns false when the stream is incomplete.
-fn control<T: Cannoli>(reader: &mut BufReader<TcpStream>, conn: &Conn<'_, T>) -> bool {
+fn control<T: Cannoli>(reader: &mut BufReader<Sock>, conn: &Conn<'_, T>) -> bool {
     let (pid, tid) = (conn.pid, conn.tid);
+    // No deadline here: the stream lasts as long as its guest thread. The
+    // peer is this run's QEMU (the handshake proved it), and its end closes
+    // the socket, which ends this read.
     let goodbye = loop {
         match read_line(reader) {
-            Ok(Some(line)) => match serde_json::from_str::<Goodbye>(line.trim_end()) {
-                Ok(g) => {
+            Ok(Some(line)) => match parse_control(&line) {
+                Ok(Control::Goodbye(g)) => {
                     if g.exec {
-                        lock(conn.expected).insert(pid);
+                        (conn.shared_expect)(pid);
                     }
                     break Some(g);
                 }
-                Err(_) if serde_json::from_str::<Expect>(line.trim_end()).is_ok() => {
-                    let e: Expect = serde_json::from_str(line.trim_end()).expect("checked");
-                    lock(conn.expected).insert(e.expect_pid);
-                }
+                Ok(Control::Expect(e)) => (conn.shared_expect)(e.expect_pid),
                 Err(e) => {
-                    let shown: String = line.trim_end().chars().take(80).collect();
-                    eprintln!("cannoli: pid {pid} tid {tid}: ignoring unexpected control message {shown:?} ({e})");
+                    eprintln!("cannoli: pid {pid} tid {tid}: ignoring a control message: {e}");
                 }
             },
             Ok(None) => break None,

@@ -1,16 +1,57 @@
-//! End-to-end tests of the client over loopback TCP and a real mempipe ring,
-//! with a fake QEMU side written here.
+//! End-to-end tests of the client over a Unix socket (TCP for some) and a
+//! real mempipe ring, with a fake QEMU side written here (it speaks the
+//! handshake through `wire::channel::dial`, as the jitter does).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use cannoli::{Cannoli, ClientInfo, Error, Server, Signal, Stats, Syscall};
 use mempipe::Producer;
-use wire::{tag, Goodbye, Hello, RegLayout, Welcome, MAGIC, WIRE_VERSION};
+use wire::channel::{dial, Addr, RingOffer, Sock};
+use wire::{tag, Goodbye, Hello, RegLayout, RingRef, Token, MAGIC, WIRE_VERSION};
+
+/// Where a fake QEMU finds the server, and the secret it presents.
+type Peer = (Addr, Token);
+
+fn peer(server: &Server) -> Peer {
+    (server.addr().clone(), server.token().clone())
+}
+
+/// A hello as the jitter builds it (`dial` fills in nonce, proof, ring).
+fn fake_hello(pid: i32, tid: i32, wire_version: u32, regs: RegLayout) -> Hello {
+    Hello {
+        magic: MAGIC.into(),
+        wire_version,
+        jitter_version: "9.9.9-test".into(),
+        pid,
+        ppid: 1,
+        tid,
+        arch: "mipsel".into(),
+        big_endian: false,
+        guest_bits: 32,
+        ring: RingRef::Attached,
+        nonce: String::new(),
+        proof: String::new(),
+        comm: Some("fake".into()),
+        exe: Some("/bin/fake".into()),
+        regs,
+        syscall_names: fake_syscall_names(),
+    }
+}
+
+/// Connects a fake QEMU thread: the handshake, handing over `ring`.
+fn connect_fake(peer: &Peer, hello: Hello, ring: &Producer) -> Result<Sock, String> {
+    dial(
+        &peer.0,
+        Ok(&peer.1),
+        0,
+        hello,
+        &RingOffer::Fd(ring.fd().expect("the ring's fd")),
+    )
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Ev {
@@ -296,41 +337,14 @@ impl Fake {
     }
 
     /// Plays QEMU's side of one thread. Returns the welcome's error, if any.
-    fn play(
-        &self,
-        addr: std::net::SocketAddr,
-        chunks: &[Vec<u64>],
-        ending: Ending,
-    ) -> Option<String> {
-        let mut p = Producer::create(self.chunk_size, self.chunk_count).expect("create ring");
-        let hello = Hello {
-            magic: MAGIC.into(),
-            wire_version: self.wire_version,
-            jitter_version: "9.9.9-test".into(),
-            pid: self.pid,
-            ppid: 1,
-            tid: self.tid,
-            arch: "mipsel".into(),
-            big_endian: false,
-            guest_bits: 32,
-            ring: p.path().to_string_lossy().into_owned(),
-            comm: Some("fake".into()),
-            exe: Some("/bin/fake".into()),
-            regs: fake_regs(),
-            syscall_names: fake_syscall_names(),
+    fn play(&self, addr: Peer, chunks: &[Vec<u64>], ending: Ending) -> Option<String> {
+        let mut p = Producer::create_memfd(self.chunk_size, self.chunk_count).expect("create ring");
+        let hello = fake_hello(self.pid, self.tid, self.wire_version, fake_regs());
+        let mut s = match connect_fake(&addr, hello, &p) {
+            Ok(s) => s,
+            Err(e) => return Some(e),
         };
-        let mut s = TcpStream::connect(addr).expect("connect");
-        let mut line = serde_json::to_string(&hello).unwrap();
-        line.push('\n');
-        s.write_all(line.as_bytes()).unwrap();
-        let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut w = String::new();
-        r.read_line(&mut w).unwrap();
-        let welcome: Welcome = serde_json::from_str(w.trim_end()).expect("welcome");
-        if let Some(e) = welcome.error {
-            p.unlink();
-            return Some(e);
-        }
+        p.release_fd();
         if let Some(b) = &self.barrier {
             b.wait();
         }
@@ -355,7 +369,6 @@ impl Fake {
             }
             Ending::Crash => {
                 drop(s);
-                drop(r);
                 // A dead QEMU never closes its ring: keep it open.
                 std::mem::forget(p);
             }
@@ -376,8 +389,17 @@ fn run_with_timeout(server: Server, threads: usize) -> Stats {
         .expect("Server::run failed")
 }
 
+/// A server on a fresh Unix socket, trusting the fake pids of the hellos
+/// (the fakes are threads of this test process).
 fn bind() -> Server {
-    Server::bind("127.0.0.1:0").expect("bind")
+    use std::sync::atomic::AtomicU32;
+    static N: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!("cannoli-loopback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{}.sock", N.fetch_add(1, Ordering::Relaxed)));
+    Server::bind(&format!("unix:{}", path.display()))
+        .expect("bind")
+        .trust_hello_pids()
 }
 
 #[test]
@@ -387,7 +409,7 @@ fn events_arrive_in_order_with_1_2_4_threads() {
         let (chunks, want) = make_stream(300, 4096, i as u64);
         let bytes: u64 = chunks.iter().map(|c| c.len() as u64 * 8).sum();
         let server = bind();
-        let addr = server.local_addr();
+        let addr = peer(&server);
         let fake = std::thread::spawn(move || {
             Fake::new(pid, tid).play(addr, &chunks, Ending::Goodbye { lost: 0 })
         });
@@ -413,7 +435,7 @@ fn events_arrive_in_order_with_1_2_4_threads() {
 #[test]
 fn concurrent_threads_and_processes() {
     let server = bind();
-    let addr = server.local_addr();
+    let addr = peer(&server);
     let pid = 2000;
     let barrier = Arc::new(Barrier::new(3));
     let mut fakes = Vec::new();
@@ -427,6 +449,7 @@ fn concurrent_threads_and_processes() {
         let (chunks, want) = make_stream(60 + 10 * k, 4096, 10 + k as u64);
         wants.push(((p, t), want));
         let barrier = barrier.clone();
+        let addr = addr.clone();
         fakes.push(std::thread::spawn(move || {
             let mut f = Fake::new(p, t);
             f.chunk_count = 2;
@@ -453,35 +476,15 @@ fn concurrent_threads_and_processes() {
 #[test]
 fn overlapping_threads_get_one_pid_context() {
     let server = bind();
-    let addr = server.local_addr();
+    let addr = peer(&server);
+    let addr2 = addr.clone();
     let pid = 2500;
     // Thread A says hello and holds its stream open until thread B is done.
     let (b_done_tx, b_done_rx) = mpsc::channel::<()>();
     let a = std::thread::spawn(move || {
-        let mut p = Producer::create(4096, 2).unwrap();
-        let hello = Hello {
-            magic: MAGIC.into(),
-            wire_version: WIRE_VERSION,
-            jitter_version: "t".into(),
-            pid,
-            ppid: 1,
-            tid: pid,
-            arch: "mipsel".into(),
-            big_endian: false,
-            guest_bits: 32,
-            ring: p.path().to_string_lossy().into_owned(),
-            comm: None,
-            exe: Some("/bin/fake".into()),
-            regs: fake_regs(),
-            syscall_names: fake_syscall_names(),
-        };
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(format!("{}\n", serde_json::to_string(&hello).unwrap()).as_bytes())
-            .unwrap();
-        let mut r = BufReader::new(s.try_clone().unwrap());
-        let mut w = String::new();
-        r.read_line(&mut w).unwrap();
-        assert!(w.contains("null"), "{w}");
+        let mut p = Producer::create_memfd(4096, 2).unwrap();
+        let mut s = connect_fake(&addr, fake_hello(pid, pid, WIRE_VERSION, fake_regs()), &p)
+            .expect("welcomed");
         b_done_rx.recv().unwrap();
         let buf = p.acquire_slice().unwrap();
         buf[..8].copy_from_slice(&0x1234u64.to_le_bytes());
@@ -492,7 +495,7 @@ fn overlapping_threads_get_one_pid_context() {
     std::thread::sleep(Duration::from_millis(50));
     let (chunks, want) = make_stream(5, 4096, 7);
     let b = std::thread::spawn(move || {
-        let r = Fake::new(pid, pid + 1).play(addr, &chunks, Ending::Goodbye { lost: 0 });
+        let r = Fake::new(pid, pid + 1).play(addr2, &chunks, Ending::Goodbye { lost: 0 });
         b_done_tx.send(()).unwrap();
         r
     });
@@ -508,7 +511,7 @@ fn overlapping_threads_get_one_pid_context() {
 #[test]
 fn crashed_qemu_is_an_incomplete_stream() {
     let server = bind();
-    let addr = server.local_addr();
+    let addr = peer(&server);
     let (pid, tid) = (3000, 3000);
     let (chunks, want) = make_stream(6, 4096, 3);
     let n_events: usize = {
@@ -527,7 +530,7 @@ fn crashed_qemu_is_an_incomplete_stream() {
 #[test]
 fn goodbye_lost_events_and_malformed_chunks_are_counted() {
     let server = bind();
-    let addr = server.local_addr();
+    let addr = peer(&server);
     let (pid, tid) = (4000, 4000);
     let bad = vec![
         vec![0x100, 0x104],
@@ -699,7 +702,7 @@ fn framed_events_arrive_in_order() {
         let (pid, tid) = (6000 + threads as i32, 6000);
         let (chunks, want) = make_framed_stream();
         let server = bind();
-        let addr = server.local_addr();
+        let addr = peer(&server);
         let fake = std::thread::spawn(move || {
             Fake::new(pid, tid).play(addr, &chunks, Ending::Goodbye { lost: 0 })
         });
@@ -720,7 +723,7 @@ fn framed_events_arrive_in_order() {
 #[test]
 fn wrong_wire_version_is_rejected_with_both_versions() {
     let server = bind();
-    let addr = server.local_addr();
+    let addr = peer(&server);
     let fake = std::thread::spawn(move || {
         let mut f = Fake::new(5000, 5000);
         f.wire_version = WIRE_VERSION + 41;
@@ -741,37 +744,224 @@ fn wrong_wire_version_is_rejected_with_both_versions() {
     assert_eq!(pid_inits(5000), 0);
 }
 
+/// Reads the server's challenge on a raw connection.
+fn read_challenge(s: &std::os::unix::net::UnixStream) -> wire::channel::Challenge {
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    wire::channel::parse_challenge(&line).expect("a challenge")
+}
+
 #[test]
-fn stray_connection_is_rejected() {
+fn stray_connection_is_ignored_not_counted_as_loss() {
     let server = bind();
-    let addr = server.local_addr();
+    let Addr::Unix(path) = server.addr().clone() else {
+        unreachable!()
+    };
     let c = std::thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
+        let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
+        read_challenge(&s);
         s.write_all(b"GET / HTTP/1.0\n").unwrap();
-        let mut w = String::new();
-        BufReader::new(s).read_line(&mut w).unwrap();
-        w
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut s, &mut rest);
+        rest
     });
     let stats = run_with_timeout(server, 1);
-    let w: Welcome = serde_json::from_str(c.join().unwrap().trim_end()).unwrap();
-    assert!(w.error.unwrap().contains("not a cannoli hello"));
-    assert_eq!(stats.connections, 0);
+    // No welcome for a stranger: the server just closes.
+    assert_eq!(c.join().unwrap(), "");
+    assert_eq!((stats.connections, stats.strangers), (0, 1));
+    assert!(stats.is_complete(), "{}", stats.loss_summary());
+}
+
+#[test]
+fn a_wrong_secret_is_refused_and_counted() {
+    let server = bind();
+    let (addr, _) = peer(&server);
+    let fake = std::thread::spawn(move || {
+        let wrong = (addr, Token::generate().unwrap());
+        Fake::new(5100, 5100).play(wrong, &[], Ending::Goodbye { lost: 0 })
+    });
+    let stats = run_with_timeout(server, 1);
+    let err = fake.join().unwrap().expect("refused");
+    assert!(err.contains("refused") && err.contains("secret"), "{err}");
+    assert_eq!((stats.connections, stats.refused_connections), (0, 1));
+    assert!(!stats.is_complete());
+    assert_eq!(pid_inits(5100), 0);
+}
+
+#[test]
+fn the_hello_pid_must_be_the_connecting_process() {
+    // Without trust_hello_pids: a hello naming another pid is refused.
+    let dir = std::env::temp_dir().join(format!("cannoli-loopback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = Server::bind(&format!("unix:{}", dir.join("strict.sock").display())).unwrap();
+    let addr = peer(&server);
+    let fake = std::thread::spawn(move || {
+        Fake::new(5200, 5200).play(addr, &[], Ending::Goodbye { lost: 0 })
+    });
+    let stats = run_with_timeout(server, 1);
+    let err = fake.join().unwrap().expect("refused");
+    assert!(
+        err.contains(&format!(
+            "names pid 5200 but process {} sent it",
+            std::process::id()
+        )),
+        "{err}"
+    );
+    assert_eq!(stats.refused_connections, 1);
+}
+
+#[test]
+fn a_silent_connection_times_out() {
+    let server = bind().handshake_timeout(Duration::from_millis(300));
+    let Addr::Unix(path) = server.addr().clone() else {
+        unreachable!()
+    };
+    let c = std::thread::spawn(move || {
+        let s = std::os::unix::net::UnixStream::connect(path).unwrap();
+        read_challenge(&s);
+        // Say nothing; the server must give up on its own.
+        std::thread::sleep(Duration::from_secs(3));
+        drop(s);
+    });
+    let start = std::time::Instant::now();
+    let stats = run_with_timeout(server, 1);
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(stats.strangers, 1);
+    c.join().unwrap();
+}
+
+#[test]
+fn silent_connections_cannot_keep_qemu_out() {
+    // 100 connections that never say hello (more than the pending cap),
+    // then a real stream: it is served, and the run ends at once.
+    let server = bind();
+    let addr = peer(&server);
+    let Addr::Unix(path) = addr.0.clone() else {
+        unreachable!()
+    };
+    let (chunks, want) = make_stream(5, 4096, 11);
+    let fake = std::thread::spawn(move || {
+        let silent: Vec<_> = (0..100)
+            .map(|_| std::os::unix::net::UnixStream::connect(&path).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(100));
+        let r = Fake::new(5300, 5300).play(addr, &chunks, Ending::Goodbye { lost: 0 });
+        drop(silent);
+        r
+    });
+    let stats = run_with_timeout(server, 1);
+    assert_eq!(fake.join().unwrap(), None);
+    assert_eq!(stats.connections, 1);
+    assert!(stats.is_complete(), "{}", stats.loss_summary());
+    assert!(take_result(5300, 5300).unwrap() == want);
+}
+
+#[test]
+fn an_impostor_client_is_detected_by_qemu() {
+    // Something listens where QEMU expects its client and says welcome
+    // without knowing the secret: QEMU's side must not stream to it.
+    let dir = std::env::temp_dir().join(format!("cannoli-loopback-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("impostor.sock");
+    let _ = std::fs::remove_file(&path);
+    let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let imp = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let ch = format!(
+            "{{\"magic\":\"cannoli\",\"wire_version\":{WIRE_VERSION},\"nonce\":\"{}\"}}\n",
+            "ab".repeat(16)
+        );
+        s.write_all(ch.as_bytes()).unwrap();
+        let mut hello = String::new();
+        BufReader::new(&s).read_line(&mut hello).unwrap();
+        // The hello carries a proof, never the secret itself.
+        s.write_all(b"{\"error\":null,\"proof\":null}\n").unwrap();
+        hello
+    });
+    let token = Token::generate().unwrap();
+    let p = Producer::create_memfd(4096, 2).unwrap();
+    let r = connect_fake(
+        &(Addr::Unix(path), token.clone()),
+        fake_hello(5400, 5400, WIRE_VERSION, fake_regs()),
+        &p,
+    );
+    let err = r.expect_err("an impostor welcome is refused");
+    assert!(err.contains("could not prove"), "{err}");
+    let hello = imp.join().unwrap();
+    assert!(
+        !hello.contains(&token.to_hex()),
+        "the secret crossed the socket"
+    );
+}
+
+#[test]
+fn tcp_streams_name_the_ring_through_proc() {
+    // Over TCP the ring is QEMU's memfd, opened through /proc/<pid>/fd/<n>;
+    // the pid must be real for that, so the fake uses ours.
+    let server = Server::bind("127.0.0.1:0").unwrap();
+    let (addr, token) = peer(&server);
+    let pid = std::process::id() as i32;
+    let (chunks, want) = make_stream(7, 4096, 13);
+    let fake = std::thread::spawn(move || {
+        let mut p = Producer::create_memfd(4096, 4).unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&p.fd().unwrap());
+        let mut s = dial(
+            &addr,
+            Ok(&token),
+            0,
+            fake_hello(pid, pid + 7, WIRE_VERSION, fake_regs()),
+            &RingOffer::ProcFd(fd),
+        )
+        .expect("welcomed over TCP");
+        p.release_fd();
+        for words in &chunks {
+            let buf = p.acquire_slice().unwrap();
+            for (i, wd) in words.iter().enumerate() {
+                buf[i * 8..i * 8 + 8].copy_from_slice(&wd.to_le_bytes());
+            }
+            p.publish(words.len() * 8).unwrap();
+        }
+        p.close();
+        let g = format!("{{\"chunks\":{},\"lost_events\":0}}\n", p.published());
+        s.write_all(g.as_bytes()).unwrap();
+    });
+    let stats = run_with_timeout(server, 2);
+    fake.join().unwrap();
+    assert_eq!(stats.connections, 1);
+    assert!(stats.is_complete(), "{}", stats.loss_summary());
+    assert!(take_result(pid, pid + 7).unwrap() == want);
 }
 
 #[test]
 fn bind_in_use_names_address_cause_and_fix() {
     let first = bind();
-    let addr = first.local_addr().to_string();
-    let e = match Server::bind(&addr) {
-        Err(e) => e,
-        Ok(_) => panic!("second bind of {addr} succeeded"),
+    let tcp = Server::bind("127.0.0.1:0").unwrap();
+    for addr in [first.addr().to_string(), tcp.addr().to_string()] {
+        let e = match Server::bind(&addr) {
+            Err(e) => e,
+            Ok(_) => panic!("second bind of {addr} succeeded"),
+        };
+        assert!(matches!(e, Error::AddrInUse { .. }), "{addr}: {e}");
+        let msg = e.to_string();
+        assert!(msg.contains(&addr), "{msg}");
+        assert!(msg.contains("address already in use"), "{msg}");
+        assert!(msg.contains("CANNOLI_ADDR"), "{msg}");
+        assert!(!msg.contains('\n'));
+    }
+    // A socket left by a dead server (the file stays, nobody listens) is
+    // replaced.
+    let Addr::Unix(path) = first.addr().clone() else {
+        unreachable!()
     };
-    assert!(matches!(e, Error::AddrInUse { .. }));
-    let msg = e.to_string();
-    assert!(msg.contains(&addr), "{msg}");
-    assert!(msg.contains("address already in use"), "{msg}");
-    assert!(msg.contains("CANNOLI_ADDR"), "{msg}");
-    assert!(!msg.contains('\n'));
+    drop(first);
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    assert!(path.exists());
+    let again = Server::bind(&format!("unix:{}", path.display()));
+    assert!(again.is_ok(), "a stale socket blocks the address");
 }
 
 /// Loopback throughput with a real ring: a producer thread republishes
@@ -803,32 +993,17 @@ fn throughput() {
     const COUNT: usize = 16;
     const CHUNKS: u64 = 16_000; // 4 GB, 512 M events
     for threads in [1usize, 2] {
-        let server = Server::bind("127.0.0.1:0").unwrap();
-        let addr = server.local_addr();
+        let server = bind();
+        let addr = peer(&server);
         let prod = std::thread::spawn(move || {
-            let mut p = Producer::create(CHUNK, COUNT).unwrap();
-            let hello = Hello {
-                magic: MAGIC.into(),
-                wire_version: WIRE_VERSION,
-                jitter_version: "bench".into(),
-                pid: 9000 + threads as i32,
-                ppid: 1,
-                tid: 9000,
-                arch: "mipsel".into(),
-                big_endian: false,
-                guest_bits: 32,
-                ring: p.path().to_string_lossy().into_owned(),
-                comm: None,
-                exe: None,
-                regs: RegLayout::default(),
-                syscall_names: Default::default(),
-            };
-            let mut s = TcpStream::connect(addr).unwrap();
-            s.write_all(format!("{}\n", serde_json::to_string(&hello).unwrap()).as_bytes())
-                .unwrap();
-            let mut r = BufReader::new(s.try_clone().unwrap());
-            let mut w = String::new();
-            r.read_line(&mut w).unwrap();
+            let mut p = Producer::create_memfd(CHUNK, COUNT).unwrap();
+            let hello = fake_hello(
+                9000 + threads as i32,
+                9000,
+                WIRE_VERSION,
+                RegLayout::default(),
+            );
+            let mut s = connect_fake(&addr, hello, &p).expect("welcomed");
             for c in 0..CHUNKS {
                 let buf = p.acquire_slice().unwrap();
                 if c < COUNT as u64 {
@@ -861,12 +1036,13 @@ fn throughput() {
 #[test]
 fn run_forever_serves_any_number_of_processes() {
     let server = bind();
-    let addr = server.local_addr();
+    let addr = peer(&server);
     std::thread::spawn(move || {
         let _ = server.run_forever::<Rec>(2);
     });
     let play = |pid: i32, salt: u64| {
         let (chunks, want) = make_stream(40, 4096, salt);
+        let addr = addr.clone();
         let h = std::thread::spawn(move || {
             Fake::new(pid, pid).play(addr, &chunks, Ending::Goodbye { lost: 0 })
         });

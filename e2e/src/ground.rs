@@ -121,7 +121,8 @@ pub fn run_traced(
     cmd = cmd
         .qemu_arg("-cannoli")
         .qemu_arg(&opts.lib)
-        .env("CANNOLI_ADDR", &client.addr);
+        .env("CANNOLI_ADDR", &client.addr)
+        .env("CANNOLI_TOKEN", &client.token);
     for (k, v) in &opts.env {
         cmd = cmd.env(k, v);
     }

@@ -32,6 +32,8 @@ pub struct Client {
     pub child: ChildGuard,
     /// The address it listens on (its first stdout line).
     pub addr: String,
+    /// The run's secret it holds, for QEMU's `CANNOLI_TOKEN`.
+    pub token: String,
     /// Its `--out` file.
     pub out: PathBuf,
     pub stderr_path: PathBuf,
@@ -45,6 +47,7 @@ impl Client {
         let DumpClient {
             child,
             addr,
+            token,
             out,
             stderr_path,
             stdout_rest,
@@ -52,6 +55,7 @@ impl Client {
         Client {
             child,
             addr,
+            token,
             out,
             stderr_path,
             stdout_rest,
@@ -269,7 +273,9 @@ pub fn run_traced(
         args.extend(["--split", &split_str]);
     }
     let mut client = Client::start(dir, tag, &args);
-    let cmd = cmd.env("CANNOLI_ADDR", &client.addr);
+    let cmd = cmd
+        .env("CANNOLI_ADDR", &client.addr)
+        .env("CANNOLI_TOKEN", &client.token);
     let start = Instant::now();
     let child = spawn_guest(dir, tag, &cmd);
     let guest = finish_guest(dir, tag, &cmd, child);

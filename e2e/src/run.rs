@@ -425,6 +425,8 @@ pub struct DumpClient {
     pub child: ChildGuard,
     /// The address it listens on, from its `listening` line.
     pub addr: String,
+    /// The run's secret it was given (`CANNOLI_TOKEN`), for QEMU.
+    pub token: String,
     /// Its `--out` file.
     pub out: PathBuf,
     pub(crate) stderr_path: PathBuf,
@@ -438,17 +440,28 @@ impl DumpClient {
         DumpClient::start_args(dir, tag, &["--threads", &threads.to_string()])
     }
 
-    /// Starts `cannoli-dump --listen 127.0.0.1:0 --out <tag>.dump <args>`
-    /// and waits (at most 60 s) for its `listening` line.
+    /// Starts `cannoli-dump --listen unix:<dir>/<tag>.sock --out <tag>.dump
+    /// <args>` with a fresh `CANNOLI_TOKEN` and waits (at most 60 s) for its
+    /// `listening` line. `args` may name another `--listen` (TCP, say).
     pub fn start_args(dir: &RunDir, tag: &str, args: &[&str]) -> DumpClient {
         let exe = dump_client();
         let out = dir.file(&format!("{tag}.dump"));
         let stderr_path = dir.file(&format!("{tag}.client.stderr"));
         let stderr = File::create(&stderr_path).expect("create client stderr file");
+        let token = cannoli::wire::Token::generate()
+            .expect("random token")
+            .to_hex();
+        let sock = dir.file(&format!("{tag}.sock"));
+        // A Unix socket path has at most 107 bytes; TCP otherwise.
+        let listen = match sock.to_str() {
+            Some(s) if s.len() < 100 => format!("unix:{s}"),
+            _ => "127.0.0.1:0".to_string(),
+        };
         let child = Command::new(&exe)
-            .args(["--listen", "127.0.0.1:0", "--out"])
+            .args(["--listen", &listen, "--out"])
             .arg(&out)
             .args(args)
+            .env("CANNOLI_TOKEN", &token)
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -494,6 +507,7 @@ impl DumpClient {
         DumpClient {
             child,
             addr,
+            token,
             out,
             stderr_path,
             stdout_rest: Some(reader),
@@ -595,7 +609,8 @@ pub fn run_cannoli(
     let cmd = GuestCmd::new(arch, q.qemu(arch), prog, args)
         .qemu_arg("-cannoli")
         .qemu_arg(jitter)
-        .env("CANNOLI_ADDR", &client.addr);
+        .env("CANNOLI_ADDR", &client.addr)
+        .env("CANNOLI_TOKEN", &client.token);
     let guest = run_guest(dir, tag, &cmd);
     // QEMU is gone: the client has to finish promptly.
     let (client_status, client_stderr) = client.finish(&guest);

@@ -145,7 +145,7 @@ fn server_bind_address_in_use() {
     let err = match cannoli::Server::bind(&addr) {
         Ok(s) => panic!(
             "Server::bind({addr}) succeeded on a port already in use (got {})",
-            s.local_addr()
+            s.addr()
         ),
         Err(e) => e.to_string(),
     };

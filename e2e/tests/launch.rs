@@ -513,12 +513,17 @@ fn classic_two_terminal_mode_still_works() {
     let dir = RunDir::new();
     let addr = format!("127.0.0.1:{}", unused_port());
     let trace = dir.file("trace.txt");
+    // The client writes the run's secret there; QEMU reads it.
+    let token_file = dir.file("token");
     let (client, line) = spawn_tool(
         &dir,
         "client",
         "symbolizer",
         &["--color", "never", "-o", s(&trace)],
-        &[("CANNOLI_ADDR", &addr)],
+        &[
+            ("CANNOLI_ADDR", &addr),
+            ("CANNOLI_TOKEN_FILE", s(&token_file)),
+        ],
     );
     let mut client = Some(client);
     // Wait until it listens (its first stderr line says so).
@@ -544,7 +549,8 @@ fn classic_two_terminal_mode_still_works() {
     let cmd = GuestCmd::new("mipsel", qemu_builds().qemu("mipsel"), &prog, &[])
         .qemu_arg("-cannoli")
         .qemu_arg(release_artifact("libsymbolizer.so"))
-        .env("CANNOLI_ADDR", &addr);
+        .env("CANNOLI_ADDR", &addr)
+        .env("CANNOLI_TOKEN_FILE", s(&token_file));
     let qemu = run_guest(&dir, "qemu", &cmd);
     qemu.assert_success();
     assert_eq!(qemu.stdout, expected_stdout("calls").unwrap());

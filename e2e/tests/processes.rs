@@ -1234,7 +1234,9 @@ fn killed_client(arch: &str) {
     // -v: the client logs each new stream, so we know the trace started.
     // --only Y: the dump stays small.
     let mut client = Client::start(&dir, "cannoli", &["--threads", "2", "-v", "--only", "Y"]);
-    let cmd = traced_cmd(arch, &prog, LONG_ARGS).env("CANNOLI_ADDR", &client.addr);
+    let cmd = traced_cmd(arch, &prog, LONG_ARGS)
+        .env("CANNOLI_ADDR", &client.addr)
+        .env("CANNOLI_TOKEN", &client.token);
     let mut qemu = spawn_guest(&dir, "cannoli", &cmd);
     let started = Instant::now();
     while !client.stderr().contains("cannoli-dump: thread tid ") {
@@ -1311,7 +1313,9 @@ fn sigterm(arch: &str) {
     let prog = guest(arch, "waitsig");
     let dir = RunDir::new();
     let mut client = Client::start(&dir, "cannoli", CLIENT);
-    let cmd = traced_cmd(arch, &prog, &[]).env("CANNOLI_ADDR", &client.addr);
+    let cmd = traced_cmd(arch, &prog, &[])
+        .env("CANNOLI_ADDR", &client.addr)
+        .env("CANNOLI_TOKEN", &client.token);
     let mut qemu = spawn_guest(&dir, "cannoli", &cmd);
     let started = Instant::now();
     while !read_text(&dir.file("cannoli.stdout")).contains("ready") {

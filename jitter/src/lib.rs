@@ -21,11 +21,13 @@
 //! chunk, which is handed to the client process when full.
 //!
 //! Modules: [`asm`] encodes machine code, `codegen` decides what code each
-//! site gets, `stream` owns a guest thread's connection and ring, `ffi` is the
+//! site gets, `stream` owns a guest thread's ring and `channel` its
+//! connection to the client, `ffi` is the
 //! C interface QEMU calls (see `include/cannoli.h`).
 
 mod arena;
 pub mod asm;
+mod channel;
 mod codegen;
 mod delay;
 mod events;

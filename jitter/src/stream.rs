@@ -1,15 +1,15 @@
-//! A guest thread's event stream: its TCP connection to the client (control
-//! and liveness) and its mempipe ring (the events themselves), plus the one
-//! way QEMU's C code appends events to it ([`append`]).
+//! A guest thread's event stream: its connection to the client (control
+//! and liveness; see `channel`) and its mempipe ring (the events
+//! themselves), plus the one way QEMU's C code appends events to it
+//! ([`append`]).
 
 use crate::codegen::HEADROOM;
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{Shutdown, TcpStream};
+use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
-use wire::{Goodbye, Hello, RegLayout, Welcome, ADDR_ENV, MAGIC, WIRE_VERSION};
+use wire::channel::Sock;
+use wire::{Goodbye, RegLayout};
 
 /// Per-vCPU stream position, embedded in QEMU's CPUNegativeOffsetState
 /// (`CannoliCursor` in include/cannoli.h). Outside the JIT it is the truth
@@ -34,23 +34,6 @@ pub struct Guest {
     /// Our fds go at or above this number, out of the guest's reach
     /// (`CannoliGuestInfo.fd_floor`).
     pub fd_floor: i32,
-}
-
-/// Moves a socket to the lowest free fd at or above `floor`, close-on-exec,
-/// and closes the original: QEMU keeps the guest's syscalls away from there,
-/// so the guest can neither close the trace's connection nor see its fd
-/// number taken. If that fails (no free fd up there) the socket stays where
-/// it is, which only loses that protection.
-fn out_of_guest_reach(sock: TcpStream, floor: i32) -> TcpStream {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    // SAFETY: F_DUPFD_CLOEXEC on an fd we own makes a new fd we then own.
-    let moved = unsafe { libc::fcntl(sock.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
-    if moved < 0 {
-        return sock;
-    }
-    drop(sock);
-    // SAFETY: `moved` is a fresh fd for the same socket, owned by nobody else.
-    unsafe { TcpStream::from_raw_fd(moved) }
 }
 
 pub static GUEST: OnceLock<Guest> = OnceLock::new();
@@ -83,7 +66,7 @@ pub struct Stream {
     /// Where `ring` is mapped, if in the arena (dropped after `ring`, which
     /// leaves the slot reserved again).
     slot: Option<crate::arena::Slot>,
-    sock: TcpStream,
+    sock: Sock,
     addr: String,
     /// Start of the chunk being filled (or of `scratch` once the client is gone).
     chunk: *mut u8,
@@ -122,88 +105,28 @@ impl Stream {
     pub fn connect() -> Result<Stream, String> {
         let guest = GUEST.get().ok_or("cannoli used before init")?;
         let addr = wire::client_addr();
-        let mut sock = TcpStream::connect(&addr).map_err(|e| {
-            format!(
-                "no cannoli client is listening on {addr} ({e}): start your client first, \
-                     or point {ADDR_ENV} at it"
-            )
-        })?;
-        sock = out_of_guest_reach(sock, guest.fd_floor);
-        let _ = sock.set_nodelay(true);
         let (chunk_size, chunks) = geometry();
         let slot = crate::arena::Slot::take();
         // SAFETY: the slot is an arena range of a ring's mapped length,
         // reserved and used by nothing else while we hold it; it is held by
         // the Stream, which drops it after the ring.
-        let ring = unsafe {
-            mempipe::Producer::create_at(
-                &mempipe::ring_dir(),
+        let mut ring = unsafe {
+            mempipe::Producer::create_memfd_at(
                 chunk_size,
                 chunks,
-                slot.as_ref().map(|s| s.addr()),
+                slot.as_ref().map(|s| s.addr().as_ptr() as usize),
+                guest.fd_floor,
             )
         }
         .map_err(|e| format!("cannot create the event ring: {e}"))?;
-        let result = (|| {
-            // SAFETY: plain libc getters with no preconditions.
-            let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid()) };
-            let hello = Hello {
-                magic: MAGIC.into(),
-                wire_version: WIRE_VERSION,
-                jitter_version: env!("CARGO_PKG_VERSION").into(),
-                pid,
-                ppid,
-                tid,
-                arch: guest.arch.clone(),
-                big_endian: guest.big_endian,
-                guest_bits: guest.guest_bits,
-                ring: ring.path().to_string_lossy().into_owned(),
-                comm: guest
-                    .exe
-                    .as_deref()
-                    .and_then(|e| e.rsplit('/').next())
-                    .map(Into::into),
-                exe: guest.exe.clone(),
-                regs: guest.regs.clone(),
-                syscall_names: guest.syscall_names.clone(),
-            };
-            let mut line = serde_json::to_string(&hello).expect("Hello serializes");
-            line.push('\n');
-            sock.write_all(line.as_bytes())
-                .map_err(|e| format!("lost the client at {addr} during the handshake: {e}"))?;
-            sock.set_read_timeout(Some(Duration::from_secs(10))).ok();
-            let mut reply = String::new();
-            BufReader::new(&sock)
-                .read_line(&mut reply)
-                .map_err(|e| format!("the client at {addr} did not answer the handshake: {e}"))?;
-            sock.set_read_timeout(None).ok();
-            if reply.is_empty() {
-                return Err(format!(
-                    "the client at {addr} closed the connection during the \
-                                    handshake (is it a cannoli client?)"
-                ));
-            }
-            let welcome: Welcome = serde_json::from_str(&reply).map_err(|_| {
-                format!(
-                    "{addr} answered the handshake with something that is not a cannoli \
-                         client: {:?}",
-                    reply.trim_end()
-                )
-            })?;
-            match welcome.error {
-                Some(e) => Err(format!("the client at {addr} refused the trace: {e}")),
-                None => Ok(()),
-            }
-        })();
-        if let Err(e) = result {
-            ring.unlink();
-            return Err(e);
-        }
+        let sock = crate::channel::connect(&addr, guest, &ring)?;
+        // The client has its own descriptor of the ring now.
+        ring.release_fd();
         Ok(Stream {
             ring,
             slot,
             sock,
-            addr,
+            addr: addr.to_string(),
             chunk: std::ptr::null_mut(),
             scratch: None,
             lost_bytes: 0,
@@ -287,7 +210,7 @@ impl Stream {
         };
         let line = serde_json::to_string(&bye).expect("Goodbye serializes") + "\n";
         let _ = self.sock.write_all(line.as_bytes());
-        let _ = self.sock.shutdown(Shutdown::Both);
+        self.sock.shutdown();
         // Once the client is gone it was said; the events QEMU then drops
         // are the untraced rest of the program.
         if self.lost_bytes > 0 && self.scratch.is_none() {
@@ -304,7 +227,6 @@ impl Stream {
     /// (the ring is shared memory the parent still writes, the socket is the
     /// parent's connection).
     fn abandon_inherited(self) {
-        use std::os::fd::IntoRawFd;
         let Stream {
             ring, sock, slot, ..
         } = self;
@@ -315,7 +237,7 @@ impl Stream {
         // parent's copy open.
         unsafe { libc::close(sock.into_raw_fd()) };
         // Dropping the producer would mark the shared ring closed.
-        std::mem::forget(ring);
+        ring.forget_in_forked_child();
     }
 }
 

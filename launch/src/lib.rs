@@ -24,11 +24,15 @@
 //! ```
 //!
 //! * No program (`rest` empty): the classic two-terminal mode. The client
-//!   listens on `$CANNOLI_ADDR` (default `127.0.0.1:11458`) and serves until
-//!   the traced process tree is done; start QEMU yourself. Returns 0.
-//! * `rest` = `PROGRAM [ARGS...]`: launch mode. The client listens on a free
-//!   port of 127.0.0.1, and QEMU runs the program with
-//!   `CANNOLI_ADDR=<that port>`:
+//!   listens on `$CANNOLI_ADDR` (default: the Unix socket `cannoli.sock` in
+//!   the user's private runtime directory) and serves until the traced
+//!   process tree is done; start QEMU yourself (as the same user: it reads
+//!   the run's secret from the token file the client writes, or from
+//!   `CANNOLI_TOKEN`). Returns 0.
+//! * `rest` = `PROGRAM [ARGS...]`: launch mode. The client listens on a
+//!   Unix socket in a fresh private directory, and QEMU runs the program
+//!   with `CANNOLI_ADDR=unix:<that socket>` and a fresh secret in
+//!   `CANNOLI_TOKEN`:
 //!
 //!   ```text
 //!   <qemu> $CANNOLI_QEMU_ARGS [-L <sysroot>] -cannoli <lib<hooks>.so> PROGRAM ARGS...
@@ -165,7 +169,8 @@ impl Launcher {
         }
     }
 
-    /// Classic mode: listen here instead of `$CANNOLI_ADDR`.
+    /// Listen here: in classic mode instead of `$CANNOLI_ADDR`, in launch
+    /// mode instead of a private Unix socket (`HOST:PORT` for TCP).
     pub fn listen(mut self, addr: impl Into<String>) -> Launcher {
         self.listen = Some(addr.into());
         self
@@ -198,7 +203,7 @@ impl Launcher {
 
     fn classic<T: Cannoli>(self) -> Result<Report, Error> {
         let addr = self.listen.clone().unwrap_or_else(cannoli::default_addr);
-        let server = Server::bind(&addr).map_err(Error::Listen)?;
+        let server = cannoli::bind_by_hand_at(&addr).map_err(Error::Listen)?;
         if self.announce {
             let lib = find::find_hooks(&self.hooks)
                 .map(|p| p.display().to_string())
@@ -206,7 +211,7 @@ impl Launcher {
             eprintln!(
                 "{}: listening on {}; now start QEMU with -cannoli {lib}",
                 self.name,
-                server.local_addr()
+                server.addr()
             );
         }
         let stats = server.run::<T>(self.threads).map_err(Error::Server)?;
@@ -237,8 +242,20 @@ impl Launcher {
 
     fn launch<T: Cannoli>(self, program: OsString, args: Vec<OsString>) -> Result<Report, Error> {
         let mut cmd = self.command(&program, &args)?;
-        let server = Server::bind("127.0.0.1:0").map_err(Error::Listen)?;
-        cmd.env(cannoli::wire::ADDR_ENV, server.local_addr().to_string());
+        // A socket in a directory of this run that only this user can
+        // enter, and a fresh secret only QEMU is told (QEMU hides both
+        // variables from the guest). `listen` chooses another address.
+        let run_dir = RunDir::create().map_err(|e| Error::Io {
+            what: "creating the run's private socket directory".into(),
+            source: e,
+        })?;
+        let addr = match &self.listen {
+            Some(a) => a.clone(),
+            None => format!("unix:{}", run_dir.path.join("c.sock").display()),
+        };
+        let server = Server::bind(&addr).map_err(Error::Listen)?;
+        cmd.env(cannoli::wire::ADDR_ENV, server.addr().to_string());
+        cmd.env(cannoli::wire::TOKEN_ENV, server.token().to_hex());
         if std::env::var_os("CANNOLI_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0") {
             eprintln!("{}: {}", self.name, show_command(&cmd));
         }
@@ -309,6 +326,31 @@ impl Launcher {
             exit: Some(status),
             stats,
         })
+    }
+}
+
+/// A run's private directory (for its socket), removed with the run.
+struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    fn create() -> io::Result<RunDir> {
+        let base = cannoli::wire::channel::runtime_dir();
+        cannoli::wire::channel::private_dir(&base)?;
+        let nonce = cannoli::wire::channel::nonce()?;
+        let path = base.join(format!("run-{}-{}", std::process::id(), &nonce[..8]));
+        cannoli::wire::channel::private_dir(&path)?;
+        Ok(RunDir { path })
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        // The server removed its socket; a socket of a crashed server goes
+        // too.
+        let _ = std::fs::remove_file(self.path.join("c.sock"));
+        let _ = std::fs::remove_dir(&self.path);
     }
 }
 

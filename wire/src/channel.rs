@@ -217,12 +217,10 @@ impl Token {
         Token::from_hex(&s).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
-    /// Writes the token file atomically (a temporary file of mode 0600,
-    /// renamed over `path`), in a directory [`private_dir`] accepts.
+    /// Writes the token file atomically: a temporary file of mode 0600,
+    /// renamed over `path`. (The default file's directory is
+    /// [`runtime_dir`], which [`private_dir`] makes private.)
     pub fn write_file(&self, path: &Path) -> io::Result<()> {
-        if let Some(dir) = path.parent() {
-            private_dir(dir)?;
-        }
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let _ = fs::remove_file(&tmp);
         let mut f = fs::OpenOptions::new()
@@ -525,12 +523,13 @@ pub enum RingOffer<'a> {
 
 /// QEMU's side of the handshake: connects to `addr`, answers the client's
 /// challenge with `hello` (whose `nonce`, `proof` and `ring` it fills in),
-/// and checks the welcome. `ring` gives the ring: passed as an fd over a
+/// and checks the welcome (`token`: the run's secret, or why there is
+/// none). `ring` gives the ring: passed as an fd over a
 /// Unix socket, named by fd number over TCP. The socket goes to an fd at
 /// or above `fd_floor`. Errors are one line for QEMU's stderr.
 pub fn dial(
     addr: &Addr,
-    token: &Token,
+    token: Result<&Token, String>,
     fd_floor: i32,
     mut hello: Hello,
     ring: &RingOffer<'_>,
@@ -541,6 +540,9 @@ pub fn dial(
              {ADDR_ENV} at it"
         )
     })?;
+    // The secret is looked at only now, so that a missing client is
+    // reported as such rather than as a missing secret.
+    let token = token?;
     let mut sock = sock.move_up(fd_floor);
     let lost = |e: io::Error| format!("lost the client at {addr} during the handshake: {e}");
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
@@ -670,6 +672,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("cannoli-wire-test-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir(&dir).unwrap();
+        private_dir(&dir.join("sub")).unwrap();
         let path = dir.join("sub").join("token");
         let t = Token::generate().unwrap();
         t.write_file(&path).unwrap();

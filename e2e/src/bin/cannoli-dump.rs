@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use cannoli::{Cannoli, ClientInfo, Server, Signal, Syscall};
+use cannoli::{Cannoli, ClientInfo, Signal, Syscall};
 use e2e::dump::{
     push_counts, push_exec, push_map, push_mem, push_protect, push_regs, push_signal, push_syscall,
     push_unmap, split_file_name, stream_line, Counts, MemKind, Summary, ALL_KINDS, LISTENING,
@@ -628,7 +628,7 @@ fn main() -> ExitCode {
         }
     };
 
-    let server = match Server::bind(&args.listen) {
+    let server = match cannoli::bind_by_hand_at(&args.listen) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("cannoli-dump: {e}");
@@ -638,7 +638,7 @@ fn main() -> ExitCode {
     {
         let mut stdout = io::stdout().lock();
         let ok =
-            writeln!(stdout, "{LISTENING}{}", server.local_addr()).and_then(|_| stdout.flush());
+            writeln!(stdout, "{LISTENING}{}", server.addr()).and_then(|_| stdout.flush());
         if let Err(e) = ok {
             eprintln!("cannoli-dump: cannot write to stdout: {e}");
             return ExitCode::from(1);

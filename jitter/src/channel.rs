@@ -1,0 +1,61 @@
+//! Connecting a guest thread's stream to the client: the hello that
+//! announces it, the run's secret that proves it is this run's QEMU, and
+//! the hand-over of its ring (see `wire::channel` for the protocol).
+
+use std::sync::OnceLock;
+
+use wire::channel::{dial, Addr, RingOffer, Sock};
+use wire::{Hello, RingRef, Token, MAGIC, WIRE_VERSION};
+
+use crate::stream::Guest;
+
+/// The run's secret, read once (from `CANNOLI_TOKEN`, else the token file):
+/// a forked child inherits it, and an exec'd QEMU reads the same
+/// environment again.
+fn token() -> Result<&'static Token, String> {
+    static TOKEN: OnceLock<Result<Token, String>> = OnceLock::new();
+    TOKEN
+        .get_or_init(Token::from_env)
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Connects to the client at `addr`, announces this thread's stream and
+/// hands over `ring` (its fd over a Unix socket; over TCP its number, for
+/// the client to open through /proc). Returns the control socket, at an fd
+/// at or above the guest's fd floor. An error is one line for stderr.
+pub fn connect(addr: &Addr, guest: &Guest, ring: &mempipe::Producer) -> Result<Sock, String> {
+    let fd = ring
+        .fd()
+        .ok_or("the event ring has no file descriptor to hand over")?;
+    let offer = match addr {
+        Addr::Unix(_) => RingOffer::Fd(fd),
+        Addr::Tcp(_) => RingOffer::ProcFd(std::os::fd::AsRawFd::as_raw_fd(&fd)),
+    };
+    // SAFETY: plain libc getters with no preconditions.
+    let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid()) };
+    let hello = Hello {
+        magic: MAGIC.into(),
+        wire_version: WIRE_VERSION,
+        jitter_version: env!("CARGO_PKG_VERSION").into(),
+        pid,
+        ppid,
+        tid,
+        arch: guest.arch.clone(),
+        big_endian: guest.big_endian,
+        guest_bits: guest.guest_bits,
+        // `dial` fills in these three.
+        ring: RingRef::Attached,
+        nonce: String::new(),
+        proof: String::new(),
+        comm: guest
+            .exe
+            .as_deref()
+            .and_then(|e| e.rsplit('/').next())
+            .map(Into::into),
+        exe: guest.exe.clone(),
+        regs: guest.regs.clone(),
+        syscall_names: guest.syscall_names.clone(),
+    };
+    dial(addr, token(), guest.fd_floor, hello, &offer)
+}
