@@ -570,10 +570,12 @@ fn ppc64le_bt_calls() {
 fn classic_mode() {
     let prog = guest("mipsel");
     let out_file = tmp("classic.jsonl");
+    let token = cannoli::wire::Token::generate().unwrap().to_hex();
     let mut client = Reap(
         Command::new(backtrace_bin())
             .args(["--listen", "127.0.0.1:0", "-q", "-o"])
             .arg(&out_file)
+            .env("CANNOLI_TOKEN", &token)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -600,6 +602,7 @@ fn classic_mode() {
     .unwrap_or_else(|e| panic!("{e}"));
     let out = qemu
         .env("CANNOLI_ADDR", addr)
+        .env("CANNOLI_TOKEN", &token)
         .stdin(Stdio::null())
         .output()
         .unwrap();

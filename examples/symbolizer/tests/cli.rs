@@ -1,13 +1,13 @@
 //! Runs the `symbolizer` binary against a fake QEMU side (a real mempipe
-//! ring and the TCP handshake) and checks what it prints.
+//! ring and the handshake over TCP) and checks what it prints.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use cannoli::wire::{mem_tag, Goodbye, Hello, Welcome, MAGIC, WIRE_VERSION};
+use cannoli::wire::channel::{dial, Addr, RingOffer};
+use cannoli::wire::{mem_tag, Goodbye, Hello, RingRef, Token, MAGIC, WIRE_VERSION};
 use mempipe::Producer;
 
 const NM: &str = "\
@@ -23,12 +23,19 @@ fn nm_file(name: &str) -> PathBuf {
     p
 }
 
+/// The run's secret the tests give the symbolizer (and present as QEMU).
+fn token() -> &'static Token {
+    static T: std::sync::OnceLock<Token> = std::sync::OnceLock::new();
+    T.get_or_init(|| Token::generate().unwrap())
+}
+
 /// Starts the client; returns it and the address it listens on.
 #[allow(clippy::zombie_processes)] // the callers wait for it
 fn start(args: &[&str]) -> (Child, String, BufReader<std::process::ChildStderr>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_symbolizer"))
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
+        .env("CANNOLI_TOKEN", token().to_hex())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -54,31 +61,37 @@ fn top(t: u8) -> u64 {
 
 /// QEMU's side of one thread: streams `chunks` then says goodbye.
 fn fake_qemu(addr: &str, tid: i32, chunks: &[Vec<u64>]) {
-    let mut p = Producer::create(4096, 4).unwrap();
+    let mut p = Producer::create_memfd(4096, 4).unwrap();
+    // Over TCP the client opens the ring as /proc/<pid>/fd/<n>: the pid
+    // must be ours.
     let hello = Hello {
         magic: MAGIC.into(),
         wire_version: WIRE_VERSION,
         jitter_version: "test".into(),
-        pid: tid,
+        pid: std::process::id() as i32,
         ppid: 1,
         tid,
         arch: "mipsel".into(),
         big_endian: false,
         guest_bits: 32,
-        ring: p.path().to_string_lossy().into_owned(),
+        ring: RingRef::Attached,
+        nonce: String::new(),
+        proof: String::new(),
         comm: Some("prog".into()),
         exe: None,
         regs: Default::default(),
         syscall_names: Default::default(),
     };
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(format!("{}\n", serde_json::to_string(&hello).unwrap()).as_bytes())
-        .unwrap();
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut w = String::new();
-    r.read_line(&mut w).unwrap();
-    let w: Welcome = serde_json::from_str(w.trim_end()).unwrap();
-    assert_eq!(w.error, None);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&p.fd().unwrap());
+    let mut s = dial(
+        &Addr::parse(addr),
+        Ok(token()),
+        0,
+        hello,
+        &RingOffer::ProcFd(fd),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    p.release_fd();
     for words in chunks {
         let buf = match p.acquire_slice() {
             Ok(b) => b,
@@ -139,9 +152,8 @@ fn prints_symbolized_trace() {
     fake_qemu(&addr, 77, &sample());
     let (out, err) = finish(child, err);
     let _ = std::fs::remove_file(&nm);
-    let want = "\
-== pid 77 tid 77 ==
-  0x00400000 _start+0x0
+    let want = format!("== pid {} tid 77 ==\n", std::process::id())
+        + "  0x00400000 _start+0x0
   0x00400004 _start+0x4
   0x00400100 main+0x0
   0x00400104 main+0x4
