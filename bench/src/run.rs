@@ -123,6 +123,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
                 }
             }
             cmd.env("CANNOLI_ADDR", &cl.addr)
+                .env("CANNOLI_TOKEN", &cl.token)
                 .env("CANNOLI_BENCH_HOOKS", hooks.env_value())
                 .arg("-cannoli")
                 .arg(&lib);
@@ -217,6 +218,8 @@ struct Client {
     proc: Proc,
     /// Where it listens, from its "listening on ADDR" line.
     addr: String,
+    /// The run's secret it was given, for QEMU.
+    token: String,
     /// Its later stderr lines.
     lines: mpsc::Receiver<String>,
     /// Its stdout, read to the end on a thread so that it never blocks.
@@ -235,11 +238,15 @@ impl Client {
                 bin.display()
             ));
         }
+        let token = wire::Token::generate()
+            .map_err(|e| format!("no random secret: {e}"))?
+            .to_hex();
         let mut proc = Proc::spawn(
             "benchmark client",
             Command::new(&bin)
                 .args(["--threads", &workers.to_string()])
                 .env("CANNOLI_ADDR", "127.0.0.1:0")
+                .env("CANNOLI_TOKEN", &token)
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
@@ -269,6 +276,7 @@ impl Client {
                         return Ok(Client {
                             proc,
                             addr,
+                            token,
                             lines,
                             stdout,
                         });

@@ -426,7 +426,13 @@ fn show_command(cmd: &Command) -> String {
     let mut s = String::new();
     for (k, v) in cmd.get_envs() {
         if let Some(v) = v {
-            s += &format!("{}={} ", k.to_string_lossy(), v.to_string_lossy());
+            // The run's secret stays out of logs.
+            let v = if k == cannoli::wire::TOKEN_ENV {
+                "…".into()
+            } else {
+                v.to_string_lossy()
+            };
+            s += &format!("{}={v} ", k.to_string_lossy());
         }
     }
     s += &cmd.get_program().to_string_lossy();
