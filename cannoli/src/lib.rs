@@ -4,7 +4,8 @@
 //! access of the guest, and the rarer events (registers at chosen
 //! instructions, system calls, mappings, signals), into shared-memory rings,
 //! one per guest thread, and
-//! tells this library about each ring over a TCP connection. You implement
+//! tells this library about each ring over an authenticated connection (a
+//! Unix socket by default, or TCP; see [`wire::channel`]). You implement
 //! [`Cannoli`] for your tool and call [`run`]; the library decodes the events
 //! on worker threads, calls your parallel callbacks ([`Cannoli::exec`],
 //! [`Cannoli::read`], [`Cannoli::write`], ...) which turn them into your own
