@@ -1221,7 +1221,9 @@ mod tests {
             arch: "mipsel".into(),
             big_endian: false,
             guest_bits: 32,
-            ring: String::new(),
+            ring: wire::RingRef::Attached,
+            nonce: String::new(),
+            proof: String::new(),
             comm: None,
             exe: None,
             regs: wire::RegLayout {

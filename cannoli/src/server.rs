@@ -10,7 +10,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -250,12 +250,15 @@ impl Server {
             pending: Mutex::new(VecDeque::new()),
             handshake_timeout: self.handshake_timeout,
             trust_hello_pids: self.trust_hello_pids,
+            seen_qemu: AtomicBool::new(false),
         });
         let mut next_id = 0u64;
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
-        let mut seen_any = false;
 
         loop {
+            // Only a QEMU counts as the start of the run: a stranger that
+            // connects first must not make `run` return before it.
+            let seen_any = shared.seen_qemu.load(Ordering::Acquire);
             let none_live = *lock(&shared.live) == 0;
             let expecting = none_live && seen_any && shared.expecting();
             let idle = until_idle && seen_any && none_live && !expecting;
@@ -302,7 +305,6 @@ impl Server {
                                     pending.push_back((id, c));
                                 }
                             }
-                            seen_any = true;
                             *lock(&shared.live) += 1;
                             let sh = shared.clone();
                             let name = peer.clone();
@@ -432,6 +434,10 @@ struct Shared<T: Cannoli> {
     pending: Mutex<VecDeque<(u64, Sock)>>,
     handshake_timeout: Duration,
     trust_hello_pids: bool,
+    /// A QEMU has connected (a stream, or a cannoli hello refused). Set by
+    /// connection threads (Release) before their live count drops, read by
+    /// the accept loop (Acquire).
+    seen_qemu: AtomicBool,
 }
 
 impl<T: Cannoli> Shared<T> {
@@ -584,7 +590,7 @@ struct Relay {
     /// Helpers asleep in `wait` (so the first worker can skip the wake-up
     /// syscall when nobody sleeps).
     sleeping: AtomicU32,
-    done: std::sync::atomic::AtomicBool,
+    done: AtomicBool,
 }
 
 impl Relay {
@@ -593,7 +599,7 @@ impl Relay {
             lock: Mutex::new(()),
             wake: Condvar::new(),
             sleeping: AtomicU32::new(0),
-            done: std::sync::atomic::AtomicBool::new(false),
+            done: AtomicBool::new(false),
         }
     }
 
@@ -631,6 +637,9 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         shared.trust_hello_pids,
     );
     shared.handshake_done(id);
+    if !matches!(accepted, Err(Refusal::Stranger(_))) {
+        shared.seen_qemu.store(true, Ordering::Release);
+    }
     let live_streams = *lock(&shared.live);
     let (hello, consumer) = match accepted {
         Ok(_) if live_streams > MAX_STREAMS => {

@@ -754,22 +754,53 @@ fn read_challenge(s: &std::os::unix::net::UnixStream) -> wire::channel::Challeng
 #[test]
 fn stray_connection_is_ignored_not_counted_as_loss() {
     let server = bind();
-    let Addr::Unix(path) = server.addr().clone() else {
+    let addr = peer(&server);
+    let Addr::Unix(path) = addr.0.clone() else {
         unreachable!()
     };
+    let (chunks, want) = make_stream(2, 4096, 19);
     let c = std::thread::spawn(move || {
         let mut s = std::os::unix::net::UnixStream::connect(path).unwrap();
         read_challenge(&s);
         s.write_all(b"GET / HTTP/1.0\n").unwrap();
         let mut rest = String::new();
         let _ = std::io::Read::read_to_string(&mut s, &mut rest);
-        rest
+        // The run itself (`run` waits for a QEMU).
+        let r = Fake::new(5600, 5600).play(addr, &chunks, Ending::Goodbye { lost: 0 });
+        (rest, r)
     });
     let stats = run_with_timeout(server, 1);
+    let (rest, r) = c.join().unwrap();
     // No welcome for a stranger: the server just closes.
-    assert_eq!(c.join().unwrap(), "");
-    assert_eq!((stats.connections, stats.strangers), (0, 1));
+    assert_eq!(rest, "");
+    assert_eq!(r, None);
+    assert_eq!((stats.connections, stats.strangers), (1, 1));
     assert!(stats.is_complete(), "{}", stats.loss_summary());
+    assert!(take_result(5600, 5600).unwrap() == want);
+}
+
+#[test]
+fn a_stranger_first_does_not_end_the_run() {
+    // `run` returns once the traced tree is done; a stranger that comes and
+    // goes before QEMU's first connection is not the start of that tree.
+    let server = bind();
+    let addr = peer(&server);
+    let Addr::Unix(path) = addr.0.clone() else {
+        unreachable!()
+    };
+    let (chunks, want) = make_stream(3, 4096, 17);
+    let fake = std::thread::spawn(move || {
+        let s = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        read_challenge(&s);
+        drop(s);
+        // Well past the linger time.
+        std::thread::sleep(Duration::from_millis(500));
+        Fake::new(5500, 5500).play(addr, &chunks, Ending::Goodbye { lost: 0 })
+    });
+    let stats = run_with_timeout(server, 1);
+    assert_eq!(fake.join().unwrap(), None);
+    assert_eq!((stats.connections, stats.strangers), (1, 1));
+    assert!(take_result(5500, 5500).unwrap() == want);
 }
 
 #[test]
@@ -813,15 +844,19 @@ fn the_hello_pid_must_be_the_connecting_process() {
 #[test]
 fn a_silent_connection_times_out() {
     let server = bind().handshake_timeout(Duration::from_millis(300));
-    let Addr::Unix(path) = server.addr().clone() else {
+    let addr = peer(&server);
+    let Addr::Unix(path) = addr.0.clone() else {
         unreachable!()
     };
     let c = std::thread::spawn(move || {
         let s = std::os::unix::net::UnixStream::connect(path).unwrap();
         read_challenge(&s);
-        // Say nothing; the server must give up on its own.
+        // A real stream meanwhile; then say nothing: the server must give
+        // up on its own, and `run` return.
+        let r = Fake::new(5700, 5700).play(addr, &[], Ending::Goodbye { lost: 0 });
         std::thread::sleep(Duration::from_secs(3));
         drop(s);
+        r
     });
     let start = std::time::Instant::now();
     let stats = run_with_timeout(server, 1);
@@ -830,8 +865,8 @@ fn a_silent_connection_times_out() {
         "{:?}",
         start.elapsed()
     );
-    assert_eq!(stats.strangers, 1);
-    c.join().unwrap();
+    assert_eq!((stats.connections, stats.strangers), (1, 1));
+    assert_eq!(c.join().unwrap(), None);
 }
 
 #[test]
