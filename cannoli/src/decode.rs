@@ -164,13 +164,19 @@ pub(crate) fn decode<T: Cannoli>(
     let mut d = with_words(body, |words| {
         decode_words::<T>(pid, tid, words, body, lay, trace)
     });
-    if d.error.is_none() && !tail.is_empty() {
-        d.error = Some(Malformed {
-            offset: whole,
-            tag: tail.last().copied().unwrap_or(0), // the top byte of a would-be word
-            problem: Problem::TrailingBytes(tail.len()),
-            skipped_bytes: tail.len(),
-        });
+    match &mut d.error {
+        // The stray bytes after the last whole word are skipped too: a
+        // malformed event's `skipped_bytes` runs to the end of the chunk.
+        Some(m) => m.skipped_bytes += tail.len(),
+        None if !tail.is_empty() => {
+            d.error = Some(Malformed {
+                offset: whole,
+                tag: tail.last().copied().unwrap_or(0), // the top byte of a would-be word
+                problem: Problem::TrailingBytes(tail.len()),
+                skipped_bytes: tail.len(),
+            })
+        }
+        None => {}
     }
     d
 }
@@ -1627,6 +1633,20 @@ mod tests {
                 assert_eq!(e.offset + e.skipped_bytes, n * 8);
             }
         }
+    }
+
+    #[test]
+    fn stray_bytes_after_a_malformed_event_are_skipped_too() {
+        // A truncated load, then three stray bytes: the malformed rest runs
+        // to the chunk's end (found by the cannoli-fuzz decode target).
+        let mut b = bytes(&[0x400000, top(tag::LOAD | 2) | 0x400004, 0x1000]);
+        b.extend([1, 2, 3]);
+        let (t, d) = run_bytes(&b, 32);
+        assert_eq!(t, vec![Ev::Exec(0x400000)]);
+        let e = d.error.unwrap();
+        assert_eq!(e.problem, Problem::Truncated { need: 3, have: 2 });
+        assert_eq!((e.offset, e.skipped_bytes), (8, b.len() - 8));
+        assert_eq!(e.lost_events(), 2);
     }
 
     #[test]

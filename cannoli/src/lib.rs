@@ -59,6 +59,8 @@ use std::{fmt, io};
 
 mod decode;
 mod event;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod reseq;
 mod server;
