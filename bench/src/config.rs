@@ -1,5 +1,6 @@
-//! The configurations a workload runs under: plain QEMU, QEMU's own plugins
-//! (the peers cannoli is compared with) and cannoli with three hook modes.
+//! The configurations a workload runs under: plain QEMU, QEMU plugins (the
+//! peers cannoli is compared with: QEMU's own and our TB-level peer,
+//! `bench/plugins/tbpeer.c`) and cannoli with three hook modes.
 
 /// How QEMU is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -7,13 +8,22 @@ pub enum Kind {
     /// QEMU built from the same source without cannoli: the baseline.
     Plain,
     /// The patched QEMU without `-cannoli`, with QEMU plugins: each entry is
-    /// a plugin under the build directory plus its options
-    /// (`-plugin PATH,OPTS`). Their totals go to a log file (`-d plugin -D`).
-    Plugins(&'static [(&'static str, &'static str)]),
+    /// a plugin and its options (`-plugin PATH,OPTS`). Their totals go to a
+    /// log file (`-d plugin -D`).
+    Plugins(&'static [(Lib, &'static str)]),
     /// The patched QEMU with `-cannoli libbench_hooks.so`, hook mode
     /// `hooks` (`CANNOLI_BENCH_HOOKS`), and the `benchmark` client with
     /// `workers` decoding threads.
     Cannoli { hooks: Hooks, workers: usize },
+}
+
+/// Which plugin library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lib {
+    /// One QEMU built: a path under the build directory.
+    Qemu(&'static str),
+    /// Ours, `bench/plugins/tbpeer.c`, built by `setup::build_tbpeer`.
+    TbPeer,
 }
 
 /// `CANNOLI_BENCH_HOOKS`, see `bench/hooks`.
@@ -39,17 +49,24 @@ pub struct Config {
     pub name: &'static str,
     pub kind: Kind,
     /// The plugin configuration doing the same job, for the "speedup vs
-    /// peer" column.
+    /// peer" column: QEMU's own plugins, a callback per instruction.
     pub peer: Option<&'static str>,
+    /// The fastest plugin configuration we know doing the same job, for the
+    /// "speedup vs best plugin" column: the TB-level peer.
+    pub best_peer: Option<&'static str>,
 }
 
 /// QEMU's instruction counter: with no options it registers a callback per
 /// executed instruction (`inline=on` would count with inline code instead),
 /// which is the plugin API's equivalent of handing every pc to a tool.
-const INSN: (&str, &str) = ("tests/tcg/plugins/libinsn.so", "");
+const INSN: (Lib, &str) = (Lib::Qemu("tests/tcg/plugins/libinsn.so"), "");
 /// QEMU's memory access counter, with a callback per access (its default
 /// registers nothing per access; `inline=on` would add inline counters).
-const MEM: (&str, &str) = ("tests/tcg/plugins/libmem.so", "callback=on");
+const MEM: (Lib, &str) = (Lib::Qemu("tests/tcg/plugins/libmem.so"), "callback=on");
+/// Our TB-level peer: one callback per executed block appends the block's id
+/// to a per-thread buffer, expanded into the pcs and folded into a checksum
+/// when full (`bench/plugins/tbpeer.c`).
+const TB: (Lib, &str) = (Lib::TbPeer, "");
 
 /// Every configuration, in table order.
 pub const ALL: &[Config] = &[
@@ -57,6 +74,7 @@ pub const ALL: &[Config] = &[
         name: "plain",
         kind: Kind::Plain,
         peer: None,
+        best_peer: None,
     },
     Config {
         name: "never",
@@ -65,16 +83,19 @@ pub const ALL: &[Config] = &[
             workers: 1,
         },
         peer: None,
+        best_peer: None,
     },
     Config {
         name: "plugin-insn",
         kind: Kind::Plugins(&[INSN]),
         peer: None,
+        best_peer: None,
     },
     Config {
         name: "plugin-mem",
         kind: Kind::Plugins(&[MEM]),
         peer: None,
+        best_peer: None,
     },
     // Both plugins at once: the same work as cannoli-pcmem (every pc and
     // every access), so this, not plugin-mem (which sees no instructions),
@@ -83,6 +104,24 @@ pub const ALL: &[Config] = &[
         name: "plugin-insn-mem",
         kind: Kind::Plugins(&[INSN, MEM]),
         peer: None,
+        best_peer: None,
+    },
+    // The same job as plugin-insn (every pc, in order, for a tool), done the
+    // fastest way the plugin API allows: a callback per block, not per
+    // instruction, and the pcs recorded at translation.
+    Config {
+        name: "plugin-tb",
+        kind: Kind::Plugins(&[TB]),
+        peer: None,
+        best_peer: None,
+    },
+    // The TB peer and libmem.so with a callback per access: every pc and
+    // every access, as cannoli-pcmem.
+    Config {
+        name: "plugin-tb-mem",
+        kind: Kind::Plugins(&[TB, MEM]),
+        peer: None,
+        best_peer: None,
     },
     Config {
         name: "cannoli-pc-1w",
@@ -91,6 +130,7 @@ pub const ALL: &[Config] = &[
             workers: 1,
         },
         peer: Some("plugin-insn"),
+        best_peer: Some("plugin-tb"),
     },
     Config {
         name: "cannoli-pc-2w",
@@ -99,6 +139,7 @@ pub const ALL: &[Config] = &[
             workers: 2,
         },
         peer: Some("plugin-insn"),
+        best_peer: Some("plugin-tb"),
     },
     Config {
         name: "cannoli-pcmem-1w",
@@ -107,6 +148,7 @@ pub const ALL: &[Config] = &[
             workers: 1,
         },
         peer: Some("plugin-insn-mem"),
+        best_peer: Some("plugin-tb-mem"),
     },
     Config {
         name: "cannoli-pcmem-2w",
@@ -115,6 +157,7 @@ pub const ALL: &[Config] = &[
             workers: 2,
         },
         peer: Some("plugin-insn-mem"),
+        best_peer: Some("plugin-tb-mem"),
     },
 ];
 
@@ -138,7 +181,7 @@ mod tests {
     #[test]
     fn peers_exist_and_names_are_unique() {
         for c in ALL {
-            if let Some(p) = c.peer {
+            for p in [c.peer, c.best_peer].into_iter().flatten() {
                 assert!(
                     matches!(by_name(p).unwrap().kind, Kind::Plugins(_)),
                     "{}",
@@ -146,6 +189,36 @@ mod tests {
                 );
             }
             assert_eq!(ALL.iter().filter(|d| d.name == c.name).count(), 1);
+        }
+    }
+
+    /// Every cannoli row that traces has both peers, and they do its job:
+    /// the best peer is the TB peer, with libmem.so exactly where the
+    /// callback-per-instruction peer has it.
+    #[test]
+    fn every_tracing_row_has_a_best_peer() {
+        let plugins = |name: &str| match by_name(name).unwrap().kind {
+            Kind::Plugins(p) => p,
+            _ => unreachable!(),
+        };
+        let mut rows = 0;
+        for c in ALL
+            .iter()
+            .filter(|c| matches!(c.hooks(), Some(h) if h != Hooks::Never))
+        {
+            rows += 1;
+            let (peer, best) = (plugins(c.peer.unwrap()), plugins(c.best_peer.unwrap()));
+            assert!(best.contains(&TB), "{}", c.name);
+            assert!(peer.contains(&INSN) && !best.contains(&INSN), "{}", c.name);
+            assert_eq!(peer.contains(&MEM), best.contains(&MEM), "{}", c.name);
+            assert_eq!(peer.contains(&MEM), c.hooks() == Some(Hooks::PcMem));
+        }
+        assert_eq!(rows, 4);
+        for c in ALL
+            .iter()
+            .filter(|c| !matches!(c.kind, Kind::Cannoli { .. }))
+        {
+            assert!(c.peer.is_none() && c.best_peer.is_none(), "{}", c.name);
         }
     }
 }

@@ -11,8 +11,9 @@
 //! ```
 //!
 //! It builds what it needs first (the `benchmark` client, the `bench-hooks`
-//! library, the guest programs and busybox) and needs the patched QEMU from
-//! `bash scripts/build-qemu.sh`.
+//! library, the guest programs and busybox, and with a C compiler and glib's
+//! headers the TB-level plugin peer `bench/plugins/tbpeer.c`) and needs the
+//! patched QEMU from `bash scripts/build-qemu.sh`.
 
 mod config;
 mod proc;
@@ -30,8 +31,9 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
   --quick        1 run per row and small inputs (a smoke test)
   --runs N       runs per row, the table shows medians (default 3)
   --workload     nop-loop, busybox-sha256, sortcrc, rss-10x (default: all)
-  --config       plain, never, plugin-insn, plugin-mem, plugin-insn-mem, cannoli-pc-1w,
-                 cannoli-pc-2w, cannoli-pcmem-1w, cannoli-pcmem-2w (default: all)
+  --config       plain, never, plugin-insn, plugin-mem, plugin-insn-mem, plugin-tb,
+                 plugin-tb-mem, cannoli-pc-1w, cannoli-pc-2w, cannoli-pcmem-1w,
+                 cannoli-pcmem-2w (default: all)
   --timeout SECS kill a QEMU run after this long (default 900)
   --no-build     do not run cargo build and scripts/build-guests.sh first
   --markdown     the output format (the only one; accepted for clarity)";
@@ -141,6 +143,16 @@ fn bench(opts: &Options) -> Result<(), String> {
         eprintln!("bench: building the client, the hook library and the guests");
         setup::build(&root)?;
     }
+    // Without a C compiler or glib's headers only the TB peer's rows fail
+    // (with this line), not the whole benchmark.
+    let tbpeer = if opts.build {
+        setup::build_tbpeer(&root, &qemu.build)
+    } else {
+        Ok(setup::tbpeer_path(&root))
+    };
+    if let Err(e) = &tbpeer {
+        eprintln!("bench: warning: {e}");
+    }
     let runs = opts.runs.unwrap_or(if opts.quick { 1 } else { 3 });
 
     let mut workloads = workload::all(&root, opts.quick);
@@ -168,6 +180,7 @@ fn bench(opts: &Options) -> Result<(), String> {
         release: root.join("target/release"),
         out,
         timeout: Duration::from_secs(opts.timeout),
+        tbpeer,
     };
     let host = setup::host_description(&ctx.qemu.binary(true, "mipsel"));
 
@@ -247,5 +260,24 @@ mod tests {
         assert!(parse("--workload nope").is_err());
         assert!(parse("--config").is_err());
         assert!(parse("--frobnicate").is_err());
+    }
+
+    /// The usage text lists every configuration, and nothing else.
+    #[test]
+    fn usage_names_every_config() {
+        let listed: String = USAGE
+            .split("\n  --config")
+            .nth(1)
+            .unwrap()
+            .split("(default")
+            .next()
+            .unwrap()
+            .into();
+        let listed: Vec<&str> = listed
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let all: Vec<&str> = config::ALL.iter().map(|c| c.name).collect();
+        assert_eq!(listed, all);
     }
 }

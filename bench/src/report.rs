@@ -47,31 +47,55 @@ impl Cell {
 struct Truth {
     /// Guest instructions, and where the number came from.
     insns: Option<(u64, &'static str)>,
+    /// The configuration that gave `insns` and `mem` (none for the client).
+    insns_config: Option<&'static str>,
+    mem_config: Option<&'static str>,
     /// Guest memory accesses (libmem.so).
     mem: Option<u64>,
+    /// The pc stream's checksum and the configuration that gave it: the TB
+    /// peer's (every other configuration that reports one must agree).
+    pc_checksum: Option<(u64, &'static str)>,
 }
 
 fn truth(cells: &[&Cell]) -> Truth {
-    let plugin = |name: &str, f: fn(&Sample) -> Option<u64>| {
-        cells
-            .iter()
-            .find(|c| c.config.name == name)
-            .and_then(|c| c.med(f))
-    };
-    let insns = plugin("plugin-insn", |s| s.insns)
-        .or_else(|| plugin("plugin-insn-mem", |s| s.insns))
-        .map(|n| (n, "libinsn.so"))
-        .or_else(|| {
-            // Without a plugin run, the client's count of cannoli-pc (checked
-            // equal to libinsn.so's wherever both ran) is the best we have.
+    let plugin = |names: &[&'static str], f: fn(&Sample) -> Option<u64>| {
+        names.iter().find_map(|&name| {
             cells
                 .iter()
-                .find(|c| c.config.hooks() == Some(Hooks::Pc))
-                .and_then(|c| c.med(|s| s.events))
-                .map(|n| (n, "client"))
+                .find(|c| c.config.name == name)
+                .and_then(|c| c.med(f))
+                .map(|n| (n, name))
+        })
+    };
+    let from_libinsn = plugin(&["plugin-insn", "plugin-insn-mem"], |s| s.insns);
+    let insns = from_libinsn.map(|(n, _)| (n, "libinsn.so")).or_else(|| {
+        // Without a plugin run, the client's count of cannoli-pc (checked
+        // equal to libinsn.so's wherever both ran) is the best we have.
+        cells
+            .iter()
+            .find(|c| c.config.hooks() == Some(Hooks::Pc))
+            .and_then(|c| c.med(|s| s.events))
+            .map(|n| (n, "client"))
+    });
+    let mem = plugin(&["plugin-mem", "plugin-insn-mem"], |s| s.mem);
+    // The first run's, not a median: checksums are equal or wrong.
+    let pc_checksum = ["plugin-tb", "plugin-tb-mem"]
+        .iter()
+        .chain(cells.iter().map(|c| &c.config.name))
+        .find_map(|&name| {
+            let cell = cells.iter().find(|c| c.config.name == name)?;
+            cell.samples
+                .iter()
+                .find_map(|s| s.pc_checksum)
+                .map(|h| (h, cell.config.name))
         });
-    let mem = plugin("plugin-mem", |s| s.mem).or_else(|| plugin("plugin-insn-mem", |s| s.mem));
-    Truth { insns, mem }
+    Truth {
+        insns,
+        insns_config: from_libinsn.map(|(_, c)| c),
+        mem_config: mem.map(|(_, c)| c),
+        mem: mem.map(|(n, _)| n),
+        pc_checksum,
+    }
 }
 
 /// The checks of one cell, as warning texts.
@@ -102,6 +126,52 @@ fn check(cell: &Cell, truth: &Truth, reference_stdout: Option<&str>) -> Vec<Stri
             if lo != hi {
                 warn.push(format!("{what} count varies between runs: {lo} to {hi}"));
             }
+        }
+    }
+    // A plugin configuration other than the reference (the TB peer, or
+    // libmem.so loaded beside it) must count what the reference counts.
+    let reference = [
+        (
+            "instruction",
+            truth.insns.map(|(n, _)| n),
+            truth.insns_config,
+            "libinsn.so",
+            (|s: &Sample| s.insns) as fn(&Sample) -> Option<u64>,
+        ),
+        (
+            "memory access",
+            truth.mem,
+            truth.mem_config,
+            "libmem.so",
+            |s| s.mem,
+        ),
+    ];
+    for (what, want, source, lib, f) in reference {
+        let (Some(want), Some(source)) = (want, source) else {
+            continue;
+        };
+        if cell.config.name == source {
+            continue;
+        }
+        if let Some(got) = cell.samples.iter().filter_map(f).find(|&n| n != want) {
+            warn.push(format!(
+                "{what} count {} differs from {lib}'s {} in {source} (difference {:+})",
+                table::count(got),
+                table::count(want),
+                got as i128 - want as i128
+            ));
+        }
+    }
+    if let Some((want, source)) = truth.pc_checksum {
+        if let Some(got) = cell
+            .samples
+            .iter()
+            .filter_map(|s| s.pc_checksum)
+            .find(|&h| h != want)
+        {
+            warn.push(format!(
+                "pc checksum {got:#018x} differs from {source}'s {want:#018x}"
+            ));
         }
     }
     if let Some(hooks) = cell.config.hooks() {
@@ -167,6 +237,7 @@ pub fn render(
         "guest insn/s",
         "slowdown vs plain",
         "speedup vs peer",
+        "speedup vs best plugin",
         "QEMU RSS MiB",
         "client RSS MiB",
         "check",
@@ -174,7 +245,7 @@ pub fn render(
     let mut align = vec![Align::Right; headers.len()];
     align[0] = Align::Left;
     align[1] = Align::Left;
-    align[12] = Align::Left;
+    align[headers.len() - 1] = Align::Left;
 
     let mut rows = Vec::new();
     let mut warnings = Vec::new();
@@ -201,6 +272,11 @@ pub fn render(
             let wall = cell.wall();
             let dash = || "-".to_string();
             let peer_wall = cell.config.peer.and_then(find).and_then(|p| p.wall());
+            let best_wall = cell.config.best_peer.and_then(find).and_then(|p| p.wall());
+            let speedup = |peer: Option<f64>| match (wall, peer) {
+                (Some(a), Some(p)) if a > 0.0 => table::ratio(p / a),
+                _ => "-".to_string(),
+            };
             let insns = truth.insns.map(|(n, src)| {
                 client_counted |= src == "client";
                 if src == "client" {
@@ -225,10 +301,8 @@ pub fn render(
                     (Some(a), Some(p)) if p > 0.0 => table::ratio(a / p),
                     _ => dash(),
                 },
-                match (wall, peer_wall) {
-                    (Some(a), Some(p)) if a > 0.0 => table::ratio(p / a),
-                    _ => dash(),
-                },
+                speedup(peer_wall),
+                speedup(best_wall),
                 cell.med(|s| Some(s.qemu_rss_kb))
                     .filter(|_| !cell.samples.is_empty())
                     .map(table::mib)
@@ -276,6 +350,11 @@ pub fn render(
     out +=
         " plugin-insn-mem (libinsn.so and libmem.so together: every instruction and every access,";
     out += " as cannoli-pcmem does; plugin-mem alone counts only the accesses);";
+    out += " *speedup vs best plugin* = the same against the fastest plugin we know for the job:";
+    out += " plugin-tb (bench/plugins/tbpeer.c: one callback per executed block appends the";
+    out += " block's id to a per-thread buffer, expanded into the block's pcs recorded at";
+    out += " translation and folded into a checksum when full) for cannoli-pc, plugin-tb-mem";
+    out += " (the same with libmem.so's callback per access) for cannoli-pcmem;";
     out += " RSS = peak (ru_maxrss), in MiB.\n";
     if client_counted {
         out += "\n\\* no plugin run for this workload: the instruction count is the client's event count.\n";
@@ -296,7 +375,10 @@ pub fn render(
         }
     } else {
         out += "\nAll checks passed: every guest printed the same output in every configuration,";
-        out += " plugin counts were stable, and cannoli's event counts equal QEMU's plugins' counts.\n";
+        out +=
+            " plugin counts were stable, and cannoli's event counts equal QEMU's plugins' counts";
+        out += " (the TB peer's instruction count equals libinsn.so's, and every pc checksum";
+        out += " reported equals the TB peer's).\n";
     }
     out
 }
@@ -380,6 +462,13 @@ mod tests {
         }
     }
 
+    fn checked(s: Sample, h: u64) -> Sample {
+        Sample {
+            pc_checksum: Some(h),
+            ..s
+        }
+    }
+
     #[test]
     fn table_has_ratios_and_flags_count_mismatch() {
         let root = std::path::Path::new("/nonexistent");
@@ -405,14 +494,26 @@ mod tests {
             },
             Cell {
                 workload: 0,
+                config: config::by_name("plugin-tb").unwrap(),
+                samples: vec![checked(sample(6.0, None, Some(1000)), 0xabc)],
+                errors: vec![],
+            },
+            Cell {
+                workload: 0,
+                config: config::by_name("plugin-tb-mem").unwrap(),
+                samples: vec![checked(sample(8.0, None, Some(1001)), 0xabc)],
+                errors: vec![],
+            },
+            Cell {
+                workload: 0,
                 config: config::by_name("cannoli-pc-1w").unwrap(),
-                samples: vec![sample(4.0, Some(1000), None)],
+                samples: vec![checked(sample(4.0, Some(1000), None), 0xabc)],
                 errors: vec![],
             },
             Cell {
                 workload: 0,
                 config: config::by_name("cannoli-pc-2w").unwrap(),
-                samples: vec![sample(5.0, Some(999), None)],
+                samples: vec![checked(sample(5.0, Some(999), None), 0xabd)],
                 errors: vec![],
             },
         ];
@@ -428,11 +529,35 @@ mod tests {
         assert!(row("plain").contains(" 1.000-3.000 |"), "{r}");
         assert!(row("cannoli-pc-1w").contains("2.00x"), "{r}");
         assert!(row("cannoli-pc-1w").contains("2.50x"), "{r}");
+        // ... and 1.5x faster than plugin-tb's 6 s (the best plugin column,
+        // right after the peer's).
+        let speedups = |name: &str| {
+            let row = row(name);
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            (cells[10].to_string(), cells[11].to_string())
+        };
+        assert!(r.contains("| speedup vs peer | speedup vs best plugin |"));
+        assert_eq!(speedups("cannoli-pc-1w"), ("2.50x".into(), "1.50x".into()));
+        assert_eq!(speedups("cannoli-pc-2w"), ("2.00x".into(), "1.20x".into()));
+        assert_eq!(speedups("plugin-tb"), ("-".into(), "-".into()));
         assert!(row("cannoli-pc-1w").contains("| ok "), "{r}");
+        assert!(row("plugin-tb").contains("| ok "), "{r}");
         assert!(row("cannoli-pc-2w").contains("WARN"), "{r}");
         assert!(
             r.contains("cannoli-pc-2w: client counted 999 events"),
             "{r}"
         );
+        // The TB peers' counts are checked against libinsn.so's, and every
+        // pc checksum against plugin-tb's.
+        assert!(row("plugin-tb-mem").contains("WARN"), "{r}");
+        assert!(
+            r.contains("plugin-tb-mem: instruction count 1,001 differs from libinsn.so's 1,000 in plugin-insn"),
+            "{r}"
+        );
+        assert!(
+            r.contains("cannoli-pc-2w: pc checksum 0x0000000000000abd differs from plugin-tb's 0x0000000000000abc"),
+            "{r}"
+        );
+        assert!(!r.contains("cannoli-pc-1w: "), "{r}");
     }
 }

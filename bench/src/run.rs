@@ -1,6 +1,6 @@
 //! One measurement: a workload under a configuration, start to finish.
 
-use crate::config::{Config, Kind};
+use crate::config::{Config, Kind, Lib};
 use crate::proc::{wait_any, Proc};
 use crate::setup::Qemu;
 use crate::workload::Workload;
@@ -30,6 +30,9 @@ pub struct Ctx {
     pub out: PathBuf,
     /// Longest a QEMU run may take before it is killed.
     pub timeout: Duration,
+    /// The TB-level plugin peer (`setup::build_tbpeer`), or why there is
+    /// none.
+    pub tbpeer: Result<PathBuf, String>,
 }
 
 /// The results of one run.
@@ -50,6 +53,10 @@ pub struct Sample {
     /// libinsn.so's "total insns" and libmem.so's "mem accesses".
     pub insns: Option<u64>,
     pub mem: Option<u64>,
+    /// The checksum of the pc stream, from the TB peer's log or the client's
+    /// output (when it prints one): every thread's `h = rotl(h, 5) ^ pc`
+    /// over its pcs in execution order, summed.
+    pub pc_checksum: Option<u64>,
     /// What the guest wrote to stdout.
     pub stdout: String,
 }
@@ -92,11 +99,18 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
         Kind::Plain => {}
         Kind::Plugins(plugins) => {
             for (lib, opts) in plugins {
-                let path = ctx.qemu.build.join(lib);
+                let path = match lib {
+                    Lib::Qemu(rel) => ctx.qemu.build.join(rel),
+                    Lib::TbPeer => ctx.tbpeer.clone()?,
+                };
                 if !path.is_file() {
                     return Err(format!(
-                        "QEMU plugin {} is missing: rebuild with `bash scripts/build-qemu.sh`",
-                        path.display()
+                        "QEMU plugin {} is missing: rebuild with {}",
+                        path.display(),
+                        match lib {
+                            Lib::Qemu(_) => "`bash scripts/build-qemu.sh`",
+                            Lib::TbPeer => "bench (without --no-build)",
+                        }
                     ));
                 }
                 let sep = if opts.is_empty() { "" } else { "," };
@@ -199,6 +213,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
         })?;
         sample.events = Some(events);
         sample.lost = Some(lost);
+        sample.pc_checksum = find_checksum(&out);
     }
 
     if let Kind::Plugins(_) = c.kind {
@@ -206,6 +221,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
             .map_err(|e| format!("cannot read the plugin log {}: {e}", log_path.display()))?;
         sample.insns = find_count(&log, "total insns:");
         sample.mem = find_count(&log, "mem accesses:");
+        sample.pc_checksum = find_checksum(&log);
         if sample.insns.is_none() && sample.mem.is_none() {
             return Err(format!("no plugin total in {}", log_path.display()));
         }
@@ -329,6 +345,16 @@ pub fn find_count(log: &str, key: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The `0x...` after "pc checksum:" in a plugin log or the client's output.
+pub fn find_checksum(text: &str) -> Option<u64> {
+    let at = text.find("pc checksum: 0x")? + "pc checksum: 0x".len();
+    let hex: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    u64::from_str_radix(&hex, 16).ok()
+}
+
 /// ": <last line of stderr>" for an error message, or "".
 fn tail(stderr: &Path) -> String {
     let text = fs::read_to_string(stderr).unwrap_or_default();
@@ -341,6 +367,62 @@ fn tail(stderr: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The TB peer, built from its source, runs in QEMU and counts exactly
+    /// what libinsn.so counts on a short nop loop; with libmem.so beside it,
+    /// it sees the same pc stream (same checksum) and libmem.so the same
+    /// accesses as alone. Needs the QEMU of scripts/build-qemu.sh and the
+    /// guests of scripts/build-guests.sh (the error says so): it fails, it
+    /// never skips.
+    #[test]
+    fn tbpeer_counts_equal_libinsn_on_the_nop_loop() {
+        let root = crate::setup::workspace_root();
+        let qemu = crate::setup::qemu(&root, "mipsel").unwrap();
+        let lib = crate::setup::build_tbpeer(&root, &qemu.build).unwrap();
+        let built = fs::metadata(&lib).unwrap().modified().unwrap();
+        // Up to date: not built again.
+        crate::setup::build_tbpeer(&root, &qemu.build).unwrap();
+        assert_eq!(fs::metadata(&lib).unwrap().modified().unwrap(), built);
+
+        let mut w = crate::workload::all(&root, true)
+            .into_iter()
+            .find(|w| w.name == "nop-loop")
+            .unwrap();
+        w.args = vec!["100000".into()];
+        w.prepare().unwrap();
+        let out = std::env::temp_dir().join(format!("cannoli-bench-tbpeer-{}", std::process::id()));
+        fs::create_dir_all(&out).unwrap();
+        let ctx = Ctx {
+            qemu,
+            release: root.join("target/release"),
+            out: out.clone(),
+            timeout: Duration::from_secs(120),
+            tbpeer: Ok(lib),
+        };
+        let run = |name: &str| {
+            let c = crate::config::by_name(name).unwrap();
+            let s = run_once(&ctx, &w, c).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s.stdout, "nop_loop: 100000 x 100 nops\n", "{name}");
+            s
+        };
+        let (insn, tb, tb_mem, mem) = (
+            run("plugin-insn"),
+            run("plugin-tb"),
+            run("plugin-tb-mem"),
+            run("plugin-mem"),
+        );
+        fs::remove_dir_all(&out).unwrap();
+        let n = insn.insns.unwrap();
+        assert!(n > 100_000 * 104, "{n}");
+        assert_eq!(tb.insns, Some(n));
+        assert_eq!(tb_mem.insns, Some(n));
+        assert_eq!(insn.pc_checksum, None);
+        assert!(tb.pc_checksum.is_some());
+        assert_eq!(tb_mem.pc_checksum, tb.pc_checksum);
+        assert!(mem.mem.unwrap() > 0);
+        assert_eq!(tb_mem.mem, mem.mem);
+        assert_eq!(tb.mem, None);
+    }
 
     #[test]
     fn parses_client_and_plugin_output() {
@@ -363,5 +445,15 @@ mod tests {
         assert_eq!(find_count(log, "total insns:"), Some(22950248));
         assert_eq!(find_count(log, "mem accesses:"), Some(77));
         assert_eq!(find_count(log, "io accesses:"), None);
+        let tb = "mem accesses: 77\ntotal insns: 10409130\npc checksum: 0x6a4f1f4de47f8ab6\n";
+        assert_eq!(find_count(tb, "total insns:"), Some(10409130));
+        assert_eq!(find_checksum(tb), Some(0x6a4f1f4de47f8ab6));
+        assert_eq!(find_checksum(log), None);
+        assert_eq!(
+            find_checksum(
+                "12 events in 3 chunks, 0 lost; pc checksum: 0x00000000000000ff (12 pcs)"
+            ),
+            Some(0xff)
+        );
     }
 }

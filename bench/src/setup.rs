@@ -95,6 +95,101 @@ pub fn build(root: &Path) -> Result<(), String> {
     )
 }
 
+/// Where `setup::build_tbpeer` puts the TB-level plugin peer.
+pub fn tbpeer_path(root: &Path) -> PathBuf {
+    root.join("target/bench/plugins/libtbpeer.so")
+}
+
+/// The QEMU source tree of a build directory, for `qemu-plugin.h`: the `src`
+/// directory beside it (scripts/build-qemu.sh's layout), else the source
+/// directory meson recorded in `meson-info/meson-info.json`.
+fn qemu_source(build: &Path) -> Option<PathBuf> {
+    let header = |src: &Path| src.join("include/qemu/qemu-plugin.h").is_file();
+    if let Some(src) = build.parent().map(|p| p.join("src")).filter(|s| header(s)) {
+        return Some(src);
+    }
+    let info = fs::read_to_string(build.join("meson-info/meson-info.json")).ok()?;
+    let at = info.find("\"source\"")? + "\"source\"".len();
+    let rest = info[at..].trim_start().strip_prefix(':')?.trim_start();
+    let src = PathBuf::from(rest.strip_prefix('"')?.split('"').next()?);
+    header(&src).then_some(src)
+}
+
+fn mtime(p: &Path) -> Option<std::time::SystemTime> {
+    fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Builds `bench/plugins/tbpeer.c` into [`tbpeer_path`] against the plugin
+/// header of the QEMU in `build`, unless the library is newer than the
+/// source and the header. Returns the library, or one line saying what is
+/// missing.
+pub fn build_tbpeer(root: &Path, build: &Path) -> Result<PathBuf, String> {
+    let what = "cannot build the TB plugin peer";
+    let source = root.join("bench/plugins/tbpeer.c");
+    let out = tbpeer_path(root);
+    let src = qemu_source(build).ok_or_else(|| {
+        format!(
+            "{what}: no QEMU source tree with include/qemu/qemu-plugin.h beside {}",
+            build.display()
+        )
+    })?;
+    let include = src.join("include/qemu");
+    let built = mtime(&out);
+    if built.is_some()
+        && [&source, &include.join("qemu-plugin.h")]
+            .iter()
+            .all(|p| mtime(p) <= built)
+    {
+        return Ok(out);
+    }
+    let glib = Command::new("pkg-config")
+        .args(["--cflags", "glib-2.0"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .ok_or(format!(
+            "{what}: no glib-2.0 headers (`pkg-config --cflags glib-2.0` failed; \
+             apt-get install pkg-config libglib2.0-dev)"
+        ))?;
+    let dir = out.parent().expect("a directory");
+    fs::create_dir_all(dir).map_err(|e| format!("{what}: cannot create {}: {e}", dir.display()))?;
+    // Built beside and renamed into place, so that a concurrent run (or
+    // test) never loads a half-written library.
+    let tmp = out.with_extension(format!("so.tmp.{}", std::process::id()));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let result = Command::new(&cc)
+        .args(["-O2", "-Wall", "-shared", "-fPIC"])
+        .args(glib.split_whitespace())
+        .arg("-I")
+        .arg(&include)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(&source)
+        .stdin(Stdio::null())
+        .output();
+    let result = match result {
+        Err(e) => Err(format!(
+            "{what}: no C compiler ({cc}: {e}; apt-get install gcc)"
+        )),
+        Ok(o) if !o.status.success() => Err(format!(
+            "{what}: {cc} failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+                .lines()
+                .find(|l| l.contains("error"))
+                .unwrap_or("(no message)")
+        )),
+        Ok(o) => {
+            // Warnings are for whoever edits the plugin.
+            std::io::Write::write_all(&mut std::io::stderr(), &o.stderr).ok();
+            fs::rename(&tmp, &out).map_err(|e| format!("{what}: {e}"))
+        }
+    };
+    let _ = fs::remove_file(&tmp);
+    result.map(|()| out)
+}
+
 fn run_step(cmd: &mut Command, what: &str) -> Result<(), String> {
     let status = cmd
         .stdin(Stdio::null())
