@@ -198,3 +198,207 @@ fn dump_client_address_in_use() {
         "cannoli-dump announced an address it could not bind: {out}"
     );
 }
+
+// ---------------------------------------------------------------------------
+// Tools whose output cannot be written (issue 11, item 5)
+// ---------------------------------------------------------------------------
+
+/// The guest's exit status in these runs: a tool whose output failed must
+/// not exit with it.
+const GUEST_STATUS: &str = "5";
+
+/// Where a tool's output goes in one run.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Dest {
+    /// stdout is `/dev/full` (every write fails with ENOSPC).
+    StdoutFull,
+    /// `-o /dev/full`.
+    DashOFull,
+    /// `-o <a file in the run directory>`, stdout a file: all is well.
+    Fine,
+}
+
+/// `target/release/<tool> [-o ...] exitcode 5` on x86_64 (static, a few
+/// ten thousand instructions: the trace is far bigger than any buffer, so
+/// writing fails during the run, not only at the final flush), with a clean
+/// environment; returns its status and stderr.
+fn tool_run(dir: &RunDir, tool: &str, dest: Dest) -> (std::process::ExitStatus, String) {
+    use std::fs::{File, OpenOptions};
+    let tag = format!("{tool}-{dest:?}");
+    let mut c = std::process::Command::new(release_artifact(tool));
+    let file = dir.file(&format!("{tag}.out"));
+    match dest {
+        Dest::DashOFull => {
+            c.args(["-o", "/dev/full"]);
+        }
+        Dest::Fine => {
+            c.arg("-o").arg(&file);
+        }
+        Dest::StdoutFull => {}
+    }
+    // The benchmark has no -o: its result goes to stdout.
+    if tool == "benchmark" {
+        c = std::process::Command::new(release_artifact(tool));
+    }
+    c.arg(guest("x86_64", "exitcode")).arg(GUEST_STATUS);
+    let stdout = match dest {
+        Dest::StdoutFull => OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("open /dev/full"),
+        _ => File::create(dir.file(&format!("{tag}.stdout"))).unwrap(),
+    };
+    let stderr_path = dir.file(&format!("{tag}.stderr"));
+    c.env_clear()
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(stdout)
+        .stderr(File::create(&stderr_path).unwrap());
+    for k in ["PATH", "CANNOLI_QEMU_BUILD"] {
+        if let Some(v) = std::env::var_os(k) {
+            c.env(k, v);
+        }
+    }
+    let child = c
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {tool}: {e}"));
+    let status = ChildGuard::new(child, tool)
+        .wait_timeout(timeout())
+        .unwrap_or_else(|| panic!("{tool} ({dest:?}) did not finish; killed"));
+    (
+        status,
+        std::fs::read_to_string(&stderr_path).unwrap_or_default(),
+    )
+}
+
+/// The tool exited with status 3 and said, in exactly one line, that
+/// writing `what` to `to` failed with ENOSPC and the output is incomplete.
+fn assert_output_failed(tool: &str, dest: Dest, status: std::process::ExitStatus, err: &str) {
+    let to = if dest == Dest::StdoutFull {
+        "stdout"
+    } else {
+        "/dev/full"
+    };
+    assert_eq!(
+        status.code(),
+        Some(cannoli::EXIT_INCOMPLETE),
+        "{tool} with its output on a full disk ({dest:?}): {status}, expected exit status {} \
+         (not the guest's {GUEST_STATUS})\n--- stderr ---\n{err}",
+        cannoli::EXIT_INCOMPLETE
+    );
+    let failed: Vec<&str> = err.lines().filter(|l| l.contains("failed")).collect();
+    assert!(
+        failed.len() == 1
+            && failed[0].starts_with(&format!("{tool}: writing "))
+            && failed[0].contains(&format!(" to {to} failed: "))
+            && failed[0].contains("No space left on device")
+            && failed[0].ends_with("; the output is incomplete"),
+        "{tool} ({dest:?}): expected one line `{tool}: writing ... to {to} failed: No space left \
+         on device ...; the output is incomplete`, got:\n{err}"
+    );
+    assert!(
+        !err.contains("panicked"),
+        "{tool} ({dest:?}) panicked:\n{err}"
+    );
+}
+
+#[test]
+fn tools_with_stdout_on_a_full_disk() {
+    let dir = RunDir::new();
+    for tool in ["symbolizer", "backtrace", "regtrace", "benchmark"] {
+        let (status, err) = tool_run(&dir, tool, Dest::StdoutFull);
+        assert_output_failed(tool, Dest::StdoutFull, status, &err);
+    }
+    // coverage writes only its drcov file and stderr: stdout is the
+    // program's alone, and the program's status stands.
+    let (status, err) = tool_run(&dir, "coverage", Dest::StdoutFull);
+    assert_eq!(
+        status.code(),
+        Some(GUEST_STATUS.parse().unwrap()),
+        "coverage with stdout on a full disk (it writes nothing there): {status}\n{err}"
+    );
+}
+
+#[test]
+fn tools_with_dash_o_on_a_full_disk() {
+    let dir = RunDir::new();
+    for tool in ["symbolizer", "backtrace", "regtrace", "coverage"] {
+        let (status, err) = tool_run(&dir, tool, Dest::DashOFull);
+        assert_output_failed(tool, Dest::DashOFull, status, &err);
+    }
+}
+
+/// The same runs with somewhere to write: the guest's status, no failure
+/// line (so the tests above fail for the right reason).
+#[test]
+fn tools_with_room_to_write() {
+    let dir = RunDir::new();
+    for tool in [
+        "symbolizer",
+        "backtrace",
+        "regtrace",
+        "coverage",
+        "benchmark",
+    ] {
+        let (status, err) = tool_run(&dir, tool, Dest::Fine);
+        assert_eq!(
+            status.code(),
+            Some(GUEST_STATUS.parse().unwrap()),
+            "{tool} writing to a file: {status}\n{err}"
+        );
+        assert!(
+            !err.contains("failed"),
+            "{tool} writing to a file says something failed:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn dump_client_with_out_on_a_full_disk() {
+    let dir = RunDir::new();
+    let q = qemu_builds();
+    let arch = "x86_64";
+    // `--out /dev/full` after start_args' own `--out`: the last one counts.
+    let mut client =
+        DumpClient::start_args(&dir, "full", &["--threads", "1", "--out", "/dev/full"]);
+    let cmd = GuestCmd::new(arch, q.qemu(arch), &guest(arch, "loops"), &[])
+        .qemu_arg("-cannoli")
+        .qemu_arg(jitter_lib())
+        .env("CANNOLI_ADDR", &client.addr)
+        .env("CANNOLI_TOKEN", &client.token);
+    let run = run_guest(&dir, "full", &cmd);
+    // QEMU is not held up by the client that cannot write.
+    run.assert_success();
+    let (status, err) = client.finish(&run);
+    assert_output_failed("cannoli-dump", Dest::DashOFull, status, &err);
+}
+
+#[test]
+fn dump_client_with_stdout_on_a_full_disk() {
+    // Its first line (`listening <addr>`) cannot be written: it stops at
+    // once, before anything connects, with one line.
+    let dir = RunDir::new();
+    let err_path = dir.file("stdout-full.stderr");
+    let child = std::process::Command::new(dump_client())
+        .args(["--listen", "127.0.0.1:0", "--threads", "1", "--out"])
+        .arg(dir.file("never.dump"))
+        .stdin(std::process::Stdio::null())
+        .stdout(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/full")
+                .expect("open /dev/full"),
+        )
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .expect("start cannoli-dump");
+    let status = ChildGuard::new(child, "cannoli-dump")
+        .wait_timeout(Duration::from_secs(30))
+        .expect("cannoli-dump with stdout on a full disk hung");
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{status}\n{err}");
+    assert!(
+        err.lines().count() == 1 && err.contains("stdout") && err.contains("No space left"),
+        "expected one line about stdout:\n{err}"
+    );
+}

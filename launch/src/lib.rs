@@ -64,6 +64,7 @@
 
 pub mod arch;
 pub mod find;
+mod output;
 mod signals;
 mod tree;
 
@@ -79,6 +80,7 @@ use std::sync::{Arc, Mutex};
 use cannoli::{Cannoli, Server, Stats};
 
 pub use arch::{Arch, Guest};
+pub use output::{OpenError, Output, OutputError};
 
 /// What a tool tells the launcher about itself.
 #[derive(Debug, Clone, Copy)]
@@ -143,6 +145,19 @@ impl Report {
             );
         }
         self.exit_code()
+    }
+
+    /// [`Report::finish`], and then the tool's output: if writing it
+    /// failed, one more line (`tool: writing ... failed: ...; the output is
+    /// incomplete`) and [`cannoli::EXIT_INCOMPLETE`], whatever the program's
+    /// status, as for lost events: a script must not take a truncated trace
+    /// for a whole one.
+    pub fn finish_with_output(&self, tool: &str, output: Result<(), OutputError>) -> i32 {
+        let code = self.finish(tool);
+        match output {
+            Ok(()) => code,
+            Err(e) => e.report(tool),
+        }
     }
 }
 

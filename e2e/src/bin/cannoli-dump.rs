@@ -29,10 +29,14 @@
 //! `--delay-us N` makes the client slow on purpose: it sleeps N microseconds
 //! in each serial `trace` call (once per chunk), so QEMU has to wait for
 //! free chunks (a test of back-pressure).
+//!
+//! Exit status: 0 when the trace is complete and every line was written; 3
+//! (`cannoli::EXIT_INCOMPLETE`) when events were lost or writing the output
+//! (or a `--split` file) failed, each said in one line on stderr; 1 when it
+//! could not start; 2 for bad arguments.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,15 +48,21 @@ use e2e::dump::{
     push_counts, push_exec, push_map, push_mem, push_protect, push_regs, push_signal, push_syscall,
     push_unmap, split_file_name, stream_line, Counts, MemKind, Summary, ALL_KINDS, LISTENING,
 };
+use launch::{Output, OutputError};
 
 /// Where `trace` writes; shared by every traced thread and process.
-struct Output {
-    w: Box<dyn Write + Send>,
+struct Shared {
+    /// Keeps its first write error for the end (`launch::Output`): the
+    /// events are still consumed, so that QEMU does not block. `None` once
+    /// finished.
+    w: Option<Output>,
     lines: u64,
-    error: Option<io::Error>,
 }
 
-static OUT: OnceLock<Mutex<Output>> = OnceLock::new();
+static OUT: OnceLock<Mutex<Shared>> = OnceLock::new();
+/// The first failure of a `--split` file or of `streams.txt` (the shared
+/// output keeps its own).
+static SPLIT_ERROR: Mutex<Option<OutputError>> = Mutex::new(None);
 static VERBOSE: OnceLock<bool> = OnceLock::new();
 /// Line kinds to print: bit `letter - 'A'` set for each.
 static KINDS: OnceLock<u32> = OnceLock::new();
@@ -60,8 +70,8 @@ static KINDS: OnceLock<u32> = OnceLock::new();
 /// `--split DIR`: one file per stream (see the file header).
 struct Split {
     dir: PathBuf,
-    /// `streams.txt`.
-    index: BufWriter<File>,
+    /// `streams.txt`; `None` once finished.
+    index: Option<Output>,
     /// Streams seen so far per (pid, tid).
     seen: HashMap<(i32, i32), u32>,
 }
@@ -87,21 +97,13 @@ fn split_name(seen: &mut HashMap<(i32, i32), u32>, pid: i32, tid: i32) -> String
     name
 }
 
-/// Opens this stream's `--split` file and lists it in `streams.txt`.
-fn split_open(ci: &ClientInfo) -> Option<BufWriter<File>> {
+/// Opens this stream's `--split` file and lists it in `streams.txt`. A
+/// file that cannot be created is recorded as a failure and the stream's
+/// lines are dropped (`None`).
+fn split_open(ci: &ClientInfo) -> Option<Output> {
     let mut sp = SPLIT.get()?.lock().unwrap_or_else(|e| e.into_inner());
     let name = split_name(&mut sp.seen, ci.pid, ci.tid);
     let path = sp.dir.join(&name);
-    let file = match File::create(&path) {
-        Ok(f) => f,
-        Err(e) => {
-            record_error(io::Error::new(
-                e.kind(),
-                format!("cannot create {}: {e}", path.display()),
-            ));
-            return Some(BufWriter::new(File::create("/dev/null").ok()?));
-        }
-    };
     let line = stream_line(
         &name,
         ci.pid,
@@ -109,20 +111,29 @@ fn split_open(ci: &ClientInfo) -> Option<BufWriter<File>> {
         ci.tid,
         ci.exe.as_deref().unwrap_or(""),
     );
-    let r = writeln!(sp.index, "{line}").and_then(|_| sp.index.flush());
-    if let Err(e) = r {
-        record_error(e);
+    if let Some(index) = sp.index.as_mut() {
+        // Flushed at once: a reader may follow the index while tracing.
+        let _ = writeln!(index, "{line}");
+        let _ = index.flush();
     }
-    Some(BufWriter::with_capacity(1 << 20, file))
+    match Output::create(&path, "the trace") {
+        Ok(w) => Some(w),
+        Err(e) => {
+            record_split_error(OutputError {
+                what: "the trace".into(),
+                dest: e.path,
+                error: io::Error::new(e.source.kind(), format!("cannot create it: {}", e.source)),
+            });
+            None
+        }
+    }
 }
 
-/// Keeps the first output error for the final report.
-fn record_error(e: io::Error) {
-    if let Some(out) = OUT.get() {
-        let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-        if out.error.is_none() {
-            out.error = Some(e);
-        }
+/// Keeps the first `--split` failure for the final report.
+fn record_split_error(e: OutputError) {
+    let mut first = SPLIT_ERROR.lock().unwrap_or_else(|e| e.into_inner());
+    if first.is_none() {
+        *first = Some(e);
     }
 }
 
@@ -209,18 +220,20 @@ fn format_events(buf: &mut Vec<u8>, trace: &[Ev], counts: Option<&mut Counts>) {
 
 struct Dump {
     buf: Vec<u8>,
-    /// This stream's own file under `--split`.
-    split: Option<BufWriter<File>>,
+    /// This stream's own file under `--split` (`None` without `--split`,
+    /// or if it could not be created).
+    split: Option<Output>,
     /// Under `--counts`: this stream's events so far.
     counts: Option<Counts>,
 }
 
 impl Dump {
     /// Writes `buf`, `lines` lines, to this stream's file or the output.
-    fn emit(split: &mut Option<BufWriter<File>>, buf: &[u8], lines: u64) {
-        if let Some(w) = split {
-            if let Err(e) = w.write_all(buf) {
-                record_error(e);
+    /// (`Output` keeps write errors for the end.)
+    fn emit(split: &mut Option<Output>, buf: &[u8], lines: u64) {
+        if SPLIT.get().is_some() {
+            if let Some(w) = split {
+                let _ = w.write_all(buf);
             }
             SPLIT_LINES.fetch_add(lines, Ordering::Relaxed);
             return;
@@ -230,10 +243,8 @@ impl Dump {
             .expect("output initialised")
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if out.error.is_none() {
-            if let Err(e) = out.w.write_all(buf) {
-                out.error = Some(e);
-            }
+        if let Some(w) = out.w.as_mut() {
+            let _ = w.write_all(buf);
         }
         out.lines += lines;
     }
@@ -247,10 +258,8 @@ impl Drop for Dump {
             b.push(b'\n');
             Dump::emit(&mut self.split, &b, 1);
         }
-        if let Some(w) = &mut self.split {
-            if let Err(e) = w.flush() {
-                record_error(e);
-            }
+        if let Some(Err(e)) = self.split.take().map(Output::finish) {
+            record_split_error(e);
         }
     }
 }
@@ -599,30 +608,32 @@ fn main() -> ExitCode {
     if let Some(dir) = &args.split {
         let dir = PathBuf::from(dir);
         let index = dir.join("streams.txt");
-        let made = std::fs::create_dir_all(&dir).and_then(|_| File::create(&index));
+        let made = std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))
+            .and_then(|_| Output::create(&index, "the stream index").map_err(|e| e.to_string()));
         match made {
             Ok(f) => {
                 let _ = SPLIT.set(Mutex::new(Split {
                     dir,
-                    index: BufWriter::new(f),
+                    index: Some(f),
                     seen: HashMap::new(),
                 }));
             }
             Err(e) => {
-                eprintln!("cannoli-dump: cannot create {}: {e}", index.display());
+                eprintln!("cannoli-dump: {e}");
                 return ExitCode::from(1);
             }
         }
     }
 
     // Open the output first so a bad path fails before anyone connects.
-    let w: Box<dyn Write + Send> = if args.out == "-" {
-        Box::new(BufWriter::with_capacity(1 << 20, io::stdout()))
+    let w = if args.out == "-" {
+        Output::stdout("the trace")
     } else {
-        match File::create(&args.out) {
-            Ok(f) => Box::new(BufWriter::with_capacity(1 << 20, f)),
+        match Output::create(args.out.as_ref(), "the trace") {
+            Ok(w) => w,
             Err(e) => {
-                eprintln!("cannoli-dump: cannot create {}: {e}", args.out);
+                eprintln!("cannoli-dump: {e}");
                 return ExitCode::from(1);
             }
         }
@@ -637,17 +648,15 @@ fn main() -> ExitCode {
     };
     {
         let mut stdout = io::stdout().lock();
-        let ok =
-            writeln!(stdout, "{LISTENING}{}", server.addr()).and_then(|_| stdout.flush());
+        let ok = writeln!(stdout, "{LISTENING}{}", server.addr()).and_then(|_| stdout.flush());
         if let Err(e) = ok {
             eprintln!("cannoli-dump: cannot write to stdout: {e}");
             return ExitCode::from(1);
         }
     }
-    let _ = OUT.set(Mutex::new(Output {
-        w,
+    let _ = OUT.set(Mutex::new(Shared {
+        w: Some(w),
         lines: 0,
-        error: None,
     }));
 
     let start = Instant::now();
@@ -655,15 +664,26 @@ fn main() -> ExitCode {
     let secs = start.elapsed().as_secs_f64();
 
     let mut out = OUT.get().unwrap().lock().unwrap_or_else(|e| e.into_inner());
-    if out.error.is_none() {
-        if let Err(e) = out.w.flush() {
-            out.error = Some(e);
+    let mut failed: Vec<OutputError> = Vec::new();
+    if let Some(Err(e)) = out.w.take().map(Output::finish) {
+        failed.push(e);
+    }
+    if let Some(sp) = SPLIT.get() {
+        let index = sp.lock().unwrap_or_else(|e| e.into_inner()).index.take();
+        if let Some(Err(e)) = index.map(Output::finish) {
+            failed.push(e);
         }
+    }
+    if let Some(e) = SPLIT_ERROR.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        failed.push(e);
     }
     let stats = match result {
         Ok(s) => s,
         Err(e) => {
             eprintln!("cannoli-dump: {e}");
+            for f in &failed {
+                f.report("cannoli-dump");
+            }
             return ExitCode::from(1);
         }
     };
@@ -685,18 +705,18 @@ fn main() -> ExitCode {
         incomplete: stats.incomplete_streams,
     };
     eprintln!("{}", summary.line(out.lines, dest, secs, args.threads));
-    if let Some(e) = &out.error {
-        eprintln!("cannoli-dump: error writing {dest}: {e}");
-        return ExitCode::from(4);
+    let mut code = ExitCode::SUCCESS;
+    for f in &failed {
+        code = ExitCode::from(f.report("cannoli-dump") as u8);
     }
     if !stats.is_complete() {
         eprintln!(
             "cannoli-dump: the trace is incomplete: {}",
             stats.loss_summary()
         );
-        return ExitCode::from(3);
+        code = ExitCode::from(cannoli::EXIT_INCOMPLETE as u8);
     }
-    ExitCode::SUCCESS
+    code
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ mod symbols;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{self, BufWriter, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -151,9 +151,9 @@ fn opts() -> &'static Opts {
 // ---------------------------------------------------------------------------
 
 struct Out {
-    w: BufWriter<Box<dyn Write + Send>>,
-    /// A write failed (e.g. a closed pipe): stop writing, keep consuming.
-    stopped: bool,
+    /// Keeps its first write error for the end (see `launch::Output`):
+    /// the events are still consumed, so that QEMU does not block.
+    w: launch::Output,
 }
 
 static OUT: Mutex<Option<Out>> = Mutex::new(None);
@@ -230,18 +230,13 @@ fn emit(out: &mut Out, pid: i32, tid: i32, c: &Change, st: &BacktraceState) {
             }
         }
     };
-    if out.stopped {
+    if !out.w.is_writing() {
         return;
     }
-    let r = serde_json::to_writer(&mut out.w, &line)
-        .map_err(io::Error::from)
-        .and_then(|()| out.w.write_all(b"\n"));
-    if let Err(e) = r {
-        out.stopped = true;
-        if e.kind() != io::ErrorKind::BrokenPipe {
-            eprintln!("backtrace: writing the trace failed: {e}; still consuming events");
-        }
-    }
+    // `Output` keeps write errors for the end; serializing these types
+    // cannot fail.
+    let _ = serde_json::to_writer(&mut out.w, &line);
+    let _ = out.w.write_all(b"\n");
 }
 
 // ---------------------------------------------------------------------------
@@ -750,7 +745,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let w = launch::output_or_exit(o.output.as_deref());
+    let w = launch::Output::to_or_exit(o.output.as_deref(), "the trace");
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "backtrace",
         threads: o.threads,
@@ -761,22 +756,13 @@ fn main() {
     let program = o.program.clone();
     let quiet = o.quiet;
     OPTS.set(o).expect("options set once");
-    *OUT.lock().unwrap() = Some(Out {
-        w: BufWriter::with_capacity(1 << 16, w),
-        stopped: false,
-    });
+    *OUT.lock().unwrap() = Some(Out { w });
 
     let start = Instant::now();
     let result = launcher.run::<Backtrace>(program);
     let secs = start.elapsed().as_secs_f64();
 
-    if let Some(out) = OUT.lock().unwrap().as_mut() {
-        if let Err(e) = out.w.flush() {
-            if e.kind() != io::ErrorKind::BrokenPipe && !out.stopped {
-                eprintln!("backtrace: writing the trace failed: {e}");
-            }
-        }
-    }
+    let written = OUT.lock().unwrap().take().expect("set above").w.finish();
     match result {
         Ok(report) => {
             let st = &report.stats;
@@ -800,10 +786,13 @@ fn main() {
                      (calls there were judged by address alone)"
                 );
             }
-            std::process::exit(report.finish("backtrace"));
+            std::process::exit(report.finish_with_output("backtrace", written));
         }
         Err(e) => {
             eprintln!("backtrace: {e}");
+            if let Err(w) = written {
+                w.report("backtrace");
+            }
             std::process::exit(e.exit_code());
         }
     }

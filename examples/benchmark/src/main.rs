@@ -16,6 +16,7 @@
 
 use cannoli::{Cannoli, ClientInfo};
 use std::ffi::OsString;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
@@ -126,7 +127,7 @@ fn main() {
         eprintln!("benchmark: {e}");
         std::process::exit(e.exit_code())
     });
-    let stats = report.stats;
+    let stats = &report.stats;
     let secs = start.elapsed().as_secs_f64();
     let other = OTHER.load(Relaxed);
     let events = stats.events - other;
@@ -139,7 +140,11 @@ fn main() {
         ),
         _ => String::new(),
     };
-    println!(
+    // The result goes to stdout; a failure to write it is said on stderr
+    // (exit status 3), not a panic.
+    let mut out = launch::Output::stdout("the result");
+    let _ = writeln!(
+        out,
         "{} events in {} chunks (and {other} block, mapping, syscall and signal events), {:.3} s since {}, \
          {:.1} M events/s, {cycles}{}",
         events,
@@ -153,14 +158,7 @@ fn main() {
         events as f64 / secs / 1e6,
         stats.loss_summary()
     );
-    if !stats.is_complete() {
-        eprintln!(
-            "benchmark: the trace is incomplete ({})",
-            stats.loss_summary()
-        );
-        std::process::exit(cannoli::EXIT_INCOMPLETE);
-    }
-    std::process::exit(report.status);
+    std::process::exit(report.finish_with_output("benchmark", out.finish()));
 }
 
 /// The host CPU's clock in MHz and where it comes from: the nominal `cpu

@@ -33,7 +33,6 @@ mod space;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
@@ -474,8 +473,14 @@ fn build(c: &Coverage) -> Vec<ModuleOut> {
     out
 }
 
-/// Writes the file and prints the summary on stderr.
-fn finish(out_path: &Path, report: Option<&launch::Report>) -> Result<(), String> {
+/// Writes the file `w` (created before the run, so that a bad path fails
+/// before the program runs) and prints the summary on stderr. Returns
+/// whether writing the file worked (`Err` is a problem with the coverage
+/// itself).
+fn finish(
+    mut w: launch::Output,
+    report: Option<&launch::Report>,
+) -> Result<Result<(), launch::OutputError>, String> {
     let c = lock(&COVERAGE);
     let mods = build(&c);
     let mut bbs = Vec::new();
@@ -496,18 +501,17 @@ fn finish(out_path: &Path, report: Option<&launch::Report>) -> Result<(), String
         return Err(format!("{} modules: more than drcov's 65535", mods.len()));
     }
     let rows: Vec<DrcovModule> = mods.iter().map(|m| m.row.clone()).collect();
-    let file = std::fs::File::create(out_path)
-        .map_err(|e| format!("cannot create {}: {e}", out_path.display()))?;
-    let mut w = BufWriter::new(file);
-    drcov::write(&mut w, c.bits.unwrap_or(64), &rows, &bbs)
-        .and_then(|()| w.flush())
-        .map_err(|e| format!("cannot write {}: {e}", out_path.display()))?;
+    // `Output` keeps write errors; `finish` returns the first.
+    let _ = drcov::write(&mut w, c.bits.unwrap_or(64), &rows, &bbs);
+    let dest = w.dest().to_string();
+    let written = w.finish();
 
     let insns: usize = mods.iter().map(|m| m.insns).sum();
     let mut s = format!(
-        "coverage: wrote {}: {} modules, {} blocks, {} instructions from {} exec events \
+        "coverage: {} {dest}: {} modules, {} blocks, {} instructions from {} exec events \
          ({} process{}, {} thread{})\n",
-        out_path.display(),
+        // On failure the line after the table says what went wrong.
+        if written.is_ok() { "wrote" } else { "for" },
         mods.len(),
         bbs.len(),
         insns,
@@ -559,7 +563,7 @@ fn finish(out_path: &Path, report: Option<&launch::Report>) -> Result<(), String
         }
     }
     eprint!("{s}");
-    Ok(())
+    Ok(written)
 }
 
 const USAGE: &str = "usage: coverage [-o FILE] [--threads N] [--] [PROGRAM [ARGS...]]
@@ -624,16 +628,22 @@ fn main() {
         }
         None => PathBuf::from("coverage.drcov"),
     });
+    // Created now, so that a bad path fails before the program runs; filled
+    // once the trace is complete.
+    let w =
+        launch::Output::create(&out, "the drcov file").unwrap_or_else(|e| die(&e.to_string(), 1));
     let report = launch::Launcher::new(launch::Options {
         hooks: "coverage",
         threads,
     })
     .run::<Tracer>(program)
-    .unwrap_or_else(|e| die(&e.to_string(), e.exit_code()));
-    if let Err(e) = finish(&out, Some(&report)) {
-        die(&e, 1);
-    }
-    std::process::exit(report.finish("coverage"));
+    .unwrap_or_else(|e| {
+        // Nothing ran: no empty file left behind.
+        let _ = std::fs::remove_file(&out);
+        die(&e.to_string(), e.exit_code())
+    });
+    let written = finish(w, Some(&report)).unwrap_or_else(|e| die(&e, 1));
+    std::process::exit(report.finish_with_output("coverage", written));
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::io::{self, BufWriter, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -72,9 +72,10 @@ fn config() -> &'static Config {
 
 /// Where lines go, and which thread wrote last (a header when it changes).
 struct Out {
-    w: Box<dyn Write + Send>,
+    /// Keeps its first write error for the end (see `launch::Output`);
+    /// `None` once finished.
+    w: Option<launch::Output>,
     last: Option<(i32, i32)>,
-    error: Option<io::Error>,
 }
 
 static OUT: OnceLock<Mutex<Out>> = OnceLock::new();
@@ -89,31 +90,30 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 fn out() -> MutexGuard<'static, Out> {
     lock(OUT.get_or_init(|| {
         Mutex::new(Out {
-            w: Box::new(BufWriter::with_capacity(1 << 20, io::stdout())),
+            w: Some(launch::Output::stdout("the trace")),
             last: None,
-            error: None,
         })
     }))
 }
 
-/// Writes `text` for thread (pid, tid); a closed output (EPIPE) is
-/// remembered once and the rest of the trace is still consumed.
+/// Writes `text` for thread (pid, tid). After a write error (or a closed
+/// pipe) nothing more is written, but the rest of the trace is still
+/// consumed, so that QEMU does not block; the error is reported at the end.
 fn emit(pid: i32, tid: i32, text: &str) {
-    let mut o = out();
-    if o.error.is_some() || text.is_empty() {
+    let mut guard = out();
+    let o = &mut *guard;
+    let Some(w) = o.w.as_mut().filter(|w| w.is_writing()) else {
+        return;
+    };
+    if text.is_empty() {
         return;
     }
-    let mut r = Ok(());
+    // `Output` keeps its errors for the end.
     if o.last != Some((pid, tid)) {
         o.last = Some((pid, tid));
-        r = writeln!(o.w, "== pid {pid} tid {tid} ==");
+        let _ = writeln!(w, "== pid {pid} tid {tid} ==");
     }
-    if r.is_ok() {
-        r = o.w.write_all(text.as_bytes());
-    }
-    if let Err(e) = r {
-        o.error = Some(e);
-    }
+    let _ = w.write_all(text.as_bytes());
 }
 
 /// Per guest thread: the register layout.
@@ -436,12 +436,11 @@ fn main() {
     }
     let _ = CONFIG.set(Config { changed_only });
     if let Some(path) = &output {
-        let f = std::fs::File::create(path)
-            .unwrap_or_else(|e| die(&format!("cannot create {}: {e}", path.display()), 1));
+        let w =
+            launch::Output::create(path, "the trace").unwrap_or_else(|e| die(&e.to_string(), 1));
         let _ = OUT.set(Mutex::new(Out {
-            w: Box::new(BufWriter::with_capacity(1 << 20, f)),
+            w: Some(w),
             last: None,
-            error: None,
         }));
     }
 
@@ -451,20 +450,13 @@ fn main() {
         threads,
     })
     .run::<Tracer>(program)
-    .unwrap_or_else(|e| die(&e.to_string(), e.exit_code()));
-    {
-        let mut o = out();
-        if o.error.is_none() {
-            if let Err(e) = o.w.flush() {
-                o.error = Some(e);
-            }
+    .unwrap_or_else(|e| {
+        if let Some(Err(w)) = out().w.take().map(launch::Output::finish) {
+            w.report("regtrace");
         }
-        if let Some(e) = &o.error {
-            if e.kind() != io::ErrorKind::BrokenPipe {
-                eprintln!("regtrace: writing the trace failed: {e}");
-            }
-        }
-    }
+        die(&e.to_string(), e.exit_code())
+    });
+    let written = out().w.take().expect("finished once").finish();
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "regtrace: {} instructions, {} changed registers, {} thread{}, {:.3} s",
@@ -478,7 +470,7 @@ fn main() {
         },
         secs
     );
-    std::process::exit(report.finish("regtrace"));
+    std::process::exit(report.finish_with_output("regtrace", written));
 }
 
 #[cfg(test)]

@@ -19,7 +19,7 @@ mod symbols;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{self, BufWriter, IsTerminal, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -249,12 +249,13 @@ struct Tid {
 
 struct Symbolizer;
 
-/// The shared, buffered stdout.
+/// The shared, buffered trace output (stdout or `-o FILE`).
 struct Out {
-    w: BufWriter<Box<dyn Write + Send>>,
+    /// Keeps its first write error for the end (see `launch::Output`).
+    w: launch::Output,
     /// Trace lines printed.
     lines: u64,
-    /// Stop printing: broken pipe, write error or --limit reached.
+    /// --limit reached.
     stopped: bool,
     /// Thread whose lines were printed last.
     last: Option<(i32, i32)>,
@@ -401,15 +402,14 @@ impl Cannoli for Symbolizer {
     fn trace(&mut self, pid: &Pid, tid: &Tid, trace: &[Line]) {
         let mut guard = OUT.lock().unwrap();
         let Some(out) = guard.as_mut() else { return };
-        if out.stopped {
+        // After a write error (or --limit) the events are still consumed,
+        // so that QEMU does not block, but no longer formatted.
+        if out.stopped || !out.w.is_writing() {
             return;
         }
-        if let Err(e) = write_lines(out, pid, tid, trace) {
-            out.stopped = true;
-            if e.kind() != io::ErrorKind::BrokenPipe {
-                eprintln!("symbolizer: writing the trace failed: {e}; still consuming events");
-            }
-        }
+        // `Output` keeps its errors for the end; only EINTR comes back,
+        // after write_all has retried it.
+        let _ = write_lines(out, pid, tid, trace);
     }
 }
 
@@ -440,7 +440,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let w = launch::output_or_exit(o.output.as_deref());
+    let w = launch::Output::to_or_exit(o.output.as_deref(), "the trace");
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "symbolizer",
         threads: o.threads,
@@ -451,7 +451,7 @@ fn main() {
     let program = o.program.clone();
     OPTS.set(o).expect("options set once");
     *OUT.lock().unwrap() = Some(Out {
-        w: BufWriter::with_capacity(1 << 16, w),
+        w,
         lines: 0,
         stopped: false,
         last: None,
@@ -461,16 +461,9 @@ fn main() {
     let result = launcher.run::<Symbolizer>(program);
     let secs = start.elapsed().as_secs_f64();
 
-    let (lines, stopped) = {
-        let mut guard = OUT.lock().unwrap();
-        let out = guard.as_mut().expect("set above");
-        if let Err(e) = out.w.flush() {
-            if e.kind() != io::ErrorKind::BrokenPipe && !out.stopped {
-                eprintln!("symbolizer: writing the trace failed: {e}");
-            }
-        }
-        (out.lines, out.stopped)
-    };
+    let out = OUT.lock().unwrap().take().expect("set above");
+    let (lines, stopped) = (out.lines, out.stopped || out.w.reader_gone());
+    let written = out.w.finish();
     match result {
         Ok(report) => {
             let st = &report.stats;
@@ -486,10 +479,13 @@ fn main() {
                 if st.connections == 1 { "" } else { "s" },
                 st.events as f64 / secs.max(1e-9) / 1e6
             );
-            std::process::exit(report.finish("symbolizer"));
+            std::process::exit(report.finish_with_output("symbolizer", written));
         }
         Err(e) => {
             eprintln!("symbolizer: {e}");
+            if let Err(w) = written {
+                w.report("symbolizer");
+            }
             std::process::exit(e.exit_code());
         }
     }
