@@ -33,7 +33,7 @@
 #include <stdbool.h>
 
 /* Bump on any change to this file. QEMU refuses a jitter of another version. */
-#define CANNOLI_ABI_VERSION 4
+#define CANNOLI_ABI_VERSION 5
 
 /* Name of the CannoliOps symbol a jitter library exports. */
 #define CANNOLI_OPS_SYMBOL "cannoli_ops"
@@ -173,11 +173,17 @@ typedef struct CannoliOps {
                    uint64_t handler);
     /* In the child of a fork, before it runs guest code again. */
     void (*fork_child)(CannoliCursor *c);
-    /* Before the host execve for a guest execve: the jitter ends the stream
-     * and may rewrite the call (e.g. to run the new program under this QEMU
-     * again). Returns 1 if it did: QEMU then calls execve(*path, *argv,
-     * *envp) instead of what the guest asked for. */
-    int (*execve)(CannoliCursor *c, int dirfd, const char **path,
+    /* Before the host execve or execveat for a guest one (dirfd AT_FDCWD
+     * and flags 0 for execve): the jitter looks the target up as the kernel
+     * would (dirfd, AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, search and execute
+     * permission). If the exec cannot succeed it leaves everything alone and
+     * returns 0: QEMU makes the guest's own call, which fails with the
+     * kernel's error, and syscall_exit reports it. Otherwise it ends the
+     * stream and may rewrite the call (to run the new program under this
+     * QEMU again); it returns 1 if it did: QEMU then calls execve(*path,
+     * *argv, *envp) instead of what the guest asked for. If the exec fails
+     * after all, syscall_exit follows as for any syscall. */
+    int (*execve)(CannoliCursor *c, int dirfd, int flags, const char **path,
                   char ***argv, char ***envp);
 } CannoliOps;
 
@@ -187,6 +193,8 @@ extern const CannoliOps *cannoli;
 extern int cannoli_fd_floor;                         /* linux-user/main.c */
 
 /* Defined by the QEMU patch for its own use. */
+/* The lowest fd number QEMU keeps for its own files (util/log.c). */
+int cannoli_choose_fd_floor(void);
 struct TCGOp;
 void cannoli_gen_tb(struct TCGOp *first_insn_start, uint64_t end); /* tcg/tcg.c */
 const char *cannoli_syscall_name(int num);          /* linux-user/strace.c */

@@ -33,13 +33,15 @@ pub struct Env {
 
 pub static ENV: OnceLock<Env> = OnceLock::new();
 
-fn env() -> &'static Env {
-    ENV.get().expect("cannoli events before init")
+/// What init set; None only if QEMU reported something before init, which
+/// the C side never does (every caller then does nothing).
+fn env() -> Option<&'static Env> {
+    ENV.get()
 }
 
 /// Copies guest memory; None if any of it is unreadable.
 fn read_guest(addr: u64, len: usize) -> Option<Vec<u8>> {
-    let f = env().read_guest?;
+    let f = env()?.read_guest?;
     let mut v = vec![0u8; len];
     // SAFETY: `v` has `len` writable bytes; QEMU's copy_from_user checks the
     // guest range and writes at most `len` bytes.
@@ -87,7 +89,9 @@ pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
 /// The helper QEMU calls, with the guest registers synced to env, before an
 /// instruction whose hook is Register or Branch.
 pub fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
-    let e = env();
+    let Some(e) = env() else {
+        return;
+    };
     let n = e.reg_count as usize;
     let mut words = Vec::with_capacity(2 + n);
     words.push(frame(tag::REGS, kind, (2 + n) as u32));
@@ -178,21 +182,31 @@ pub fn set_syscall_names(names: &std::collections::BTreeMap<u64, String>) {
     );
 }
 
+/// Whether a `clone` with these flags makes a process. Without CLONE_VM
+/// it is a fork; with CLONE_VFORK too, because QEMU runs a vfork as a fork
+/// (do_fork: the child gets its own copy of memory, and the fork_child
+/// hook), which is what posix_spawn and vfork() do.
+fn clone_makes_process(flags: u64) -> bool {
+    const CLONE_VM: u64 = 0x100;
+    const CLONE_VFORK: u64 = 0x4000;
+    flags & CLONE_VM == 0 || flags & CLONE_VFORK != 0
+}
+
 /// In the parent, after a syscall returned `ret`: if it forked a process,
 /// tell the client to wait for the child.
 fn note_fork(num: u64, args: &[u64; 6], ret: i64) {
-    const CLONE_VM: u64 = 0x100;
     if ret <= 0 {
         return;
     }
     match FORKS.get().and_then(|f| f.get(&num)) {
         Some(false) => stream::expect_child(ret as i32),
-        Some(true) if args[0] & CLONE_VM == 0 => stream::expect_child(ret as i32),
+        Some(true) if clone_makes_process(args[0]) => stream::expect_child(ret as i32),
         _ => {}
     }
 }
 
 /// A syscall that started and has not returned yet.
+#[derive(Clone)]
 struct Pending {
     /// False for a fork the user's filter excluded: kept only to tell the
     /// client about the child.
@@ -208,7 +222,7 @@ thread_local! {
 }
 
 fn wanted(num: u64) -> bool {
-    env().hook_syscall.is_none_or(|f| f(num))
+    env().is_some_and(|e| e.hook_syscall.is_none_or(|f| f(num)))
 }
 
 pub fn syscall_enter(num: i32, args: [i64; 6]) {
@@ -235,6 +249,8 @@ pub fn syscall_enter(num: i32, args: [i64; 6]) {
 }
 
 pub fn syscall_exit(c: &mut Cursor, num: i32, ret: i64) {
+    // An exec came back (it failed): QEMU got on with the guest.
+    close_exec_fd();
     let Some(mut p) = PENDING.with(|q| q.borrow_mut().take()) else {
         return;
     };
@@ -443,7 +459,7 @@ fn qemu_options() -> Vec<CString> {
         return Vec::new();
     };
     let args: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
-    let Some(prog) = env().exe_as_given.as_deref() else {
+    let Some(prog) = env().and_then(|e| e.exe_as_given.as_deref()) else {
         return Vec::new();
     };
     let Some(at) = args
@@ -512,38 +528,220 @@ fn leak_argv(v: Vec<CString>) -> *mut *mut c_char {
     Box::leak(ptrs.into_boxed_slice()).as_mut_ptr()
 }
 
-/// The guest is about to execve: end the stream (reporting the execve), and
-/// if the new program is a guest binary of the same kind, run it under this
-/// QEMU and hook library again so its trace continues as a new connection.
+/// Environment variables of a QEMU that a traced exec started: that it is
+/// one (`1`), and the fd carrying its program (see [`exec_target_path`]).
+const SUCCESSOR_ENV: &str = "CANNOLI_EXEC_SUCCESSOR";
+const EXEC_FD_ENV: &str = "CANNOLI_EXEC_FD";
+
+/// In a QEMU a traced exec started: the fd its program came through, closed
+/// once QEMU has loaded the program (before any guest code runs).
+static INHERITED_EXEC_FD: AtomicI32 = AtomicI32::new(-1);
+
+thread_local! {
+    /// The fd this thread passed to the next QEMU, closed if the exec
+    /// comes back (it failed).
+    static OUTGOING_EXEC_FD: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+
+/// Whether this QEMU was started by a traced guest's exec.
+pub fn exec_successor() -> bool {
+    std::env::var_os(SUCCESSOR_ENV).is_some()
+}
+
+/// At init: remembers the fd the exec'ing QEMU passed its program through.
+pub fn note_exec_fd() {
+    if let Some(fd) = std::env::var(EXEC_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+        .filter(|&fd| fd >= 0)
+    {
+        INHERITED_EXEC_FD.store(fd, Ordering::Relaxed);
+    }
+}
+
+/// Closes the fds of [`note_exec_fd`] and of a failed exec, if any.
+pub fn close_exec_fd() {
+    if INHERITED_EXEC_FD.load(Ordering::Relaxed) >= 0 {
+        let fd = INHERITED_EXEC_FD.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: the fd was made for this QEMU to open its program
+            // (which it has, by the time a vCPU runs) and is nobody's else:
+            // it sits above the fd floor, out of the guest's reach.
+            unsafe { libc::close(fd) };
+        }
+    }
+    let fd = OUTGOING_EXEC_FD.with(|f| f.replace(-1));
+    if fd >= 0 {
+        // SAFETY: made by `execve` below for an exec that came back.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Moves `fd` to the lowest free number at or above QEMU's fd floor (out of
+/// the guest's way), close-on-exec or not; returns the new fd or -1.
+fn above_floor(fd: i32, cloexec: bool) -> i32 {
+    let floor = stream::GUEST.get().map_or(0, |g| g.fd_floor.max(0));
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    // SAFETY: fcntl on an fd number; a bad one just fails.
+    unsafe { libc::fcntl(fd, cmd, floor) }
+}
+
+/// The file a guest's execveat(dirfd, path, ..., flags) would run, looked
+/// up the way the kernel does: relative to `dirfd` (or `dirfd` itself for
+/// AT_EMPTY_PATH and an empty path), not through a final symlink with
+/// AT_SYMLINK_NOFOLLOW, with search permission on the way, and then a
+/// regular file the caller may execute on a mount that allows it. None when
+/// the kernel would refuse the exec before looking inside the file: the
+/// guest's own call then gets the kernel's own error (ENOENT, EACCES,
+/// ELOOP, ENOTDIR, EBADF, ...). The fd is an O_PATH one above the fd floor.
+fn exec_target(dirfd: i32, path: &CStr, flags: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let raw = if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+        above_floor(dirfd, true)
+    } else {
+        let nofollow = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+            libc::O_NOFOLLOW
+        } else {
+            0
+        };
+        // SAFETY: `path` is a valid C string; openat makes a new fd or fails.
+        let low = unsafe {
+            libc::openat(
+                dirfd,
+                path.as_ptr(),
+                libc::O_PATH | libc::O_CLOEXEC | nofollow,
+            )
+        };
+        if low < 0 {
+            return None;
+        }
+        let high = above_floor(low, true);
+        // SAFETY: `low` is the fd openat just made.
+        unsafe { libc::close(low) };
+        high
+    };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a new fd that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: fstat, faccessat and fstatvfs only write the structs given.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        // A symlink opened with O_NOFOLLOW (the kernel: ELOOP), a directory
+        // or a device (EACCES) are no programs.
+        if libc::fstat(fd.as_raw_fd(), &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return None;
+        }
+        // Execute permission as exec checks it: for the effective ids.
+        if libc::faccessat(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::X_OK,
+            libc::AT_EMPTY_PATH | libc::AT_EACCESS,
+        ) != 0
+        {
+            return None;
+        }
+        let mut vfs: libc::statvfs = std::mem::zeroed();
+        if libc::fstatvfs(fd.as_raw_fd(), &mut vfs) == 0 && vfs.f_flag & libc::ST_NOEXEC != 0 {
+            return None;
+        }
+    }
+    Some(fd)
+}
+
+/// Whether the host kernel may run the regular file `fd` itself: a `#!`
+/// script, an ELF file of the host's (x86-64, or i386 which it runs too),
+/// or anything while binfmt_misc has entries (which could take it), or a
+/// file it cannot read. Else its exec fails with ENOEXEC.
+fn host_may_run(fd: i32) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; 20];
+    // Unreadable (execute-only): it may well be a program.
+    let Ok(n) =
+        std::fs::File::open(format!("/proc/self/fd/{fd}")).and_then(|mut f| f.read(&mut head))
+    else {
+        return true;
+    };
+    let head = &head[..n];
+    const EM_386: u16 = 3;
+    const EM_X86_64: u16 = 62;
+    let host_elf = head.len() == 20
+        && head.starts_with(b"\x7fELF")
+        && head[5] == 1
+        && matches!(u16::from_le_bytes([head[18], head[19]]), EM_386 | EM_X86_64);
+    host_elf
+        || head.starts_with(b"#!")
+        || std::fs::read_dir("/proc/sys/fs/binfmt_misc").is_ok_and(|d| {
+            d.flatten()
+                .any(|e| !matches!(e.file_name().to_str(), Some("register" | "status")))
+        })
+}
+
+/// The guest is about to exec. If the kernel would refuse the exec, nothing
+/// happens here: the guest's own call fails with the kernel's error, which
+/// its syscall event reports, and the trace goes on. Otherwise the execve is
+/// reported (without a result) and the stream ends; if the new program is a
+/// guest binary of the same kind, it is run under this QEMU and hook
+/// library again, so its trace continues as a new connection. Should the
+/// exec fail after all, the thread traces on in a new stream, which starts
+/// with the process's mappings and the execve with its error.
+///
+/// The new QEMU gets the program by the guest's own path when that means
+/// the same file to it (an absolute path, or one relative to the working
+/// directory, which the exec keeps); else (a dirfd, AT_EMPTY_PATH) as
+/// `/proc/self/fd/N`, with N an fd of the file above the fd floor that the
+/// new QEMU closes once it has loaded the program.
 ///
 /// # Safety
 /// `path`, `argv` and `envp` are valid as for execve(2).
 pub unsafe fn execve(
     c: &mut Cursor,
     dirfd: i32,
+    flags: i32,
     path: &mut *const c_char,
     argv: &mut *mut *mut c_char,
     envp: &mut *mut *mut c_char,
 ) -> bool {
-    syscall_unfinished(c);
+    use std::os::fd::AsRawFd;
     let guest = CStr::from_ptr(*path).to_owned();
-    let mut target = std::path::PathBuf::from(std::ffi::OsStr::from_encoded_bytes_unchecked(
-        guest.to_bytes(),
-    ));
-    if target.is_relative() && dirfd != libc::AT_FDCWD {
-        target = std::path::Path::new(&format!("/proc/self/fd/{dirfd}")).join(target);
-    }
-    let same_kind = env().elf_ident.is_some() && elf_ident(&target) == env().elf_ident;
+    let Some(target) = exec_target(dirfd, &guest, flags) else {
+        return false;
+    };
+    let Some(e) = env() else {
+        return false;
+    };
+    let ident = elf_ident(std::path::Path::new(&format!(
+        "/proc/self/fd/{}",
+        target.as_raw_fd()
+    )));
+    let same_kind = e.elf_ident.is_some() && ident == e.elf_ident;
     let reexec = self_paths().filter(|_| same_kind);
-    stream::finish(c, reexec.is_some());
+    if reexec.is_none() && !host_may_run(target.as_raw_fd()) {
+        // The kernel has no loader for it: ENOEXEC, and the trace goes on.
+        return false;
+    }
+    // Reported now, while the stream lasts; kept pending for a failure.
+    if let Some(p) = PENDING.with(|q| q.borrow().clone()).filter(|p| p.report) {
+        write_syscall(c, &p, None);
+    }
+    REPLAY_OWED.store(true, Ordering::Release);
+    stream::finish(
+        c,
+        stream::After::Exec {
+            successor: reexec.is_some(),
+        },
+    );
+    let shown = String::from_utf8_lossy(guest.to_bytes());
     let Some((qemu, lib)) = reexec else {
-        if EXEC_WARNED.fetch_add(1, Ordering::Relaxed) == 0
-            && elf_ident(&target).is_some()
-            && !same_kind
-        {
+        if EXEC_WARNED.fetch_add(1, Ordering::Relaxed) == 0 && ident.is_some() && !same_kind {
             eprintln!(
-                "qemu: cannoli: {} is not a {} program; it runs untraced",
-                target.display(),
+                "qemu: cannoli: {shown} is not a {} program; it runs untraced",
                 crate::stream::GUEST
                     .get()
                     .map_or("guest", |g| g.arch.as_str())
@@ -551,8 +749,20 @@ pub unsafe fn execve(
         }
         return false;
     };
-    let Ok(target) = CString::new(target.into_os_string().into_encoded_bytes()) else {
-        return false;
+    let by_path =
+        !guest.is_empty() && (dirfd == libc::AT_FDCWD || guest.to_bytes().starts_with(b"/"));
+    let (program, exec_fd) = if by_path {
+        (guest.clone(), None)
+    } else {
+        let fd = above_floor(target.as_raw_fd(), false);
+        if fd < 0 {
+            return false;
+        }
+        OUTGOING_EXEC_FD.with(|f| f.set(fd));
+        match CString::new(format!("/proc/self/fd/{fd}")) {
+            Ok(p) => (p, Some(fd)),
+            Err(_) => return false,
+        }
     };
     let old_argv = c_strings(*argv);
     let mut new_argv = vec![qemu.clone(), c"-cannoli".into(), lib.clone()];
@@ -562,7 +772,7 @@ pub unsafe fn execve(
     let opts = qemu_options();
     new_argv.extend(opts.iter().cloned());
     if !opts.iter().any(|o| o.to_bytes() == b"-L") {
-        if let Some(p) = env()
+        if let Some(p) = e
             .interp_prefix
             .as_deref()
             .and_then(|p| CString::new(p).ok())
@@ -573,23 +783,31 @@ pub unsafe fn execve(
     if let Some(a0) = old_argv.first() {
         new_argv.extend([c"-0".into(), a0.clone()]);
     }
-    new_argv.push(target);
+    new_argv.push(program);
     new_argv.extend(old_argv.into_iter().skip(1));
     // The guest's environment lost our CANNOLI_* settings (QEMU strips them);
-    // the next QEMU needs them again.
+    // the next QEMU needs them again, and learns that an exec started it.
     let mut new_envp: Vec<CString> = c_strings(*envp)
         .into_iter()
         .filter(|e| !e.to_bytes().starts_with(b"CANNOLI_"))
         .collect();
     for (k, v) in std::env::vars_os() {
-        if k.as_encoded_bytes().starts_with(b"CANNOLI_") {
-            let mut kv = k.into_encoded_bytes();
+        let k = k.into_encoded_bytes();
+        if k.starts_with(b"CANNOLI_")
+            && k != SUCCESSOR_ENV.as_bytes()
+            && k != EXEC_FD_ENV.as_bytes()
+        {
+            let mut kv = k;
             kv.push(b'=');
             kv.extend(v.into_encoded_bytes());
             if let Ok(kv) = CString::new(kv) {
                 new_envp.push(kv);
             }
         }
+    }
+    new_envp.extend(CString::new(format!("{SUCCESSOR_ENV}=1")));
+    if let Some(fd) = exec_fd {
+        new_envp.extend(CString::new(format!("{EXEC_FD_ENV}={fd}")));
     }
     *path = qemu.as_ptr();
     *argv = leak_argv(new_argv);

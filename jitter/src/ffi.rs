@@ -7,7 +7,7 @@ use crate::{codegen, events, stream};
 use std::ffi::{c_char, c_int, CStr};
 
 /// Must match `CANNOLI_ABI_VERSION` in include/cannoli.h.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 #[repr(C)]
 pub struct CannoliGuestInfo {
@@ -72,6 +72,7 @@ pub struct CannoliOps {
     fork_child: unsafe extern "C" fn(Cur),
     execve: unsafe extern "C" fn(
         Cur,
+        c_int,
         c_int,
         *mut *const c_char,
         *mut *mut *mut c_char,
@@ -161,6 +162,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         }
     }
     events::set_syscall_names(&syscall_names);
+    events::note_exec_fd();
     let _ = events::ENV.set(events::Env {
         regs_env_offset: info.regs_env_offset,
         reg_count: info.reg_count,
@@ -206,10 +208,16 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         crate::arena::reserve(len);
     }
     // Connect the main thread now, so that a missing client is reported
-    // before the guest runs at all.
+    // before the guest runs at all. Not so for the program a traced guest
+    // exec'd: its exec succeeded, and it goes on untraced (the client,
+    // told to expect it, counts it as missing).
     match stream::Stream::connect() {
         Ok(s) => {
             stream::install(s);
+            0
+        }
+        Err(e) if events::exec_successor() => {
+            stream::go_untraced(&e);
             0
         }
         Err(e) => {
@@ -292,6 +300,7 @@ extern "C" fn flush(cursor: u64) -> stream::Window {
 /// # Safety (for every function below)
 /// QEMU passes its vCPU's cursor (or NULL where noted), outside the JIT.
 unsafe extern "C" fn cpu_enter(c: Cur) {
+    events::close_exec_fd();
     stream::enter(&mut *c);
 }
 
@@ -312,7 +321,7 @@ unsafe extern "C" fn cpu_exit(c: Cur, _code: c_int) {
     if c.cursor != 0 && stream::is_mine(c) {
         events::syscall_unfinished(c);
     }
-    stream::finish(c, false);
+    stream::finish(c, stream::After::Exit);
 }
 
 unsafe extern "C" fn syscall_enter(_c: Cur, num: c_int, args: *const i64) {
@@ -354,11 +363,12 @@ unsafe extern "C" fn fork_child(c: Cur) {
 unsafe extern "C" fn execve(
     c: Cur,
     dirfd: c_int,
+    flags: c_int,
     path: *mut *const c_char,
     argv: *mut *mut *mut c_char,
     envp: *mut *mut *mut c_char,
 ) -> c_int {
-    events::execve(&mut *c, dirfd, &mut *path, &mut *argv, &mut *envp) as c_int
+    events::execve(&mut *c, dirfd, flags, &mut *path, &mut *argv, &mut *envp) as c_int
 }
 
 /// The user's optional `#[no_mangle] fn hook_syscall(num: u64) -> bool`,

@@ -187,9 +187,10 @@ impl Stream {
 
     /// Tells the client about a forked child to wait for.
     fn expect(&mut self, pid: i32) {
-        let line =
-            serde_json::to_string(&wire::Expect { expect_pid: pid }).expect("serializes") + "\n";
-        let _ = self.sock.write_all(line.as_bytes());
+        let Ok(line) = serde_json::to_string(&wire::Expect { expect_pid: pid }) else {
+            return;
+        };
+        let _ = self.sock.write_all((line + "\n").as_bytes());
     }
 
     /// Hands over everything up to `cursor` and ends the stream cleanly;
@@ -208,8 +209,10 @@ impl Stream {
             lost_events: self.lost_bytes / 8,
             exec,
         };
-        let line = serde_json::to_string(&bye).expect("Goodbye serializes") + "\n";
-        let _ = self.sock.write_all(line.as_bytes());
+        // (A struct of numbers always serializes; nothing to say otherwise.)
+        if let Ok(line) = serde_json::to_string(&bye) {
+            let _ = self.sock.write_all((line + "\n").as_bytes());
+        }
         self.sock.shutdown();
         // Once the client is gone it was said; the events QEMU then drops
         // are the untraced rest of the program.
@@ -251,35 +254,129 @@ pub fn install(stream: Stream) {
     with_mine(|s| *s = Some(stream));
 }
 
-/// Connects this thread if it has no stream; a missing client ends QEMU
-/// (there is nobody to trace for).
-fn connect_if_needed(s: &mut Option<Stream>) -> &mut Stream {
-    if s.is_none() {
+/// Set once a connect of this process failed: its threads (and forked
+/// children) go on untraced instead of trying again, and QEMU has said so.
+static UNTRACED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Bytes of events this process's untraced threads made (see
+/// [`Untraced`]); the next goodbye of a stream of the process counts them
+/// as lost, so the client knows the trace has gaps.
+static UNDELIVERED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Where a thread without a stream writes: its connect failed, so the
+/// client cannot have its events. They are discarded and counted.
+struct Untraced;
+
+thread_local! {
+    /// [`Untraced::buffer`], once made.
+    static UNTRACED_BUF: Cell<*mut u8> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+impl Untraced {
+    /// Words of the buffer, which is far larger than [`HEADROOM`].
+    const WORDS: usize = 8 * 1024;
+
+    /// This thread's buffer (made on first use and kept for the thread's
+    /// life: the JIT may still hold a window into it).
+    fn buffer() -> *mut u8 {
+        UNTRACED_BUF.with(|b| {
+            if b.get().is_null() {
+                let v = vec![0u64; Self::WORDS].into_boxed_slice();
+                b.set(Box::leak(v).as_mut_ptr() as *mut u8);
+            }
+            b.get()
+        })
+    }
+
+    fn window() -> Window {
+        let start = Self::buffer() as u64;
+        Window {
+            cursor: start,
+            end: start + (8 * Self::WORDS - HEADROOM) as u64,
+        }
+    }
+
+    /// Counts what was written up to `cursor` and starts over.
+    fn flush(cursor: u64) -> Window {
+        Self::count(cursor);
+        Self::window()
+    }
+
+    /// Counts what this thread wrote up to `cursor`, if that is in its
+    /// buffer.
+    fn count(cursor: u64) {
+        let start = UNTRACED_BUF.with(|b| b.get()) as u64;
+        if start != 0 && (start..=start + 8 * Self::WORDS as u64).contains(&cursor) {
+            UNDELIVERED.fetch_add(cursor - start, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+/// Connects this thread if it has no stream. Without a client (it went
+/// away, or never took this process) the thread goes on untraced: QEMU says
+/// so in one line for the process, and the client counts a process it was
+/// told about and that never connected (or, for a thread, the lost events
+/// come with the process's next goodbye). None: untraced.
+fn connect_if_needed(s: &mut Option<Stream>) -> Option<&mut Stream> {
+    if s.is_none() && !UNTRACED.load(std::sync::atomic::Ordering::Relaxed) {
         match Stream::connect() {
             Ok(st) => *s = Some(st),
             Err(e) => {
-                eprintln!("qemu: cannoli: {e}");
-                std::process::exit(1);
+                if !UNTRACED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!(
+                        "qemu: cannoli: {e}; process {} goes on untraced",
+                        std::process::id()
+                    );
+                }
             }
         }
     }
-    s.as_mut().expect("connected")
+    s.as_mut()
 }
 
-/// Gives the vCPU a window if it has none; reports whether it is new (the
-/// stream may be new too, and owe the client the process's mappings).
+/// The process's first connect, at init, failed: the successor of a traced
+/// exec goes on untraced rather than failing the guest's exec.
+pub fn go_untraced(why: &str) {
+    UNTRACED.store(true, std::sync::atomic::Ordering::Relaxed);
+    eprintln!(
+        "qemu: cannoli: {why}; process {} goes on untraced",
+        std::process::id()
+    );
+}
+
+/// Gives the vCPU a window if it has none and its stream has not ended;
+/// reports whether it is new (the stream may be new too, and owe the client
+/// the process's mappings).
+///
+/// Decided under the thread's stream lock, which a thread ending the whole
+/// process holds while it finishes this thread's stream (exit_group does
+/// not wait for threads in syscalls, which come back here).
 fn ensure_window(c: &mut Cursor) -> bool {
     if c.cursor != 0 {
         return false;
     }
-    let w = with_mine(|s| connect_if_needed(s).next_chunk());
-    c.cursor = w.cursor;
-    c.end = w.end;
     let key = c as *mut Cursor as usize;
-    if MY_CURSOR.with(|m| m.replace(key)) != key {
-        lock(&STREAMS).insert(key, (std::process::id(), STREAM.with(Arc::clone)));
-    }
-    true
+    with_mine(|s| {
+        if c.cursor != 0 || has_ended(c) {
+            return false;
+        }
+        let w = match connect_if_needed(s) {
+            Some(st) => {
+                let w = st.next_chunk();
+                if MY_CURSOR.with(|m| m.replace(key)) != key {
+                    lock(&STREAMS).insert(key, (std::process::id(), STREAM.with(Arc::clone)));
+                }
+                w
+            }
+            None => {
+                MY_CURSOR.with(|m| m.set(key));
+                Untraced::window()
+            }
+        };
+        c.cursor = w.cursor;
+        c.end = w.end;
+        true
+    })
 }
 
 /// A vCPU thread is about to run guest code.
@@ -291,7 +388,10 @@ pub fn enter(c: &mut Cursor) {
 
 /// The JIT filled its window.
 pub fn flush(cursor: u64) -> Window {
-    with_mine(|s| s.as_mut().expect("flush without a stream").flush(cursor))
+    with_mine(|s| match s.as_mut() {
+        Some(st) => st.flush(cursor),
+        None => Untraced::flush(cursor),
+    })
 }
 
 /// Whether `c` is the cursor of the calling thread's vCPU.
@@ -299,33 +399,59 @@ pub fn is_mine(c: &Cursor) -> bool {
     MY_CURSOR.with(|m| m.get()) == c as *const Cursor as usize
 }
 
+/// What becomes of a thread after [`finish`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    /// It exits (or the whole process does): nothing more is reported.
+    Exit,
+    /// It execs; `successor`: a traced program of the same pid follows
+    /// (see [`Goodbye::exec`]). If the exec fails the thread goes on and
+    /// traces again, in a new stream.
+    Exec { successor: bool },
+}
+
 /// The thread owning `c` is exiting, or about to execve, or (for another
-/// thread's cursor) the whole process is ending and that thread is stopped
-/// outside the JIT: hand over every event. `exec`: see [`Goodbye::exec`].
-pub fn finish(c: &mut Cursor, exec: bool) {
+/// thread's cursor) the whole process is ending and that thread is outside
+/// the JIT (stopped, or in a syscall): hand over every event.
+pub fn finish(c: &mut Cursor, after: After) {
     let key = c as *mut Cursor as usize;
-    let slot = if is_mine(c) || c.cursor == 0 {
+    let mine = is_mine(c) || (c.cursor == 0 && MY_CURSOR.with(|m| m.get()) == 0);
+    let slot = if mine {
         MY_CURSOR.with(|m| {
             if m.get() == key {
                 m.set(0)
             }
         });
-        let mine = STREAM.with(Arc::clone);
         lock(&STREAMS).remove(&key);
-        Some(mine)
+        Some(STREAM.with(Arc::clone))
     } else {
         lock(&STREAMS)
             .remove(&key)
             .filter(|(pid, _)| *pid == std::process::id())
             .map(|(_, s)| s)
     };
-    if let Some(st) = slot.and_then(|s| lock(&s).take()) {
+    let end = match after {
+        After::Exit => ENDED,
+        After::Exec { .. } => 0,
+    };
+    let Some(slot) = slot else {
+        c.cursor = 0;
+        c.end = end;
+        return;
+    };
+    // The cursor is read and reset under the thread's lock: another thread
+    // coming back from a syscall waits, then sees the stream ended.
+    let mut guard = lock(&slot);
+    if mine && guard.is_none() {
+        Untraced::count(c.cursor);
+    }
+    if let Some(mut st) = guard.take() {
+        st.lost_bytes += UNDELIVERED.swap(0, std::sync::atomic::Ordering::Relaxed);
+        let exec = matches!(after, After::Exec { successor: true });
         st.finish(c.cursor, exec);
     }
     c.cursor = 0;
-    // After an exec the same thread goes on if the exec fails, and may
-    // trace again; after an exit it must not.
-    c.end = if exec { 0 } else { ENDED };
+    c.end = end;
 }
 
 /// `Cursor::end` of a vCPU whose thread's stream has ended for good (thread
@@ -354,6 +480,32 @@ pub fn forked_child(c: &mut Cursor) {
     if let Some(st) = with_mine(|s| s.take()) {
         st.abandon_inherited();
     }
+    // The other threads' streams came along as copies too (their threads
+    // did not): let go of their sockets. A stream whose lock a thread held
+    // at the fork (it was appending after a syscall) stays as it is.
+    let me = std::process::id();
+    let inherited: Vec<Shared> = match STREAMS.try_lock() {
+        Ok(mut m) => {
+            let keys: Vec<usize> = m
+                .iter()
+                .filter(|(_, (pid, _))| *pid != me)
+                .map(|(k, _)| *k)
+                .collect();
+            keys.into_iter()
+                .filter_map(|k| m.remove(&k).map(|(_, s)| s))
+                .collect()
+        }
+        Err(_) => Vec::new(),
+    };
+    for shared in inherited {
+        if let Ok(mut g) = shared.try_lock() {
+            if let Some(st) = g.take() {
+                st.abandon_inherited();
+            }
+        }
+    }
+    // The parent's untraced bytes are the parent's to count.
+    UNDELIVERED.store(0, std::sync::atomic::Ordering::Relaxed);
     MY_CURSOR.with(|m| m.set(0));
     c.cursor = 0;
     c.end = 0;
@@ -372,18 +524,36 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
     }
     let len = 8 * words.len() + payload.len().next_multiple_of(8);
     with_mine(|s| {
-        let st = s.as_mut().expect("window without a stream");
-        let chunk_end = st.chunk as u64 + st.chunk_len() as u64;
-        if c.cursor + len as u64 > chunk_end {
-            let w = st.flush(c.cursor);
+        // Checked again under the lock: a thread ending the process may have
+        // finished this stream since (this thread was in a syscall). What
+        // comes back then is after the end: no guest code sees it.
+        if c.cursor == 0 {
+            return;
+        }
+        let (chunk, chunk_len) = match s.as_ref() {
+            Some(st) => (st.chunk as u64, st.chunk_len()),
+            None => (Untraced::buffer() as u64, 8 * Untraced::WORDS),
+        };
+        let flush = |s: &mut Option<Stream>, cursor: u64| match s.as_mut() {
+            Some(st) => st.flush(cursor),
+            None => Untraced::flush(cursor),
+        };
+        if len > chunk_len || !(chunk..chunk + chunk_len as u64).contains(&c.cursor) {
+            // Cannot happen (events are far smaller than a chunk, and the
+            // cursor is in this thread's chunk); dropped rather than written
+            // out of bounds, and counted.
+            UNDELIVERED.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        if c.cursor + len as u64 > chunk + chunk_len as u64 {
+            let w = flush(s, c.cursor);
             c.cursor = w.cursor;
             c.end = w.end;
         }
-        debug_assert!(len <= st.chunk_len());
-        // SAFETY: [cursor, cursor + len) lies inside the current chunk (just
-        // checked; events are at most MAX_SYSCALL_DATA plus a few words, far
-        // below a chunk), which this thread alone writes until it publishes
-        // it; the cursor is 8-byte aligned.
+        // SAFETY: [cursor, cursor + len) lies inside the current chunk (the
+        // cursor was in it, the event fits in what is left of it or in a
+        // whole new one: checked above), which this thread alone writes
+        // until it publishes it; the cursor is 8-byte aligned.
         unsafe {
             let p = c.cursor as *mut u8;
             std::ptr::copy_nonoverlapping(words.as_ptr() as *const u8, p, 8 * words.len());
@@ -397,7 +567,7 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
         }
         c.cursor += len as u64;
         if c.cursor >= c.end {
-            let w = st.flush(c.cursor);
+            let w = flush(s, c.cursor);
             c.cursor = w.cursor;
             c.end = w.end;
         }
