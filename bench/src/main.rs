@@ -27,7 +27,7 @@ use std::time::Duration;
 
 const USAGE: &str = "\
 usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]]
-             [--timeout SECS] [--no-build] [--markdown]
+             [--timeout SECS] [--client PATH] [--no-build] [--markdown]
   --quick        1 run per row and small inputs (a smoke test)
   --runs N       runs per row, the table shows medians (default 3)
   --workload     nop-loop, busybox-sha256, sortcrc, rss-10x (default: all)
@@ -35,7 +35,10 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
                  plugin-tb-mem, cannoli-pc-1w, cannoli-pc-2w, cannoli-pcmem-1w,
                  cannoli-pcmem-2w (default: all)
   --timeout SECS kill a QEMU run after this long (default 900)
-  --no-build     do not run cargo build and scripts/build-guests.sh first
+  --client PATH  the client of the cannoli rows (default target/release/benchmark):
+                 one that takes --threads N, listens on $CANNOLI_ADDR and prints
+                 the benchmark client's `N events in ...` line
+  --no-build     do not run cargo build, scripts/build-guests.sh and cc first
   --markdown     the output format (the only one; accepted for clarity)";
 
 struct Options {
@@ -45,6 +48,7 @@ struct Options {
     configs: Vec<String>,
     timeout: u64,
     build: bool,
+    client: Option<std::path::PathBuf>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -55,6 +59,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         configs: vec![],
         timeout: 900,
         build: true,
+        client: None,
     };
     let mut args = args.peekable();
     while let Some(a) = args.next() {
@@ -72,6 +77,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         match flag.as_str() {
             "--quick" => o.quick = true,
             "--no-build" => o.build = false,
+            "--client" => o.client = Some(value()?.into()),
             "--markdown" => {}
             "--runs" => {
                 let v = value()?;
@@ -181,6 +187,7 @@ fn bench(opts: &Options) -> Result<(), String> {
         out,
         timeout: Duration::from_secs(opts.timeout),
         tbpeer,
+        client: opts.client.clone(),
     };
     let host = setup::host_description(&ctx.qemu.binary(true, "mipsel"));
 
@@ -253,6 +260,10 @@ mod tests {
     fn options() {
         let o = parse("--quick --runs=5 --workload nop-loop,sortcrc --config plain").unwrap();
         assert!(o.quick && o.build);
+        assert_eq!(o.client, None);
+        let c = parse("--client /tmp/x --no-build").unwrap();
+        assert_eq!(c.client.as_deref(), Some(std::path::Path::new("/tmp/x")));
+        assert!(!c.build);
         assert_eq!(o.runs, Some(5));
         assert_eq!(o.workloads, ["nop-loop", "sortcrc"]);
         assert_eq!(o.configs, ["plain"]);

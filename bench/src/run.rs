@@ -25,6 +25,8 @@ pub struct Ctx {
     pub qemu: Qemu,
     /// `target/release`: the client binary and the hook library.
     pub release: PathBuf,
+    /// The client to run instead of `target/release/benchmark` (`--client`).
+    pub client: Option<PathBuf>,
     /// `target/bench/out`: the guests' stdout and stderr, the plugin logs,
     /// and the working directory of every QEMU.
     pub out: PathBuf,
@@ -247,7 +249,10 @@ impl Client {
     /// picks a free port and no other run (or test) can take it between
     /// choosing and binding, and waits for it to say where it listens.
     fn start(ctx: &Ctx, workers: usize) -> Result<Client, String> {
-        let bin = ctx.release.join("benchmark");
+        let bin = ctx
+            .client
+            .clone()
+            .unwrap_or_else(|| ctx.release.join("benchmark"));
         if !bin.is_file() {
             return Err(format!(
                 "{} is missing: cargo build --release -p benchmark",
@@ -333,7 +338,7 @@ pub fn parse_client_line(out: &str) -> Option<(u64, u64)> {
     let events = words.first()?.parse().ok()?;
     let at = words
         .iter()
-        .rposition(|w| w.trim_end_matches(',') == "lost")?;
+        .rposition(|w| w.trim_end_matches([',', ';']) == "lost")?;
     let lost = words.get(at.checked_sub(1)?)?.parse().ok()?;
     Some((events, lost))
 }
@@ -395,6 +400,7 @@ mod tests {
         let ctx = Ctx {
             qemu,
             release: root.join("target/release"),
+            client: None,
             out: out.clone(),
             timeout: Duration::from_secs(120),
             tbpeer: Ok(lib),
@@ -429,6 +435,8 @@ mod tests {
         let line = "1040000123 events in 7935 chunks, 0.412 s since listening, 2524.3 M events/s, 0 lost\n";
         assert_eq!(parse_client_line(line), Some((1040000123, 0)));
         assert_eq!(parse_client_line("nothing"), None);
+        let more = "7 events in 1 chunks, 3 lost; pc checksum: 0x00000000000000ff (7 pcs)\n";
+        assert_eq!(parse_client_line(more), Some((7, 3)));
         assert_eq!(
             listening_addr("benchmark: listening on 127.0.0.1:4242").as_deref(),
             Some("127.0.0.1:4242")
