@@ -18,6 +18,12 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --release --workspace --no-fail-fast -- --test-threads="${TEST_THREADS:-2}" 2>&1 | tee "$log" || status=$?
+# The fuzzers' bounded pass ran inside cargo test (fuzz/tests/); with
+# CANNOLI_FUZZ_MINUTES set, every target also runs that long in all, at
+# low priority (fuzz/README.md).
+if [ -n "${CANNOLI_FUZZ_MINUTES:-}" ]; then
+  nice -n 19 cargo run --release -p cannoli-fuzz -- all --minutes "$CANNOLI_FUZZ_MINUTES" || status=$?
+fi
 # One closing line over all of cargo's test binaries.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "all: %d passed, %d failed\n", p, f }' "$log"

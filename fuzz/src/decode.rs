@@ -132,15 +132,16 @@ pub fn check(stream: &Stream, chunk: &[u8]) {
 
     // 1. A tool that allocates nothing: the decoder may allocate a
     //    word-aligned copy of a misaligned chunk and a lossy copy of a path
-    //    that is not UTF-8 (3 bytes per bad byte): never more than a few
-    //    times the chunk, whatever lengths the chunk states.
+    //    that is not UTF-8 (3 bytes per bad byte, grown by doubling: up to
+    //    7 bytes allocated in all per byte): linear in the chunk, whatever
+    //    lengths the chunk states.
     let mut count: Vec<()> = Vec::new();
     let before = crate::ALLOC.total_allocated();
     let d = fuzzing::decode::<Tally>(&(), &(), data, &ci, &mut count);
     let allocated = crate::ALLOC.total_allocated() - before;
     let strict = crate::STRICT_ALLOC.load(std::sync::atomic::Ordering::Relaxed);
     assert!(
-        !strict || allocated <= 4 * chunk.len(),
+        !strict || allocated <= 8 * chunk.len() + 64,
         "decoding {} bytes allocated {allocated} bytes",
         chunk.len()
     );

@@ -236,7 +236,7 @@ pub fn bounded(target: &str, cases: u32, max_len: usize) {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
     let cases = env("CANNOLI_FUZZ_CASES").map_or(cases, |c| c as u32);
     let opts = Options {
-        cases: cases.max(1).min(1000),
+        cases: cases.clamp(1, 1000),
         batches: (cases as u64).div_ceil(1000).max(1),
         deadline: None,
         seed: env("CANNOLI_FUZZ_SEED").unwrap_or(0x00ca_11ab_1e5e_ed00),

@@ -29,14 +29,17 @@ pub static ALLOC: cap::Cap<std::alloc::System> = cap::Cap::new(std::alloc::Syste
 /// the long-run binary), not among unit tests running in parallel.
 pub static STRICT_ALLOC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// A target: a function of one input that panics when a property fails.
+pub type Target = fn(&[u8]);
+
 /// The targets, by name: `(name, function)`.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("decode", decode::run),
     ("hello", hello::run),
     ("ring", ring::run),
 ];
 
 /// The target called `name`.
-pub fn target(name: &str) -> Option<fn(&[u8])> {
+pub fn target(name: &str) -> Option<Target> {
     TARGETS.iter().find(|t| t.0 == name).map(|t| t.1)
 }

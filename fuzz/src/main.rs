@@ -32,6 +32,9 @@ fn main() -> ExitCode {
 
 fn real_main() -> Result<ExitCode, String> {
     use lexopt::prelude::*;
+    // Nothing else runs in this process: targets may assert on what they
+    // allocate.
+    cannoli_fuzz::STRICT_ALLOC.store(true, std::sync::atomic::Ordering::Relaxed);
     let mut p = lexopt::Parser::from_env();
     let mut positional: Vec<String> = Vec::new();
     let mut minutes: Option<f64> = None;
@@ -119,7 +122,6 @@ fn real_main() -> Result<ExitCode, String> {
                     .map_or(1, |d| d.as_nanos() as u64)
             });
             let share = minutes.map(|m| Duration::from_secs_f64(m * 60.0 / names.len() as f64));
-            cannoli_fuzz::STRICT_ALLOC.store(true, std::sync::atomic::Ordering::Relaxed);
             let mut failed = false;
             for n in names {
                 let opts = Options {

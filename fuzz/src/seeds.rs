@@ -98,7 +98,7 @@ fn chunk64(regs: usize) -> Vec<u64> {
     w.extend((0..regs as u64).map(|r| 0x1000 * r + 7));
     w.push(frame(tag::REGS, 2, (2 + regs) as u32));
     w.push(0x5555_5555_4034);
-    w.extend((0..regs as u64).map(|r| r));
+    w.extend(0..regs as u64);
     for lg in 0..4u8 {
         w.extend([
             (mem_tag(lg % 2 == 1, lg) as u64) << 56 | 0x5555_5555_4038,
