@@ -57,6 +57,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::{fmt, io};
 
+mod announce;
 mod decode;
 mod event;
 #[doc(hidden)]

@@ -19,6 +19,7 @@ use mempipe::Consumer;
 use wire::channel::{private_dir, read_line, runtime_dir, Addr, Sock};
 use wire::{parse_control, Control, Token};
 
+use crate::announce::Announced;
 use crate::decode::{decode, Layout};
 use crate::handshake::{handshake, Refusal};
 use crate::reseq::Reseq;
@@ -32,8 +33,6 @@ use crate::{Cannoli, ClientInfo, Error, Stats};
 const MAX_PENDING: usize = 64;
 /// Streams served at once (guest threads of the traced tree).
 const MAX_STREAMS: usize = 8192;
-/// Processes announced (forked, exec'ing) and not connected yet.
-const MAX_EXPECTED: usize = 4096;
 /// How long [`Server::run`] keeps listening after the last connection ended,
 /// for a forked child that has not connected yet.
 const DEFAULT_LINGER: Duration = Duration::from_millis(100);
@@ -245,7 +244,7 @@ impl Server {
             live: Mutex::new(0),
             pids: Mutex::new(HashMap::new()),
             wake: wake_tx,
-            expected: Mutex::new(HashMap::new()),
+            announced: Mutex::new(Announced::default()),
             token: self.token.clone(),
             pending: Mutex::new(VecDeque::new()),
             handshake_timeout: self.handshake_timeout,
@@ -424,10 +423,8 @@ struct Shared<T: Cannoli> {
     pids: Mutex<PidMap<T>>,
     /// Written to when a connection ends, to wake the accept loop.
     wake: UnixStream,
-    /// Processes announced but not connected yet (a forked child, or a
-    /// process that execs a program QEMU traces again), with whether one
-    /// died without connecting.
-    expected: Mutex<HashMap<i32, bool>>,
+    /// Processes announced and not connected yet (`announce.rs`).
+    announced: Mutex<Announced>,
     /// The run's secret.
     token: Token,
     /// Connections in their handshake, oldest first, by accept number.
@@ -441,44 +438,28 @@ struct Shared<T: Cannoli> {
 }
 
 impl<T: Cannoli> Shared<T> {
-    /// Whether an announced process may still connect: forget the ones that
-    /// no longer exist (a child killed before it ran, say).
+    /// Whether an announced process may still connect (one that no longer
+    /// exists, a child killed before it ran say, cannot).
     fn expecting(&self) -> bool {
-        let mut e = lock(&self.expected);
-        for (&pid, dead) in e.iter_mut() {
-            *dead = *dead || !process_alive(pid);
-        }
-        e.values().any(|dead| !dead)
+        lock(&self.announced).expecting(process_alive)
     }
 
     /// Announced processes that ended without ever connecting: if one of
     /// them ran guest code, its events are missing. Says so for each.
     fn never_connected(&self) -> u64 {
-        let mut e = lock(&self.expected);
-        let n = e.len() as u64;
-        for pid in e.keys() {
+        let missing = lock(&self.announced).take_missing();
+        for pid in &missing {
             eprintln!(
                 "cannoli: process {pid} was announced (fork or exec) but never connected; \
                  if it ran, its events are missing"
             );
         }
-        e.clear();
-        n
+        missing.len() as u64
     }
 
     /// Connection `id` is out of its handshake (or failed it).
     fn handshake_done(&self, id: u64) {
         lock(&self.pending).retain(|(i, _)| *i != id);
-    }
-
-    /// Notes an announced process, within [`MAX_EXPECTED`].
-    fn expect(&self, pid: i32) {
-        let mut e = lock(&self.expected);
-        if e.len() < MAX_EXPECTED || e.contains_key(&pid) {
-            e.insert(pid, false);
-        } else {
-            eprintln!("cannoli: more than {MAX_EXPECTED} processes announced and not connected; not waiting for {pid}");
-        }
     }
 
     fn pid_acquire(&self, ci: &ClientInfo) -> Arc<T::PidContext> {
@@ -572,7 +553,9 @@ struct Conn<'a, T: Cannoli> {
     skipped: AtomicU64,
     skipped_tag: AtomicU32,
     relay: Relay,
-    shared_expect: &'a (dyn Fn(i32) + Sync),
+    announced: &'a Mutex<Announced>,
+    /// This connection's number among the run's connections (`Announced`).
+    seq: u64,
 }
 
 /// How the first worker of a connection calls the others in.
@@ -668,8 +651,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         }
     };
     let ci = ClientInfo::from_hello(&hello);
-    lock(&shared.expected).remove(&ci.pid);
-    let expect = |pid: i32| shared.expect(pid);
+    let seq = lock(&shared.announced).connected(ci.pid);
 
     let pid_ctx = shared.pid_acquire(&ci);
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
@@ -690,7 +672,8 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         skipped: AtomicU64::new(0),
         skipped_tag: AtomicU32::new(0),
         relay: Relay::new(),
-        shared_expect: &expect,
+        announced: &shared.announced,
+        seq,
     };
 
     let mut incomplete = 0;
@@ -770,11 +753,11 @@ fn control<T: Cannoli>(reader: &mut BufReader<Sock>, conn: &Conn<'_, T>) -> bool
             Ok(Some(line)) => match parse_control(&line) {
                 Ok(Control::Goodbye(g)) => {
                     if g.exec {
-                        (conn.shared_expect)(pid);
+                        lock(conn.announced).exec(pid, conn.seq);
                     }
                     break Some(g);
                 }
-                Ok(Control::Expect(e)) => (conn.shared_expect)(e.expect_pid),
+                Ok(Control::Expect(e)) => lock(conn.announced).forked(e.expect_pid),
                 Err(e) => {
                     eprintln!("cannoli: pid {pid} tid {tid}: ignoring a control message: {e}");
                 }
