@@ -1343,7 +1343,9 @@ impl Consumer {
     /// Attaches to the memfd ring that process `pid` has open as fd `fd`, by
     /// opening `/proc/<pid>/fd/<fd>` (a link to the memfd itself, which only
     /// a process of the same user may follow; never a path in a directory
-    /// anyone can write), then as [`Consumer::from_fd`].
+    /// anyone can write), then as [`Consumer::from_fd`]. Whatever else that
+    /// fd may be, it is only looked at (`O_PATH`) until it is known to be a
+    /// regular file of this user: no device is opened, no FIFO waited for.
     pub fn open_proc(pid: i32, fd: i32) -> Result<Consumer, Error> {
         if pid <= 0 || fd < 0 {
             return Err(Error::Refused(format!(
@@ -1352,26 +1354,42 @@ impl Consumer {
             )));
         }
         let path = format!("/proc/{pid}/fd/{fd}");
-        // Not O_NOFOLLOW: the entry is a magic link, which is the point. No
-        // O_NONBLOCK surprises either: a FIFO in its place cannot hang us,
-        // and from_fd refuses anything but a sealed regular file.
+        let hint = |e: &io::Error| match e.kind() {
+            io::ErrorKind::NotFound => {
+                "; the producer exited or closed the fd before the consumer opened it"
+            }
+            io::ErrorKind::PermissionDenied => {
+                "; the producer runs as another user or is not dumpable"
+            }
+            _ => "",
+        };
+        // First without opening anything for reading or writing (O_PATH
+        // has no side effects: a device or FIFO behind the fd is neither
+        // opened nor waited for); only a regular file is then reopened for
+        // real. Not O_NOFOLLOW: the entry is a magic link, which is the
+        // point.
+        let probe = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|e| io_error(format_args!("opening ring {path}{}", hint(&e)), e))?;
+        let meta = probe
+            .metadata()
+            .map_err(|e| io_error(format_args!("fstat of ring {path}"), e))?;
+        check_owner(
+            &meta,
+            &format!("ring {path}"),
+            "a ring is the memfd Producer::create_memfd made",
+        )
+        .map_err(Error::Refused)?;
+        let again = format!("/proc/self/fd/{}", probe.as_raw_fd());
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| {
-                let hint = match e.kind() {
-                    io::ErrorKind::NotFound => {
-                        "; the producer exited or closed the fd before the consumer opened it"
-                    }
-                    io::ErrorKind::PermissionDenied => {
-                        "; the producer runs as another user or is not dumpable"
-                    }
-                    _ => "",
-                };
-                io_error(format_args!("opening ring {path}{hint}"), e)
-            })?;
+            .open(&again)
+            .map_err(|e| io_error(format_args!("opening ring {path}{}", hint(&e)), e))?;
+        drop(probe);
         Self::from_fd(OwnedFd::from(file))
     }
 

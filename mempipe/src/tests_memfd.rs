@@ -262,6 +262,12 @@ fn open_proc_of_our_own_fd() {
         "not a regular file",
     );
     drop((r, w));
+    // A device behind the fd is only looked at, never opened.
+    let null = File::open("/dev/null").unwrap();
+    refused_with(
+        Consumer::open_proc(pid, null.as_raw_fd()),
+        "not a regular file",
+    );
 }
 
 #[test]
