@@ -162,7 +162,9 @@ fn check(cell: &Cell, truth: &Truth, reference_stdout: Option<&str>) -> Vec<Stri
             ));
         }
     }
-    if let Some((want, source)) = truth.pc_checksum {
+    // `never` traces no pc: its client folds nothing.
+    let traces_pcs = cell.config.hooks() != Some(Hooks::Never);
+    if let (Some((want, source)), true) = (truth.pc_checksum, traces_pcs) {
         if let Some(got) = cell
             .samples
             .iter()
@@ -494,6 +496,12 @@ mod tests {
             },
             Cell {
                 workload: 0,
+                config: config::by_name("never").unwrap(),
+                samples: vec![checked(sample(2.0, Some(0), None), 0)],
+                errors: vec![],
+            },
+            Cell {
+                workload: 0,
                 config: config::by_name("plugin-tb").unwrap(),
                 samples: vec![checked(sample(6.0, None, Some(1000)), 0xabc)],
                 errors: vec![],
@@ -559,5 +567,6 @@ mod tests {
             "{r}"
         );
         assert!(!r.contains("cannoli-pc-1w: "), "{r}");
+        assert!(row("never").contains("| ok "), "{r}");
     }
 }
