@@ -397,21 +397,6 @@ impl Drop for RunDir {
     }
 }
 
-/// Where a tool writes its trace: the file `path` (created), else stdout. A
-/// file that cannot be created ends the tool with one line naming it.
-pub fn output_or_exit(path: Option<&std::path::Path>) -> Box<dyn io::Write + Send> {
-    match path {
-        Some(p) => match std::fs::File::create(p) {
-            Ok(f) => Box::new(f),
-            Err(e) => {
-                eprintln!("{}: cannot create {}: {e}", tool_name(), p.display());
-                std::process::exit(1);
-            }
-        },
-        None => Box::new(io::stdout()),
-    }
-}
-
 /// The status a shell would report: the exit code, or 128 + the signal.
 pub fn exit_code(status: ExitStatus) -> i32 {
     match (status.code(), status.signal()) {
