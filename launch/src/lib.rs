@@ -332,15 +332,35 @@ impl Launcher {
             what: "waiting for QEMU".into(),
             source: e,
         })?;
-        let stats = match server_thread.join() {
+        let mut stats = match server_thread.join() {
             Ok(r) => r.map_err(Error::Server)?,
             Err(panic) => std::panic::resume_unwind(panic),
         };
+        // Every guest runs at least one instruction, which connects it: a
+        // QEMU that never connected traced nothing (it failed before the
+        // program ran, or was killed first), and "0 lost" would be a lie.
+        if stats.connections == 0 && stats.refused_connections == 0 {
+            eprintln!(
+                "{}: QEMU exited ({}) without ever connecting: nothing was traced",
+                self.name,
+                show_status(status)
+            );
+            stats.missing_processes += 1;
+        }
         Ok(Report {
             status: exit_code(status),
             exit: Some(status),
             stats,
         })
+    }
+}
+
+/// "status N" or "signal N" for a message.
+fn show_status(s: ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("status {c}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => s.to_string(),
     }
 }
 
