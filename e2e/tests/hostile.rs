@@ -121,6 +121,29 @@ fn exit_while_threads_are_in_syscalls() {
         for _ in 0..4 {
             check(arch, "exit_blocked");
         }
+        // Every thread's stream ends with the syscall it was in, unfinished:
+        // main's exit_group, the blocked read, futex wait and sleep.
+        let (_dir, streams) = dump_streams(arch, "exit_blocked");
+        assert_eq!(streams.0.len(), 9, "{arch}:\n{}", streams.describe());
+        let last: Vec<String> = (0..streams.0.len())
+            .filter_map(|i| {
+                let d = parse_dump_events(&streams.0[i].file).unwrap_or_else(|e| panic!("{e}"));
+                d.syscalls
+                    .last()
+                    .filter(|y| y.ret.is_none())
+                    .map(|y| y.name.clone())
+            })
+            .collect();
+        for want in ["exit_group", "read", "futex"] {
+            assert!(
+                last.iter().any(|n| n == want),
+                "{arch}: no stream ends in {want}: {last:?}"
+            );
+        }
+        assert!(
+            last.iter().any(|n| n.ends_with("nanosleep")),
+            "{arch}: no stream ends in a sleep: {last:?}"
+        );
     }
 }
 

@@ -6,10 +6,11 @@
 //! execution order, between the exec and memory events around it.
 
 use crate::stream::{self, Cursor};
-use std::cell::RefCell;
+use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use wire::{frame, map_flags, tag, MAX_SYSCALL_DATA};
 
 /// What the C side told us at init that these events need.
@@ -217,18 +218,47 @@ struct Pending {
     total: u64,
 }
 
+/// A thread's syscall in progress. The thread that ends the process reaches
+/// it too: a thread blocked in a syscall then (read, futex, nanosleep)
+/// cannot report it itself, so its stream ends with the syscall unfinished.
+type PendingSlot = Arc<Mutex<Option<Pending>>>;
+
 thread_local! {
-    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+    static PENDING: PendingSlot = Arc::new(Mutex::new(None));
+    /// The vCPU cursor this thread's PENDING is registered under.
+    static PENDING_KEY: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Every thread's PENDING by the address of its vCPU cursor. A forked child
+/// inherits entries of threads it does not have; it never looks them up
+/// (its exit_group sees only its own vCPU).
+static PENDING_OF: Mutex<BTreeMap<usize, PendingSlot>> = Mutex::new(BTreeMap::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn set_pending(p: Option<Pending>) {
+    PENDING.with(|q| *lock(q) = p);
+}
+
+fn take_pending() -> Option<Pending> {
+    PENDING.with(|q| lock(q).take())
 }
 
 fn wanted(num: u64) -> bool {
     env().is_some_and(|e| e.hook_syscall.is_none_or(|f| f(num)))
 }
 
-pub fn syscall_enter(num: i32, args: [i64; 6]) {
+pub fn syscall_enter(c: &Cursor, num: i32, args: [i64; 6]) {
+    let key = c as *const Cursor as usize;
+    if PENDING_KEY.with(|k| k.replace(key)) != key {
+        lock(&PENDING_OF).insert(key, PENDING.with(Arc::clone));
+    }
     let num = num as u32 as u64;
     let report = wanted(num);
     if !report && !FORKS.get().is_some_and(|f| f.contains_key(&num)) {
+        set_pending(None);
         return;
     }
     let args = args.map(|a| a as u64);
@@ -245,57 +275,90 @@ pub fn syscall_enter(num: i32, args: [i64; 6]) {
             p.data = s;
         }
     }
-    PENDING.with(|q| *q.borrow_mut() = Some(p));
+    set_pending(Some(p));
 }
 
 pub fn syscall_exit(c: &mut Cursor, num: i32, ret: i64) {
     // An exec came back (it failed): QEMU got on with the guest.
     close_exec_fd();
-    let Some(mut p) = PENDING.with(|q| q.borrow_mut().take()) else {
+    let num = num as u32 as u64;
+    let Some((report, args)) = PENDING.with(|q| {
+        lock(q)
+            .as_ref()
+            .filter(|p| p.num == num)
+            .map(|p| (p.report, p.args))
+    }) else {
+        set_pending(None);
         return;
     };
-    if p.num != num as u32 as u64 {
+    note_fork(num, &args, ret);
+    if !report {
+        set_pending(None);
         return;
     }
-    note_fork(p.num, &p.args, ret);
-    if !p.report {
-        return;
-    }
-    match CAPTURES.get().and_then(|c| c.get(&p.num)) {
-        Some(Capture::Filled { buf }) if ret > 0 => {
-            let n = (ret as usize).min(MAX_SYSCALL_DATA);
-            p.data = read_guest(p.args[*buf], n).unwrap_or_default();
-            p.total = ret as u64;
+    // Taken under the stream's lock: a thread ending the process meanwhile
+    // reports it unfinished instead, never neither.
+    stream::append_with(c, || {
+        let mut p = take_pending()?;
+        match CAPTURES.get().and_then(|c| c.get(&p.num)) {
+            Some(Capture::Filled { buf }) if ret > 0 => {
+                let n = (ret as usize).min(MAX_SYSCALL_DATA);
+                p.data = read_guest(p.args[*buf], n).unwrap_or_default();
+                p.total = ret as u64;
+            }
+            Some(Capture::Given { buf, len }) => {
+                let want = p.args[*len] as usize;
+                p.data = read_guest(p.args[*buf], want.min(MAX_SYSCALL_DATA)).unwrap_or_default();
+                p.total = want as u64;
+            }
+            _ => {}
         }
-        Some(Capture::Given { buf, len }) => {
-            let want = p.args[*len] as usize;
-            p.data = read_guest(p.args[*buf], want.min(MAX_SYSCALL_DATA)).unwrap_or_default();
-            p.total = want as u64;
-        }
-        _ => {}
-    }
-    write_syscall(c, &p, Some(ret));
+        Some(encode_syscall(&p, Some(ret)))
+    });
 }
 
-/// A syscall that will not return (exit, exit_group, execve) is reported
-/// before its stream ends.
+/// A syscall of this thread that will not return (exit, exit_group,
+/// execve) is reported before its stream ends.
 pub fn syscall_unfinished(c: &mut Cursor) {
-    if let Some(p) = PENDING.with(|q| q.borrow_mut().take()).filter(|p| p.report) {
+    if let Some(p) = take_pending().filter(|p| p.report) {
         write_syscall(c, &p, None);
     }
 }
 
-fn write_syscall(c: &mut Cursor, p: &Pending, ret: Option<i64>) {
+/// The thread ending the process is ending the stream of the thread whose
+/// vCPU cursor is at `cursor_key` (in a syscall, or stopped before the JIT
+/// for good): that thread's syscall, if it is in one, unfinished, for
+/// [`stream::finish_with`].
+pub fn other_thread_unfinished(cursor_key: usize) -> Option<stream::Event> {
+    let slot = lock(&PENDING_OF).remove(&cursor_key)?;
+    let p = lock(&slot).take().filter(|p| p.report)?;
+    Some(encode_syscall(&p, None))
+}
+
+/// This thread ends: its PENDING goes out of the registry.
+pub fn thread_ends() {
+    let key = PENDING_KEY.with(|k| k.replace(0));
+    if key != 0 {
+        lock(&PENDING_OF).remove(&key);
+    }
+}
+
+fn encode_syscall(p: &Pending, ret: Option<i64>) -> stream::Event {
     let data = &p.data[..p.data.len().min(MAX_SYSCALL_DATA)];
     let len = wire::framed_len(11, data.len()) as u32;
-    let mut w = [0u64; 11];
+    let mut w = vec![0u64; 11];
     w[0] = frame(tag::SYSCALL, ret.is_some() as u32, len);
     w[1] = p.num;
     w[2] = ret.unwrap_or(0) as u64;
     w[3..9].copy_from_slice(&p.args);
     w[9] = data.len() as u64;
     w[10] = p.total;
-    stream::append(c, &w, data);
+    (w, data.to_vec())
+}
+
+fn write_syscall(c: &mut Cursor, p: &Pending, ret: Option<i64>) {
+    let (w, data) = encode_syscall(p, ret);
+    stream::append(c, &w, &data);
 }
 
 // ---------------------------------------------------------------------------
@@ -727,7 +790,7 @@ pub unsafe fn execve(
         return false;
     }
     // Reported now, while the stream lasts; kept pending for a failure.
-    if let Some(p) = PENDING.with(|q| q.borrow().clone()).filter(|p| p.report) {
+    if let Some(p) = PENDING.with(|q| lock(q).clone()).filter(|p| p.report) {
         write_syscall(c, &p, None);
     }
     REPLAY_OWED.store(true, Ordering::Release);

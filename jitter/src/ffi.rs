@@ -315,17 +315,26 @@ unsafe extern "C" fn helper_mem(
     stream::helper_mem(&mut *c, addr, value, value_hi, size_log2 as u8, store);
 }
 
-/// Also called, at exit_group, for the other threads' vCPUs (stopped).
+/// Also called, at exit_group, for the other threads' vCPUs (outside the
+/// JIT: stopped, or in a syscall).
 unsafe extern "C" fn cpu_exit(c: Cur, _code: c_int) {
     let c = &mut *c;
-    if c.cursor != 0 && stream::is_mine(c) {
-        events::syscall_unfinished(c);
+    if stream::is_mine(c) {
+        if c.cursor != 0 {
+            events::syscall_unfinished(c);
+        }
+        events::thread_ends();
+        stream::finish(c, stream::After::Exit);
+    } else {
+        let key = c as *const stream::Cursor as usize;
+        stream::finish_with(c, stream::After::Exit, || {
+            events::other_thread_unfinished(key)
+        });
     }
-    stream::finish(c, stream::After::Exit);
 }
 
-unsafe extern "C" fn syscall_enter(_c: Cur, num: c_int, args: *const i64) {
-    events::syscall_enter(num, *(args as *const [i64; 6]));
+unsafe extern "C" fn syscall_enter(c: Cur, num: c_int, args: *const i64) {
+    events::syscall_enter(&*c, num, *(args as *const [i64; 6]));
 }
 
 unsafe extern "C" fn syscall_exit(c: Cur, num: c_int, ret: i64) {

@@ -414,6 +414,13 @@ pub enum After {
 /// thread's cursor) the whole process is ending and that thread is outside
 /// the JIT (stopped, or in a syscall): hand over every event.
 pub fn finish(c: &mut Cursor, after: After) {
+    finish_with(c, after, || None);
+}
+
+/// [`finish`], with a last event: what `last` gives, under the stream's
+/// lock (for another thread: the syscall it is in, which it cannot report
+/// any more). `last` must not call into this module.
+pub fn finish_with(c: &mut Cursor, after: After, last: impl FnOnce() -> Option<Event>) {
     let key = c as *mut Cursor as usize;
     let mine = is_mine(c) || (c.cursor == 0 && MY_CURSOR.with(|m| m.get()) == 0);
     let slot = if mine {
@@ -444,6 +451,11 @@ pub fn finish(c: &mut Cursor, after: After) {
     let mut guard = lock(&slot);
     if mine && guard.is_none() {
         Untraced::count(c.cursor);
+    }
+    if guard.is_some() && c.cursor != 0 {
+        if let Some((words, payload)) = last() {
+            append_in(&mut guard, c, &words, &payload);
+        }
     }
     if let Some(mut st) = guard.take() {
         st.lost_bytes += UNDELIVERED.swap(0, std::sync::atomic::Ordering::Relaxed);
@@ -514,64 +526,98 @@ pub fn forked_child(c: &mut Cursor) {
 /// Appends one event, `words` then `payload` padded to whole words, at the
 /// vCPU's cursor, outside the JIT. Leaves the cursor inside the window.
 pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
+    if has_window(c) {
+        with_mine(|s| append_in(s, c, words, payload));
+    }
+}
+
+/// Whether `c`'s thread may report (its stream has not ended); gives it a
+/// window (and the stream the mappings it owes) if it has none.
+fn has_window(c: &mut Cursor) -> bool {
     if has_ended(c) {
         // Process-wide facts go through append_or_keep; nothing else is
         // reported for a thread that has exited.
-        return;
+        return false;
     }
     if ensure_window(c) {
         crate::events::replay_if_owed(c);
     }
-    let len = 8 * words.len() + payload.len().next_multiple_of(8);
+    true
+}
+
+/// An encoded event: its words and its payload.
+pub type Event = (Vec<u64>, Vec<u8>);
+
+/// Like [`append`], for the event `make` gives, made under the thread's
+/// stream lock (so that taking what it reports and reporting it are one
+/// step for a thread that may end this stream: see [`finish_with`]).
+/// `make` must not call into this module.
+pub fn append_with(c: &mut Cursor, make: impl FnOnce() -> Option<Event>) {
+    if !has_window(c) {
+        return;
+    }
     with_mine(|s| {
-        // Checked again under the lock: a thread ending the process may have
-        // finished this stream since (this thread was in a syscall). What
-        // comes back then is after the end: no guest code sees it.
-        if c.cursor == 0 {
-            return;
-        }
-        let (chunk, chunk_len) = match s.as_ref() {
-            Some(st) => (st.chunk as u64, st.chunk_len()),
-            None => (Untraced::buffer() as u64, 8 * Untraced::WORDS),
-        };
-        let flush = |s: &mut Option<Stream>, cursor: u64| match s.as_mut() {
-            Some(st) => st.flush(cursor),
-            None => Untraced::flush(cursor),
-        };
-        if len > chunk_len || !(chunk..chunk + chunk_len as u64).contains(&c.cursor) {
-            // Cannot happen (events are far smaller than a chunk, and the
-            // cursor is in this thread's chunk); dropped rather than written
-            // out of bounds, and counted.
-            UNDELIVERED.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
-            return;
-        }
-        if c.cursor + len as u64 > chunk + chunk_len as u64 {
-            let w = flush(s, c.cursor);
-            c.cursor = w.cursor;
-            c.end = w.end;
-        }
-        // SAFETY: [cursor, cursor + len) lies inside the current chunk (the
-        // cursor was in it, the event fits in what is left of it or in a
-        // whole new one: checked above), which this thread alone writes
-        // until it publishes it; the cursor is 8-byte aligned.
-        unsafe {
-            let p = c.cursor as *mut u8;
-            std::ptr::copy_nonoverlapping(words.as_ptr() as *const u8, p, 8 * words.len());
-            let q = p.add(8 * words.len());
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), q, payload.len());
-            std::ptr::write_bytes(
-                q.add(payload.len()),
-                0,
-                len - 8 * words.len() - payload.len(),
-            );
-        }
-        c.cursor += len as u64;
-        if c.cursor >= c.end {
-            let w = flush(s, c.cursor);
-            c.cursor = w.cursor;
-            c.end = w.end;
+        if c.cursor != 0 {
+            if let Some((words, payload)) = make() {
+                append_in(s, c, &words, &payload);
+            }
         }
     });
+}
+
+/// Appends an event to `s`, the stream slot of `c`'s thread, locked by the
+/// caller (that thread, or the one ending the process).
+fn append_in(s: &mut Option<Stream>, c: &mut Cursor, words: &[u64], payload: &[u8]) {
+    // Checked under the lock: a thread ending the process may have finished
+    // this stream since this thread looked (it was in a syscall). What comes
+    // back then is after the end: no guest code sees it.
+    if c.cursor == 0 {
+        return;
+    }
+    let len = 8 * words.len() + payload.len().next_multiple_of(8);
+    let (chunk, chunk_len) = match s.as_ref() {
+        Some(st) => (st.chunk as u64, st.chunk_len()),
+        None => (Untraced::buffer() as u64, 8 * Untraced::WORDS),
+    };
+    let flush = |s: &mut Option<Stream>, cursor: u64| match s.as_mut() {
+        Some(st) => st.flush(cursor),
+        None => Untraced::flush(cursor),
+    };
+    if len > chunk_len || !(chunk..chunk + chunk_len as u64).contains(&c.cursor) {
+        // Cannot happen (events are far smaller than a chunk, and the
+        // cursor is in this stream's chunk); dropped rather than written out
+        // of bounds, and counted.
+        UNDELIVERED.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
+        return;
+    }
+    if c.cursor + len as u64 > chunk + chunk_len as u64 {
+        let w = flush(s, c.cursor);
+        c.cursor = w.cursor;
+        c.end = w.end;
+    }
+    // SAFETY: [cursor, cursor + len) lies inside the current chunk (the
+    // cursor was in it, the event fits in what is left of it or in a whole
+    // new one: checked above), which nobody else writes until it is
+    // published: outside the JIT only the holder of the stream's lock, and
+    // the JIT of `c`'s thread is not running (it is this thread, or stopped
+    // by exit_group); the cursor is 8-byte aligned.
+    unsafe {
+        let p = c.cursor as *mut u8;
+        std::ptr::copy_nonoverlapping(words.as_ptr() as *const u8, p, 8 * words.len());
+        let q = p.add(8 * words.len());
+        std::ptr::copy_nonoverlapping(payload.as_ptr(), q, payload.len());
+        std::ptr::write_bytes(
+            q.add(payload.len()),
+            0,
+            len - 8 * words.len() - payload.len(),
+        );
+    }
+    c.cursor += len as u64;
+    if c.cursor >= c.end {
+        let w = flush(s, c.cursor);
+        c.cursor = w.cursor;
+        c.end = w.end;
+    }
 }
 
 /// Appends an event at this thread's own vCPU cursor, for code that has no
