@@ -663,6 +663,9 @@ fn above_floor(fd: i32, cloexec: bool) -> i32 {
 /// ELOOP, ENOTDIR, EBADF, ...). The fd is an O_PATH one above the fd floor.
 fn exec_target(dirfd: i32, path: &CStr, flags: i32) -> Option<std::os::fd::OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    if flags & !(libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) != 0 {
+        return None; // EINVAL
+    }
     let raw = if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
         above_floor(dirfd, true)
     } else {
@@ -700,12 +703,16 @@ fn exec_target(dirfd: i32, path: &CStr, flags: i32) -> Option<std::os::fd::Owned
         if libc::fstat(fd.as_raw_fd(), &mut st) != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return None;
         }
-        // Execute permission as exec checks it: for the effective ids.
+        // Execute permission as exec checks it: for the effective ids
+        // (through /proc: faccessat with AT_EMPTY_PATH needs Linux 5.8).
+        let Ok(proc_path) = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())) else {
+            return None;
+        };
         if libc::faccessat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
+            libc::AT_FDCWD,
+            proc_path.as_ptr(),
             libc::X_OK,
-            libc::AT_EMPTY_PATH | libc::AT_EACCESS,
+            libc::AT_EACCESS,
         ) != 0
         {
             return None;
