@@ -8,11 +8,12 @@
 //! same, and the trace complete: the tool exits with the program's status
 //! only when nothing was lost (3 otherwise).
 //!
-//! Processes and threads (issue 11): `exit` while other threads are blocked
-//! in read, futex and nanosleep or coming back from syscalls; `fork` while
-//! another thread is blocked in read; `posix_spawn` and `vfork` + `execve`
-//! (which QEMU runs as forks); execs that fail (ENOENT, EACCES, ENOEXEC),
-//! and `execveat` with a dirfd, AT_EMPTY_PATH and AT_SYMLINK_NOFOLLOW. The
+//! Processes and threads (issue 11), on x86_64, mipsel, i386 and arm: `exit`
+//! while other threads are blocked in read, futex and nanosleep or coming
+//! back from syscalls; `fork` while another thread is blocked in read;
+//! `posix_spawn` and `vfork` + `execve` (which QEMU runs as forks); execs
+//! that fail (ENOENT, EACCES, ENOEXEC), and `execveat` with a dirfd,
+//! AT_EMPTY_PATH and AT_SYMLINK_NOFOLLOW. The
 //! modes that exec successfully need an untraced run in which the exec
 //! works: plain QEMU hands it to the host kernel, which runs an x86_64
 //! program itself but no other guest's (no binfmt_misc here). Their
@@ -28,6 +29,8 @@ use e2e::procs::{run_traced, traced_cmd, Streams};
 use e2e::{guest, qemu_builds, release_artifact, RunDir, SyscallEvent};
 
 const GUESTS: &[&str] = &["x86_64", "mipsel"];
+/// The process and thread tests: 32-bit guests of both families too.
+const PROCESS_GUESTS: &[&str] = &["x86_64", "mipsel", "i386", "arm"];
 
 /// A shell-style status: the code, or 128 + the signal.
 fn status_code(s: ExitStatus) -> i32 {
@@ -117,7 +120,7 @@ const EXEC_REFERENCE: &str = "x86_64";
 fn exit_while_threads_are_in_syscalls() {
     // A race (threads coming back from syscalls while the process ends):
     // a few times each.
-    for arch in GUESTS {
+    for arch in PROCESS_GUESTS {
         for _ in 0..4 {
             check(arch, "exit_blocked");
         }
@@ -149,7 +152,7 @@ fn exit_while_threads_are_in_syscalls() {
 
 #[test]
 fn fork_while_a_thread_is_in_read() {
-    for arch in GUESTS {
+    for arch in PROCESS_GUESTS {
         check(arch, "fork_blocked");
         let (_dir, streams) = dump_streams(arch, "fork_blocked");
         // Parent: main and the reader thread; the child: its one thread.
@@ -166,7 +169,7 @@ fn fork_while_a_thread_is_in_read() {
 
 #[test]
 fn posix_spawn_and_vfork_exec() {
-    for arch in GUESTS {
+    for arch in PROCESS_GUESTS {
         check_against(arch, "spawn", EXEC_REFERENCE);
         // Each child: a stream until its execve, then the exec'd program's.
         let (_dir, streams) = dump_streams(arch, "spawn");
@@ -188,7 +191,7 @@ fn posix_spawn_and_vfork_exec() {
 
 #[test]
 fn failed_execs_return_their_errors() {
-    for arch in GUESTS {
+    for arch in PROCESS_GUESTS {
         check(arch, "exec_fail");
         // One process, whose execve/execveat events carry the errors: ENOENT
         // (execve, execveat), EACCES (not executable), EACCES (directory),
@@ -217,7 +220,7 @@ fn failed_execs_return_their_errors() {
 
 #[test]
 fn execveat_keeps_dirfd_and_flags() {
-    for arch in GUESTS {
+    for arch in PROCESS_GUESTS {
         check_against(arch, "execveat", EXEC_REFERENCE);
         // The parent's execveat with AT_SYMLINK_NOFOLLOW on a symlink fails
         // (ELOOP), and one relative to a dirfd with a missing file (ENOENT);
