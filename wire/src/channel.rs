@@ -579,8 +579,10 @@ pub fn dial(
         format!("{addr} answered the hello with something that is not a cannoli welcome")
     })?;
     if let Some(e) = welcome.error {
-        let shown: String = e.chars().take(400).collect();
-        return Err(format!("the client at {addr} refused the trace: {shown}"));
+        return Err(format!(
+            "the client at {addr} refused the trace: {}",
+            crate::tame(&e, 400)
+        ));
     }
     let proved = welcome
         .proof
@@ -615,8 +617,12 @@ pub fn parse_challenge(line: &str) -> Result<Challenge, String> {
              cannoli version"
         ));
     }
-    let c: Challenge =
-        serde_json::from_value(v).map_err(|e| format!("sent a malformed challenge ({e})"))?;
+    let c: Challenge = serde_json::from_value(v).map_err(|e| {
+        format!(
+            "sent a malformed challenge ({})",
+            crate::tame(&e.to_string(), 200)
+        )
+    })?;
     if c.nonce.len() != 32 || !c.nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err("sent a challenge whose nonce is not 32 hex digits".into());
     }

@@ -394,12 +394,33 @@ impl std::fmt::Display for HelloError {
                 "wire version mismatch: QEMU's cannoli hook library (jitter {}) speaks wire version {}, \
                  this client speaks wire version {WIRE_VERSION}; rebuild the hook library against the \
                  same cannoli version as the client",
-                jitter_version.as_deref().unwrap_or("of unknown version"),
+                jitter_version
+                    .as_deref()
+                    .map_or_else(|| "of unknown version".into(), |v| tame(v, MAX_HELLO_NAME)),
                 theirs.map_or_else(|| "none".to_string(), |t| t.to_string()),
             ),
-            HelloError::Malformed(m) => write!(f, "malformed hello: {m}"),
+            HelloError::Malformed(m) => write!(f, "malformed hello: {}", tame(m, 300)),
         }
     }
+}
+
+/// Untrusted text made fit for one line of a message: control characters
+/// escaped (a terminal sees no escape sequence, a log no line break), at
+/// most `max` characters kept.
+pub fn tame(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i == max {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// Parses and bounds-checks QEMU's hello line: every size it states is one
@@ -621,6 +642,29 @@ mod tests {
             "{e:?}"
         );
         assert!(e.to_string().contains("jitter 0.1.0"), "{e}");
+    }
+
+    #[test]
+    fn refusals_are_one_tame_line() {
+        let line = |h: &Hello| serde_json::to_string(h).unwrap() + "\n";
+        let mut bad = Vec::new();
+        let mut v = serde_json::to_value(good_hello()).unwrap();
+        v["pid"] = "x\u{1b}[31m\n".repeat(2000).into();
+        bad.push(v.to_string());
+        let mut v = serde_json::to_value(good_hello()).unwrap();
+        v["ring"] = "\u{1b}]0;title\u{7}\nnext".into();
+        bad.push(v.to_string());
+        let mut h = good_hello();
+        h.wire_version = 4;
+        h.jitter_version = "\u{1b}[2J\n".repeat(50);
+        bad.push(line(&h));
+        for l in bad {
+            let e = parse_hello(&l).unwrap_err().to_string();
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+            assert!(e.len() < 1024, "{} bytes", e.len());
+        }
+        assert_eq!(tame("a\nb\u{1b}", 10), "a\\nb\\u{1b}");
+        assert_eq!(tame("abcdef", 3), "abc…");
     }
 
     #[test]
