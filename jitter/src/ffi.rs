@@ -163,6 +163,9 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     }
     events::set_syscall_names(&syscall_names);
     events::note_exec_fd();
+    // SAFETY: registers three functions that only lock and unlock our own
+    // mutexes on the forking thread.
+    libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork));
     let _ = events::ENV.set(events::Env {
         regs_env_offset: info.regs_env_offset,
         reg_count: info.reg_count,
@@ -225,6 +228,21 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
             -1
         }
     }
+}
+
+/// pthread_atfork's prepare handler: QEMU forks (a guest fork, vfork or
+/// posix_spawn) while other threads may be in our code outside the JIT.
+/// STREAMS, then PENDING_OF: no other path holds the second while it
+/// takes the first.
+extern "C" fn before_fork() {
+    stream::before_fork();
+    events::before_fork();
+}
+
+/// pthread_atfork's parent and child handlers.
+extern "C" fn after_fork() {
+    events::after_fork();
+    stream::after_fork();
 }
 
 /// # Safety
