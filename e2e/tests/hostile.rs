@@ -25,8 +25,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, ExitStatus};
 
 use e2e::dump::parse_dump_events;
-use e2e::procs::{run_traced, traced_cmd, Streams};
-use e2e::{guest, qemu_builds, release_artifact, RunDir, SyscallEvent};
+use e2e::procs::{run_traced, traced_cmd, Client, Streams};
+use e2e::{finish_guest, guest, qemu_builds, release_artifact, spawn_guest, RunDir, SyscallEvent};
 
 const GUESTS: &[&str] = &["x86_64", "mipsel"];
 /// The process and thread tests: 32-bit guests of both families too.
@@ -273,4 +273,67 @@ fn binfmt_misc_entries() -> bool {
         d.flatten()
             .any(|e| !matches!(e.file_name().to_str(), Some("register" | "status")))
     })
+}
+
+#[test]
+fn a_child_whose_client_is_gone_goes_on_untraced() {
+    // The parent connects; then the client dies (killed while the guest
+    // waits for a file), and the guest forks: the child cannot connect. It
+    // must go on untraced (QEMU says so in one line), not exit with 1.
+    for arch in GUESTS {
+        let prog = guest(arch, "hostile");
+        let dir = RunDir::new();
+        let (plain_out, traced_out) = (dir.file("untraced.txt"), dir.file("traced.txt"));
+        let flag = dir.file("go");
+        std::fs::write(&flag, "").unwrap();
+        let untraced = Command::new(qemu_builds().qemu(arch))
+            .arg(&prog)
+            .args([
+                "fork_when",
+                plain_out.to_str().unwrap(),
+                flag.to_str().unwrap(),
+            ])
+            .env_clear()
+            .current_dir(dir.path())
+            .output()
+            .expect("run QEMU");
+        std::fs::remove_file(&flag).unwrap();
+        let mut client = Client::start(&dir, "client", &["--only", "Y"]);
+        let cmd = traced_cmd(
+            arch,
+            &prog,
+            &[
+                "fork_when",
+                traced_out.to_str().unwrap(),
+                flag.to_str().unwrap(),
+            ],
+        )
+        .env("CANNOLI_ADDR", &client.addr)
+        .env("CANNOLI_TOKEN", &client.token);
+        let child = spawn_guest(&dir, "guest", &cmd);
+        let start = std::time::Instant::now();
+        while !std::fs::read_to_string(&traced_out).is_ok_and(|s| s.contains("ready")) {
+            assert!(
+                start.elapsed().as_secs() < 60,
+                "{arch}: the traced guest never got ready"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        client.kill_9();
+        std::fs::write(&flag, "").unwrap();
+        let run = finish_guest(&dir, "guest", &cmd, child);
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        let what = format!("{arch}: QEMU's stderr:\n{stderr}");
+        assert_eq!(
+            status_code(run.status),
+            status_code(untraced.status),
+            "{what}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&traced_out).unwrap_or_default(),
+            std::fs::read_to_string(&plain_out).unwrap_or_default(),
+            "{what}"
+        );
+        assert_eq!(stderr.matches("goes on untraced").count(), 1, "{what}");
+    }
 }

@@ -30,6 +30,9 @@
  *                             fexecve (AT_EMPTY_PATH), AT_SYMLINK_NOFOLLOW
  *                             on a symlink (ELOOP) and on a file, through
  *                             a symlink; each success in a forked child
+ *   hostile fork_when OUT FLAG  says it is ready, waits for the file FLAG
+ *                             (the test kills the client meanwhile), forks;
+ *                             the child works and exits 7
  *   hostile child OUT         what the execs run: works, says so, exits 7
  *
  * The modes that exec print no fd numbers, pids or paths: an untraced
@@ -257,6 +260,34 @@ static int fork_blocked(const char *out)
     return 0;
 }
 
+/* ---- fork_when ---- */
+
+static int fork_when(const char *out, const char *flag)
+{
+    struct timespec ts = { 0, 10 * 1000 * 1000 };
+    int st;
+
+    say(out, "fork_when ready\n");
+    for (int i = 0; access(flag, F_OK) != 0; i++) {
+        if (i == 3000) {
+            return 92;
+        }
+        nanosleep(&ts, NULL);
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        work(20000);
+        say(out, "fork_when child\n");
+        exit(7);
+    }
+    if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+        return 93;
+    }
+    say(out, "fork_when child %s\n", status_text(st));
+    work(20000);
+    return 0;
+}
+
 /* ---- spawn ---- */
 
 static int spawn(const char *self, const char *out)
@@ -405,7 +436,7 @@ static int execveat_modes(const char *self, const char *out)
 
 int main(int argc, char **argv)
 {
-    if (argc != 3) {
+    if (argc < 3) {
         fprintf(stderr, "usage: hostile MODE OUT (see hostile.c)\n");
         return 2;
     }
@@ -418,6 +449,8 @@ int main(int argc, char **argv)
         return exit_blocked(out);
     } else if (strcmp(mode, "fork_blocked") == 0) {
         return fork_blocked(out);
+    } else if (strcmp(mode, "fork_when") == 0 && argc == 4) {
+        return fork_when(out, argv[3]);
     } else if (strcmp(mode, "spawn") == 0) {
         return spawn(argv[0], out);
     } else if (strcmp(mode, "exec_fail") == 0) {
