@@ -62,7 +62,7 @@ impl Announced {
     /// QEMU traces again. Nothing to wait for if a later connection of
     /// `pid` came already.
     pub(crate) fn exec(&mut self, pid: i32, seq: u64) {
-        if self.connected.get(&pid).is_none_or(|&s| s <= seq) {
+        if self.connected.get(&pid).map_or(true, |&s| s <= seq) {
             self.wait_for(pid);
         }
     }

@@ -512,7 +512,7 @@ fn process_alive(pid: i32) -> bool {
         Ok(s) => s
             .rsplit_once(')')
             .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_none_or(|state| state != 'Z' && state != 'X'),
+            .map_or(true, |state| state != 'Z' && state != 'X'),
         Err(_) => true,
     }
 }
@@ -698,6 +698,15 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
             incomplete = 1;
         }
     });
+    // A chunk the ring refused (a producer that broke the ring protocol)
+    // ended the stream early: what came after it is unknown.
+    if let Some(v) = consumer.violation() {
+        eprintln!(
+            "cannoli: pid {} tid {}: the ring broke its protocol ({v}); the events after it are missing",
+            ci.pid, ci.tid
+        );
+        incomplete = 1;
+    }
 
     let Conn {
         tool,

@@ -238,11 +238,21 @@ fn exit_status(arch: &str) {
         &[],
     );
     run.assert_code(0);
-    let last = run.stdout.lines().last().unwrap_or("");
+    // The summary, then the pc checksum line.
+    let summary = run
+        .stdout
+        .lines()
+        .find(|l| l.contains(" events in "))
+        .unwrap_or("");
     assert!(
         run.stdout.starts_with("exitcode: argc 2 [0]\n")
-            && last.contains(" events in ")
-            && last.ends_with(" 0 lost"),
+            && summary.ends_with(" 0 lost")
+            && run
+                .stdout
+                .lines()
+                .last()
+                .unwrap_or("")
+                .starts_with("pc checksum: 0x"),
         "benchmark output:\n{}",
         run.stdout
     );

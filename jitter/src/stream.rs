@@ -38,7 +38,8 @@ pub struct Guest {
 
 pub static GUEST: OnceLock<Guest> = OnceLock::new();
 
-/// Chunk geometry; `CANNOLI_CHUNK_KB` and `CANNOLI_CHUNKS` override it.
+/// Chunk geometry: (chunk bytes, chunks); `CANNOLI_CHUNK_KB` and
+/// `CANNOLI_CHUNKS` override it.
 pub fn geometry() -> (usize, usize) {
     let get = |k: &str, d: usize| {
         std::env::var(k)
@@ -47,9 +48,20 @@ pub fn geometry() -> (usize, usize) {
             .unwrap_or(d)
     };
     let kb = get("CANNOLI_CHUNK_KB", 128).clamp(8, 64 * 1024);
-    let n = get("CANNOLI_CHUNKS", 32).clamp(2, 4096).next_power_of_two();
-    ((kb * 1024 + 4095) & !4095, n)
+    let chunk = (kb * 1024 + 4095) & !4095;
+    // At most MAX_RING_BYTES a ring: fewer chunks when they are large (a
+    // power of two, at least 2).
+    let fit = (MAX_RING_BYTES / chunk).max(2);
+    let fit = 1 << (usize::BITS - 1 - fit.leading_zeros());
+    let n = get("CANNOLI_CHUNKS", 32)
+        .clamp(2, 4096)
+        .next_power_of_two()
+        .min(fit);
+    (chunk, n)
 }
+
+/// Largest ring [`geometry`] gives (well below `mempipe::MAX_RING_LEN`).
+const MAX_RING_BYTES: usize = 4 << 30;
 
 /// The window the JIT may fill: events start below `end`. Returned by the
 /// flush function in rax:rdx (SysV returns a pair of u64 in registers), which
@@ -707,5 +719,26 @@ pub fn helper_mem(
         append(c, &words[..n + 1], &[]);
     } else {
         append(c, &words[..n], &[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_stays_bounded() {
+        // The only test here that sets these variables.
+        std::env::set_var("CANNOLI_CHUNK_KB", "65536");
+        std::env::set_var("CANNOLI_CHUNKS", "4096");
+        let (c, n) = geometry();
+        assert_eq!((c, n), (64 << 20, 64));
+        assert!(c * n <= MAX_RING_BYTES && c * n <= mempipe::MAX_RING_LEN);
+        std::env::set_var("CANNOLI_CHUNK_KB", "1");
+        std::env::set_var("CANNOLI_CHUNKS", "3");
+        assert_eq!(geometry(), (8192, 4));
+        std::env::remove_var("CANNOLI_CHUNK_KB");
+        std::env::remove_var("CANNOLI_CHUNKS");
+        assert_eq!(geometry(), (128 << 10, 32));
     }
 }

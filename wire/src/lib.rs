@@ -406,18 +406,20 @@ impl std::fmt::Display for HelloError {
 
 /// Untrusted text made fit for one line of a message: control characters
 /// escaped (a terminal sees no escape sequence, a log no line break), at
-/// most `max` characters kept.
+/// most `max` bytes of it kept (escapes included), `…` marking a cut.
 pub fn tame(s: &str, max: usize) -> String {
     let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i == max {
-            out.push('…');
-            break;
-        }
+    for c in s.chars() {
+        let before = out.len();
         if c.is_control() {
             out.extend(c.escape_default());
         } else {
             out.push(c);
+        }
+        if out.len() > max {
+            out.truncate(before);
+            out.push('…');
+            break;
         }
     }
     out
@@ -665,6 +667,7 @@ mod tests {
         }
         assert_eq!(tame("a\nb\u{1b}", 10), "a\\nb\\u{1b}");
         assert_eq!(tame("abcdef", 3), "abc…");
+        assert_eq!(tame("ab\u{0}", 4), "ab…", "an escape is not cut in two");
     }
 
     #[test]
