@@ -66,8 +66,11 @@ else
   updated=0
   # Debian's busybox-static for each guest is fetched with `apt-get download`
   # (scripts/fetch-busybox.sh).
+  # Read the list once: `dpkg ... | grep -q` under pipefail fails when grep
+  # exits before dpkg has written everything (SIGPIPE).
+  foreign="$(dpkg --print-foreign-architectures)"
   for a in "${FOREIGN_ARCHES[@]}"; do
-    if ! dpkg --print-foreign-architectures | grep -qx "$a"; then
+    if ! grep -qx "$a" <<<"$foreign"; then
       dpkg --add-architecture "$a" && updated=2
     fi
   done

@@ -117,8 +117,10 @@ install_one() {
   esac
   out="$root/target/guests/$arch/busybox"
   [ -x "$out" ] && return 0
+  # Not `dpkg ... | grep -q`: under pipefail an early grep exit (SIGPIPE
+  # to dpkg) would fail the test.
   if [ "$debarch" != "$(dpkg --print-architecture)" ] &&
-     ! dpkg --print-foreign-architectures | grep -qx "$debarch"; then
+     ! grep -qx "$debarch" <<<"$(dpkg --print-foreign-architectures)"; then
     err "$debarch is not a dpkg foreign architecture: run 'bash scripts/deps.sh' as root (or: dpkg --add-architecture $debarch && apt-get update)"
     return 1
   fi
