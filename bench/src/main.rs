@@ -15,6 +15,8 @@
 //! headers the TB-level plugin peer `bench/plugins/tbpeer.c`) and needs the
 //! patched QEMU from `bash scripts/build-qemu.sh`.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 mod config;
 mod proc;
 mod report;

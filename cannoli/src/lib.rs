@@ -53,6 +53,8 @@
 //! when the last thread of the process has ended. Put end-of-thread reporting
 //! in a `Drop` impl.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::{fmt, io};

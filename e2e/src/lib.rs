@@ -28,6 +28,8 @@
 //! A missing prerequisite panics with a message naming what is missing and
 //! the command that provides it: these tests fail, they never skip.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod compare;
 pub mod dump;
 pub mod ground;

@@ -337,7 +337,8 @@ impl<'a> Asm<'a> {
 pub unsafe fn patch_rel32(field: *mut u8, next: u64, target: u64) {
     let rel =
         i32::try_from(target.wrapping_sub(next) as i64).expect("call target out of rel32 reach");
-    std::ptr::copy_nonoverlapping(rel.to_le_bytes().as_ptr(), field, 4);
+    // SAFETY: the caller's contract: `field` is 4 writable bytes.
+    unsafe { std::ptr::copy_nonoverlapping(rel.to_le_bytes().as_ptr(), field, 4) };
 }
 
 /// The two bytes of `jmp rel8` from `from` (the jump's address) to `to`, as

@@ -89,7 +89,10 @@ pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
 
 /// The helper QEMU calls, with the guest registers synced to env, before an
 /// instruction whose hook is Register or Branch.
-pub fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
+///
+/// # Safety
+/// `env_ptr` is the calling vCPU's CPUArchState (QEMU's helper argument).
+pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
     let Some(e) = env() else {
         return;
     };
@@ -595,9 +598,12 @@ unsafe fn c_strings(v: *const *mut c_char) -> Vec<CString> {
         return out;
     }
     let mut i = 0;
-    while !(*v.add(i)).is_null() {
-        out.push(CStr::from_ptr(*v.add(i)).to_owned());
-        i += 1;
+    // SAFETY: the caller's contract: entries up to the NULL are C strings.
+    unsafe {
+        while !(*v.add(i)).is_null() {
+            out.push(CStr::from_ptr(*v.add(i)).to_owned());
+            i += 1;
+        }
     }
     out
 }
@@ -798,7 +804,8 @@ pub unsafe fn execve(
     envp: &mut *mut *mut c_char,
 ) -> bool {
     use std::os::fd::AsRawFd;
-    let guest = CStr::from_ptr(*path).to_owned();
+    // SAFETY: the caller's contract: `*path` is a C string.
+    let guest = unsafe { CStr::from_ptr(*path) }.to_owned();
     let Some(target) = exec_target(dirfd, &guest, flags) else {
         return false;
     };
@@ -853,7 +860,8 @@ pub unsafe fn execve(
             Err(_) => return false,
         }
     };
-    let old_argv = c_strings(*argv);
+    // SAFETY: the caller's contract: a NULL-terminated array of C strings.
+    let old_argv = unsafe { c_strings(*argv) };
     let mut new_argv = vec![qemu.clone(), c"-cannoli".into(), lib.clone()];
     // The options this QEMU was started with (-R, -seed, -cpu, -L, -strace,
     // ...) apply to the new program too; not those naming this program's
@@ -876,7 +884,8 @@ pub unsafe fn execve(
     new_argv.extend(old_argv.into_iter().skip(1));
     // The guest's environment lost our CANNOLI_* settings (QEMU strips them);
     // the next QEMU needs them again, and learns that an exec started it.
-    let mut new_envp: Vec<CString> = c_strings(*envp)
+    // SAFETY: as for argv.
+    let mut new_envp: Vec<CString> = unsafe { c_strings(*envp) }
         .into_iter()
         .filter(|e| !e.to_bytes().starts_with(b"CANNOLI_"))
         .collect();

@@ -117,28 +117,33 @@ unsafe fn set_err(err: *mut c_char, len: usize, msg: &str) {
         return;
     }
     let n = msg.len().min(len - 1);
-    std::ptr::copy_nonoverlapping(msg.as_ptr(), err as *mut u8, n);
-    *err.add(n) = 0;
+    // SAFETY: `err` has `len` writable bytes and n + 1 <= len.
+    unsafe {
+        std::ptr::copy_nonoverlapping(msg.as_ptr(), err as *mut u8, n);
+        *err.add(n) = 0;
+    }
 }
 
 /// # Safety
 /// QEMU passes a valid info struct and an error buffer of `errlen` bytes.
 unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errlen: usize) -> c_int {
-    let info = &*info;
+    // SAFETY: QEMU passes a valid info struct that outlives the call.
+    let info = unsafe { &*info };
+    // SAFETY: `err` has `errlen` writable bytes (QEMU's contract).
+    let set_err = |m: &str| unsafe { set_err(err, errlen, m) };
     if info.abi_version != ABI_VERSION {
-        set_err(
-            err,
-            errlen,
-            &format!(
-                "QEMU speaks cannoli ABI {} but the hook library was built for ABI {ABI_VERSION}: \
+        set_err(&format!(
+            "QEMU speaks cannoli ABI {} but the hook library was built for ABI {ABI_VERSION}: \
              rebuild both from the same cannoli checkout",
-                info.abi_version
-            ),
-        );
+            info.abi_version
+        ));
         return -1;
     }
-    let cstr =
-        |p: *const c_char| (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned());
+    // SAFETY: every string QEMU hands over (info's fields, syscall_name's
+    // results) is NULL or a valid C string that outlives `init`.
+    let cstr = |p: *const c_char| {
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
     let exe = cstr(info.exe).map(|e| {
         std::fs::canonicalize(&e)
             .map(|p| p.to_string_lossy().into_owned())
@@ -156,7 +161,8 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
             0..0
         };
         for n in (0..1024).chain(mips) {
-            if let Some(s) = cstr(name(n)) {
+            // SAFETY: QEMU's function: any number in, a C string or NULL out.
+            if let Some(s) = cstr(unsafe { name(n) }) {
                 syscall_names.insert(n as u64, s);
             }
         }
@@ -165,7 +171,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     events::note_exec_fd();
     // SAFETY: registers three functions that only lock and unlock our own
     // mutexes on the forking thread.
-    libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork));
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
     let _ = events::ENV.set(events::Env {
         regs_env_offset: info.regs_env_offset,
         reg_count: info.reg_count,
@@ -201,7 +207,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     let _ = stream::GUEST.set(guest);
     codegen::set_guest_bits(info.guest_bits);
     if let Err(e) = codegen::configure(info.cursor_env_offset) {
-        set_err(err, errlen, &e);
+        set_err(&e);
         return -1;
     }
     // Still behind QEMU's fence: reserve the address space later rings go
@@ -224,7 +230,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
             0
         }
         Err(e) => {
-            set_err(err, errlen, &e);
+            set_err(&e);
             -1
         }
     }
@@ -248,11 +254,18 @@ extern "C" fn after_fork() {
 /// # Safety
 /// `buf` has `cap` writable bytes that will execute at `rx`.
 unsafe fn asm<'a>(buf: *mut u8, cap: usize, rx: usize) -> Asm<'a> {
-    Asm::new(std::slice::from_raw_parts_mut(buf, cap), rx as u64)
+    // SAFETY: the caller's contract: `cap` writable bytes at `buf`.
+    Asm::new(
+        unsafe { std::slice::from_raw_parts_mut(buf, cap) },
+        rx as u64,
+    )
 }
 
+/// # Safety
+/// `buf` has `cap` writable bytes of QEMU's code buffer, executed at `rx`.
 unsafe extern "C" fn emit_site(site: u32, buf: *mut u8, cap: usize, rx: usize) -> usize {
-    let mut a = asm(buf, cap, rx);
+    // SAFETY: this function's contract.
+    let mut a = unsafe { asm(buf, cap, rx) };
     match site {
         SITE_RUNTIME => codegen::runtime(&mut a, flush),
         SITE_JIT_ENTER => codegen::jit_enter(&mut a),
@@ -271,22 +284,29 @@ unsafe extern "C" fn hook_insn(pc: u64, flags: u32) -> u32 {
 /// # Safety
 /// QEMU calls it from generated code with its env, as a TCG helper.
 unsafe extern "C" fn insn_helper(env: *mut u8, pc: u64, want: u32) {
-    events::insn_helper(env, pc, codegen::helper_kind(want));
+    // SAFETY: `env` is the vCPU's CPUArchState, as insn_helper requires.
+    unsafe { events::insn_helper(env, pc, codegen::helper_kind(want)) };
 }
 
+/// # Safety
+/// As [`emit_site`].
 unsafe extern "C" fn lift_insn(pc: u64, buf: *mut u8, cap: usize, rx: usize) -> usize {
-    let mut a = asm(buf, cap, rx);
+    // SAFETY: this function's contract.
+    let mut a = unsafe { asm(buf, cap, rx) };
     codegen::lift_insn(&mut a, pc);
     a.len()
 }
 
+/// # Safety
+/// As [`emit_site`]; `x` points to a valid access description.
 unsafe extern "C" fn lift_mem(
     x: *const CannoliMemAccess,
     buf: *mut u8,
     cap: usize,
     rx: usize,
 ) -> usize {
-    let x = &*x;
+    // SAFETY: this function's contract.
+    let x = unsafe { &*x };
     let (Some(addr), Some(value), Some(value_hi)) = (
         Reg::from_num(x.addr_reg),
         Reg::from_num(x.value_reg),
@@ -294,7 +314,8 @@ unsafe extern "C" fn lift_mem(
     ) else {
         return 0;
     };
-    let mut a = asm(buf, cap, rx);
+    // SAFETY: this function's contract.
+    let mut a = unsafe { asm(buf, cap, rx) };
     codegen::lift_mem(
         &mut a,
         &codegen::Access {
@@ -319,7 +340,8 @@ extern "C" fn flush(cursor: u64) -> stream::Window {
 /// QEMU passes its vCPU's cursor (or NULL where noted), outside the JIT.
 unsafe extern "C" fn cpu_enter(c: Cur) {
     events::close_exec_fd();
-    stream::enter(&mut *c);
+    // SAFETY: the contract above; nobody else touches the cursor now.
+    stream::enter(unsafe { &mut *c });
 }
 
 unsafe extern "C" fn helper_mem(
@@ -330,13 +352,16 @@ unsafe extern "C" fn helper_mem(
     size_log2: u32,
     store: bool,
 ) {
-    stream::helper_mem(&mut *c, addr, value, value_hi, size_log2 as u8, store);
+    // SAFETY: the contract above.
+    let c = unsafe { &mut *c };
+    stream::helper_mem(c, addr, value, value_hi, size_log2 as u8, store);
 }
 
 /// Also called, at exit_group, for the other threads' vCPUs (outside the
 /// JIT: stopped, or in a syscall).
 unsafe extern "C" fn cpu_exit(c: Cur, _code: c_int) {
-    let c = &mut *c;
+    // SAFETY: the contract above.
+    let c = unsafe { &mut *c };
     if stream::is_mine(c) {
         if c.cursor != 0 {
             events::syscall_unfinished(c);
@@ -352,11 +377,14 @@ unsafe extern "C" fn cpu_exit(c: Cur, _code: c_int) {
 }
 
 unsafe extern "C" fn syscall_enter(c: Cur, num: c_int, args: *const i64) {
-    events::syscall_enter(&*c, num, *(args as *const [i64; 6]));
+    // SAFETY: the contract above; `args` points to QEMU's six arguments.
+    let (c, args) = unsafe { (&*c, *(args as *const [i64; 6])) };
+    events::syscall_enter(c, num, args);
 }
 
 unsafe extern "C" fn syscall_exit(c: Cur, num: c_int, ret: i64) {
-    events::syscall_exit(&mut *c, num, ret);
+    // SAFETY: the contract above.
+    events::syscall_exit(unsafe { &mut *c }, num, ret);
 }
 
 unsafe extern "C" fn mmap(
@@ -368,23 +396,28 @@ unsafe extern "C" fn mmap(
     fd: c_int,
     off: u64,
 ) {
-    events::mmap(c.as_mut(), base, len, prot, flags, fd, off);
+    // SAFETY: the contract above (NULL allowed).
+    events::mmap(unsafe { c.as_mut() }, base, len, prot, flags, fd, off);
 }
 
 unsafe extern "C" fn munmap(c: Cur, base: u64, len: u64) {
-    events::munmap(c.as_mut(), base, len);
+    // SAFETY: the contract above (NULL allowed).
+    events::munmap(unsafe { c.as_mut() }, base, len);
 }
 
 unsafe extern "C" fn mprotect(c: Cur, base: u64, len: u64, prot: c_int) {
-    events::mprotect(c.as_mut(), base, len, prot);
+    // SAFETY: the contract above (NULL allowed).
+    events::mprotect(unsafe { c.as_mut() }, base, len, prot);
 }
 
 unsafe extern "C" fn signal(c: Cur, sig: c_int, code: c_int, addr: u64, handler: u64) {
-    events::signal(&mut *c, sig, code, addr, handler);
+    // SAFETY: the contract above.
+    events::signal(unsafe { &mut *c }, sig, code, addr, handler);
 }
 
 unsafe extern "C" fn fork_child(c: Cur) {
-    events::fork_child(&mut *c);
+    // SAFETY: the contract above.
+    events::fork_child(unsafe { &mut *c });
 }
 
 unsafe extern "C" fn execve(
@@ -395,7 +428,12 @@ unsafe extern "C" fn execve(
     argv: *mut *mut *mut c_char,
     envp: *mut *mut *mut c_char,
 ) -> c_int {
-    events::execve(&mut *c, dirfd, flags, &mut *path, &mut *argv, &mut *envp) as c_int
+    // SAFETY: the contract above; `path`, `argv` and `envp` point to
+    // QEMU's variables for the exec it is about to make, which the hook
+    // may replace.
+    let (c, path, argv, envp) = unsafe { (&mut *c, &mut *path, &mut *argv, &mut *envp) };
+    // SAFETY: those hold a C string and NULL-terminated arrays of them.
+    unsafe { events::execve(c, dirfd, flags, path, argv, envp) as c_int }
 }
 
 /// The user's optional `#[no_mangle] fn hook_syscall(num: u64) -> bool`,

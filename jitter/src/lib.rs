@@ -25,6 +25,8 @@
 //! connection to the client, `ffi` is the
 //! C interface QEMU calls (see `include/cannoli.h`).
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 mod arena;
 pub mod asm;
 mod channel;

@@ -62,6 +62,8 @@
 //!   `CANNOLI_QEMU_ARGS="-strace -L /my/sysroot"`, and
 //!   [`Launcher::qemu_arg`].
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod arch;
 pub mod find;
 mod output;

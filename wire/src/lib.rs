@@ -61,6 +61,8 @@
 //! `open`, `openat`, `execve`, ...: the path), `data_total` its full length
 //! when the capture was cut at [`MAX_SYSCALL_DATA`].
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use serde::{Deserialize, Serialize};
 
 /// Version of the event layout and handshake. Both sides must agree.

@@ -21,6 +21,8 @@
 //! (`bench/plugins/tbpeer.c`), so on a single-threaded guest the two
 //! checksums are equal.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 use cannoli::{Cannoli, ClientInfo};
 use std::ffi::OsString;
 use std::io::Write;
