@@ -41,8 +41,8 @@ pub const INSN_LEN_SHIFT: u32 = 8;
 pub const WANT_HELPER: u32 = 1;
 const KIND_SHIFT: u32 = 8;
 
-const CURSOR: Reg = Reg::R14;
-const END: Reg = Reg::R15;
+pub(crate) const CURSOR: Reg = Reg::R14;
+pub(crate) const END: Reg = Reg::R15;
 const ENV: Reg = Reg::Rbp;
 
 /// Offset of the vCPU's CannoliCursor from env, set at init.

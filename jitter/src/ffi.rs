@@ -474,6 +474,90 @@ mod tests {
         assert_eq!(v, super::ABI_VERSION);
     }
 
+    /// Every struct offset and size and every constant of the ABI, as the C
+    /// compiler sees `include/cannoli.h` (QEMU's side), against this
+    /// file's mirror: the header is the one source, this test the check.
+    #[test]
+    fn layout_and_constants_match_the_c_compiler() {
+        use super::*;
+        use std::mem::{offset_of, size_of};
+        let mut rust: Vec<(String, usize)> = Vec::new();
+        let mut c = String::from("#include <stdio.h>\n#include \"cannoli.h\"\nint main(void) {\n");
+        let mut expect = |name: &str, c_expr: &str, v: usize| {
+            c += &format!("printf(\"{name} %zu\\n\", (size_t)({c_expr}));\n");
+            rust.push((name.to_string(), v));
+        };
+        macro_rules! fields {
+            ($t:ident: $($f:ident),*) => {
+                expect(stringify!($t), concat!("sizeof(", stringify!($t), ")"), size_of::<$t>());
+                $(expect(
+                    concat!(stringify!($t), ".", stringify!($f)),
+                    concat!("offsetof(", stringify!($t), ", ", stringify!($f), ")"),
+                    offset_of!($t, $f),
+                );)*
+            };
+        }
+        fields!(CannoliCursor: cursor, end, pc);
+        fields!(CannoliGuestInfo: abi_version, guest_bits, big_endian, cursor_env_offset,
+            arch, exe, qemu_version, regs_env_offset, reg_count, reg_bytes, pad,
+            interp_prefix, syscall_name, read_guest, fd_floor, pad2);
+        fields!(CannoliMemAccess: pc, store, size_log2, addr_reg, value_reg, after,
+            value_hi_reg, pad);
+        fields!(CannoliOps: abi_version, size, jitter_version, init, hook_insn,
+            insn_helper, emit_site, lift_insn, lift_mem, cpu_enter, cpu_exit, helper_mem,
+            syscall_enter, syscall_exit, mmap, munmap, mprotect, signal, fork_child, execve);
+        use crate::codegen::*;
+        for (name, v) in [
+            ("CANNOLI_ABI_VERSION", ABI_VERSION as usize),
+            ("CANNOLI_REG_CURSOR", CURSOR as usize),
+            ("CANNOLI_REG_END", END as usize),
+            ("CANNOLI_INSN_CAN_END_BLOCK", INSN_CAN_END_BLOCK as usize),
+            ("CANNOLI_INSN_FIRST", INSN_FIRST as usize),
+            ("CANNOLI_INSN_LEN_SHIFT", INSN_LEN_SHIFT as usize),
+            ("CANNOLI_WANT_HELPER", WANT_HELPER as usize),
+            ("CANNOLI_SITE_RUNTIME", SITE_RUNTIME as usize),
+            ("CANNOLI_SITE_JIT_ENTER", SITE_JIT_ENTER as usize),
+            ("CANNOLI_SITE_JIT_EXIT", SITE_JIT_EXIT as usize),
+            ("CANNOLI_SITE_CALL", SITE_CALL as usize),
+            ("CANNOLI_SITE_CALL_RETURN", SITE_CALL_RETURN as usize),
+        ] {
+            expect(name, name, v);
+        }
+        c += "return 0;\n}\n";
+
+        let dir = std::env::temp_dir().join(format!("cannoli-abi-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("abi.c"), &c).unwrap();
+        let include = concat!(env!("CARGO_MANIFEST_DIR"), "/../include");
+        let out = std::process::Command::new("cc")
+            .args(["-std=c11", "-Wall", "-Werror", "-I", include, "-o"])
+            .arg(dir.join("abi"))
+            .arg(dir.join("abi.c"))
+            .output()
+            .expect("run cc (the C compiler QEMU is built with)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let run = std::process::Command::new(dir.join("abi"))
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let seen: Vec<(String, usize)> = String::from_utf8(run.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once(' ').unwrap();
+                (k.to_string(), v.parse().unwrap())
+            })
+            .collect();
+        assert_eq!(seen.len(), rust.len());
+        for ((name, c), (_, r)) in seen.iter().zip(&rust) {
+            assert_eq!(c, r, "{name}: C says {c}, jitter/src/ffi.rs {r}");
+        }
+    }
+
     #[test]
     fn ops_layout_matches_header() {
         // Two u32, a string pointer and seventeen function pointers on x86-64.
