@@ -102,6 +102,25 @@ impl Drop for Mapping {
     }
 }
 
+/// Reserves `len` bytes of inaccessible address space, as a producer's
+/// caller does, for a test to place a ring in; never freed.
+#[cfg(test)]
+pub(crate) fn reserve_for_test(len: usize) -> *mut libc::c_void {
+    // SAFETY: a fresh anonymous reservation that nothing else refers to.
+    let res = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(res, libc::MAP_FAILED);
+    res
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,18 +128,7 @@ mod tests {
     #[test]
     fn reserved_mappings_land_where_asked_and_stay_reserved() {
         let len = 3 * 4096;
-        // SAFETY: a fresh reservation, used only by this test.
-        let res = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(res, libc::MAP_FAILED);
+        let res = reserve_for_test(len);
         let at = NonNull::new(res.cast::<u8>()).unwrap();
         let file = tempfile_in_shm(len);
         // SAFETY: `at` is our reservation of `len` bytes.

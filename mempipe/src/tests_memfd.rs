@@ -289,18 +289,7 @@ fn memfd_moves_to_the_fd_floor_and_maps_where_asked() {
 
     // Placement in a reserved range, as the jitter's arena does.
     let len = Producer::mapped_len(CS, 2).unwrap();
-    // SAFETY: a fresh reservation, used only by this test.
-    let res = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(res, libc::MAP_FAILED);
+    let res = crate::mapping::reserve_for_test(len);
     // SAFETY: `res` is our reservation of `len` bytes.
     let mut p = unsafe { Producer::create_memfd_at(CS, 2, Some(res as usize), 0) }.unwrap();
     let ptr = p.acquire().unwrap();
