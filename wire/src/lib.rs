@@ -25,7 +25,24 @@
 //! | `0x1c \| log2(size)` | store of at most 4 bytes by a 32-bit guest: `tag\|pc`, `addr \| value << 32` | 2 |
 //! | `0x02` | 16-byte load: `tag\|pc`, `addr`, `value` low 64 bits, high 64 bits | 4 |
 //! | `0x03` | 16-byte store: `tag\|pc`, `addr`, `value` low 64 bits, high 64 bits | 4 |
+//! | `0x04` | run of a translated block: `tag\|id` ([`blocks`] entry `id`, or [`blocks::NO_ENTRY`]) | 1 |
+//! | `0x05` | cut: the running block was left after the instruction at `pc`: `tag\|pc` | 1 |
+//! | `0x06` | cut at a pc that needs more than 56 bits: `tag`, `pc` | 2 |
 //! | `0x20`.. | framed event (below) | `len` |
+//!
+//! ## Blocks
+//!
+//! Most instructions are not reported one by one: a run event stands for
+//! the instructions of a translated block that its [`blocks`] table entry
+//! marks as executed. They ran in order, before the next run event or the
+//! next event of another kind (a syscall, a mapping, a signal, a block
+//! translation). The events of the block's own instructions (memory
+//! accesses, registers, `Once` execs) come between, each placed right after
+//! the instruction whose pc it carries (a block's pcs are distinct). A cut
+//! ends the block early: the instructions after its pc did not run (a
+//! fault, an exception, a syscall, a branch out of the middle of a block).
+//! A reader that finds an event's pc nowhere in the running block treats the
+//! block as ended.
 //!
 //! A `0x1f` event whose kind byte is `0x02` or `0x03` carries a 16-byte
 //! access: `tag\|kind`, `pc`, `addr`, low, high (5 words).
@@ -66,8 +83,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the event layout and handshake. Both sides must agree.
-pub const WIRE_VERSION: u32 = 5;
+pub const WIRE_VERSION: u32 = 6;
 
+pub mod blocks;
 pub mod channel;
 
 pub use channel::{client_addr, Addr, RingRef, Token, ADDR_ENV, TOKEN_ENV};
@@ -102,6 +120,14 @@ pub mod tag {
     pub const LOAD128: u8 = 0x02;
     /// Store of 16 bytes, laid out like [`LOAD128`].
     pub const STORE128: u8 = 0x03;
+    /// A translated block starts: its [`crate::blocks`] entry id in the low
+    /// 56 bits.
+    pub const RUN: u8 = 0x04;
+    /// The running block was left after the instruction at the pc in the
+    /// low 56 bits.
+    pub const CUT: u8 = 0x05;
+    /// A cut with the pc in the next word.
+    pub const CUT_LONG: u8 = 0x06;
     /// Load of `1 << (tag & 3)` bytes.
     pub const LOAD: u8 = 0x10;
     /// Store of `1 << (tag & 3)` bytes.
