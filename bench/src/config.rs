@@ -142,6 +142,24 @@ pub const ALL: &[Config] = &[
         best_peer: Some("plugin-tb"),
     },
     Config {
+        name: "cannoli-pc-3w",
+        kind: Kind::Cannoli {
+            hooks: Hooks::Pc,
+            workers: 3,
+        },
+        peer: Some("plugin-insn"),
+        best_peer: Some("plugin-tb"),
+    },
+    Config {
+        name: "cannoli-pc-4w",
+        kind: Kind::Cannoli {
+            hooks: Hooks::Pc,
+            workers: 4,
+        },
+        peer: Some("plugin-insn"),
+        best_peer: Some("plugin-tb"),
+    },
+    Config {
         name: "cannoli-pcmem-1w",
         kind: Kind::Cannoli {
             hooks: Hooks::PcMem,
@@ -155,6 +173,24 @@ pub const ALL: &[Config] = &[
         kind: Kind::Cannoli {
             hooks: Hooks::PcMem,
             workers: 2,
+        },
+        peer: Some("plugin-insn-mem"),
+        best_peer: Some("plugin-tb-mem"),
+    },
+    Config {
+        name: "cannoli-pcmem-3w",
+        kind: Kind::Cannoli {
+            hooks: Hooks::PcMem,
+            workers: 3,
+        },
+        peer: Some("plugin-insn-mem"),
+        best_peer: Some("plugin-tb-mem"),
+    },
+    Config {
+        name: "cannoli-pcmem-4w",
+        kind: Kind::Cannoli {
+            hooks: Hooks::PcMem,
+            workers: 4,
         },
         peer: Some("plugin-insn-mem"),
         best_peer: Some("plugin-tb-mem"),
@@ -213,7 +249,7 @@ mod tests {
             assert_eq!(peer.contains(&MEM), best.contains(&MEM), "{}", c.name);
             assert_eq!(peer.contains(&MEM), c.hooks() == Some(Hooks::PcMem));
         }
-        assert_eq!(rows, 4);
+        assert_eq!(rows, 8);
         for c in ALL
             .iter()
             .filter(|c| !matches!(c.kind, Kind::Cannoli { .. }))

@@ -8,7 +8,11 @@
 //! cargo run --release -p bench                  # full run, 3 runs per row
 //! cargo run --release -p bench -- --quick       # smoke test: 1 run, small inputs
 //! cargo run --release -p bench -- --workload nop-loop --config plain,cannoli-pc-1w
+//! cargo run --release -p bench -- --runs 5 --plot docs/workers.png
 //! ```
+//!
+//! `--plot` also draws guest instructions per second against the client's
+//! worker threads as a PNG (`plot.rs`).
 //!
 //! It builds what it needs first (the `benchmark` client, the `bench-hooks`
 //! library, the guest programs and busybox, and with a C compiler and glib's
@@ -18,6 +22,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod config;
+mod plot;
 mod proc;
 mod report;
 mod run;
@@ -30,18 +35,26 @@ use std::time::Duration;
 const USAGE: &str = "\
 usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]]
              [--timeout SECS] [--client PATH] [--no-build] [--markdown]
+             [--plot PATH.png]
   --quick        1 run per row and small inputs (a smoke test)
   --runs N       runs per row, the table shows medians (default 3)
   --workload     nop-loop, busybox-sha256, sortcrc, rss-10x (default: all)
   --config       plain, never, plugin-insn, plugin-mem, plugin-insn-mem, plugin-tb,
-                 plugin-tb-mem, cannoli-pc-1w, cannoli-pc-2w, cannoli-pcmem-1w,
-                 cannoli-pcmem-2w (default: all)
+                 plugin-tb-mem, cannoli-pc-1w, cannoli-pc-2w, cannoli-pc-3w,
+                 cannoli-pc-4w, cannoli-pcmem-1w, cannoli-pcmem-2w, cannoli-pcmem-3w,
+                 cannoli-pcmem-4w (default: all)
   --timeout SECS kill a QEMU run after this long (default 900)
   --client PATH  the client of the cannoli rows (default target/release/benchmark):
                  one that takes --threads N, listens on $CANNOLI_ADDR and prints
                  the benchmark client's `N events in ...` line
   --no-build     do not run cargo build, scripts/build-guests.sh and cc first
-  --markdown     the output format (the only one; accepted for clarity)";
+  --markdown     the output format (the only one; accepted for clarity)
+  --plot PATH.png after the table, also draw a line chart of guest instructions/s
+                 (median QEMU wall time, libinsn.so's count) against the client's
+                 worker threads: cannoli PC and PC+mem per workload, plain QEMU as
+                 a dashed line. Without --workload it runs nop-loop,busybox-sha256;
+                 without --config plain,plugin-insn,cannoli-pc-1w..4w,cannoli-pcmem-1w..4w.
+                 The README's chart: bench --runs 5 --plot docs/workers.png";
 
 struct Options {
     quick: bool,
@@ -51,6 +64,8 @@ struct Options {
     timeout: u64,
     build: bool,
     client: Option<std::path::PathBuf>,
+    /// Where `--plot` draws its chart.
+    plot: Option<std::path::PathBuf>,
 }
 
 fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
@@ -62,6 +77,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         timeout: 900,
         build: true,
         client: None,
+        plot: None,
     };
     let mut args = args.peekable();
     while let Some(a) = args.next() {
@@ -81,6 +97,16 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
             "--no-build" => o.build = false,
             "--client" => o.client = Some(value()?.into()),
             "--markdown" => {}
+            "--plot" => {
+                let v = value()?;
+                let png = std::path::Path::new(&v)
+                    .extension()
+                    .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+                if !png {
+                    return Err(format!("--plot: not a .png file name: {v}"));
+                }
+                o.plot = Some(v.into());
+            }
             "--runs" => {
                 let v = value()?;
                 o.runs = Some(
@@ -126,6 +152,15 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
                 std::process::exit(0);
             }
             _ => return Err(format!("unknown argument {a:?}\n{USAGE}")),
+        }
+    }
+    // The chart's rows, unless the user chose others.
+    if o.plot.is_some() {
+        if o.workloads.is_empty() {
+            o.workloads = plot::WORKLOADS.iter().map(|s| s.to_string()).collect();
+        }
+        if o.configs.is_empty() {
+            o.configs = plot::CONFIGS.iter().map(|s| s.to_string()).collect();
         }
     }
     Ok(o)
@@ -238,6 +273,14 @@ fn bench(opts: &Options) -> Result<(), String> {
         "{}",
         report::render(&host, runs, &workloads, &cells, &skipped)
     );
+    if let Some(path) = &opts.plot {
+        let (chart, notes) = plot::chart(&host, runs, &workloads, &cells);
+        for n in notes {
+            eprintln!("bench: plot: warning: {n}");
+        }
+        plot::draw(&chart, path, plot::SIZE)?;
+        eprintln!("bench: wrote the chart to {}", path.display());
+    }
     // The table is printed either way; the exit status tells a script
     // whether every row has numbers.
     let failed = cells.iter().filter(|c| c.samples.is_empty()).count();
@@ -273,6 +316,21 @@ mod tests {
         assert!(parse("--workload nope").is_err());
         assert!(parse("--config").is_err());
         assert!(parse("--frobnicate").is_err());
+        assert_eq!(o.plot, None);
+    }
+
+    #[test]
+    fn plot_option_implies_its_rows() {
+        let o = parse("--plot=/tmp/w.png").unwrap();
+        assert_eq!(o.plot.as_deref(), Some(std::path::Path::new("/tmp/w.png")));
+        assert_eq!(o.workloads, plot::WORKLOADS);
+        assert_eq!(o.configs, plot::CONFIGS);
+        // Chosen rows stay chosen.
+        let o = parse("--plot x.PNG --workload sortcrc --config plain,cannoli-pc-3w").unwrap();
+        assert_eq!(o.workloads, ["sortcrc"]);
+        assert_eq!(o.configs, ["plain", "cannoli-pc-3w"]);
+        assert!(parse("--plot x.svg").is_err());
+        assert!(parse("--plot").is_err());
     }
 
     /// The usage text lists every configuration, and nothing else.

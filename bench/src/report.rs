@@ -14,7 +14,8 @@ pub struct Cell {
 }
 
 impl Cell {
-    fn wall(&self) -> Option<f64> {
+    /// Median of QEMU's wall time over the runs.
+    pub fn wall(&self) -> Option<f64> {
         table::median(&self.samples.iter().map(|s| s.wall).collect::<Vec<_>>())
     }
     /// "min-max" of QEMU's wall time, to show how noisy the median is.
@@ -96,6 +97,14 @@ fn truth(cells: &[&Cell]) -> Truth {
         mem: mem.map(|(n, _)| n),
         pc_checksum,
     }
+}
+
+/// Guest instructions of workload `workload`, as the table's *guest insns*
+/// column gives them: libinsn.so's count, else the client's event count of a
+/// cannoli-pc row (`"client"`), with where the number came from.
+pub fn guest_insns(cells: &[Cell], workload: usize) -> Option<(u64, &'static str)> {
+    let wc: Vec<&Cell> = cells.iter().filter(|c| c.workload == workload).collect();
+    truth(&wc).insns
 }
 
 /// The checks of one cell, as warning texts.
