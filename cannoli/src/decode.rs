@@ -1238,6 +1238,7 @@ mod tests {
                 names: vec![],
             },
             syscall_names: [(4004, "write".to_string())].into_iter().collect(),
+            blocks: None,
         };
         let ci = ClientInfo::from_hello(&h);
         assert_eq!(ci.regs.names.len(), 32);

@@ -4,13 +4,18 @@
 //! Who may stream to us: a peer of our own uid (Unix sockets, checked with
 //! `SO_PEERCRED`, and its pid must be the one its hello names), holding the
 //! run's secret (its hello's proof), offering a ring that is a sealed memfd
-//! of our uid (`mempipe::Consumer::from_fd`). Every read has a deadline.
+//! of our uid (`mempipe::Consumer::from_fd`), and, if it has one, its
+//! process's block table, another sealed memfd of our uid
+//! (`mempipe::TableReader::from_fd`). Every read has a deadline.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use mempipe::Consumer;
+use mempipe::{Consumer, TableReader};
 use wire::channel::{cmsg_space_for_one_fd, nonce, Challenge, Role, Sock, MAX_LINE};
 use wire::{parse_hello, Hello, HelloError, RingRef, Token, Welcome, MAGIC, WIRE_VERSION};
 
@@ -24,16 +29,80 @@ pub(crate) enum Refusal {
     Refused(String),
 }
 
+/// A stream the handshake accepted.
+pub(crate) struct Accepted {
+    pub(crate) hello: Hello,
+    /// Its ring.
+    pub(crate) consumer: Consumer,
+    /// Its process's block table, shared by every stream of the process
+    /// (`None`: QEMU's side has none).
+    pub(crate) blocks: Option<Arc<TableReader>>,
+}
+
+/// The block tables mapped for the processes streaming, by pid, so that the
+/// streams of one process share one mapping. Only weak references: a
+/// table goes when the last stream of its process ends.
+#[derive(Default)]
+pub(crate) struct Tables(Mutex<HashMap<i32, Weak<TableReader>>>);
+
+impl Tables {
+    /// Process `pid`'s table: the one already mapped if its file is `file`
+    /// (`st_dev`, `st_ino`; a process that exec'd has a new table under the
+    /// same pid), else `open()`'s, remembered for the next stream.
+    fn get(
+        &self,
+        pid: i32,
+        file: Option<(u64, u64)>,
+        open: impl FnOnce() -> Result<TableReader, mempipe::Error>,
+    ) -> Result<Arc<TableReader>, mempipe::Error> {
+        let mapped = |map: &HashMap<i32, Weak<TableReader>>, file: Option<(u64, u64)>| {
+            map.get(&pid)
+                .and_then(Weak::upgrade)
+                .filter(|t| file == Some(t.file_id()))
+        };
+        if let Some(t) = mapped(&self.lock(), file) {
+            return Ok(t);
+        }
+        // Opened without the lock: other connections need not wait for it.
+        let new = open()?;
+        let mut map = self.lock();
+        if let Some(t) = mapped(&map, Some(new.file_id())) {
+            return Ok(t); // another stream of the process was quicker
+        }
+        // Bounded: only live tables stay (at most one per live stream).
+        map.retain(|_, t| t.strong_count() > 0);
+        let new = Arc::new(new);
+        map.insert(pid, Arc::downgrade(&new));
+        Ok(new)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Weak<TableReader>>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// `(st_dev, st_ino)` of `m`.
+fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
+    (m.dev(), m.ino())
+}
+
 /// Runs the handshake on a fresh connection; `peer` names it in messages.
 /// `timeout` bounds each read and write; `trust_pid`: take the hello's pid
-/// without checking it against the connecting process.
+/// without checking it against the connecting process. A block table comes
+/// from `tables` when its process's other streams already mapped it.
 pub(crate) fn handshake(
     sock: &mut Sock,
     peer: &str,
     token: &Token,
     timeout: Duration,
     trust_pid: bool,
-) -> Result<(Hello, Consumer), Refusal> {
+    tables: &Tables,
+) -> Result<Accepted, Refusal> {
     let _ = sock.set_read_timeout(Some(timeout));
     let _ = sock.set_write_timeout(Some(timeout));
     let cred =
@@ -104,23 +173,68 @@ pub(crate) fn handshake(
             ));
         }
     }
-    let consumer = match hello.ring {
-        RingRef::Attached => match <[OwnedFd; 1]>::try_from(fds) {
-            Ok([fd]) => Consumer::from_fd(fd),
+    // The ring, and the table's fd if it came with the hello.
+    let (consumer, table_fd) = match (hello.ring, hello.blocks) {
+        (RingRef::Attached, Some(RingRef::Attached)) => match <[OwnedFd; 2]>::try_from(fds) {
+            Ok([r, t]) => (Consumer::from_fd(r), Some(t)),
             Err(v) => {
                 return Err(refuse(
                     sock,
                     format!(
-                        "{who}: its hello came with {} file descriptors, not its ring alone",
+                        "{who}: its hello came with {} file descriptors, not its ring and its \
+                         block table",
                         v.len()
                     ),
                 ))
             }
         },
-        RingRef::ProcFd(n) => Consumer::open_proc(hello.pid, n),
+        (RingRef::Attached, None | Some(RingRef::ProcFd(_))) => {
+            match <[OwnedFd; 1]>::try_from(fds) {
+                Ok([r]) => (Consumer::from_fd(r), None),
+                Err(v) => {
+                    return Err(refuse(
+                        sock,
+                        format!(
+                            "{who}: its hello came with {} file descriptors, not its ring alone",
+                            v.len()
+                        ),
+                    ))
+                }
+            }
+        }
+        (RingRef::ProcFd(_), Some(RingRef::Attached)) => {
+            return Err(refuse(
+                sock,
+                format!(
+                    "{who}: its hello says its block table comes with it but its ring does not; \
+                     both come with the hello (Unix socket) or neither (TCP)"
+                ),
+            ))
+        }
+        (RingRef::ProcFd(n), None | Some(RingRef::ProcFd(_))) => {
+            (Consumer::open_proc(hello.pid, n), None)
+        }
     };
     let consumer =
         consumer.map_err(|e| refuse(sock, format!("{who}: cannot open its event ring: {e}")))?;
+    let blocks = match (hello.blocks, table_fd) {
+        (_, Some(fd)) => {
+            let file = std::fs::File::from(fd);
+            let id = file.metadata().ok().map(|m| file_id(&m));
+            Some(tables.get(hello.pid, id, || TableReader::from_fd(file.into())))
+        }
+        (Some(RingRef::ProcFd(n)), None) => {
+            // stat follows the /proc link without opening anything.
+            let id = std::fs::metadata(format!("/proc/{}/fd/{n}", hello.pid))
+                .ok()
+                .map(|m| file_id(&m));
+            Some(tables.get(hello.pid, id, || TableReader::open_proc(hello.pid, n)))
+        }
+        (_, None) => None,
+    };
+    let blocks = blocks
+        .transpose()
+        .map_err(|e| refuse(sock, format!("{who}: cannot open its block table: {e}")))?;
     let welcome = Welcome {
         error: None,
         proof: Some(token.prove(Role::Welcome, &ours, &hello.nonce)),
@@ -130,7 +244,11 @@ pub(crate) fn handshake(
         .map_err(|e| Refusal::Refused(format!("{who}: sending the welcome failed: {e}")))?;
     let _ = sock.set_read_timeout(None);
     let _ = sock.set_write_timeout(None);
-    Ok((hello, consumer))
+    Ok(Accepted {
+        hello,
+        consumer,
+        blocks,
+    })
 }
 
 /// Tells QEMU why its stream is refused (QEMU prints it) and returns the
@@ -248,4 +366,200 @@ fn recv_line(sock: &Sock) -> io::Result<(String, Vec<OwnedFd>)> {
     let line = String::from_utf8(line)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "hello is not UTF-8"))?;
     Ok((line, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::net::UnixListener;
+    use wire::channel::{dial, Addr, RingOffer};
+    use wire::RegLayout;
+
+    /// A hello as the jitter builds it, from this process (so the pid
+    /// checks and /proc/<pid>/fd hold).
+    fn hello(tid: i32) -> Hello {
+        Hello {
+            magic: MAGIC.into(),
+            wire_version: WIRE_VERSION,
+            jitter_version: "test".into(),
+            pid: std::process::id() as i32,
+            ppid: 1,
+            tid,
+            arch: "mipsel".into(),
+            big_endian: false,
+            guest_bits: 32,
+            ring: RingRef::Attached,
+            nonce: String::new(),
+            proof: String::new(),
+            comm: None,
+            exe: None,
+            regs: RegLayout::default(),
+            syscall_names: Default::default(),
+            blocks: None,
+        }
+    }
+
+    /// The listening side of one test: a Unix socket or TCP.
+    enum Listener {
+        Unix(UnixListener, std::path::PathBuf),
+        Tcp(std::net::TcpListener),
+    }
+
+    impl Listener {
+        fn unix() -> Listener {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let dir = std::env::temp_dir().join(format!("cannoli-hs-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join(format!("{}.sock", N.fetch_add(1, Ordering::Relaxed)));
+            let _ = std::fs::remove_file(&path);
+            Listener::Unix(UnixListener::bind(&path).unwrap(), path)
+        }
+
+        fn addr(&self) -> Addr {
+            match self {
+                Listener::Unix(_, p) => Addr::Unix(p.clone()),
+                Listener::Tcp(l) => Addr::Tcp(l.local_addr().unwrap().to_string()),
+            }
+        }
+
+        fn accept(&self) -> Sock {
+            match self {
+                Listener::Unix(l, _) => Sock::Unix(l.accept().unwrap().0),
+                Listener::Tcp(l) => Sock::Tcp(l.accept().unwrap().0),
+            }
+        }
+    }
+
+    /// Serves one handshake on `l` while `qemu` (on another thread) dials
+    /// it with the token; returns both outcomes.
+    fn serve<R: Send + 'static>(
+        l: &Listener,
+        tables: &Tables,
+        qemu: impl FnOnce(Addr, Token) -> R + Send + 'static,
+    ) -> (Result<Accepted, Refusal>, R) {
+        let token = Token::generate().unwrap();
+        let (addr, t) = (l.addr(), token.clone());
+        let q = std::thread::spawn(move || qemu(addr, t));
+        let mut s = l.accept();
+        let r = handshake(
+            &mut s,
+            "test",
+            &token,
+            Duration::from_secs(10),
+            false,
+            tables,
+        );
+        (r, q.join().unwrap())
+    }
+
+    fn accepted(r: Result<Accepted, Refusal>) -> Accepted {
+        match r {
+            Ok(a) => a,
+            Err(Refusal::Stranger(m) | Refusal::Refused(m)) => panic!("refused: {m}"),
+        }
+    }
+
+    #[test]
+    fn the_table_comes_with_the_hello_and_its_process_shares_it() {
+        let l = Listener::unix();
+        let tables = Tables::default();
+        let table = Arc::new(mempipe::TableWriter::create(0).unwrap());
+        table.append(&[0x1000, 0x1004], |_| true).unwrap();
+        let dial_with = |table: Arc<mempipe::TableWriter>, tid| {
+            move |addr: Addr, token: Token| {
+                let ring = mempipe::Producer::create_memfd(4096, 2).unwrap();
+                let s = dial(
+                    &addr,
+                    Ok(&token),
+                    0,
+                    hello(tid),
+                    &RingOffer::Fd(ring.fd().unwrap()),
+                    Some(&RingOffer::Fd(table.fd())),
+                );
+                (s.map(drop), ring)
+            }
+        };
+        let (a, (r, _ring)) = serve(&l, &tables, dial_with(table.clone(), 1));
+        r.unwrap();
+        let a = accepted(a);
+        assert_eq!(a.hello.blocks, Some(RingRef::Attached));
+        let reader = a.blocks.expect("a block table");
+        assert_eq!(reader.entry(0).unwrap().pcs, [0x1000, 0x1004]);
+        // An entry appended later is seen through the same mapping.
+        assert_eq!(table.append(&[0x2000], |i| i == 0), Some(1));
+        assert_eq!(reader.published(), 2);
+        assert_eq!(reader.entry(1).unwrap().pcs, [0x2000]);
+        // Another thread of the process: the same reader.
+        let (b, (r, _ring2)) = serve(&l, &tables, dial_with(table.clone(), 2));
+        r.unwrap();
+        assert!(Arc::ptr_eq(&reader, accepted(b).blocks.as_ref().unwrap()));
+        // The process exec'd (same pid, a new table): a new reader.
+        let other = Arc::new(mempipe::TableWriter::create(0).unwrap());
+        let (c, (r, _ring3)) = serve(&l, &tables, dial_with(other.clone(), 3));
+        r.unwrap();
+        let c = accepted(c).blocks.unwrap();
+        assert!(!Arc::ptr_eq(&reader, &c));
+        assert_eq!(c.published(), 0);
+        assert_eq!(tables.len(), 1);
+        // Without a table: none.
+        let (d, r) = serve(&l, &tables, |addr, token| {
+            let ring = mempipe::Producer::create_memfd(4096, 2).unwrap();
+            let o = RingOffer::Fd(ring.fd().unwrap());
+            dial(&addr, Ok(&token), 0, hello(4), &o, None).map(drop)
+        });
+        r.unwrap();
+        assert!(accepted(d).blocks.is_none());
+    }
+
+    #[test]
+    fn over_tcp_the_table_is_named_through_proc() {
+        let l = Listener::Tcp(std::net::TcpListener::bind("127.0.0.1:0").unwrap());
+        let tables = Tables::default();
+        let table = Arc::new(mempipe::TableWriter::create(0).unwrap());
+        let t = table.clone();
+        let (a, (r, _ring)) = serve(&l, &tables, move |addr, token| {
+            let ring = mempipe::Producer::create_memfd(4096, 2).unwrap();
+            let s = dial(
+                &addr,
+                Ok(&token),
+                0,
+                hello(1),
+                &RingOffer::ProcFd(ring.fd().unwrap().as_raw_fd()),
+                Some(&RingOffer::ProcFd(t.fd().as_raw_fd())),
+            );
+            (s.map(drop), ring)
+        });
+        r.unwrap();
+        let a = accepted(a);
+        assert!(matches!(a.hello.blocks, Some(RingRef::ProcFd(_))));
+        table.append(&[7], |_| true).unwrap();
+        assert_eq!(a.blocks.unwrap().entry(0).unwrap().pcs, [7]);
+    }
+
+    #[test]
+    fn a_bad_table_refuses_the_stream() {
+        let l = Listener::unix();
+        let tables = Tables::default();
+        // An unsealed memfd in the table's place.
+        let (a, (r, _ring)) = serve(&l, &tables, |addr, token| {
+            let ring = mempipe::Producer::create_memfd(4096, 2).unwrap();
+            let fake = std::fs::File::open("/proc/self/exe").unwrap();
+            let s = dial(
+                &addr,
+                Ok(&token),
+                0,
+                hello(1),
+                &RingOffer::Fd(ring.fd().unwrap()),
+                Some(&RingOffer::Fd(fake.as_fd())),
+            );
+            (s.map(drop), ring)
+        });
+        let e = r.unwrap_err();
+        assert!(e.contains("cannot open its block table"), "{e}");
+        assert!(e.contains("not sealed"), "{e}");
+        assert!(matches!(a, Err(Refusal::Refused(_))));
+        assert_eq!(tables.len(), 0);
+    }
 }

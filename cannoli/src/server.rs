@@ -15,13 +15,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mempipe::Consumer;
+use mempipe::{Consumer, TableReader};
 use wire::channel::{private_dir, read_line, runtime_dir, Addr, Sock};
 use wire::{parse_control, Control, Token};
 
 use crate::announce::Announced;
 use crate::decode::{decode, Layout};
-use crate::handshake::{handshake, Refusal};
+use crate::handshake::{handshake, Accepted, Refusal, Tables};
 use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Error, Stats};
 
@@ -250,6 +250,7 @@ impl Server {
             handshake_timeout: self.handshake_timeout,
             trust_hello_pids: self.trust_hello_pids,
             seen_qemu: AtomicBool::new(false),
+            tables: Tables::default(),
         });
         let mut next_id = 0u64;
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
@@ -435,6 +436,8 @@ struct Shared<T: Cannoli> {
     /// connection threads (Release) before their live count drops, read by
     /// the accept loop (Acquire).
     seen_qemu: AtomicBool,
+    /// The block tables of the processes streaming (one per process).
+    tables: Tables,
 }
 
 impl<T: Cannoli> Shared<T> {
@@ -540,6 +543,10 @@ struct Conn<'a, T: Cannoli> {
     tid_ctx: &'a T::TidContext,
     tool: Mutex<T>,
     consumer: &'a Consumer,
+    /// The block table of the stream's process (shared by its streams), if
+    /// QEMU's side sent one.
+    #[allow(dead_code)] // until the decoder reads run events with it
+    pub(crate) blocks: Option<Arc<TableReader>>,
     reseq: Reseq<T::Trace>,
     layout: Layout<'a>,
     pid: i32,
@@ -618,13 +625,18 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         &shared.token,
         shared.handshake_timeout,
         shared.trust_hello_pids,
+        &shared.tables,
     );
     shared.handshake_done(id);
     if !matches!(accepted, Err(Refusal::Stranger(_))) {
         shared.seen_qemu.store(true, Ordering::Release);
     }
     let live_streams = *lock(&shared.live);
-    let (hello, consumer) = match accepted {
+    let Accepted {
+        hello,
+        consumer,
+        blocks,
+    } = match accepted {
         Ok(_) if live_streams > MAX_STREAMS => {
             eprintln!("cannoli: rejected {peer}: more than {MAX_STREAMS} streams at once");
             lock(&shared.stats).refused_connections += 1;
@@ -661,6 +673,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         tid_ctx: &tid_ctx,
         tool: Mutex::new(tool),
         consumer: &consumer,
+        blocks,
         reseq: Reseq::new(0, 2 * threads + 4),
         layout: Layout::new(&ci),
         pid: ci.pid,

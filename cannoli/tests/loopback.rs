@@ -39,6 +39,7 @@ fn fake_hello(pid: i32, tid: i32, wire_version: u32, regs: RegLayout) -> Hello {
         exe: Some("/bin/fake".into()),
         regs,
         syscall_names: fake_syscall_names(),
+        blocks: None,
     }
 }
 
@@ -50,6 +51,7 @@ fn connect_fake(peer: &Peer, hello: Hello, ring: &Producer) -> Result<Sock, Stri
         0,
         hello,
         &RingOffer::Fd(ring.fd().expect("the ring's fd")),
+        None,
     )
 }
 
@@ -950,6 +952,7 @@ fn tcp_streams_name_the_ring_through_proc() {
             0,
             fake_hello(pid, pid + 7, WIRE_VERSION, fake_regs()),
             &RingOffer::ProcFd(fd),
+            None,
         )
         .expect("welcomed over TCP");
         p.release_fd();
@@ -969,6 +972,98 @@ fn tcp_streams_name_the_ring_through_proc() {
     assert_eq!(stats.connections, 1);
     assert!(stats.is_complete(), "{}", stats.loss_summary());
     assert!(take_result(pid, pid + 7).unwrap() == want);
+}
+
+/// Streams `chunks` on `p` (connected as `s`), then says goodbye.
+fn stream_and_say_goodbye(mut p: Producer, mut s: Sock, chunks: &[Vec<u64>]) {
+    for words in chunks {
+        let buf = p.acquire_slice().unwrap();
+        for (i, wd) in words.iter().enumerate() {
+            buf[i * 8..i * 8 + 8].copy_from_slice(&wd.to_le_bytes());
+        }
+        p.publish(words.len() * 8).unwrap();
+    }
+    p.close();
+    let g = format!("{{\"chunks\":{},\"lost_events\":0}}\n", p.published());
+    s.write_all(g.as_bytes()).unwrap();
+}
+
+#[test]
+fn every_thread_of_a_process_hands_over_its_block_table() {
+    // Two threads of one process, each passing the ring and the process's
+    // block table with its hello (two fds in one message): both streams
+    // are served as without a table.
+    let server = bind();
+    let addr = peer(&server);
+    let table = Arc::new(mempipe::TableWriter::create(0).unwrap());
+    table.append(&[0x40_0000, 0x40_0004], |_| true).unwrap();
+    let fakes: Vec<_> = (0..2)
+        .map(|i| {
+            let (addr, table) = (addr.clone(), table.clone());
+            let (chunks, want) = make_stream(20, 4096, 40 + i as u64);
+            let t = std::thread::spawn(move || {
+                let mut p = Producer::create_memfd(4096, 4).unwrap();
+                let s = dial(
+                    &addr.0,
+                    Ok(&addr.1),
+                    0,
+                    fake_hello(5800, 5800 + i, WIRE_VERSION, fake_regs()),
+                    &RingOffer::Fd(p.fd().unwrap()),
+                    Some(&RingOffer::Fd(table.fd())),
+                )
+                .expect("welcomed with a block table");
+                p.release_fd();
+                stream_and_say_goodbye(p, s, &chunks);
+            });
+            (t, want)
+        })
+        .collect();
+    let stats = run_with_timeout(server, 2);
+    for (i, (t, want)) in fakes.into_iter().enumerate() {
+        t.join().unwrap();
+        assert!(take_result(5800, 5800 + i as i32).unwrap() == want);
+    }
+    assert_eq!(stats.connections, 2);
+    assert!(stats.is_complete(), "{}", stats.loss_summary());
+    assert_eq!(pid_inits(5800), 1);
+}
+
+#[test]
+fn a_block_table_announced_but_not_sent_is_refused_in_one_line() {
+    // A hello that says its table comes with it, with the ring's fd alone.
+    let server = bind();
+    let (addr, token) = peer(&server);
+    let Addr::Unix(path) = addr else {
+        unreachable!()
+    };
+    let fake = std::thread::spawn(move || {
+        let s = std::os::unix::net::UnixStream::connect(path).unwrap();
+        let challenge = read_challenge(&s);
+        let mut hello = fake_hello(5900, 5900, WIRE_VERSION, fake_regs());
+        hello.nonce = wire::channel::nonce().unwrap();
+        hello.proof = token.prove(wire::channel::Role::Hello, &challenge.nonce, &hello.nonce);
+        hello.blocks = Some(RingRef::Attached);
+        let ring = Producer::create_memfd(4096, 2).unwrap();
+        let mut sock = Sock::Unix(s.try_clone().unwrap());
+        let line = serde_json::to_string(&hello).unwrap() + "\n";
+        sock.send_with_fd(line.as_bytes(), ring.fd().unwrap())
+            .unwrap();
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut &s, &mut rest).unwrap();
+        rest
+    });
+    let stats = run_with_timeout(server, 1);
+    let rest = fake.join().unwrap();
+    let welcome: wire::Welcome = serde_json::from_str(rest.trim_end()).expect("one welcome line");
+    assert_eq!(rest.matches('\n').count(), 1, "{rest:?}");
+    let err = welcome.error.expect("refused");
+    assert!(
+        err.contains("came with 1 file descriptors, not its ring and its block table"),
+        "{err}"
+    );
+    assert!(!err.chars().any(char::is_control), "{err:?}");
+    assert_eq!((stats.connections, stats.refused_connections), (0, 1));
+    assert_eq!(pid_inits(5900), 0);
 }
 
 #[test]

@@ -167,6 +167,7 @@ fn hello(arch: &str, bits: u32, count: u32) -> String {
         syscall_names: [(4001, "exit".to_string()), (4004, "write".to_string())]
             .into_iter()
             .collect(),
+        blocks: None,
     };
     serde_json::to_string(&h).expect("serializes") + "\n"
 }

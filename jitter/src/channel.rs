@@ -2,6 +2,7 @@
 //! announces it, the run's secret that proves it is this run's QEMU, and
 //! the hand-over of its ring (see `wire::channel` for the protocol).
 
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::OnceLock;
 
 use wire::channel::{dial, Addr, RingOffer, Sock};
@@ -21,17 +22,26 @@ fn token() -> Result<&'static Token, String> {
 }
 
 /// Connects to the client at `addr`, announces this thread's stream and
-/// hands over `ring` (its fd over a Unix socket; over TCP its number, for
-/// the client to open through /proc). Returns the control socket, at an fd
-/// at or above the guest's fd floor. An error is one line for stderr.
-pub fn connect(addr: &Addr, guest: &Guest, ring: &mempipe::Producer) -> Result<Sock, String> {
+/// hands over `ring` and the process's block table `blocks` (the table's
+/// memfd, if there is one): their fds over a Unix socket, over TCP their
+/// numbers, for the client to open through /proc. Returns the control
+/// socket, at an fd at or above the guest's fd floor. An error is one line
+/// for stderr.
+pub fn connect(
+    addr: &Addr,
+    guest: &Guest,
+    ring: &mempipe::Producer,
+    blocks: Option<BorrowedFd<'_>>,
+) -> Result<Sock, String> {
     let fd = ring
         .fd()
         .ok_or("the event ring has no file descriptor to hand over")?;
-    let offer = match addr {
-        Addr::Unix(_) => RingOffer::Fd(fd),
-        Addr::Tcp(_) => RingOffer::ProcFd(std::os::fd::AsRawFd::as_raw_fd(&fd)),
-    };
+    fn offer<'a>(addr: &Addr, fd: BorrowedFd<'a>) -> RingOffer<'a> {
+        match addr {
+            Addr::Unix(_) => RingOffer::Fd(fd),
+            Addr::Tcp(_) => RingOffer::ProcFd(fd.as_raw_fd()),
+        }
+    }
     // SAFETY: plain libc getters with no preconditions.
     let (pid, ppid, tid) = unsafe { (libc::getpid(), libc::getppid(), libc::gettid()) };
     let hello = Hello {
@@ -44,7 +54,7 @@ pub fn connect(addr: &Addr, guest: &Guest, ring: &mempipe::Producer) -> Result<S
         arch: guest.arch.clone(),
         big_endian: guest.big_endian,
         guest_bits: guest.guest_bits,
-        // `dial` fills in these three.
+        // `dial` fills in these four.
         ring: RingRef::Attached,
         nonce: String::new(),
         proof: String::new(),
@@ -56,6 +66,15 @@ pub fn connect(addr: &Addr, guest: &Guest, ring: &mempipe::Producer) -> Result<S
         exe: guest.exe.clone(),
         regs: guest.regs.clone(),
         syscall_names: guest.syscall_names.clone(),
+        blocks: None,
     };
-    dial(addr, token(), guest.fd_floor, hello, &offer)
+    let blocks = blocks.map(|b| offer(addr, b));
+    dial(
+        addr,
+        token(),
+        guest.fd_floor,
+        hello,
+        &offer(addr, fd),
+        blocks.as_ref(),
+    )
 }

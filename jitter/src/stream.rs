@@ -151,7 +151,7 @@ impl Stream {
             )
         }
         .map_err(|e| format!("cannot create the event ring: {e}"))?;
-        let sock = crate::channel::connect(&addr, guest, &ring)?;
+        let sock = crate::channel::connect(&addr, guest, &ring, None)?;
         // The client has its own descriptor of the ring now.
         ring.release_fd();
         Ok(Stream {

@@ -44,6 +44,10 @@
 //! still change while the consumer reads them: readers of [`Chunk::data`]
 //! must treat them as untrusted input.
 //!
+//! The [`table`] module holds the other shared file QEMU's side hands the
+//! client: a process's block table ([`TableWriter`], [`TableReader`]), a
+//! sealed, sparse memfd laid out as `wire::blocks` says.
+//!
 //! Only Linux is supported (the implementation uses `futex(2)` and
 //! `memfd_create(2)`).
 //!
@@ -164,6 +168,8 @@ use memmap2::MmapOptions;
 
 mod mapping;
 use mapping::Mapping;
+pub mod table;
+pub use table::{TableReader, TableWriter};
 
 /// The eight bytes every ring file starts with.
 pub const MAGIC: [u8; 8] = *b"MEMPIPE1";
@@ -411,6 +417,11 @@ pub enum Error {
     /// before mapping it: not a regular file of this user, not sealed, not
     /// allocated, or an invalid pid/fd. The message says which.
     Refused(String),
+    /// [`TableReader::from_fd`] / [`TableReader::open_proc`] refused the
+    /// file: not a sealed regular file of this user of the block table's
+    /// size, or not a block table (magic, version, sizes). The message
+    /// says which.
+    TableRefused(String),
 }
 
 impl fmt::Display for Error {
@@ -442,6 +453,7 @@ impl fmt::Display for Error {
                  a ring has exactly one consumer process"
             ),
             Error::Refused(msg) => write!(f, "mempipe: refused the ring: {msg}"),
+            Error::TableRefused(msg) => write!(f, "mempipe: refused the block table: {msg}"),
         }
     }
 }
@@ -687,7 +699,7 @@ impl Producer {
         let file = File::from(fd);
         let what = "the ring's memfd";
         size_ring(&file, geo, what, true)?;
-        seal(&file)?;
+        seal(&file, what)?;
         // SAFETY: `at` is the caller's reservation (this function's contract).
         let ring = unsafe { Self::init(&file, what, geo, at) }?;
         Ok(Producer::with_ring(
@@ -1075,14 +1087,20 @@ fn size_ring(file: &File, geo: Geometry, what: &str, memfd: bool) -> Result<(), 
 
 /// A fresh memfd for a ring, close-on-exec and sealable.
 fn memfd_create() -> Result<OwnedFd, Error> {
-    let name = std::ffi::CString::new(MEMFD_NAME).expect("no NUL in the name");
+    memfd_create_named(MEMFD_NAME, "the ring's memfd")
+}
+
+/// A fresh memfd named `name` (for `what`, in messages), close-on-exec and
+/// sealable.
+fn memfd_create_named(name: &str, what: &str) -> Result<OwnedFd, Error> {
+    let name = std::ffi::CString::new(name).expect("no NUL in the name");
     // SAFETY: `name` is a valid NUL-terminated string for the duration of
     // the call; the flags are valid for memfd_create.
     let fd =
         unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
     if fd < 0 {
         return Err(io_error(
-            "creating the ring's memfd (memfd_create, Linux 3.17 or later)",
+            format_args!("creating {what} (memfd_create, Linux 3.17 or later)"),
             io::Error::last_os_error(),
         ));
     }
@@ -1109,9 +1127,10 @@ fn move_to_floor(fd: OwnedFd, floor: i32) -> OwnedFd {
 /// The seals every memfd ring carries: no one can change its size.
 const RING_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
 
-/// Seals a sized memfd ring: no shrinking (which would SIGBUS the consumer),
-/// no growing, and no further seals (so nobody can add a write seal later).
-fn seal(file: &File) -> Result<(), Error> {
+/// Seals a sized memfd ring (or block table: `what`, in messages): no
+/// shrinking (which would SIGBUS the consumer), no growing, and no further
+/// seals (so nobody can add a write seal later).
+fn seal(file: &File, what: &str) -> Result<(), Error> {
     // SAFETY: F_ADD_SEALS on an fd we own, with valid seal bits.
     let rc = unsafe {
         libc::fcntl(
@@ -1122,7 +1141,7 @@ fn seal(file: &File) -> Result<(), Error> {
     };
     if rc != 0 {
         return Err(io_error(
-            "sealing the ring's memfd (F_ADD_SEALS)",
+            format_args!("sealing {what} (F_ADD_SEALS)"),
             io::Error::last_os_error(),
         ));
     }
@@ -1295,6 +1314,61 @@ fn check_owner(meta: &std::fs::Metadata, what: &str, fix: &str) -> Result<(), St
     Ok(())
 }
 
+/// Opens the file process `pid` has open as fd `fd`, by opening
+/// `/proc/<pid>/fd/<fd>` (a link to the file itself, which only a process
+/// of the same user may follow; never a path in a directory anyone can
+/// write): `what` names it in messages, `write` opens it read-write (else
+/// read-only), `refused` makes the error for a file that is not a regular
+/// file of this user (`fix` says what it should be). Whatever else that fd
+/// may be, it is only looked at (`O_PATH`) until it is known to be a
+/// regular file of this user: no device is opened, no FIFO waited for.
+fn open_proc_fd(
+    pid: i32,
+    fd: i32,
+    what: &str,
+    write: bool,
+    refused: fn(String) -> Error,
+    fix: &str,
+) -> Result<File, Error> {
+    if pid <= 0 || fd < 0 {
+        return Err(refused(format!(
+            "pid {pid} fd {fd} cannot name a {what} (the pid must be positive and the fd \
+             not negative); pass the pid and fd of the producer's memfd"
+        )));
+    }
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let hint = |e: &io::Error| match e.kind() {
+        io::ErrorKind::NotFound => {
+            "; the producer exited or closed the fd before the consumer opened it"
+        }
+        io::ErrorKind::PermissionDenied => "; the producer runs as another user or is not dumpable",
+        _ => "",
+    };
+    // First without opening anything for reading or writing (O_PATH
+    // has no side effects: a device or FIFO behind the fd is neither
+    // opened nor waited for); only a regular file is then reopened for
+    // real. Not O_NOFOLLOW: the entry is a magic link, which is the
+    // point.
+    let probe = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(&path)
+        .map_err(|e| io_error(format_args!("opening {what} {path}{}", hint(&e)), e))?;
+    let meta = probe
+        .metadata()
+        .map_err(|e| io_error(format_args!("fstat of {what} {path}"), e))?;
+    check_owner(&meta, &format!("{what} {path}"), fix).map_err(refused)?;
+    let again = format!("/proc/self/fd/{}", probe.as_raw_fd());
+    let file = OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(&again)
+        .map_err(|e| io_error(format_args!("opening {what} {path}{}", hint(&e)), e))?;
+    drop(probe);
+    Ok(file)
+}
+
 impl Consumer {
     /// Attaches to a memfd ring given an fd of it (e.g. received over a
     /// Unix socket, or opened by [`Consumer::open_proc`]). Before mapping
@@ -1347,49 +1421,14 @@ impl Consumer {
     /// fd may be, it is only looked at (`O_PATH`) until it is known to be a
     /// regular file of this user: no device is opened, no FIFO waited for.
     pub fn open_proc(pid: i32, fd: i32) -> Result<Consumer, Error> {
-        if pid <= 0 || fd < 0 {
-            return Err(Error::Refused(format!(
-                "pid {pid} fd {fd} cannot name a ring (the pid must be positive and the fd \
-                 not negative); pass the pid and fd of the producer's memfd"
-            )));
-        }
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let hint = |e: &io::Error| match e.kind() {
-            io::ErrorKind::NotFound => {
-                "; the producer exited or closed the fd before the consumer opened it"
-            }
-            io::ErrorKind::PermissionDenied => {
-                "; the producer runs as another user or is not dumpable"
-            }
-            _ => "",
-        };
-        // First without opening anything for reading or writing (O_PATH
-        // has no side effects: a device or FIFO behind the fd is neither
-        // opened nor waited for); only a regular file is then reopened for
-        // real. Not O_NOFOLLOW: the entry is a magic link, which is the
-        // point.
-        let probe = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(|e| io_error(format_args!("opening ring {path}{}", hint(&e)), e))?;
-        let meta = probe
-            .metadata()
-            .map_err(|e| io_error(format_args!("fstat of ring {path}"), e))?;
-        check_owner(
-            &meta,
-            &format!("ring {path}"),
+        let file = open_proc_fd(
+            pid,
+            fd,
+            "ring",
+            true,
+            Error::Refused,
             "a ring is the memfd Producer::create_memfd made",
-        )
-        .map_err(Error::Refused)?;
-        let again = format!("/proc/self/fd/{}", probe.as_raw_fd());
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&again)
-            .map_err(|e| io_error(format_args!("opening ring {path}{}", hint(&e)), e))?;
-        drop(probe);
+        )?;
         Self::from_fd(OwnedFd::from(file))
     }
 

@@ -409,13 +409,31 @@ impl Sock {
     /// Writes all of `line`, passing `fd` along with its first byte
     /// (`SCM_RIGHTS`; Unix sockets only).
     pub fn send_with_fd(&mut self, line: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+        self.send_with_fds(line, &[fd])
+    }
+
+    /// Writes all of `line`, passing `fds` (1 to [`MAX_PASSED_FDS`] of
+    /// them, in this order) along with its first byte, in one
+    /// `SCM_RIGHTS` message (Unix sockets only).
+    pub fn send_with_fds(&mut self, line: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         let Sock::Unix(s) = self else {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "file descriptors only travel over Unix sockets",
             ));
         };
-        let space = cmsg_space_for_one_fd();
+        if fds.is_empty() || fds.len() > MAX_PASSED_FDS || line.is_empty() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a line passes 1 to {MAX_PASSED_FDS} file descriptors, and has bytes to \
+                     carry them"
+                ),
+            ));
+        }
+        let payload = 4 * fds.len() as u32;
+        // SAFETY: CMSG_SPACE is arithmetic on its argument.
+        let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
         let mut cbuf = vec![0u8; space];
         let iov = [IoSlice::new(line)];
         // SAFETY: msghdr is plain data; every pointer set below refers to a
@@ -426,14 +444,17 @@ impl Sock {
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = space as _;
         // SAFETY: msg_control points at `space` bytes, room for one
-        // SCM_RIGHTS header and one int (CMSG_SPACE(4)); CMSG_FIRSTHDR and
-        // CMSG_DATA stay inside it.
+        // SCM_RIGHTS header and `fds.len()` ints (CMSG_SPACE(payload));
+        // CMSG_FIRSTHDR and the ints written from CMSG_DATA stay inside it.
         let sent = unsafe {
             let c = libc::CMSG_FIRSTHDR(&msg);
             (*c).cmsg_level = libc::SOL_SOCKET;
             (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(4) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut i32, fd.as_raw_fd());
+            (*c).cmsg_len = libc::CMSG_LEN(payload) as _;
+            let data = libc::CMSG_DATA(c) as *mut i32;
+            for (i, fd) in fds.iter().enumerate() {
+                std::ptr::write_unaligned(data.add(i), fd.as_raw_fd());
+            }
             libc::sendmsg(s.as_raw_fd(), &msg, libc::MSG_NOSIGNAL)
         };
         if sent < 0 {
@@ -443,6 +464,10 @@ impl Sock {
         s.write_all(&line[sent as usize..])
     }
 }
+
+/// Most file descriptors [`Sock::send_with_fds`] passes with one line (a
+/// hello passes its ring and its block table).
+pub const MAX_PASSED_FDS: usize = 2;
 
 /// Bytes of control buffer for one passed fd.
 pub fn cmsg_space_for_one_fd() -> usize {
@@ -521,18 +546,31 @@ pub enum RingOffer<'a> {
     ProcFd(i32),
 }
 
+impl RingOffer<'_> {
+    /// How a hello names this offer.
+    fn named(&self) -> RingRef {
+        match self {
+            RingOffer::Fd(_) => RingRef::Attached,
+            RingOffer::ProcFd(n) => RingRef::ProcFd(*n),
+        }
+    }
+}
+
 /// QEMU's side of the handshake: connects to `addr`, answers the client's
-/// challenge with `hello` (whose `nonce`, `proof` and `ring` it fills in),
-/// and checks the welcome (`token`: the run's secret, or why there is
-/// none). `ring` gives the ring: passed as an fd over a
-/// Unix socket, named by fd number over TCP. The socket goes to an fd at
-/// or above `fd_floor`. Errors are one line for QEMU's stderr.
+/// challenge with `hello` (whose `nonce`, `proof`, `ring` and `blocks` it
+/// fills in), and checks the welcome (`token`: the run's secret, or why
+/// there is none). `ring` gives the ring and `blocks` the process's block
+/// table, if any: passed as fds over a Unix socket (both in one
+/// `SCM_RIGHTS` message, the ring's first), named by fd number over TCP.
+/// The socket goes to an fd at or above `fd_floor`. Errors are one line
+/// for QEMU's stderr.
 pub fn dial(
     addr: &Addr,
     token: Result<&Token, String>,
     fd_floor: i32,
     mut hello: Hello,
     ring: &RingOffer<'_>,
+    blocks: Option<&RingOffer<'_>>,
 ) -> Result<Sock, String> {
     let sock = Sock::connect(addr).map_err(|e| {
         format!(
@@ -559,15 +597,22 @@ pub fn dial(
     let challenge = parse_challenge(&line).map_err(|e| format!("{addr} {e}"))?;
     hello.nonce = nonce().map_err(lost)?;
     hello.proof = token.prove(Role::Hello, &challenge.nonce, &hello.nonce);
-    hello.ring = match ring {
-        RingOffer::Fd(_) => RingRef::Attached,
-        RingOffer::ProcFd(n) => RingRef::ProcFd(*n),
-    };
+    hello.ring = ring.named();
+    hello.blocks = blocks.map(RingOffer::named);
     let mut out = serde_json::to_string(&hello).expect("a Hello serializes");
     out.push('\n');
-    match ring {
-        RingOffer::Fd(fd) => sock.send_with_fd(out.as_bytes(), *fd),
-        RingOffer::ProcFd(_) => sock.write_all(out.as_bytes()),
+    let fds: Vec<BorrowedFd<'_>> = [Some(ring), blocks]
+        .into_iter()
+        .flatten()
+        .filter_map(|o| match o {
+            RingOffer::Fd(fd) => Some(*fd),
+            RingOffer::ProcFd(_) => None,
+        })
+        .collect();
+    if fds.is_empty() {
+        sock.write_all(out.as_bytes())
+    } else {
+        sock.send_with_fds(out.as_bytes(), &fds)
     }
     .map_err(lost)?;
     let reply = read_line(&mut reader)
@@ -726,6 +771,122 @@ mod tests {
         assert!(parse_challenge("HTTP/1.1 200 OK\n").is_err());
         assert!(parse_challenge(&good.replace("cannoli", "other")).is_err());
         assert!(parse_challenge(&good.replace(&"ab".repeat(16), "short")).is_err());
+    }
+
+    /// Receives one message and the fds that came with it (test only).
+    fn recv_with_fds(s: &UnixStream) -> (Vec<u8>, Vec<std::os::fd::OwnedFd>, usize) {
+        let mut buf = vec![0u8; MAX_LINE];
+        let mut cbuf = vec![0u8; cmsg_space_for_one_fd() * 4];
+        let mut iov = [io::IoSliceMut::new(&mut buf)];
+        let mut fds = Vec::new();
+        let mut messages = 0;
+        // SAFETY: test-only recvmsg into buffers that outlive the call; the
+        // fds in each SCM_RIGHTS message are ours.
+        let n = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = iov.as_mut_ptr() as *mut libc::iovec;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = cbuf.len() as _;
+            let n = libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+            assert!(n > 0);
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                messages += 1;
+                let k = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize) / 4;
+                let data = libc::CMSG_DATA(c) as *const i32;
+                for i in 0..k {
+                    let fd = std::ptr::read_unaligned(data.add(i));
+                    fds.push(std::os::fd::OwnedFd::from_raw_fd(fd));
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+            n as usize
+        };
+        buf.truncate(n);
+        (buf, fds, messages)
+    }
+
+    fn same_file(a: &impl std::os::fd::AsRawFd, b: &impl std::os::fd::AsRawFd) -> bool {
+        let m = |f: &dyn std::os::fd::AsRawFd| {
+            fs::metadata(format!("/proc/self/fd/{}", f.as_raw_fd())).unwrap()
+        };
+        let (m1, m2) = (m(a), m(b));
+        (m1.dev(), m1.ino()) == (m2.dev(), m2.ino())
+    }
+
+    #[test]
+    fn two_fds_travel_with_their_line_in_one_message() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut a = Sock::Unix(a);
+        let f1 = fs::File::open("/proc/self/exe").unwrap();
+        let f2 = fs::File::open("/dev/null").unwrap();
+        use std::os::fd::AsFd;
+        a.send_with_fds(b"two\n", &[f1.as_fd(), f2.as_fd()])
+            .unwrap();
+        let (line, fds, messages) = recv_with_fds(&b);
+        assert_eq!(line, b"two\n");
+        assert_eq!((fds.len(), messages), (2, 1));
+        assert!(same_file(&fds[0], &f1) && same_file(&fds[1], &f2));
+        assert!(a.send_with_fds(b"x\n", &[]).is_err());
+        let three = [f1.as_fd(), f2.as_fd(), f1.as_fd()];
+        assert!(a.send_with_fds(b"x\n", &three).is_err());
+    }
+
+    #[test]
+    fn dial_passes_the_ring_and_the_table_with_the_hello() {
+        let dir = std::env::temp_dir().join(format!("cannoli-wire-dial-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir(&dir).unwrap();
+        let path = dir.join("c.sock");
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let token = Token::generate().unwrap();
+        let client_token = token.clone();
+        // A client: challenge, hello with its fds, welcome.
+        let client = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let ours = nonce().unwrap();
+            let ch = format!(
+                "{{\"magic\":\"cannoli\",\"wire_version\":{WIRE_VERSION},\"nonce\":\"{ours}\"}}\n"
+            );
+            s.write_all(ch.as_bytes()).unwrap();
+            let (line, fds, messages) = recv_with_fds(&s);
+            let hello = crate::parse_hello(std::str::from_utf8(&line).unwrap()).unwrap();
+            let proof = client_token.prove(Role::Welcome, &ours, &hello.nonce);
+            let w = format!("{{\"error\":null,\"proof\":\"{proof}\"}}\n");
+            s.write_all(w.as_bytes()).unwrap();
+            (hello, fds, messages)
+        });
+        let ring = fs::File::open("/proc/self/exe").unwrap();
+        let table = fs::File::open("/dev/null").unwrap();
+        use std::os::fd::AsFd;
+        let hello: Hello = serde_json::from_str(
+            &serde_json::json!({
+                "magic": MAGIC, "wire_version": WIRE_VERSION, "jitter_version": "t",
+                "pid": 1, "ppid": 1, "tid": 1, "arch": "mipsel", "big_endian": false,
+                "guest_bits": 32, "ring": "attached", "nonce": "", "proof": "",
+                "comm": null, "exe": null
+            })
+            .to_string(),
+        )
+        .unwrap();
+        dial(
+            &Addr::Unix(path),
+            Ok(&token),
+            0,
+            hello,
+            &RingOffer::Fd(ring.as_fd()),
+            Some(&RingOffer::Fd(table.as_fd())),
+        )
+        .unwrap();
+        let (hello, fds, messages) = client.join().unwrap();
+        assert_eq!(
+            (hello.ring, hello.blocks),
+            (RingRef::Attached, Some(RingRef::Attached))
+        );
+        assert_eq!((fds.len(), messages), (2, 1));
+        assert!(same_file(&fds[0], &ring) && same_file(&fds[1], &table));
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -340,6 +340,11 @@ pub struct Hello {
     /// Syscall names by the guest's own syscall numbers, where QEMU knows them.
     #[serde(default)]
     pub syscall_names: std::collections::BTreeMap<u64, String>,
+    /// Where the process's block table ([`blocks`]) is: passed with the
+    /// hello after the ring's fd (`Attached`), or QEMU's fd of that number
+    /// (TCP). `None`: the sender has no table.
+    #[serde(default)]
+    pub blocks: Option<RingRef>,
 }
 
 /// Magic string of [`Hello`].
@@ -526,6 +531,11 @@ fn check_hello(h: &Hello) -> Result<(), String> {
             return Err("the ring's fd number is negative".into());
         }
     }
+    if let Some(RingRef::ProcFd(fd)) = h.blocks {
+        if fd < 0 {
+            return Err("the block table's fd number is negative".into());
+        }
+    }
     Ok(())
 }
 
@@ -591,6 +601,7 @@ mod tests {
                 names: vec!["zero".into()],
             },
             syscall_names: [(4001, "exit".to_string())].into_iter().collect(),
+            blocks: Some(RingRef::ProcFd(8)),
         };
         let s = serde_json::to_string(&h).unwrap();
         assert!(!s.contains('\n'));
@@ -619,6 +630,7 @@ mod tests {
                 names: vec![],
             },
             syscall_names: Default::default(),
+            blocks: None,
         }
     }
 
@@ -626,6 +638,13 @@ mod tests {
     fn hello_bounds() {
         let line = |h: &Hello| serde_json::to_string(h).unwrap() + "\n";
         assert_eq!(parse_hello(&line(&good_hello())).unwrap(), good_hello());
+        // A hello without a block table (the field absent) is fine.
+        let mut v = serde_json::to_value(good_hello()).unwrap();
+        v.as_object_mut().unwrap().remove("blocks");
+        assert_eq!(parse_hello(&v.to_string()).unwrap().blocks, None);
+        let mut h = good_hello();
+        h.blocks = Some(RingRef::Attached);
+        assert_eq!(parse_hello(&line(&h)).unwrap(), h);
         let bad: Vec<(&str, Box<dyn Fn(&mut Hello)>)> = vec![
             ("regs.count", Box::new(|h| h.regs.count = u32::MAX)),
             ("regs.bytes", Box::new(|h| h.regs.bytes = 3)),
@@ -642,6 +661,10 @@ mod tests {
                 Box::new(|h| h.syscall_names = (0..5000).map(|n| (n, "x".to_string())).collect()),
             ),
             ("negative", Box::new(|h| h.ring = RingRef::ProcFd(-1))),
+            (
+                "table's fd number is negative",
+                Box::new(|h| h.blocks = Some(RingRef::ProcFd(-2))),
+            ),
         ];
         for (what, f) in bad {
             let mut h = good_hello();

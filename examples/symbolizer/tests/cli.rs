@@ -81,6 +81,7 @@ fn fake_qemu(addr: &str, tid: i32, chunks: &[Vec<u64>]) {
         exe: None,
         regs: Default::default(),
         syscall_names: Default::default(),
+        blocks: None,
     };
     let fd = std::os::fd::AsRawFd::as_raw_fd(&p.fd().unwrap());
     let mut s = dial(
@@ -89,6 +90,7 @@ fn fake_qemu(addr: &str, tid: i32, chunks: &[Vec<u64>]) {
         0,
         hello,
         &RingOffer::ProcFd(fd),
+        None,
     )
     .unwrap_or_else(|e| panic!("{e}"));
     p.release_fd();
