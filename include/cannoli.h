@@ -33,7 +33,7 @@
 #include <stdbool.h>
 
 /* Bump on any change to this file. QEMU refuses a jitter of another version. */
-#define CANNOLI_ABI_VERSION 5
+#define CANNOLI_ABI_VERSION 6
 
 /* Name of the CannoliOps symbol a jitter library exports. */
 #define CANNOLI_OPS_SYMBOL "cannoli_ops"
@@ -100,6 +100,10 @@ typedef enum CannoliSite {
     CANNOLI_SITE_JIT_EXIT = 2,  /* epilogue, rax holds the return value */
     CANNOLI_SITE_CALL = 3,      /* before a call to a helper */
     CANNOLI_SITE_CALL_RETURN = 4, /* after a call to a helper returned */
+    CANNOLI_SITE_BLOCK_EXIT = 5, /* before a goto_tb, exit_tb or goto_ptr:
+                                  * a way out of the block, possibly from
+                                  * the middle of it (after the instruction
+                                  * last given to lift_insn) */
 } CannoliSite;
 
 /* One guest memory access being lifted. */
@@ -185,6 +189,12 @@ typedef struct CannoliOps {
      * after all, syscall_exit follows as for any syscall. */
     int (*execve)(CannoliCursor *c, int dirfd, int flags, const char **path,
                   char ***argv, char ***envp);
+    /* A longjmp is about to leave generated code (cpu_loop_exit): a helper
+     * raised an exception or a syscall, or a fault was taken. c->pc is the
+     * guest instruction that was running (QEMU restores it from the host pc
+     * for faults), or 0 when no guest instruction was running; the rest of
+     * its block does not run. */
+    void (*cut)(CannoliCursor *c);
 } CannoliOps;
 
 /* The loaded jitter, or NULL when QEMU runs without -cannoli. */

@@ -8,28 +8,33 @@
 //! whole extended (SIMD) state, so TCG may keep values in any register
 //! across a hook.
 //!
-//! The compare is not paid on every instruction. A chunk's window ends
-//! [`HEADROOM`] bytes before the chunk does, and exec events skip the check
-//! except at instructions that can end a block, at every
-//! [`CHECK_EVERY`]th instruction of a long block, and at JIT entry. Any path
-//! through generated code therefore writes at most `CHECK_EVERY` unchecked
-//! exec events past the window's end, which the headroom absorbs. Memory
-//! events always check: an instruction may make many accesses.
+//! # Blocks, not instructions
+//!
+//! A translated block whose instructions are hooked gets one run event
+//! (`wire::tag::RUN`), written before its first instruction, naming its
+//! entry in the process's block table (see `blocks` and `wire::blocks`):
+//! the client expands it into the per-instruction exec calls. What breaks
+//! the straight line gets its own event: memory accesses, registers
+//! (`Register`/`Branch` hooks, written by a helper), `Once` execs, and a
+//! cut (`wire::tag::CUT`) where the block is left early, either by a
+//! branch out of its middle (a MIPS branch-likely skipping its delay slot:
+//! [`block_exit`]) or by a longjmp out of the JIT (a fault, an exception, a
+//! syscall: [`cut`], called by QEMU's `cpu_loop_exit`). A block with no
+//! table entry (the table is full) gets a run event saying so and one exec
+//! event per instruction, as before blocks.
+//!
+//! Every event the JIT writes is checked against the window at once, so a
+//! chunk's [`HEADROOM`] only has to hold one event past the window's end.
 
-use crate::asm::{jmp8_bytes, mem, Asm, Reg};
+use crate::asm::{jmp8_bytes, mem, Asm, Mem, Reg};
+use crate::stream::{self, Window, HEADROOM};
 use crate::{user_hook_inst, user_hook_mem, HookType};
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use wire::{mem_tag, pc_fits, tag};
 
-/// Longest run of exec events written without checking the window.
-pub const CHECK_EVERY: u32 = 32;
-/// Bytes between a window's end and its chunk's end: room for the unchecked
-/// exec events (16 bytes at most each) and one memory event after them
-/// (40 bytes at most: a 16-byte access with a wide pc).
-pub const HEADROOM: usize = 1024;
-const _: () = assert!(HEADROOM >= CHECK_EVERY as usize * 16 + wire::MAX_JIT_EVENT);
+const _: () = assert!(HEADROOM >= 8 + wire::MAX_JIT_EVENT);
 
 /// `hook_insn` flags (include/cannoli.h).
 pub const INSN_CAN_END_BLOCK: u32 = 1;
@@ -45,18 +50,38 @@ pub(crate) const CURSOR: Reg = Reg::R14;
 pub(crate) const END: Reg = Reg::R15;
 const ENV: Reg = Reg::Rbp;
 
-/// Offset of the vCPU's CannoliCursor from env, set at init.
-static CURSOR_OFFSET: AtomicI32 = AtomicI32::new(0);
-/// Execution address of the flush stub, set when the runtime is emitted.
-static FLUSH_STUB: AtomicU64 = AtomicU64::new(0);
-/// Bytes the flush stub reserves for XSAVE, set at init.
-static XSAVE_BYTES: AtomicI32 = AtomicI32::new(0);
+/// What the generated code needs to know about this QEMU, fixed at init.
+struct Config {
+    /// Offset of the vCPU's CannoliCursor from env.
+    cursor_offset: i32,
+    /// Bytes the flush stub reserves for XSAVE.
+    xsave_bytes: i32,
+    /// A 32-bit guest: accesses of up to 4 bytes use the packed two-word
+    /// event (address and value in one word).
+    pack32: bool,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+fn config() -> &'static Config {
+    // Unit tests lift code without init: a 64-bit guest, cursor at env + 0.
+    CONFIG.get_or_init(|| Config {
+        cursor_offset: 0,
+        xsave_bytes: 4096,
+        pack32: false,
+    })
+}
 
 /// Records what the generated code needs to know about this QEMU.
-pub fn configure(cursor_offset: i32) -> Result<(), String> {
-    CURSOR_OFFSET.store(cursor_offset, Ordering::Relaxed);
-    XSAVE_BYTES.store(xsave_area_bytes()?, Ordering::Relaxed);
-    Ok(())
+pub fn configure(cursor_offset: i32, guest_bits: u32) -> Result<(), String> {
+    let c = Config {
+        cursor_offset,
+        xsave_bytes: xsave_area_bytes()?,
+        pack32: guest_bits == 32,
+    };
+    CONFIG
+        .set(c)
+        .map_err(|_| "cannoli's code generator was configured twice".to_string())
 }
 
 /// Size of the XSAVE area for every state component the OS enabled.
@@ -71,8 +96,23 @@ fn xsave_area_bytes() -> Result<i32, String> {
     Ok(((d.ebx as i32) + 63) & !63)
 }
 
-fn cursor_home(word: i32) -> crate::asm::Mem {
-    mem(ENV, CURSOR_OFFSET.load(Ordering::Relaxed) + 8 * word)
+/// The out-of-line code every thread's JIT shares, written once after
+/// QEMU's prologue.
+struct Runtime {
+    /// Execution address of the flush stub; 0 until it is emitted.
+    flush_stub: AtomicU64,
+    /// The prologue's call to the flush stub, waiting for the stub's
+    /// address (the prologue is written first).
+    prologue_call: Mutex<Option<(usize, u64)>>,
+}
+
+static RUNTIME: Runtime = Runtime {
+    flush_stub: AtomicU64::new(0),
+    prologue_call: Mutex::new(None),
+};
+
+fn cursor_home(word: i32) -> Mem {
+    mem(ENV, config().cursor_offset + 8 * word)
 }
 
 /// JIT entry and after helper calls: load cursor and end from the vCPU.
@@ -81,10 +121,9 @@ pub fn load_cursor(a: &mut Asm) {
     a.mov_r_m64(END, cursor_home(1));
 }
 
-/// JIT entry: load the window and make sure there is room in it. Code
-/// entered here may have left the JIT mid-block (an exception, a fault)
-/// after unchecked events, so the runs of unchecked events of two blocks
-/// never add up.
+/// JIT entry: load the window and make sure there is room in it (a
+/// belt-and-braces check: every way out of the JIT leaves the cursor
+/// below the window's end).
 ///
 /// The prologue comes before the flush stub in the code buffer, so its call
 /// is patched once the stub exists (both are written in one go).
@@ -94,11 +133,11 @@ pub fn jit_enter(a: &mut Asm) {
     let room = a.jb_fwd();
     let (field, next) = a.call_rel32_later();
     a.bind(room);
-    *PROLOGUE_CALL.lock().unwrap_or_else(|e| e.into_inner()) = Some((field as usize, next));
+    *RUNTIME
+        .prologue_call
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = Some((field as usize, next));
 }
-
-/// The prologue's call to the flush stub, waiting for the stub's address.
-static PROLOGUE_CALL: std::sync::Mutex<Option<(usize, u64)>> = std::sync::Mutex::new(None);
 
 /// JIT exit: cursor and end go back to the vCPU (the flush stub may have
 /// moved both to a new chunk).
@@ -116,28 +155,34 @@ pub fn jit_exit(a: &mut Asm) {
     a.mov_m64_imm32(cursor_home(2), 0);
 }
 
-thread_local! {
-    /// Guest pc of the instruction being lifted on this thread.
-    static LIFT_PC: Cell<u64> = const { Cell::new(0) };
-}
-
 /// Before a helper call: the helper may longjmp out of the JIT or record
 /// memory accesses itself, so the cursor and the guest pc go to the vCPU.
+/// In a block without a run event, a helper that may report memory
+/// accesses is preceded by a run event saying "no entry", which ends the
+/// previous block for the client (it ran to its end) before them.
 pub fn before_call(a: &mut Asm) {
+    let (pc, unhooked) = with_lifter(|l| (l.pc(), l.run == Run::Unhooked));
+    if unhooked && pc != 0 && mem_may_be_hooked(pc) {
+        no_entry_run(a);
+    }
     save_cursor(a);
-    let pc = LIFT_PC.with(|p| p.get());
     let home = cursor_home(2);
     if pc < 1 << 31 {
         a.mov_m64_imm32(home, pc as i32);
     } else {
         a.mov_m32_imm32(home, pc as u32);
-        a.mov_m32_imm32(crate::asm::mem(ENV, home.disp + 4), (pc >> 32) as u32);
+        a.mov_m32_imm32(mem(ENV, home.disp + 4), (pc >> 32) as u32);
     }
+}
+
+/// Whether the user's memory hook wants any access at `pc`.
+fn mem_may_be_hooked(pc: u64) -> bool {
+    (0..=4).any(|l| user_hook_mem(pc, false, 1 << l) || user_hook_mem(pc, true, 1 << l))
 }
 
 /// The flush stub: called with the cursor past a complete event and at or
 /// beyond `end`; hands the chunk over and loads the next chunk's window.
-pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::stream::Window) {
+pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> Window) {
     const SAVED: [Reg; 9] = [
         Reg::Rax,
         Reg::Rcx,
@@ -149,8 +194,9 @@ pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::stream::Window) 
         Reg::R10,
         Reg::R11,
     ];
-    FLUSH_STUB.store(a.here(), Ordering::Relaxed);
-    if let Some((field, next)) = PROLOGUE_CALL
+    RUNTIME.flush_stub.store(a.here(), Ordering::Relaxed);
+    if let Some((field, next)) = RUNTIME
+        .prologue_call
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take()
@@ -166,7 +212,7 @@ pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::stream::Window) 
     }
     // XSAVE needs 64-byte alignment and a zeroed header; the call needs 16.
     a.and_r_imm(Reg::Rsp, -64);
-    a.sub_r_imm(Reg::Rsp, XSAVE_BYTES.load(Ordering::Relaxed));
+    a.sub_r_imm(Reg::Rsp, config().xsave_bytes);
     a.mov_r32_imm32(Reg::Rax, 0);
     for i in 0..8 {
         a.mov_m64_r(mem(Reg::Rsp, 512 + 8 * i), Reg::Rax);
@@ -194,7 +240,7 @@ pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> crate::stream::Window) 
 fn check(a: &mut Asm) {
     a.cmp_r_r(CURSOR, END);
     let room = a.jb_fwd();
-    a.call_rel32(FLUSH_STUB.load(Ordering::Relaxed));
+    a.call_rel32(RUNTIME.flush_stub.load(Ordering::Relaxed));
     a.bind(room);
 }
 
@@ -214,55 +260,67 @@ fn store_word(a: &mut Asm, disp: i32, w: u64) {
     }
 }
 
-thread_local! {
-    /// The user's answers for the block being translated on this thread,
-    /// from `hook_insn` (translation) to `lift_insn` (code generation).
-    static DECISIONS: RefCell<HashMap<u64, (HookType, u32)>> = RefCell::new(HashMap::new());
-    /// The same block's instruction lengths, reported once its code is
-    /// generated.
-    static BLOCK: RefCell<BlockLens> = const { RefCell::new(BlockLens::new()) };
-    /// Exec events lifted since the last check, in lift order.
-    static UNCHECKED: Cell<u32> = const { Cell::new(0) };
+/// How a block's execution is reported, decided when its first
+/// instruction is lifted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Run {
+    /// No instruction is hooked: no run event (memory events get a
+    /// [`no_entry_run`] in front).
+    Unhooked,
+    /// A run event naming this block table entry.
+    Entry(u64),
+    /// A run event saying "no entry" (the table is full or absent), then
+    /// one exec event per `Always` instruction.
+    PerInsn,
 }
 
-/// A translated block's instruction lengths (from `hook_insn`'s flags),
-/// waiting to be reported to the client as a block event.
-struct BlockLens {
-    pc: u64,
-    lens: Vec<u8>,
-    /// Some instruction is hooked: only then does a client need the lengths.
-    hooked: bool,
-    reported: bool,
+/// The lifter's state on this thread: the block being translated, from
+/// `hook_insn` (translation, every instruction in order) to `lift_insn`
+/// and `lift_mem` (code generation, in the same order).
+struct Lifter {
+    /// The block's instructions: pc, the user's hook, `hook_insn` flags.
+    pcs: Vec<u64>,
+    hooks: Vec<HookType>,
+    flags: Vec<u32>,
+    /// Decided at the first `lift_insn` of this translation; `None` before.
+    started: bool,
+    run: Run,
+    /// Index of the instruction being lifted.
+    index: usize,
+    /// The decision taken for the load being lifted, between its two
+    /// splices: (pc, size, wanted).
+    pending_load: Option<(u64, u8, bool)>,
 }
 
-impl BlockLens {
-    const fn new() -> BlockLens {
-        BlockLens {
-            pc: 0,
-            lens: Vec::new(),
-            hooked: false,
-            reported: true,
+impl Lifter {
+    const fn new() -> Lifter {
+        Lifter {
+            pcs: Vec::new(),
+            hooks: Vec::new(),
+            flags: Vec::new(),
+            started: false,
+            run: Run::Unhooked,
+            index: 0,
+            pending_load: None,
+        }
+    }
+
+    /// Pc of the instruction being lifted (0 before the first).
+    fn pc(&self) -> u64 {
+        if self.started {
+            self.pcs.get(self.index).copied().unwrap_or(0)
+        } else {
+            0
         }
     }
 }
 
-/// At the first instruction's code generation: the block event, written at
-/// this thread's cursor before the block can run. Code generation can be
-/// retried (a full code buffer); the event then goes out once more, which
-/// a reader takes as the same facts again.
-fn report_block(pc: u64) {
-    BLOCK.with(|b| {
-        let mut b = b.borrow_mut();
-        if b.reported || b.pc != pc {
-            return;
-        }
-        b.reported = true;
-        if b.hooked {
-            let n = b.lens.len();
-            let head = wire::frame(tag::BLOCK, n as u32, wire::framed_len(2, n) as u32);
-            crate::stream::append_mine(&[head, pc], &b.lens);
-        }
-    });
+thread_local! {
+    static LIFTER: RefCell<Lifter> = const { RefCell::new(Lifter::new()) };
+}
+
+fn with_lifter<R>(f: impl FnOnce(&mut Lifter) -> R) -> R {
+    LIFTER.with(|l| f(&mut l.borrow_mut()))
 }
 
 /// A translated block's instruction: ask the user's hook once, remember the
@@ -271,23 +329,17 @@ fn report_block(pc: u64) {
 pub fn hook_insn(pc: u64, flags: u32) -> u32 {
     let branch = crate::events::branch_flag(pc, flags & INSN_CAN_END_BLOCK != 0);
     let hook = user_hook_inst(pc, branch);
-    DECISIONS.with(|d| {
-        let mut d = d.borrow_mut();
+    with_lifter(|l| {
         if flags & INSN_FIRST != 0 {
-            d.clear();
+            l.pcs.clear();
+            l.hooks.clear();
+            l.flags.clear();
+            l.started = false;
+            l.pending_load = None;
         }
-        d.insert(pc, (hook, flags));
-    });
-    BLOCK.with(|b| {
-        let mut b = b.borrow_mut();
-        if flags & INSN_FIRST != 0 {
-            b.pc = pc;
-            b.lens.clear();
-            b.hooked = false;
-            b.reported = false;
-        }
-        b.lens.push((flags >> INSN_LEN_SHIFT) as u8);
-        b.hooked |= hook != HookType::Never;
+        l.pcs.push(pc);
+        l.hooks.push(hook);
+        l.flags.push(flags);
     });
     let kind = match hook {
         HookType::Register => wire::RegsKind::Regs,
@@ -305,38 +357,116 @@ pub fn helper_kind(want: u32) -> u32 {
 
 /// Code placed before a guest instruction.
 pub fn lift_insn(a: &mut Asm, pc: u64) {
-    LIFT_PC.with(|p| p.set(pc));
-    report_block(pc);
-    let (hook, flags) = DECISIONS
-        .with(|d| d.borrow().get(&pc).copied())
-        // Not seen at translation (should not happen): ask now and check.
-        .unwrap_or_else(|| (user_hook_inst(pc, true), INSN_CAN_END_BLOCK));
-    let unchecked = UNCHECKED.with(|u| u.get());
-    let must_check = flags & INSN_CAN_END_BLOCK != 0 || unchecked + 1 >= CHECK_EVERY;
-    match hook {
-        HookType::Never => {
-            if must_check && unchecked > 0 {
-                check(a);
-                UNCHECKED.with(|u| u.set(0));
+    let (hook, run) = with_lifter(|l| {
+        let found = if l.started {
+            l.pcs[l.index..]
+                .iter()
+                .position(|&p| p == pc)
+                .map(|i| l.index + i)
+        } else {
+            (l.pcs.first() == Some(&pc)).then_some(0)
+        };
+        match found {
+            Some(i) => l.index = i,
+            None => {
+                // Not seen at translation (should not happen): this block
+                // is reported one instruction at a time from here on.
+                l.pcs = vec![pc];
+                l.hooks = vec![user_hook_inst(pc, true)];
+                l.flags = vec![INSN_FIRST | INSN_CAN_END_BLOCK];
+                l.index = 0;
+                l.started = false;
             }
         }
-        // The inserted helper call writes the event from C, which always
-        // leaves the cursor inside the window.
-        HookType::Register | HookType::Branch => UNCHECKED.with(|u| u.set(0)),
+        if !l.started {
+            l.started = true;
+            l.run = start_block(l);
+            match l.run {
+                Run::Entry(id) => run_event(a, id),
+                Run::PerInsn => no_entry_run(a),
+                Run::Unhooked => {}
+            }
+        }
+        (l.hooks[l.index], l.run)
+    });
+    match hook {
+        // The inserted helper call writes the event from C.
+        HookType::Never | HookType::Register | HookType::Branch => {}
+        HookType::Always if run != Run::PerInsn => {}
         HookType::Always => {
             let len = exec_event(a, pc);
-            a.add_r_imm(CURSOR, len);
-            if must_check {
-                check(a);
-                UNCHECKED.with(|u| u.set(0));
-            } else {
-                UNCHECKED.with(|u| u.set(unchecked + 1));
-            }
+            advance(a, len);
         }
-        HookType::Once => {
-            lift_once(a, pc);
-            UNCHECKED.with(|u| u.set(0));
-        }
+        HookType::Once => lift_once(a, pc),
+    }
+}
+
+/// At the first instruction's code generation: the block's translation
+/// event (instruction lengths, for the `block` callback) goes into this
+/// thread's stream, and its table entry is published, both before the
+/// block can run. Code generation can be retried (a full code buffer);
+/// the translation is then repeated too and gets a new entry.
+fn start_block(l: &Lifter) -> Run {
+    if l.hooks.iter().all(|&h| h == HookType::Never) {
+        return Run::Unhooked;
+    }
+    let n = l.pcs.len();
+    let lens: Vec<u8> = l
+        .flags
+        .iter()
+        .map(|f| (f >> INSN_LEN_SHIFT) as u8)
+        .collect();
+    let head = wire::frame(tag::BLOCK, n as u32, wire::framed_len(2, n) as u32);
+    stream::append_mine(&[head, l.pcs[0]], &lens);
+    match crate::blocks::append(&l.pcs, |i| l.hooks[i] == HookType::Always) {
+        Some(id) => Run::Entry(id),
+        None => Run::PerInsn,
+    }
+}
+
+/// A run event for table entry `id`.
+fn run_event(a: &mut Asm, id: u64) {
+    store_word(a, 0, (tag::RUN as u64) << 56 | id);
+    advance(a, 8);
+}
+
+/// A run event for a block with no table entry: the previous block ran to
+/// its end, and this one's events stand alone.
+fn no_entry_run(a: &mut Asm) {
+    run_event(a, wire::blocks::NO_ENTRY);
+}
+
+/// Before a goto_tb, exit_tb or goto_ptr: a way out of the block. From the
+/// middle of a block (after the instruction being lifted, which is not the
+/// last) the rest of the block does not run: a cut says so.
+pub fn block_exit(a: &mut Asm) {
+    let cut = with_lifter(|l| {
+        (matches!(l.run, Run::Entry(_)) && l.started && l.index + 1 < l.pcs.len()).then(|| l.pc())
+    });
+    if let Some(pc) = cut {
+        let len = cut_event(a, pc);
+        advance(a, len);
+    }
+}
+
+/// Writes a cut at `pc` at the cursor; returns its length.
+fn cut_event(a: &mut Asm, pc: u64) -> i32 {
+    if pc_fits(pc) {
+        store_word(a, 0, (tag::CUT as u64) << 56 | pc);
+        8
+    } else {
+        store_word(a, 0, (tag::CUT_LONG as u64) << 56);
+        store_word(a, 8, pc);
+        16
+    }
+}
+
+/// The words of a cut at `pc`, for QEMU's C side ([`cut`]).
+pub fn cut_words(pc: u64) -> ([u64; 2], usize) {
+    if pc_fits(pc) {
+        ([(tag::CUT as u64) << 56 | pc, 0], 1)
+    } else {
+        ([(tag::CUT_LONG as u64) << 56, pc], 2)
     }
 }
 
@@ -375,11 +505,6 @@ fn lift_once(a: &mut Asm, pc: u64) {
     a.mov_rip_m16_imm16(gate, jmp8_bytes(gate, after));
 }
 
-thread_local! {
-    /// The decision taken for the load being lifted, between its two splices.
-    static PENDING_LOAD: Cell<Option<(u64, u8, bool)>> = const { Cell::new(None) };
-}
-
 /// A memory access being lifted (mirrors `CannoliMemAccess`).
 pub struct Access {
     pub pc: u64,
@@ -394,14 +519,6 @@ pub struct Access {
     pub after: bool,
 }
 
-/// Set at init for 32-bit guests: accesses of up to 4 bytes use the packed
-/// two-word event (address and value in one word).
-static PACK32: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-pub fn set_guest_bits(bits: u32) {
-    PACK32.store(bits == 32, Ordering::Relaxed);
-}
-
 /// Layout of a memory event: where addr and value go (a 16-byte value's
 /// high half follows its low half), whether they are 32-bit halves of one
 /// word, and the event's length.
@@ -409,7 +526,7 @@ fn mem_layout(pc: u64, size_log2: u8) -> (i32, i32, bool, i32) {
     let wide = if size_log2 == 4 { 8 } else { 0 };
     if !pc_fits(pc) {
         (16, 24, false, 32 + wide)
-    } else if size_log2 <= 2 && PACK32.load(Ordering::Relaxed) {
+    } else if size_log2 <= 2 && config().pack32 {
         (8, 12, true, 16)
     } else {
         (8, 16, false, 24 + wide)
@@ -424,22 +541,31 @@ pub fn lift_mem(a: &mut Asm, x: &Access) {
         // Wider than any access QEMU 10 makes; nothing to report it with.
         return;
     }
-    let wanted = if x.store || !x.after {
-        let w = user_hook_mem(x.pc, x.store, 1 << x.size_log2);
-        if !x.store {
-            PENDING_LOAD.with(|p| p.set(Some((x.pc, x.size_log2, w))));
-        }
-        w
-    } else {
-        match PENDING_LOAD.with(|p| p.take()) {
-            Some((pc, sz, w)) if pc == x.pc && sz == x.size_log2 => w,
-            // No matching "before" splice: without the address there is
-            // no exact event to write.
-            _ => false,
-        }
-    };
+    let first_splice = x.store || !x.after;
+    let (wanted, unhooked) = with_lifter(|l| {
+        let wanted = if first_splice {
+            let w = user_hook_mem(x.pc, x.store, 1 << x.size_log2);
+            if !x.store {
+                l.pending_load = Some((x.pc, x.size_log2, w));
+            }
+            w
+        } else {
+            match l.pending_load.take() {
+                Some((pc, sz, w)) if pc == x.pc && sz == x.size_log2 => w,
+                // No matching "before" splice: without the address there
+                // is no exact event to write.
+                _ => false,
+            }
+        };
+        (wanted, l.run == Run::Unhooked || !l.started)
+    });
     if !wanted {
         return;
+    }
+    if unhooked && first_splice {
+        // The client must not take this access for one of the previous
+        // block's instructions.
+        no_entry_run(a);
     }
     let (addr_at, value_at, packed, len) = mem_layout(x.pc, x.size_log2);
     let put = |a: &mut Asm, at: i32, r: Reg| {
@@ -476,5 +602,4 @@ pub fn lift_mem(a: &mut Asm, x: &Access) {
         store_word(a, 8, x.pc);
     }
     advance(a, len);
-    UNCHECKED.with(|u| u.set(0));
 }

@@ -7,7 +7,7 @@ use crate::{codegen, events, stream};
 use std::ffi::{c_char, c_int, CStr};
 
 /// Must match `CANNOLI_ABI_VERSION` in include/cannoli.h.
-pub const ABI_VERSION: u32 = 5;
+pub const ABI_VERSION: u32 = 6;
 
 #[repr(C)]
 pub struct CannoliGuestInfo {
@@ -46,6 +46,7 @@ const SITE_JIT_ENTER: u32 = 1;
 const SITE_JIT_EXIT: u32 = 2;
 const SITE_CALL: u32 = 3;
 const SITE_CALL_RETURN: u32 = 4;
+const SITE_BLOCK_EXIT: u32 = 5;
 
 type Cur = *mut CannoliCursor;
 
@@ -78,6 +79,7 @@ pub struct CannoliOps {
         *mut *mut *mut c_char,
         *mut *mut *mut c_char,
     ) -> c_int,
+    cut: unsafe extern "C" fn(Cur),
 }
 
 // SAFETY: the only pointer is to a 'static NUL-terminated string.
@@ -106,6 +108,7 @@ pub static cannoli_ops: CannoliOps = CannoliOps {
     signal,
     fork_child,
     execve,
+    cut,
 };
 
 /// Copies `msg` into QEMU's error buffer, truncated and NUL-terminated.
@@ -205,13 +208,16 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         syscall_names,
     };
     let _ = stream::GUEST.set(guest);
-    codegen::set_guest_bits(info.guest_bits);
-    if let Err(e) = codegen::configure(info.cursor_env_offset) {
+    if let Err(e) = codegen::configure(info.cursor_env_offset, info.guest_bits) {
         set_err(&e);
         return -1;
     }
-    // Still behind QEMU's fence: reserve the address space later rings go
-    // to (see arena.rs).
+    // Still behind QEMU's fence: the block table, and the address space
+    // later rings go to (see arena.rs). Without a table, blocks are
+    // reported an instruction at a time.
+    if let Err(e) = crate::blocks::create(info.fd_floor) {
+        eprintln!("qemu: cannoli: {e}; blocks are reported one instruction at a time");
+    }
     let (chunk_size, chunks) = stream::geometry();
     if let Ok(len) = mempipe::Producer::mapped_len(chunk_size, chunks) {
         crate::arena::reserve(len);
@@ -243,10 +249,12 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
 extern "C" fn before_fork() {
     stream::before_fork();
     events::before_fork();
+    crate::blocks::before_fork();
 }
 
 /// pthread_atfork's parent and child handlers.
 extern "C" fn after_fork() {
+    crate::blocks::after_fork();
     events::after_fork();
     stream::after_fork();
 }
@@ -272,6 +280,7 @@ unsafe extern "C" fn emit_site(site: u32, buf: *mut u8, cap: usize, rx: usize) -
         SITE_CALL_RETURN => codegen::load_cursor(&mut a),
         SITE_JIT_EXIT => codegen::jit_exit(&mut a),
         SITE_CALL => codegen::before_call(&mut a),
+        SITE_BLOCK_EXIT => codegen::block_exit(&mut a),
         _ => {}
     }
     a.len()
@@ -342,6 +351,13 @@ unsafe extern "C" fn cpu_enter(c: Cur) {
     events::close_exec_fd();
     // SAFETY: the contract above; nobody else touches the cursor now.
     stream::enter(unsafe { &mut *c });
+}
+
+unsafe extern "C" fn cut(c: Cur) {
+    // SAFETY: the contract above.
+    let c = unsafe { &mut *c };
+    let (words, n) = codegen::cut_words(c.pc);
+    stream::cut(c, &words[..n]);
 }
 
 unsafe extern "C" fn helper_mem(
@@ -417,7 +433,11 @@ unsafe extern "C" fn signal(c: Cur, sig: c_int, code: c_int, addr: u64, handler:
 
 unsafe extern "C" fn fork_child(c: Cur) {
     // SAFETY: the contract above.
-    events::fork_child(unsafe { &mut *c });
+    let c = unsafe { &mut *c };
+    if let Some(g) = stream::GUEST.get() {
+        crate::blocks::forked_child(g.fd_floor);
+    }
+    events::fork_child(c);
 }
 
 unsafe extern "C" fn execve(
@@ -505,7 +525,7 @@ mod tests {
             value_hi_reg, pad);
         fields!(CannoliOps: abi_version, size, jitter_version, init, hook_insn,
             insn_helper, emit_site, lift_insn, lift_mem, cpu_enter, cpu_exit, helper_mem,
-            syscall_enter, syscall_exit, mmap, munmap, mprotect, signal, fork_child, execve);
+            syscall_enter, syscall_exit, mmap, munmap, mprotect, signal, fork_child, execve, cut);
         use crate::codegen::*;
         for (name, v) in [
             ("CANNOLI_ABI_VERSION", ABI_VERSION as usize),
@@ -520,6 +540,7 @@ mod tests {
             ("CANNOLI_SITE_JIT_EXIT", SITE_JIT_EXIT as usize),
             ("CANNOLI_SITE_CALL", SITE_CALL as usize),
             ("CANNOLI_SITE_CALL_RETURN", SITE_CALL_RETURN as usize),
+            ("CANNOLI_SITE_BLOCK_EXIT", SITE_BLOCK_EXIT as usize),
         ] {
             expect(name, name, v);
         }
@@ -560,8 +581,8 @@ mod tests {
 
     #[test]
     fn ops_layout_matches_header() {
-        // Two u32, a string pointer and seventeen function pointers on x86-64.
-        assert_eq!(std::mem::size_of::<super::CannoliOps>(), 8 + 8 + 17 * 8);
+        // Two u32, a string pointer and eighteen function pointers on x86-64.
+        assert_eq!(std::mem::size_of::<super::CannoliOps>(), 8 + 8 + 18 * 8);
         assert_eq!(std::mem::size_of::<super::CannoliCursor>(), 24);
         assert_eq!(std::mem::size_of::<super::CannoliMemAccess>(), 16);
         assert_eq!(

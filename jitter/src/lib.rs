@@ -20,15 +20,18 @@
 //! fixed-layout events (see the `cannoli-wire` crate) to a shared-memory
 //! chunk, which is handed to the client process when full.
 //!
-//! Modules: [`asm`] encodes machine code, `codegen` decides what code each
-//! site gets, `stream` owns a guest thread's ring and `channel` its
-//! connection to the client, `ffi` is the
-//! C interface QEMU calls (see `include/cannoli.h`).
+//! Modules, each importing only those below it: `ffi` is the C interface
+//! QEMU calls (see `include/cannoli.h`); `codegen` decides what code each
+//! site gets, [`asm`] encodes it; `events` turns QEMU's reports (syscalls,
+//! mappings, signals, registers, exec) into events; `stream` owns a guest
+//! thread's ring and `channel` its connection to the client; `blocks` is
+//! the process's block table; `arena` the address space rings go to.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod arena;
 pub mod asm;
+mod blocks;
 mod channel;
 mod codegen;
 mod delay;

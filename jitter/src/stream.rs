@@ -3,7 +3,6 @@
 //! themselves), plus the one way QEMU's C code appends events to it
 //! ([`append`]).
 
-use crate::codegen::HEADROOM;
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -59,6 +58,12 @@ pub fn geometry() -> (usize, usize) {
         .min(fit);
     (chunk, n)
 }
+
+/// Bytes between a window's end and its chunk's end. The JIT checks the
+/// cursor after every event it writes (see `codegen`), so this only has to
+/// hold the last event written past the window's end (and a run event
+/// before a memory event); it is kept generous.
+pub const HEADROOM: usize = 1024;
 
 /// Largest ring [`geometry`] gives (well below `mempipe::MAX_RING_LEN`).
 const MAX_RING_BYTES: usize = 4 << 30;
@@ -151,7 +156,8 @@ impl Stream {
             )
         }
         .map_err(|e| format!("cannot create the event ring: {e}"))?;
-        let sock = crate::channel::connect(&addr, guest, &ring, None)?;
+        let sock =
+            crate::blocks::with_fd(|table| crate::channel::connect(&addr, guest, &ring, table))?;
         // The client has its own descriptor of the ring now.
         ring.release_fd();
         Ok(Stream {
@@ -690,6 +696,14 @@ pub fn append_or_keep(c: Option<&mut Cursor>, words: &[u64], payload: &[u8]) {
     }
 }
 
+/// A longjmp is leaving the JIT (QEMU's `cpu_loop_exit`): the block that
+/// was running ends at the instruction in `c.pc` (none: outside the JIT).
+pub fn cut(c: &mut Cursor, words: &[u64]) {
+    if c.pc != 0 && c.cursor != 0 && !has_ended(c) {
+        append(c, words, &[]);
+    }
+}
+
 /// Appends a memory access made by a QEMU helper (outside the JIT);
 /// `value_hi` is the high half of a 16-byte access.
 pub fn helper_mem(
@@ -701,7 +715,7 @@ pub fn helper_mem(
     store: bool,
 ) {
     let pc = c.pc;
-    // pc 0: not inside a guest instruction (see codegen::jit_exit).
+    // pc 0: not inside a guest instruction (the JIT's exit code clears it).
     if pc == 0 || size_log2 > 4 || !crate::user_hook_mem(pc, store, 1 << size_log2) {
         return;
     }
