@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use wire::channel::{dial, Addr, RingOffer, Sock};
 use wire::{Hello, RingRef, Token, MAGIC, WIRE_VERSION};
 
-use crate::stream::Guest;
+use crate::config::Guest;
 
 /// The run's secret, read once (from `CANNOLI_TOKEN`, else the token file):
 /// a forked child inherits it, and an exec'd QEMU reads the same

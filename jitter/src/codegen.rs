@@ -31,7 +31,7 @@ use crate::stream::{self, Window, HEADROOM};
 use crate::{user_hook_inst, user_hook_mem, HookType};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use wire::{mem_tag, pc_fits, tag};
 
 const _: () = assert!(HEADROOM >= 8 + wire::MAX_JIT_EVENT);
@@ -50,42 +50,24 @@ pub(crate) const CURSOR: Reg = Reg::R14;
 pub(crate) const END: Reg = Reg::R15;
 const ENV: Reg = Reg::Rbp;
 
-/// What the generated code needs to know about this QEMU, fixed at init.
-struct Config {
-    /// Offset of the vCPU's CannoliCursor from env.
-    cursor_offset: i32,
-    /// Bytes the flush stub reserves for XSAVE.
-    xsave_bytes: i32,
-    /// A 32-bit guest: accesses of up to 4 bytes use the packed two-word
-    /// event (address and value in one word).
-    pack32: bool,
+/// Offset of the vCPU's CannoliCursor from env (0 before init: unit tests).
+fn cursor_offset() -> i32 {
+    crate::config::get().map_or(0, |c| c.env.cursor_env_offset)
 }
 
-static CONFIG: OnceLock<Config> = OnceLock::new();
-
-fn config() -> &'static Config {
-    // Unit tests lift code without init: a 64-bit guest, cursor at env + 0.
-    CONFIG.get_or_init(|| Config {
-        cursor_offset: 0,
-        xsave_bytes: 4096,
-        pack32: false,
-    })
+/// A 32-bit guest: accesses of up to 4 bytes use the packed two-word event
+/// (address and value in one word).
+fn pack32() -> bool {
+    crate::config::get().is_some_and(|c| c.guest.guest_bits == 32)
 }
 
-/// Records what the generated code needs to know about this QEMU.
-pub fn configure(cursor_offset: i32, guest_bits: u32) -> Result<(), String> {
-    let c = Config {
-        cursor_offset,
-        xsave_bytes: xsave_area_bytes()?,
-        pack32: guest_bits == 32,
-    };
-    CONFIG
-        .set(c)
-        .map_err(|_| "cannoli's code generator was configured twice".to_string())
+/// Bytes the flush stub reserves for XSAVE.
+fn xsave_bytes() -> i32 {
+    crate::config::get().map_or(4096, |c| c.xsave_bytes)
 }
 
 /// Size of the XSAVE area for every state component the OS enabled.
-fn xsave_area_bytes() -> Result<i32, String> {
+pub fn xsave_area_bytes() -> Result<i32, String> {
     use std::arch::x86_64::__cpuid_count;
     let l1 = __cpuid_count(1, 0);
     if l1.ecx & (1 << 27) == 0 {
@@ -112,7 +94,7 @@ static RUNTIME: Runtime = Runtime {
 };
 
 fn cursor_home(word: i32) -> Mem {
-    mem(ENV, config().cursor_offset + 8 * word)
+    mem(ENV, cursor_offset() + 8 * word)
 }
 
 /// JIT entry and after helper calls: load cursor and end from the vCPU.
@@ -212,7 +194,7 @@ pub fn runtime(a: &mut Asm, flush: extern "C" fn(u64) -> Window) {
     }
     // XSAVE needs 64-byte alignment and a zeroed header; the call needs 16.
     a.and_r_imm(Reg::Rsp, -64);
-    a.sub_r_imm(Reg::Rsp, config().xsave_bytes);
+    a.sub_r_imm(Reg::Rsp, xsave_bytes());
     a.mov_r32_imm32(Reg::Rax, 0);
     for i in 0..8 {
         a.mov_m64_r(mem(Reg::Rsp, 512 + 8 * i), Reg::Rax);
@@ -526,7 +508,7 @@ fn mem_layout(pc: u64, size_log2: u8) -> (i32, i32, bool, i32) {
     let wide = if size_log2 == 4 { 8 } else { 0 };
     if !pc_fits(pc) {
         (16, 24, false, 32 + wide)
-    } else if size_log2 <= 2 && config().pack32 {
+    } else if size_log2 <= 2 && pack32() {
         (8, 12, true, 16)
     } else {
         (8, 16, false, 24 + wide)

@@ -5,39 +5,19 @@
 //! appended through the vCPU's cursor, so it lands in the thread's stream in
 //! execution order, between the exec and memory events around it.
 
+use crate::config::Env;
 use crate::stream::{self, Cursor};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::{c_char, CStr, CString};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use wire::{frame, map_flags, tag, MAX_SYSCALL_DATA};
-
-/// What the C side told us at init that these events need.
-pub struct Env {
-    pub regs_env_offset: i32,
-    pub reg_count: u32,
-    pub reg_bytes: u32,
-    pub cursor_env_offset: i32,
-    pub read_guest: Option<unsafe extern "C" fn(u64, *mut u8, usize) -> i32>,
-    pub interp_prefix: Option<String>,
-    /// The guest executable's ELF identity: (class, data, machine).
-    pub elf_ident: Option<(u8, u8, u16)>,
-    /// How the user's library filters syscalls, if it does.
-    pub hook_syscall: Option<fn(u64) -> bool>,
-    /// The guest program as QEMU was given it (to find it in QEMU's argv).
-    pub exe_as_given: Option<String>,
-    /// A MIPS guest (branch delay slots), and its byte order.
-    pub mips: bool,
-    pub big_endian: bool,
-}
-
-pub static ENV: OnceLock<Env> = OnceLock::new();
 
 /// What init set; None only if QEMU reported something before init, which
 /// the C side never does (every caller then does nothing).
 fn env() -> Option<&'static Env> {
-    ENV.get()
+    crate::config::get().map(|c| &c.env)
 }
 
 /// Copies guest memory; None if any of it is unreadable.
@@ -70,7 +50,7 @@ fn read_guest_str(addr: u64) -> Option<Vec<u8>> {
 
 /// The user's `branch` flag for the instruction at `pc` (see `delay`).
 pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
-    let Some(e) = ENV.get() else {
+    let Some(e) = env() else {
         return ends_block;
     };
     crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| {
@@ -387,44 +367,9 @@ fn write_syscall(c: &mut Cursor, p: &Pending, ret: Option<i64>) {
 // Mappings
 // ---------------------------------------------------------------------------
 
-/// Every mapping event of this process so far, replayed to the client by a
-/// forked child (which inherits the mappings but not the parent's stream).
-/// Written only under QEMU's mmap_lock, which fork holds, so the child never
-/// inherits it locked.
-static MAP_LOG: Mutex<Vec<(Vec<u64>, Vec<u8>)>> = Mutex::new(Vec::new());
-/// Past this many entries the log stops growing (and says so once).
-const MAP_LOG_MAX: usize = 1 << 16;
-static MAP_LOG_FULL: AtomicBool = AtomicBool::new(false);
-/// Set in a forked child until its new stream has the replay.
-static REPLAY_OWED: AtomicBool = AtomicBool::new(false);
-
-fn log_map(words: &[u64], payload: &[u8]) {
-    let mut log = MAP_LOG.lock().unwrap_or_else(|e| e.into_inner());
-    if log.len() < MAP_LOG_MAX {
-        log.push((words.to_vec(), payload.to_vec()));
-    } else if !MAP_LOG_FULL.swap(true, Ordering::Relaxed) {
-        eprintln!(
-            "qemu: cannoli: more than {MAP_LOG_MAX} mapping changes: a forked child's \
-                   trace will not start with all of its parent's mappings"
-        );
-    }
-}
-
 fn map_event(c: Option<&mut Cursor>, words: &[u64], payload: &[u8]) {
-    log_map(words, payload);
+    stream::log_map(words, payload);
     stream::append_or_keep(c, words, payload);
-}
-
-/// Called when a thread gets a new window: a forked child's first stream
-/// starts with the mappings it inherited.
-pub fn replay_if_owed(c: &mut Cursor) {
-    if REPLAY_OWED.swap(false, Ordering::AcqRel) {
-        let log = std::mem::take(&mut *MAP_LOG.lock().unwrap_or_else(|e| e.into_inner()));
-        for (w, p) in &log {
-            stream::append(c, w, p);
-        }
-        *MAP_LOG.lock().unwrap_or_else(|e| e.into_inner()) = log;
-    }
 }
 
 fn prot_bits(prot: i32) -> u32 {
@@ -505,7 +450,7 @@ pub fn signal(c: &mut Cursor, sig: i32, code: i32, fault_addr: u64, handler: u64
 
 pub fn fork_child(c: &mut Cursor) {
     stream::forked_child(c);
-    REPLAY_OWED.store(true, Ordering::Release);
+    stream::owe_replay();
 }
 
 /// Our own QEMU binary and hook library, for running an exec'd guest program
@@ -668,7 +613,7 @@ pub fn close_exec_fd() {
 /// Moves `fd` to the lowest free number at or above QEMU's fd floor (out of
 /// the guest's way), close-on-exec or not; returns the new fd or -1.
 fn above_floor(fd: i32, cloexec: bool) -> i32 {
-    let floor = stream::GUEST.get().map_or(0, |g| g.fd_floor.max(0));
+    let floor = crate::config::get().map_or(0, |c| c.guest.fd_floor.max(0));
     let cmd = if cloexec {
         libc::F_DUPFD_CLOEXEC
     } else {
@@ -826,7 +771,7 @@ pub unsafe fn execve(
     if let Some(p) = PENDING.with(|q| lock(q).clone()).filter(|p| p.report) {
         write_syscall(c, &p, None);
     }
-    REPLAY_OWED.store(true, Ordering::Release);
+    stream::owe_replay();
     stream::finish(
         c,
         stream::After::Exec {
@@ -838,9 +783,7 @@ pub unsafe fn execve(
         if EXEC_WARNED.fetch_add(1, Ordering::Relaxed) == 0 && ident.is_some() && !same_kind {
             eprintln!(
                 "qemu: cannoli: {shown} is not a {} program; it runs untraced",
-                crate::stream::GUEST
-                    .get()
-                    .map_or("guest", |g| g.arch.as_str())
+                crate::config::get().map_or("guest", |c| c.guest.arch.as_str())
             );
         }
         return false;

@@ -175,7 +175,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     // SAFETY: registers three functions that only lock and unlock our own
     // mutexes on the forking thread.
     unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
-    let _ = events::ENV.set(events::Env {
+    let env = crate::config::Env {
         regs_env_offset: info.regs_env_offset,
         reg_count: info.reg_count,
         reg_bytes: info.reg_bytes,
@@ -189,8 +189,8 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         exe_as_given: cstr(info.exe),
         mips: arch.starts_with("mips"),
         big_endian: info.big_endian != 0,
-    });
-    let guest = stream::Guest {
+    };
+    let guest = crate::config::Guest {
         regs: wire::RegLayout {
             count: info.reg_count,
             bytes: info.reg_bytes,
@@ -207,8 +207,14 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         exe,
         syscall_names,
     };
-    let _ = stream::GUEST.set(guest);
-    if let Err(e) = codegen::configure(info.cursor_env_offset, info.guest_bits) {
+    let config = codegen::xsave_area_bytes().and_then(|xsave_bytes| {
+        crate::config::set(crate::config::Config {
+            guest,
+            env,
+            xsave_bytes,
+        })
+    });
+    if let Err(e) = config {
         set_err(&e);
         return -1;
     }
@@ -434,8 +440,8 @@ unsafe extern "C" fn signal(c: Cur, sig: c_int, code: c_int, addr: u64, handler:
 unsafe extern "C" fn fork_child(c: Cur) {
     // SAFETY: the contract above.
     let c = unsafe { &mut *c };
-    if let Some(g) = stream::GUEST.get() {
-        crate::blocks::forked_child(g.fd_floor);
+    if let Some(c) = crate::config::get() {
+        crate::blocks::forked_child(c.guest.fd_floor);
     }
     events::fork_child(c);
 }

@@ -34,6 +34,7 @@ pub mod asm;
 mod blocks;
 mod channel;
 mod codegen;
+mod config;
 mod delay;
 mod events;
 mod ffi;
