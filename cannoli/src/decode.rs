@@ -13,16 +13,48 @@
 //! [`Decoded::skipped`], so an older client can read a newer QEMU side's
 //! stream.
 //!
+//! # Blocks
+//!
+//! A run event stands for the instructions of a translated block (its
+//! entry in the process's block table, `wire::blocks`, looked up in the
+//! [`BlockCache`]): the decoder keeps the stream's *open block* and the
+//! index `next` of its first instruction not reported yet, and *expands*
+//! instructions (one `exec` callback for each whose exec-mask bit is set)
+//! as the events show how far the block ran:
+//! - a run event closes the open block (expands the rest: it ran to its
+//!   end) and opens its own ([`NO_ENTRY`]: none);
+//! - an event that carries a pc (exec, memory, registers) is *placed*: if
+//!   the pc is in the rest of the block, the instructions before it are
+//!   expanded, then the instruction itself (if its bit is set), then the
+//!   event is delivered; the instruction just placed takes further events
+//!   without expansion; a pc not in the block closes it first;
+//! - a cut expands through its pc's instruction and ends the block without
+//!   the rest (not in the block: ends it with nothing expanded);
+//! - every other event, and the end of the stream, closes the block.
+//!
+//! Chunks are decoded in parallel, so a chunk may start inside a block that
+//! an earlier chunk opened. Its *head* (the in-block events and cuts it
+//! starts with, up to the first cut) is therefore only copied on the worker
+//! ([`Seam`]); the in-order delivery decodes it with the block the earlier
+//! chunks left open ([`stitch`]) before it hands on the rest, the *body*,
+//! which the worker decoded starting with no block open (its first event
+//! closes the inherited block anyway).
+//!
 //! To add a JIT event: give it a tag in `wire::tag`, add a match arm in
 //! [`decode_words`] that checks it has enough words, calls the callback and
-//! advances `i` (adding the words after the first to `extra`), and a test.
+//! advances `i` (adding the words after the first to `extra`), and a test;
+//! if it belongs to an instruction, place it in the open block (and add it
+//! to [`head_len`]), else close the block first.
 //! To add a framed event: a tag from `0x27` on, its minimum length in
 //! [`frame_min`], a match arm in [`framed`], and a test.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use crate::blocks::{Block, BlockCache};
 use crate::{Cannoli, ClientInfo, Signal, Syscall};
+use wire::blocks::{EntryError, NO_ENTRY};
 use wire::{map_flags, tag, PC_BITS, PC_MASK};
 
 /// What went wrong in a chunk. Decoding stops at the first malformed event;
@@ -44,6 +76,9 @@ pub(crate) enum Problem {
     ShortFrame { len: u32, min: u64 },
     /// A registers event whose `aux` is not a `wire::RegsKind`.
     BadRegsKind(u32),
+    /// A run event naming block `id`, which the block table does not have
+    /// or has damaged.
+    Block { id: u64, error: EntryError },
 }
 
 /// A malformed spot in a chunk.
@@ -90,6 +125,11 @@ impl std::fmt::Display for Malformed {
             Problem::BadRegsKind(k) => write!(
                 f,
                 "registers event (tag {:#04x}) has kind {k}, which is none of regs (0), branch-no (1), branch-yes (2)",
+                self.tag
+            )?,
+            Problem::Block { id, error } => write!(
+                f,
+                "{error} (run event, tag {:#04x}, block {id})",
                 self.tag
             )?,
         }
@@ -146,23 +186,69 @@ pub(crate) fn addr_mask(guest_bits: u32) -> u64 {
 /// Value masks indexed by log2 of the access size.
 const VAL_MASK: [u64; 4] = [0xff, 0xffff, 0xffff_ffff, u64::MAX];
 
-/// Decodes one chunk's bytes, calling `T`'s callbacks in order.
+/// The block a stream is in the middle of: the instructions of `block`
+/// from `next` on have not been expanded yet.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenBlock {
+    pub block: Arc<Block>,
+    pub next: usize,
+}
+
+/// What the in-order delivery of a chunk needs besides its trace: the
+/// chunk's head (decoded there, with the block the previous chunks left
+/// open) and the block its body leaves open.
+#[derive(Debug, Default)]
+pub(crate) struct Seam {
+    /// The head's words: the longest prefix of in-block events and cuts
+    /// (up to and including the first cut).
+    pub head: Vec<u64>,
+    /// The chunk has events after its head (its body, decoded on the
+    /// worker), the first of which closes the block the head left open.
+    pub body: bool,
+    /// The block open at the end of the body (with `body` only).
+    pub tail: Option<OpenBlock>,
+}
+
+/// The state of a stream's in-order delivery: the block open after the
+/// chunks delivered so far, and a buffer for the trace of stitching.
+#[derive(Debug)]
+pub(crate) struct Carry<Tr> {
+    pub open: Option<OpenBlock>,
+    pub buf: Vec<Tr>,
+}
+
+impl<Tr> Default for Carry<Tr> {
+    fn default() -> Self {
+        Carry {
+            open: None,
+            buf: Vec::new(),
+        }
+    }
+}
+
+/// Decodes one chunk's bytes on a worker, calling `T`'s callbacks in order
+/// for its body, and leaves in `seam` what [`stitch`] needs to deliver it
+/// in order. `cache`: the process's block table (none: every run event
+/// names an unknown block, except [`NO_ENTRY`]'s).
 ///
 /// Never panics on malformed input: it stops at the first bad event and
 /// reports it.
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn decode<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
     data: &[u8],
     lay: &Layout<'_>,
+    cache: Option<&BlockCache>,
     trace: &mut Vec<T::Trace>,
+    seam: &mut Seam,
 ) -> Decoded {
     let whole = data.len() & !7;
     let (body, tail) = data.split_at(whole);
 
     let mut d = with_words(body, |words| {
-        decode_words::<T>(pid, tid, words, body, lay, trace)
+        decode_chunk::<T>(pid, tid, words, body, lay, cache, trace, seam)
     });
     match &mut d.error {
         // The stray bytes after the last whole word are skipped too: a
@@ -179,6 +265,212 @@ pub(crate) fn decode<T: Cannoli>(
         None => {}
     }
     d
+}
+
+/// [`decode`] over whole words.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn decode_chunk<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    words: &[u64],
+    bytes: &[u8],
+    lay: &Layout<'_>,
+    cache: Option<&BlockCache>,
+    trace: &mut Vec<T::Trace>,
+    seam: &mut Seam,
+) -> Decoded {
+    let n = words.len();
+    let h = head_len(words, lay.reg_words);
+    seam.head.clear();
+    seam.head.extend_from_slice(&words[..h]);
+    seam.body = h < n;
+    seam.tail = None;
+    let mut cur = Cursor {
+        i: h,
+        ..Cursor::default()
+    };
+    let bad = loop {
+        // One read lock per chunk (and per miss).
+        let guard = cache.map(BlockCache::read);
+        let slots: &[Option<Arc<Block>>] = guard.as_deref().map_or(&[], |v| &v[..]);
+        let mut open = None;
+        match decode_words::<T>(
+            pid, tid, words, bytes, lay, slots, &mut open, &mut cur, trace,
+        ) {
+            Stop::End => {
+                seam.tail = open.map(Open::to_owned);
+                break None;
+            }
+            Stop::Bad(t, p) => break Some((t, p)),
+            // The run event at `cur.i` names a block the cache does not
+            // have yet; the block before it is closed (`open` is None).
+            Stop::Miss(id) => {
+                drop(guard);
+                let filled = match cache {
+                    Some(c) => c.fill(id),
+                    None => Err(EntryError::NotPublished),
+                };
+                if let Err(error) = filled {
+                    break Some((tag::RUN, Problem::Block { id, error }));
+                }
+            }
+        }
+    };
+    Decoded {
+        events: cur.events(h),
+        skipped: cur.skipped.count,
+        skipped_tag: cur.skipped.first,
+        error: bad.map(|(tag, problem)| Malformed {
+            offset: cur.i * 8,
+            tag,
+            problem,
+            skipped_bytes: (n - cur.i) * 8,
+        }),
+    }
+}
+
+/// Words of the head of a chunk: the longest prefix of well-formed
+/// in-block events (exec, memory, registers) and cuts, up to and including
+/// the first cut. A malformed event ends it (it is reported by the body).
+fn head_len(words: &[u64], reg_words: usize) -> usize {
+    let n = words.len();
+    let mut i = 0;
+    while i < n {
+        let w = words[i];
+        let len = match (w >> PC_BITS) as u8 {
+            tag::EXEC => 1,
+            tag::EXEC_LONG | 0x14..=0x16 | 0x1c..=0x1e => 2,
+            0x10..=0x13 | 0x18..=0x1b => 3,
+            tag::LOAD128 | tag::STORE128 => 4,
+            tag::MEM_LONG => match w as u8 {
+                tag::LOAD128 | tag::STORE128 => 5,
+                0x10..=0x13 | 0x18..=0x1b => 4,
+                _ => return i,
+            },
+            tag::CUT => return i + 1,
+            tag::CUT_LONG => return if n - i >= 2 { i + 2 } else { i },
+            tag::REGS => {
+                let (_, aux, len) = wire::unframe(w);
+                if (len as usize) < frame_min(tag::REGS, reg_words) || aux > 2 {
+                    return i;
+                }
+                len as usize
+            }
+            _ => return i,
+        };
+        if n - i < len {
+            return i;
+        }
+        i += len;
+    }
+    n
+}
+
+/// Delivers a chunk's head with the block the chunks before it left open
+/// (`carry`), then closes that block if the chunk has a body, and leaves in
+/// `carry` the block open after the chunk. Serial: called in chunk order,
+/// before the chunk's own trace is delivered. Returns the events delivered.
+pub(crate) fn stitch<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    lay: &Layout<'_>,
+    carry: &mut Option<OpenBlock>,
+    seam: &Seam,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    let mut open = carry.as_ref().map(|o| Open {
+        block: &o.block,
+        next: o.next,
+    });
+    let mut cur = Cursor::default();
+    let bytes = le_bytes(&seam.head);
+    let stop = decode_words::<T>(
+        pid,
+        tid,
+        &seam.head,
+        &bytes,
+        lay,
+        &[],
+        &mut open,
+        &mut cur,
+        trace,
+    );
+    // A head has no run event, and ends before a malformed event.
+    debug_assert!(matches!(stop, Stop::End), "{stop:?}");
+    let next = if seam.body {
+        if let Some(o) = open.take() {
+            cur.expanded += close::<T>(pid, tid, o, trace);
+        }
+        seam.tail.clone()
+    } else {
+        open.map(Open::to_owned)
+    };
+    *carry = next;
+    cur.events(0)
+}
+
+/// The end of a stream: the block still open ran to its end. Returns the
+/// events delivered.
+pub(crate) fn finish<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    carry: &mut Option<OpenBlock>,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    match carry.take() {
+        Some(o) => expand::<T>(pid, tid, &o.block, o.next, o.block.len(), trace),
+        None => 0,
+    }
+}
+
+/// Decodes a whole stream given as its chunks the way the server does:
+/// each chunk on its own (last chunk first, to show that the order does
+/// not matter), then in order each one's head stitched and its trace
+/// appended to `trace`, then the block still open closed. The result adds
+/// up the chunks' (offsets are within their chunk; the first error and the
+/// first skipped tag in stream order).
+pub(crate) fn decode_stream<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    chunks: &[&[u8]],
+    lay: &Layout<'_>,
+    cache: Option<&BlockCache>,
+    trace: &mut Vec<T::Trace>,
+) -> Decoded {
+    let mut done: Vec<(Vec<T::Trace>, Seam, Decoded)> =
+        (0..chunks.len()).map(|_| Default::default()).collect();
+    for (c, (t, s, d)) in chunks.iter().zip(done.iter_mut()).rev() {
+        *d = decode::<T>(pid, tid, c, lay, cache, t, s);
+    }
+    let mut all = Decoded::default();
+    let mut carry = None;
+    for (t, s, d) in done {
+        all.events += d.events + stitch::<T>(pid, tid, lay, &mut carry, &s, trace);
+        trace.extend(t);
+        all.skipped += d.skipped;
+        all.skipped_tag = all.skipped_tag.or(d.skipped_tag);
+        all.error = all.error.or(d.error);
+    }
+    all.events += finish::<T>(pid, tid, &mut carry, trace);
+    all
+}
+
+/// `words` as little-endian bytes: in place on a little-endian host.
+fn le_bytes(words: &[u64]) -> Cow<'_, [u8]> {
+    #[cfg(target_endian = "little")]
+    {
+        // SAFETY: the bytes of `words` are initialized, u8 has no alignment
+        // requirement, and the slice covers exactly the words' memory,
+        // borrowed for as long as `words` is.
+        Cow::Borrowed(unsafe {
+            std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8)
+        })
+    }
+    #[cfg(not(target_endian = "little"))]
+    {
+        Cow::Owned(words.iter().flat_map(|w| w.to_le_bytes()).collect())
+    }
 }
 
 /// Runs `f` over `bytes` viewed as little-endian `u64` words: in place when
@@ -203,57 +495,277 @@ fn with_words<R>(bytes: &[u8], f: impl FnOnce(&[u64]) -> R) -> R {
     f(&copy)
 }
 
-/// The decode loop proper, over whole words. `bytes` are the same words as
-/// little-endian bytes (for the byte payloads of framed events).
+/// The open block inside the decode loop: borrowed from the cache's slots
+/// (or from the carried [`OpenBlock`]).
+#[derive(Debug, Clone, Copy)]
+struct Open<'b> {
+    block: &'b Arc<Block>,
+    next: usize,
+}
+
+impl Open<'_> {
+    fn to_owned(self) -> OpenBlock {
+        OpenBlock {
+            block: self.block.clone(),
+            next: self.next,
+        }
+    }
+}
+
+/// Where [`decode_words`] is in a chunk, kept across its calls.
+#[derive(Debug, Default)]
+struct Cursor {
+    /// Next word to decode.
+    i: usize,
+    /// Words consumed that did not start a delivered event.
+    extra: usize,
+    /// Exec callbacks of block instructions.
+    expanded: u64,
+    skipped: Skipped,
+}
+
+impl Cursor {
+    /// Events delivered since word `from`.
+    fn events(&self, from: usize) -> u64 {
+        (self.i - from - self.extra) as u64 + self.expanded
+    }
+}
+
+/// Why [`decode_words`] returned.
+#[derive(Debug)]
+enum Stop {
+    /// At the end of the words.
+    End,
+    /// At a run event (word `i`) whose block is not in the slots; the block
+    /// before it is closed.
+    Miss(u64),
+    /// At a malformed event (word `i`); the open block is closed.
+    Bad(u8, Problem),
+}
+
+/// Calls `exec` for the instructions `from..to` of `b` that its mask
+/// reports. Returns how many.
 #[inline(always)]
-fn decode_words<T: Cannoli>(
+fn expand<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    b: &Block,
+    from: usize,
+    to: usize,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    let pcs = &b.pcs[from..to];
+    if b.all {
+        for &pc in pcs {
+            T::exec(pid, tid, pc, trace);
+        }
+        pcs.len() as u64
+    } else {
+        expand_masked::<T>(pid, tid, b, from, to, trace)
+    }
+}
+
+/// [`expand`] of a block whose mask has clear bits.
+#[inline(never)]
+fn expand_masked<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    b: &Block,
+    from: usize,
+    to: usize,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    let mut n = 0;
+    for k in from..to {
+        if b.is_exec(k) {
+            T::exec(pid, tid, b.pcs[k], trace);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The open block ran to its end: expands the rest.
+#[inline(always)]
+fn close<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    o: Open<'_>,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    expand::<T>(pid, tid, o.block, o.next, o.block.len(), trace)
+}
+
+/// Where the instruction at `pc` is in the unexpanded rest of `o`.
+#[inline(always)]
+fn find(o: &Open<'_>, pc: u64) -> Option<usize> {
+    o.block.pcs[o.next..]
+        .iter()
+        .position(|&p| p == pc)
+        .map(|k| o.next + k)
+}
+
+/// Places an event of the instruction at `pc` in the open block: expands
+/// the instructions before it and, if reported, the instruction itself (an
+/// event of the instruction just placed needs nothing). Returns false if
+/// `pc` is not in the block: the block ran to its end (expanded) and is
+/// closed.
+#[inline(always)]
+fn place<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    o: &mut Open<'_>,
+    pc: u64,
+    trace: &mut Vec<T::Trace>,
+    expanded: &mut u64,
+) -> bool {
+    if let Some(j) = find(o, pc) {
+        *expanded += expand::<T>(pid, tid, o.block, o.next, j, trace);
+        if o.block.is_exec(j) {
+            T::exec(pid, tid, pc, trace);
+            *expanded += 1;
+        }
+        o.next = j + 1;
+        true
+    } else if o.next > 0 && o.block.pcs[o.next - 1] == pc {
+        true
+    } else {
+        *expanded += close::<T>(pid, tid, *o, trace);
+        false
+    }
+}
+
+/// A cut at `pc`: the block ran through the instruction at `pc` (if it is
+/// in the rest of the block) and no further.
+#[inline(never)]
+fn cut<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    o: Open<'_>,
+    pc: u64,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    let Some(j) = find(&o, pc) else { return 0 };
+    let mut n = expand::<T>(pid, tid, o.block, o.next, j, trace);
+    if o.block.is_exec(j) {
+        T::exec(pid, tid, pc, trace);
+        n += 1;
+    }
+    n
+}
+
+/// The decode loop proper, over whole words from `cur.i` on, with `open`
+/// the block open at `cur.i`. `bytes` are the same words as little-endian
+/// bytes (for the byte payloads of framed events); `slots` the block
+/// cache's (read-locked).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn decode_words<'b, T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
     words: &[u64],
     bytes: &[u8],
     lay: &Layout<'_>,
+    slots: &'b [Option<Arc<Block>>],
+    state: &mut Option<Open<'b>>,
+    cur: &mut Cursor,
     trace: &mut Vec<T::Trace>,
-) -> Decoded {
+) -> Stop {
     debug_assert_eq!(words.len() * 8, bytes.len());
     let addr_mask = lay.addr_mask;
     let n = words.len();
-    let mut i = 0usize;
-    // Words consumed that did not start a delivered event: events = i - extra.
-    let mut extra = 0usize;
-    let mut skipped = Skipped::default();
+    let mut i = cur.i;
+    let mut extra = cur.extra;
+    let mut expanded = cur.expanded;
+    let mut open = *state;
+    macro_rules! stop {
+        ($s:expr) => {{
+            cur.i = i;
+            cur.extra = extra;
+            cur.expanded = expanded;
+            *state = open;
+            return $s;
+        }};
+    }
+    // Every other kind of event (and a malformed one: what comes after it
+    // is unknown) ends the open block: it ran to its end.
+    macro_rules! close_open {
+        () => {
+            if let Some(o) = open.take() {
+                expanded += close::<T>(pid, tid, o, trace);
+            }
+        };
+    }
     macro_rules! malformed {
-        ($t:expr, $problem:expr $(,)?) => {
-            return malformed(i, n, extra, skipped, $t, $problem)
+        ($t:expr, $problem:expr $(,)?) => {{
+            close_open!();
+            stop!(Stop::Bad($t, $problem))
+        }};
+    }
+    // An event of the instruction at `pc`, before its callback.
+    macro_rules! place {
+        ($pc:expr) => {
+            if let Some(o) = &mut open {
+                if !place::<T>(pid, tid, o, $pc, trace, &mut expanded) {
+                    open = None;
+                }
+            }
         };
     }
 
     'events: while i < n {
-        // Runs of exec events are the bulk of every trace: take eight words
-        // at once when none of them has a tag (one OR-reduction and one
-        // compare for eight events).
-        if let Some(run) = words.get(i..i + 8) {
-            let run: &[u64; 8] = run.try_into().expect("eight words");
-            if run.iter().fold(0, |a, &w| a | w) <= PC_MASK {
-                for &pc in run {
-                    T::exec(pid, tid, pc, trace);
+        if open.is_none() {
+            // Runs of exec events (outside a block: the per-instruction
+            // events of blocks the table has no room for, and old streams)
+            // take eight words at once when none of them has a tag (one
+            // OR-reduction and one compare for eight events).
+            if let Some(run) = words.get(i..i + 8) {
+                let run: &[u64; 8] = run.try_into().expect("eight words");
+                if run.iter().fold(0, |a, &w| a | w) <= PC_MASK {
+                    for &pc in run {
+                        T::exec(pid, tid, pc, trace);
+                    }
+                    i += 8;
+                    continue;
                 }
-                i += 8;
-                continue;
+            }
+            // A tagged word is near: step through exec events (tag 0, the
+            // word is the pc) up to it, then decode it, before looking
+            // ahead again.
+            let mut w = words[i];
+            while w <= PC_MASK {
+                T::exec(pid, tid, w, trace);
+                i += 1;
+                if i == n {
+                    break 'events;
+                }
+                w = words[i];
             }
         }
-        // A tagged word is near: step through exec events (tag 0, the word
-        // is the pc) up to it, then decode it, before looking ahead again.
-        let mut w = words[i];
-        while w <= PC_MASK {
-            T::exec(pid, tid, w, trace);
-            i += 1;
-            if i == n {
-                break 'events;
-            }
-            w = words[i];
-        }
+        let w = words[i];
         let t = (w >> PC_BITS) as u8;
+        // The bulk of a block-granular stream: close the running block,
+        // open the next.
+        if t == tag::RUN {
+            close_open!();
+            let id = w & PC_MASK;
+            if id != NO_ENTRY {
+                match slots.get(id as usize) {
+                    Some(Some(b)) => open = Some(Open { block: b, next: 0 }),
+                    _ => stop!(Stop::Miss(id)),
+                }
+            }
+            i += 1;
+            extra += 1;
+            continue;
+        }
         match t {
+            // Inside a block (outside one, the loop above took it).
+            tag::EXEC => {
+                place!(w);
+                T::exec(pid, tid, w, trace);
+                i += 1;
+            }
             // Loads 0x10..=0x13, stores 0x18..=0x1b.
             0x10..=0x13 | 0x18..=0x1b => {
                 if n - i < 3 {
@@ -265,6 +777,7 @@ fn decode_words<T: Cannoli>(
                         },
                     );
                 }
+                place!(w & PC_MASK);
                 mem::<T>(
                     pid,
                     tid,
@@ -290,6 +803,7 @@ fn decode_words<T: Cannoli>(
                         },
                     );
                 }
+                place!(w & PC_MASK);
                 let av = words[i + 1];
                 mem::<T>(
                     pid,
@@ -314,6 +828,7 @@ fn decode_words<T: Cannoli>(
                         },
                     );
                 }
+                place!(w & PC_MASK);
                 let val = (words[i + 3] as u128) << 64 | words[i + 2] as u128;
                 mem128::<T>(
                     pid,
@@ -337,9 +852,33 @@ fn decode_words<T: Cannoli>(
                         },
                     );
                 }
+                place!(words[i + 1]);
                 T::exec(pid, tid, words[i + 1], trace);
                 i += 2;
                 extra += 1;
+            }
+            tag::CUT => {
+                if let Some(o) = open.take() {
+                    expanded += cut::<T>(pid, tid, o, w & PC_MASK, trace);
+                }
+                i += 1;
+                extra += 1;
+            }
+            tag::CUT_LONG => {
+                if n - i < 2 {
+                    malformed!(
+                        t,
+                        Problem::Truncated {
+                            need: 2,
+                            have: n - i,
+                        },
+                    );
+                }
+                if let Some(o) = open.take() {
+                    expanded += cut::<T>(pid, tid, o, words[i + 1], trace);
+                }
+                i += 2;
+                extra += 2;
             }
             tag::MEM_LONG => {
                 if n - i < 4 {
@@ -362,6 +901,7 @@ fn decode_words<T: Cannoli>(
                             },
                         );
                     }
+                    place!(words[i + 1]);
                     let val = (words[i + 4] as u128) << 64 | words[i + 3] as u128;
                     mem128::<T>(
                         pid,
@@ -379,6 +919,7 @@ fn decode_words<T: Cannoli>(
                 if !matches!(kind, 0x10..=0x13 | 0x18..=0x1b) {
                     malformed!(t, Problem::BadMemKind(kind));
                 }
+                place!(words[i + 1]);
                 mem::<T>(
                     pid,
                     tid,
@@ -392,27 +933,35 @@ fn decode_words<T: Cannoli>(
                 i += 4;
                 extra += 3;
             }
-            t if t >= tag::FRAMED => match framed::<T>(pid, tid, words, bytes, i, lay, trace) {
-                Ok(Frame::Known(len)) => {
-                    i += len;
-                    extra += len - 1;
+            t if t >= tag::FRAMED => {
+                // A registers event belongs to its instruction; any other
+                // framed event (a known kind or not) ends the block. (A
+                // malformed one ends it too, placed or not: the rest of the
+                // block is expanded either way.)
+                if open.is_some() {
+                    if t == tag::REGS && i + 1 < n {
+                        place!(words[i + 1]);
+                    } else {
+                        close_open!();
+                    }
                 }
-                Ok(Frame::Unknown(len)) => {
-                    skipped.add(t);
-                    i += len;
-                    extra += len;
+                match framed::<T>(pid, tid, words, bytes, i, lay, trace) {
+                    Ok(Frame::Known(len)) => {
+                        i += len;
+                        extra += len - 1;
+                    }
+                    Ok(Frame::Unknown(len)) => {
+                        cur.skipped.add(t);
+                        i += len;
+                        extra += len;
+                    }
+                    Err(p) => malformed!(t, p),
                 }
-                Err(p) => malformed!(t, p),
-            },
+            }
             _ => malformed!(t, Problem::UnknownTag),
         }
     }
-    Decoded {
-        events: (i - extra) as u64,
-        skipped: skipped.count,
-        skipped_tag: skipped.first,
-        error: None,
-    }
+    stop!(Stop::End)
 }
 
 /// Framed events of unknown tags seen in a chunk.
@@ -618,29 +1167,6 @@ fn mem128<T: Cannoli>(
     }
 }
 
-#[cold]
-#[inline(never)]
-fn malformed(
-    i: usize,
-    n: usize,
-    extra: usize,
-    skipped: Skipped,
-    tag: u8,
-    problem: Problem,
-) -> Decoded {
-    Decoded {
-        events: (i - extra) as u64,
-        skipped: skipped.count,
-        skipped_tag: skipped.first,
-        error: Some(Malformed {
-            offset: i * 8,
-            tag,
-            problem,
-            skipped_bytes: (n - i) * 8,
-        }),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -811,9 +1337,10 @@ mod tests {
         run_bytes(&bytes(words), bits)
     }
 
+    /// Decodes `b` as a stream of one chunk, without a block table.
     fn run_bytes(b: &[u8], bits: u32) -> (Vec<Ev>, Decoded) {
         let mut t = Vec::new();
-        let d = decode::<Rec>(&(), &(), b, &layout(bits), &mut t);
+        let d = decode_stream::<Rec>(&(), &(), &[b], &layout(bits), None, &mut t);
         (t, d)
     }
 
@@ -1019,7 +1546,7 @@ mod tests {
         }
         let words = [top(tag::STORE128) | 0x400, 0x1000, 0x1111, 0x2222];
         let mut t = Vec::new();
-        let d = decode_words::<Narrow>(&(), &(), &words, &bytes(&words), &layout(64), &mut t);
+        let d = decode_stream::<Narrow>(&(), &(), &[&bytes(&words)], &layout(64), None, &mut t);
         assert_eq!(t, vec![(0x1000, 0x1111, 16)]);
         assert_eq!(d.events, 1);
     }
@@ -1053,18 +1580,18 @@ mod tests {
 
     #[test]
     fn unknown_tag_stops_and_reports() {
-        let words = [0x10, 0x14, top(0x05) | 0x18, 0x1c, 0x20];
+        let words = [0x10, 0x14, top(0x07) | 0x18, 0x1c, 0x20];
         let (t, d) = run(&words, 32);
         assert_eq!(t, vec![Ev::Exec(0x10), Ev::Exec(0x14)]);
         let e = d.error.unwrap();
         assert_eq!(d.events, 2);
         assert_eq!(e.offset, 16);
-        assert_eq!(e.tag, 0x05);
+        assert_eq!(e.tag, 0x07);
         assert_eq!(e.problem, Problem::UnknownTag);
         assert_eq!(e.skipped_bytes, 24);
         assert_eq!(e.lost_events(), 3);
         let msg = e.to_string();
-        assert!(msg.contains("0x05") && msg.contains("offset 16"), "{msg}");
+        assert!(msg.contains("0x07") && msg.contains("offset 16"), "{msg}");
     }
 
     #[test]
@@ -1600,8 +2127,484 @@ mod tests {
         assert!(matches!(&t[2], Ev::Mmap { path, .. } if path == "/x"));
     }
 
-    /// Random words, biased towards framed tags with plausible lengths, never
-    /// panic the decoder, and what it reports adds up.
+    // ------------------------------------------------------------------
+    // Blocks
+    // ------------------------------------------------------------------
+
+    /// The test table: 0: four instructions, all reported; 1: three, the
+    /// middle one not reported; 2: two, all; 3: 70 (two mask words), every
+    /// third not reported; 4: damaged (no mask).
+    fn cache() -> BlockCache {
+        use crate::blocks::tests::entry;
+        let seventy: Vec<u64> = (0..70).map(|k| 0x1000 + 4 * k).collect();
+        let every: Vec<bool> = (0..70).map(|k| k % 3 != 0).collect();
+        let mut damaged = entry(&[0x500], &[true]);
+        damaged.exec.clear();
+        let table = vec![
+            entry(&[0x100, 0x104, 0x108, 0x10c], &[true; 4]),
+            entry(&[0x200, 0x204, 0x208], &[true, false, true]),
+            entry(&[0x300, 0x304], &[true; 2]),
+            entry(&seventy, &every),
+            damaged,
+        ];
+        BlockCache::new(Arc::new(table))
+    }
+
+    fn run_w(id: u64) -> u64 {
+        top(tag::RUN) | id
+    }
+
+    fn cut_w(pc: u64) -> u64 {
+        top(tag::CUT) | pc
+    }
+
+    fn load(pc: u64) -> [u64; 3] {
+        [top(tag::LOAD | 2) | pc, 0x7000 + pc, pc]
+    }
+
+    fn store(pc: u64) -> [u64; 3] {
+        [top(tag::STORE | 2) | pc, 0x8000 + pc, pc]
+    }
+
+    fn rd(pc: u64) -> Ev {
+        Ev::Read(pc, 0x7000 + pc, pc, 4)
+    }
+
+    fn wr(pc: u64) -> Ev {
+        Ev::Write(pc, 0x8000 + pc, pc, 4)
+    }
+
+    fn ex(pcs: &[u64]) -> Vec<Ev> {
+        pcs.iter().map(|&p| Ev::Exec(p)).collect()
+    }
+
+    /// Decodes `words` as a stream of one chunk with the test table.
+    fn run_blocks(words: &[u64], c: Option<&BlockCache>) -> (Vec<Ev>, Decoded) {
+        let mut t = Vec::new();
+        let d = decode_stream::<Rec>(&(), &(), &[&bytes(words)], &layout(32), c, &mut t);
+        assert_eq!(d.events, t.len() as u64, "{words:x?}");
+        (t, d)
+    }
+
+    fn expect(words: &[u64], want: Vec<Ev>) {
+        let (t, d) = run_blocks(words, Some(&cache()));
+        assert_eq!(d.error, None, "{words:x?}");
+        assert_eq!(t, want, "{words:x?}");
+    }
+
+    fn cat(parts: &[&[u64]]) -> Vec<u64> {
+        parts.concat()
+    }
+
+    #[test]
+    fn a_run_after_a_run_expands_the_whole_first_block() {
+        expect(
+            &[run_w(0), run_w(2)],
+            ex(&[0x100, 0x104, 0x108, 0x10c, 0x300, 0x304]),
+        );
+        // The mask: the unreported instruction is left out.
+        expect(&[run_w(1), run_w(1)], ex(&[0x200, 0x208, 0x200, 0x208]));
+        // At the end of the stream the open block ran to its end too.
+        expect(&[0x10, run_w(2)], ex(&[0x10, 0x300, 0x304]));
+        // 70 instructions, two mask words.
+        let want: Vec<u64> = (0..70)
+            .filter(|k| k % 3 != 0)
+            .map(|k| 0x1000 + 4 * k)
+            .collect();
+        expect(&[run_w(3)], ex(&want));
+    }
+
+    #[test]
+    fn memory_events_are_placed_after_their_instruction() {
+        let mut want = ex(&[0x100, 0x104]);
+        want.push(rd(0x104));
+        want.extend(ex(&[0x108, 0x10c]));
+        want.push(wr(0x10c));
+        want.extend(ex(&[0x300, 0x304]));
+        expect(
+            &cat(&[&[run_w(0)], &load(0x104), &store(0x10c), &[run_w(2)]]),
+            want,
+        );
+        // The first instruction, and one in the second mask word whose bit
+        // is clear (0x1000 + 4 * 66).
+        let mut want = ex(&[0x100]);
+        want.push(rd(0x100));
+        want.extend(ex(&[0x104, 0x108, 0x10c]));
+        want.extend(
+            (0..70)
+                .filter(|k| k % 3 != 0 && *k < 66)
+                .map(|k| Ev::Exec(0x1000 + 4 * k)),
+        );
+        want.push(wr(0x1000 + 4 * 66));
+        want.extend(ex(&[0x1000 + 4 * 67, 0x1000 + 4 * 68]));
+        expect(
+            &cat(&[
+                &[run_w(0)],
+                &load(0x100),
+                &[run_w(3)],
+                &store(0x1000 + 4 * 66),
+                &[cut_w(0x1000 + 4 * 68)],
+            ]),
+            want,
+        );
+    }
+
+    #[test]
+    fn two_accesses_of_one_instruction() {
+        let mut want = ex(&[0x100, 0x104]);
+        want.extend([rd(0x104), wr(0x104)]);
+        want.extend(ex(&[0x108, 0x10c]));
+        expect(&cat(&[&[run_w(0)], &load(0x104), &store(0x104)]), want);
+        // Every kind of memory event, all of one instruction.
+        let big = 0x108;
+        let words = cat(&[
+            &[run_w(0)],
+            &[top(wire::mem32_tag(false, 2)) | big, 0x1234_0000_1000],
+            &[top(tag::LOAD128) | big, 0x2000, 1, 2],
+            &[top(tag::MEM_LONG) | tag::STORE as u64, big, 0x3000, 0xff],
+            &[top(tag::MEM_LONG) | tag::STORE128 as u64, big, 0x4000, 3, 4],
+        ]);
+        let mut want = ex(&[0x100, 0x104, 0x108]);
+        want.extend([
+            Ev::Read(big, 0x1000, 0x1234, 4),
+            Ev::Read128(big, 0x2000, 2 << 64 | 1),
+            Ev::Write(big, 0x3000, 0xff, 1),
+            Ev::Write128(big, 0x4000, 4 << 64 | 3),
+        ]);
+        want.extend(ex(&[0x10c]));
+        expect(&words, want);
+    }
+
+    #[test]
+    fn registers_of_an_unreported_instruction() {
+        let r = [1u64, 2, 3];
+        let mut words = vec![run_w(1), wire::frame(tag::REGS, 0, 5), 0x204];
+        words.extend(r);
+        words.extend([wire::frame(tag::REGS, 2, 5), 0x208]);
+        words.extend(r);
+        let rb = bytes(&r);
+        expect(
+            &words,
+            vec![
+                Ev::Exec(0x200),
+                Ev::Regs(0x204, rb.clone()),
+                Ev::Exec(0x208),
+                Ev::Branch(0x208, true, rb),
+            ],
+        );
+    }
+
+    #[test]
+    fn once_style_exec_in_a_block() {
+        // Unreported by the block: the exec event is the only one.
+        expect(&[run_w(1), 0x204], ex(&[0x200, 0x204, 0x208]));
+        expect(
+            &[run_w(1), top(tag::EXEC_LONG), 0x204],
+            ex(&[0x200, 0x204, 0x208]),
+        );
+        // Reported too: both (the block's, then the event's own).
+        expect(&[run_w(0), 0x104], ex(&[0x100, 0x104, 0x104, 0x108, 0x10c]));
+        // A pc not in the block: the block ran to its end before it.
+        expect(&[run_w(2), 0x999], ex(&[0x300, 0x304, 0x999]));
+        // Placed after an earlier one: no going back.
+        let mut want = ex(&[0x100, 0x104, 0x108]);
+        want.push(rd(0x108));
+        want.extend(ex(&[0x10c, 0x100]));
+        expect(&cat(&[&[run_w(0)], &load(0x108), &[0x100]]), want);
+    }
+
+    #[test]
+    fn cuts() {
+        // In the middle: the rest did not run.
+        expect(
+            &[run_w(0), cut_w(0x104), run_w(2)],
+            ex(&[0x100, 0x104, 0x300, 0x304]),
+        );
+        // The last instruction.
+        expect(&[run_w(0), cut_w(0x10c)], ex(&[0x100, 0x104, 0x108, 0x10c]));
+        // The first.
+        expect(&[run_w(0), cut_w(0x100), 0x500], ex(&[0x100, 0x500]));
+        // Of an unreported instruction: through the one before.
+        expect(&[run_w(1), cut_w(0x204)], ex(&[0x200]));
+        // No block open: nothing.
+        expect(&[cut_w(0x104), 0x500], ex(&[0x500]));
+        expect(
+            &[run_w(0), cut_w(0x104), cut_w(0x108), 0x500],
+            ex(&[0x100, 0x104, 0x500]),
+        );
+        // Not in the block: ends it, nothing expanded.
+        let mut want = ex(&[0x100, 0x104]);
+        want.push(rd(0x104));
+        expect(
+            &cat(&[&[run_w(0)], &load(0x104), &[cut_w(0x999)]]),
+            want.clone(),
+        );
+        // The instruction just placed.
+        expect(&cat(&[&[run_w(0)], &load(0x104), &[cut_w(0x104)]]), want);
+        // The long form.
+        expect(
+            &[run_w(0), top(tag::CUT_LONG), 0x108],
+            ex(&[0x100, 0x104, 0x108]),
+        );
+        let (_, d) = run_blocks(&[run_w(0), top(tag::CUT_LONG)], Some(&cache()));
+        assert_eq!(
+            d.error.unwrap().problem,
+            Problem::Truncated { need: 2, have: 1 }
+        );
+    }
+
+    #[test]
+    fn a_run_of_no_entry_closes_the_block() {
+        let mut want = ex(&[0x100, 0x104, 0x108, 0x10c, 0x500]);
+        // An access of a pc of the closed block is not placed in it.
+        want.push(rd(0x104));
+        expect(
+            &cat(&[&[run_w(0), run_w(NO_ENTRY), 0x500], &load(0x104)]),
+            want,
+        );
+        expect(&[run_w(NO_ENTRY), run_w(NO_ENTRY)], vec![]);
+    }
+
+    #[test]
+    fn other_events_close_the_block_first() {
+        let sc = syscall_words(true, 4004, 3, [1, 2, 3, 0, 0, 0], b"", 0);
+        let (t, d) = run_blocks(&cat(&[&[run_w(0)], &load(0x104), &sc]), Some(&cache()));
+        assert_eq!(d.events, 6);
+        assert_eq!(
+            t[..5],
+            [ex(&[0x100, 0x104]), vec![rd(0x104)], ex(&[0x108, 0x10c])].concat()[..]
+        );
+        assert!(matches!(t[5], Ev::Syscall { num: 4004, .. }));
+        // A block translation, an unknown frame, a signal, mappings.
+        for w in [
+            vec![wire::frame(tag::BLOCK, 1, 3), 0x900, 4],
+            vec![wire::frame(0x30, 0, 2), 0x104],
+            vec![wire::frame(tag::MUNMAP, 0, 3), 0x1000, 0x1000],
+            vec![wire::frame(tag::SIGNAL, 0, 5), 11, 1, 0, 0],
+        ] {
+            let (t, _) = run_blocks(&cat(&[&[run_w(2)], &w, &[0x104]]), Some(&cache()));
+            assert_eq!(t[..2], ex(&[0x300, 0x304])[..], "{w:x?}");
+            assert_eq!(t.last(), Some(&Ev::Exec(0x104)), "{w:x?}");
+        }
+    }
+
+    #[test]
+    fn unknown_or_damaged_blocks_are_malformed() {
+        let words = [0x10, run_w(0), run_w(99), 0x20];
+        let (t, d) = run_blocks(&words, Some(&cache()));
+        // The block before the bad run ran to its end.
+        assert_eq!(t, ex(&[0x10, 0x100, 0x104, 0x108, 0x10c]));
+        let e = d.error.unwrap();
+        assert_eq!((e.offset, e.tag, e.skipped_bytes), (16, tag::RUN, 16));
+        assert_eq!(
+            e.problem,
+            Problem::Block {
+                id: 99,
+                error: EntryError::NotPublished
+            }
+        );
+        assert_eq!(e.lost_events(), 2);
+        let m = e.to_string();
+        assert!(
+            m.contains("block 99") && m.contains("offset 16") && !m.contains('\n'),
+            "{m}"
+        );
+        // Damaged.
+        let (_, d) = run_blocks(&[run_w(4)], Some(&cache()));
+        assert_eq!(
+            d.error.unwrap().problem,
+            Problem::Block {
+                id: 4,
+                error: EntryError::Damaged
+            }
+        );
+        // No table at all.
+        let (t, d) = run_blocks(&[0x10, run_w(0)], None);
+        assert_eq!(t, ex(&[0x10]));
+        assert_eq!(
+            d.error.unwrap().problem,
+            Problem::Block {
+                id: 0,
+                error: EntryError::NotPublished
+            }
+        );
+        // Huge ids.
+        let (_, d) = run_blocks(&[run_w(NO_ENTRY - 1)], Some(&cache()));
+        assert!(matches!(d.error.unwrap().problem, Problem::Block { .. }));
+    }
+
+    #[test]
+    fn a_malformed_event_closes_the_block() {
+        let (t, d) = run_blocks(&[run_w(0), top(tag::LOAD) | 0x104, 0x1000], Some(&cache()));
+        assert_eq!(t, ex(&[0x100, 0x104, 0x108, 0x10c]));
+        assert_eq!(d.error.unwrap().offset, 8);
+    }
+
+    /// The events of the stream the splitting tests cut into chunks, each
+    /// as its words (chunks are cut between events).
+    fn block_stream() -> Vec<Vec<u64>> {
+        let sc = syscall_words(true, 4004, 3, [1, 2, 3, 0, 0, 0], b"hi", 2);
+        let mut regs = vec![wire::frame(tag::REGS, 1, 5), 0x204];
+        regs.extend([7, 8, 9]);
+        vec![
+            vec![0x10],
+            vec![run_w(0)],
+            load(0x104).to_vec(),
+            store(0x104).to_vec(),
+            vec![run_w(1)],
+            regs,
+            vec![0x204],
+            vec![run_w(0)],
+            vec![cut_w(0x104)],
+            vec![0x11, 0x12],
+            vec![run_w(2)],
+            sc.clone(),
+            vec![run_w(3)],
+            store(0x1000 + 4 * 33).to_vec(),
+            load(0x1000 + 4 * 66).to_vec(),
+            vec![top(tag::CUT_LONG), 0x1000 + 4 * 67],
+            vec![run_w(0)],
+            vec![run_w(NO_ENTRY)],
+            vec![0x20],
+            load(0x104).to_vec(),
+            vec![run_w(1)],
+            vec![top(tag::EXEC_LONG), 0x208],
+            vec![cut_w(0x999)],
+            vec![run_w(2)],
+            vec![cut_w(0x300)],
+            vec![cut_w(0x300)],
+            vec![run_w(0)],
+            vec![wire::frame(tag::BLOCK, 1, 3), 0x900, 4],
+            vec![run_w(2)],
+            vec![0x304],
+            vec![0x999],
+            vec![run_w(0)],
+            load(0x108).to_vec(),
+            vec![run_w(1)],
+        ]
+    }
+
+    /// Decodes the stream cut at the event boundaries `cuts` (indexes into
+    /// [`block_stream`]'s events), chunks decoded out of order.
+    fn split(events: &[Vec<u64>], cuts: &[usize], c: &BlockCache) -> (Vec<Ev>, Decoded) {
+        let mut chunks = Vec::new();
+        let mut from = 0;
+        for &to in cuts.iter().chain([&events.len()]) {
+            chunks.push(bytes(&events[from..to].concat()));
+            from = to;
+        }
+        let refs: Vec<&[u8]> = chunks.iter().map(|c| &c[..]).collect();
+        let mut t = Vec::new();
+        let d = decode_stream::<Rec>(&(), &(), &refs, &layout(32), Some(c), &mut t);
+        (t, d)
+    }
+
+    #[test]
+    fn chunks_split_anywhere_stitch_to_the_whole() {
+        let events = block_stream();
+        let c = cache();
+        let (whole, d) = split(&events, &[], &c);
+        assert_eq!(d.error, None);
+        assert_eq!(d.events, whole.len() as u64);
+        // Spot checks of the whole against the rules.
+        assert_eq!(
+            whole[..6],
+            [
+                ex(&[0x10, 0x100, 0x104]),
+                vec![rd(0x104), wr(0x104)],
+                ex(&[0x108])
+            ]
+            .concat()[..]
+        );
+        assert_eq!(
+            whole
+                .iter()
+                .filter(|e| matches!(e, Ev::Syscall { .. }))
+                .count(),
+            1
+        );
+        let n = events.len();
+        for a in 0..=n {
+            let (t, d) = split(&events, &[a], &c);
+            assert_eq!(d.error, None, "split at {a}");
+            assert_eq!(t, whole, "split at {a}");
+            assert_eq!(d.events, whole.len() as u64, "split at {a}");
+            for b in a..=n {
+                let (t, d) = split(&events, &[a, b], &c);
+                assert_eq!(t, whole, "split at {a}, {b}");
+                assert_eq!(d.events, whole.len() as u64, "split at {a}, {b}");
+            }
+        }
+        // Every event its own chunk.
+        let each: Vec<usize> = (1..n).collect();
+        assert_eq!(split(&events, &each, &c).0, whole);
+    }
+
+    #[test]
+    fn heads_stop_at_the_first_cut_or_other_event() {
+        let lay = layout(32);
+        let w = cat(&[&[0x10], &load(0x104), &[cut_w(0x104), 0x20]]);
+        assert_eq!(head_len(&w, lay.reg_words), 5);
+        assert_eq!(head_len(&[0x10, run_w(0), 0x20], lay.reg_words), 1);
+        assert_eq!(head_len(&[0x10, top(tag::LOAD) | 4, 1], lay.reg_words), 1);
+        assert_eq!(head_len(&[0x10, top(tag::CUT_LONG)], lay.reg_words), 1);
+        assert_eq!(
+            head_len(&[wire::frame(tag::REGS, 3, 5), 0, 0, 0, 0], lay.reg_words),
+            0
+        );
+        assert_eq!(
+            head_len(&[wire::frame(tag::REGS, 0, 5), 0, 0, 0, 0], lay.reg_words),
+            5
+        );
+        assert_eq!(head_len(&[0x10, 0x14], lay.reg_words), 2);
+        // A chunk that is all head leaves the carried block open; one with
+        // a body replaces it.
+        let c = cache();
+        let mut carry = Some(OpenBlock {
+            block: c.get(0).unwrap(),
+            next: 1,
+        });
+        let mut seam = Seam::default();
+        let mut t = Vec::new();
+        let d = decode::<Rec>(
+            &(),
+            &(),
+            &bytes(&load(0x108)),
+            &lay,
+            Some(&c),
+            &mut t,
+            &mut seam,
+        );
+        assert!(t.is_empty() && d.events == 0 && !seam.body);
+        let n = stitch::<Rec>(&(), &(), &lay, &mut carry, &seam, &mut t);
+        assert_eq!(t, [ex(&[0x104, 0x108]), vec![rd(0x108)]].concat());
+        assert_eq!((n, carry.as_ref().map(|o| o.next)), (3, Some(3)));
+        t.clear();
+        let d = decode::<Rec>(
+            &(),
+            &(),
+            &bytes(&[0x10c, run_w(2), 0x300]),
+            &lay,
+            Some(&c),
+            &mut t,
+            &mut seam,
+        );
+        // The block's exec of 0x300, then the event's own.
+        assert_eq!(t, ex(&[0x300, 0x300]));
+        assert_eq!(d.events, 2);
+        assert_eq!(seam.tail.as_ref().map(|o| o.next), Some(1));
+        t.clear();
+        let n = stitch::<Rec>(&(), &(), &lay, &mut carry, &seam, &mut t);
+        assert_eq!((n, t), (2, ex(&[0x10c, 0x10c])));
+        t = Vec::new();
+        assert_eq!(finish::<Rec>(&(), &(), &mut carry, &mut t), 1);
+        assert_eq!(t, ex(&[0x304]));
+        assert!(carry.is_none());
+    }
+
+    /// Random words, biased towards framed tags with plausible lengths and
+    /// towards run and cut events of the test table, never panic the
+    /// decoder, and what it reports adds up; split in two, the same.
     #[test]
     fn random_chunks_never_panic() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -1611,28 +2614,175 @@ mod tests {
             x ^= x << 17;
             x
         };
+        let c = cache();
         for _ in 0..20_000 {
             let n = (next() % 24) as usize;
             let words: Vec<u64> = (0..n)
                 .map(|_| {
                     let r = next();
-                    match r % 6 {
+                    match r % 9 {
                         0 => r >> 8,
-                        1 => wire::frame(
-                            0x20 + (r >> 8) as u8 % 8,
-                            (r >> 16) as u32 & 0xff_ffff,
-                            (r >> 40) as u32 % 16,
-                        ),
+                        // Any length, 0 too (`wire::frame` would refuse it).
+                        1 => {
+                            top(0x20 + (r >> 8) as u8 % 8)
+                                | ((r >> 16) & 0xff_ffff) << 32
+                                | ((r >> 40) % 16)
+                        }
                         2 => r % 64,
+                        3 => top(tag::RUN) | ((r >> 8) % 6),
+                        4 => top(tag::RUN) | NO_ENTRY,
+                        5 => {
+                            let t = [tag::CUT, tag::CUT_LONG, tag::LOAD | 2, tag::EXEC]
+                                [(r >> 62) as usize];
+                            top(t) | [0x100, 0x104, 0x204, 0x1000, 0x1004, 7][(r >> 8) as usize % 6]
+                        }
+                        6 => [0x100, 0x104, 0x108, 0x10c, 0x200, 0x204][(r >> 8) as usize % 6],
                         _ => r,
                     }
                 })
                 .collect();
-            let (t, d) = run(&words, 32);
+            let (t, d) = run_blocks(&words, Some(&c));
             assert_eq!(t.len() as u64, d.events);
             if let Some(e) = d.error {
                 assert_eq!(e.offset + e.skipped_bytes, n * 8);
+                assert!(!e.to_string().chars().any(char::is_control));
             }
+            let at = (next() % (n as u64 + 1)) as usize;
+            let (a, b) = (bytes(&words[..at]), bytes(&words[at..]));
+            let mut t2 = Vec::new();
+            let d2 = decode_stream::<Rec>(&(), &(), &[&a, &b], &layout(32), Some(&c), &mut t2);
+            assert_eq!(t2.len() as u64, d2.events);
+            if d.error.is_none() && d2.error.is_none() {
+                assert_eq!(t, t2, "{words:x?} split at {at}");
+            }
+        }
+    }
+
+    /// A RUN-heavy chunk, decoded whole: the stream of blocks of `len`
+    /// instructions, `chunk_words` words of run events.
+    fn run_chunk(blocks: u64, chunk_words: usize) -> Vec<u64> {
+        (0..chunk_words as u64)
+            .map(|k| top(tag::RUN) | ((k * 7919) % blocks))
+            .collect()
+    }
+
+    /// Decode speed of run events, expanded into exec callbacks. Run with
+    /// `cargo test -p cannoli --release -- --ignored --nocapture run_speed`.
+    #[test]
+    #[ignore]
+    fn run_speed() {
+        use std::time::Instant;
+
+        /// `examples/benchmark`'s callback: fold the pc into the chunk's
+        /// one checksum.
+        #[derive(Clone, Copy, Default)]
+        struct Fold(u64, u64);
+        struct Bench;
+        impl Cannoli for Bench {
+            type Trace = Fold;
+            type TidContext = ();
+            type PidContext = ();
+            fn init_pid(_: &ClientInfo) -> Arc<()> {
+                Arc::new(())
+            }
+            fn init_tid(_: &(), _: &ClientInfo) -> (Self, ()) {
+                (Bench, ())
+            }
+            #[inline(always)]
+            fn exec(_: &(), _: &(), pc: u64, t: &mut Vec<Fold>) {
+                match t.last_mut() {
+                    Some(f) => {
+                        f.0 = f.0.rotate_left(5) ^ pc;
+                        f.1 += 1;
+                    }
+                    None => t.push(Fold(pc, 1)),
+                }
+            }
+        }
+
+        for (len, blocks) in [(5usize, 64u64), (5, 4096), (100, 64), (100, 4096)] {
+            let table: Vec<_> = (0..blocks)
+                .map(|b| {
+                    let pcs: Vec<u64> = (0..len as u64)
+                        .map(|i| 0x40_0000 + b * 0x1000 + 4 * i)
+                        .collect();
+                    crate::blocks::tests::entry(&pcs, &vec![true; len])
+                })
+                .collect();
+            let c = BlockCache::new(Arc::new(table));
+            // 1 MiB chunks.
+            let words = run_chunk(blocks, 1 << 17);
+            let b = bytes(&words);
+            let lay = layout(64);
+            let mut t = Vec::new();
+            let mut seam = Seam::default();
+            let per = (words.len() * len) as u64;
+            let rounds = (2_000_000_000 / per).max(2);
+            // Warm: fill the cache.
+            decode::<Bench>(&(), &(), &b, &lay, Some(&c), &mut t, &mut seam);
+            let start = Instant::now();
+            let mut ev = 0;
+            for _ in 0..rounds {
+                t.clear();
+                let d = decode::<Bench>(
+                    &(),
+                    &(),
+                    std::hint::black_box(&b),
+                    &lay,
+                    Some(&c),
+                    &mut t,
+                    &mut seam,
+                );
+                ev += d.events;
+                std::hint::black_box(&t);
+            }
+            let s = start.elapsed().as_secs_f64();
+            // The last block stays open (the next chunk's stitch closes it).
+            assert_eq!(ev, rounds * (per - len as u64));
+            eprintln!(
+                "{blocks} blocks of {len}: {:.3} ns per expanded instruction, {:.1} ns per run event ({:.2} G instructions/s)",
+                s * 1e9 / ev as f64,
+                s * 1e9 / (rounds as f64 * words.len() as f64),
+                ev as f64 / s / 1e9
+            );
+        }
+        // For comparison: the same instructions as exec events, with no
+        // head (a run of no block first: the JIT's fallback when the table
+        // is full) and all head (an old stream: decoded in the stitch).
+        for (name, first) in [
+            ("after a run", Some(top(tag::RUN) | NO_ENTRY)),
+            ("all head", None),
+        ] {
+            let pure: Vec<u64> = first
+                .into_iter()
+                .chain((0..(1u64 << 17) - 1).map(|i| 0x40_0000 + 4 * i))
+                .collect();
+            let b = bytes(&pure);
+            let mut t = Vec::new();
+            let rounds = 2000;
+            let start = Instant::now();
+            let mut ev = 0;
+            let lay = layout(64);
+            for _ in 0..rounds {
+                t.clear();
+                let mut seam = Seam::default();
+                let d = decode::<Bench>(
+                    &(),
+                    &(),
+                    std::hint::black_box(&b),
+                    &lay,
+                    None,
+                    &mut t,
+                    &mut seam,
+                );
+                let mut open = None;
+                ev += d.events + stitch::<Bench>(&(), &(), &lay, &mut open, &seam, &mut t);
+            }
+            let s = start.elapsed().as_secs_f64();
+            eprintln!(
+                "exec events ({name}): {:.3} ns per instruction",
+                s * 1e9 / ev as f64
+            );
         }
     }
 
@@ -1716,7 +2866,14 @@ mod tests {
             let mut ev = 0;
             for _ in 0..rounds {
                 t.clear();
-                let d = decode::<Count>(&(), &(), std::hint::black_box(&b), &lay, &mut t);
+                let d = decode_stream::<Count>(
+                    &(),
+                    &(),
+                    &[std::hint::black_box(&b)],
+                    &lay,
+                    None,
+                    &mut t,
+                );
                 ev += d.events;
                 std::hint::black_box(&t);
             }
@@ -1731,11 +2888,12 @@ mod tests {
             let mut ev = 0;
             let mut t2 = Vec::new();
             for _ in 0..rounds {
-                let d = decode::<Nothing>(
+                let d = decode_stream::<Nothing>(
                     &(),
                     &Default::default(),
-                    std::hint::black_box(&b),
+                    &[std::hint::black_box(&b)],
                     &lay,
+                    None,
                     &mut t2,
                 );
                 ev += d.events;

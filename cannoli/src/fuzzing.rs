@@ -4,8 +4,12 @@
 //! server's business) while the fuzzers must drive it with chunks and
 //! stream descriptions of their own making, exactly as the server does.
 
-use crate::decode::{self, Layout};
+use std::sync::{Arc, OnceLock};
+
+use crate::blocks::{BlockCache, BlockSource};
+use crate::decode::{self, Layout, Seam};
 use crate::{Cannoli, ClientInfo};
+use wire::blocks::Entry;
 
 /// What [`decode`] found in a chunk: the decoder's own summary, as the
 /// server reads it.
@@ -47,8 +51,85 @@ impl Decoded {
     }
 }
 
-/// Decodes `data` (one chunk) for a stream described by `ci`, calling `T`'s
-/// parallel callbacks, exactly as a worker of the server does.
+impl From<decode::Decoded> for Decoded {
+    fn from(d: decode::Decoded) -> Decoded {
+        Decoded {
+            events: d.events,
+            skipped: d.skipped,
+            skipped_tag: d.skipped_tag,
+            error: d.error,
+        }
+    }
+}
+
+/// The block table run events are read with: [`FAKE_TABLE`]'s entries, as
+/// a source and as a cache filled up front (so that decoding allocates
+/// nothing for it).
+struct Fake {
+    entries: Arc<Vec<Entry>>,
+    cache: BlockCache,
+}
+
+fn fake() -> &'static Fake {
+    static F: OnceLock<Fake> = OnceLock::new();
+    F.get_or_init(|| {
+        let entries: Vec<Entry> = FAKE_TABLE
+            .iter()
+            .map(|(pcs, exec)| {
+                let mut w = vec![0; wire::blocks::entry_words(pcs.len())];
+                wire::blocks::encode_entry(pcs, exec, &mut w);
+                Entry {
+                    pcs: pcs.to_vec(),
+                    exec: w[1 + pcs.len()..].to_vec(),
+                }
+            })
+            .collect();
+        let entries = Arc::new(entries);
+        let cache = BlockCache::new(entries.clone() as Arc<dyn BlockSource>);
+        for id in 0..entries.len() as u64 {
+            cache.fill(id).expect("the fake table's entries are sound");
+        }
+        Fake { entries, cache }
+    })
+}
+
+/// The blocks of the fuzzers' table: (pcs, exec bit of instruction `i`).
+/// Run event `id` names entry `id`; an id past the end is unknown (a
+/// malformed chunk). Small pcs, and pcs the other events of the fuzzers'
+/// inputs use, so that random events fall into them now and then.
+#[allow(clippy::type_complexity)]
+pub const FAKE_TABLE: &[(&[u64], fn(usize) -> bool)] = &[
+    (&[0x1000, 0x1004, 0x1008, 0x100c], |_| true),
+    (&[0x1010, 0x1014, 0x1018], |i| i != 1),
+    (&[0x2000], |_| false),
+    (&SEVENTY, |i| i % 5 != 0),
+    (&[0x1004, 0x1000], |_| true),
+    (&[0x10, 0x14, 0x18, 0x1c], |_| true),
+    (&[0, 1, 2, 3, 4, 5, 6, 7], |i| i != 7),
+    (&[0x400000, 0x400004, 0x400008], |i| i < 2),
+];
+
+/// A block of 70 instructions (two mask words).
+const SEVENTY: [u64; 70] = {
+    let mut a = [0; 70];
+    let mut i = 0;
+    while i < 70 {
+        a[i] = 0x3000 + 4 * i as u64;
+        i += 1;
+    }
+    a
+};
+
+/// The entries of [`FAKE_TABLE`], as `wire::blocks` checks them. The first
+/// call also fills the decoder's cache of them (it allocates).
+pub fn fake_table() -> &'static [Entry] {
+    &fake().entries
+}
+
+/// Decodes `data` for a stream described by `ci`, calling `T`'s parallel
+/// callbacks, exactly as the server does for a stream of this one chunk:
+/// its body as a worker does, then its head (with no block open before it),
+/// then the end of the stream. Run events name [`FAKE_TABLE`]'s blocks.
 pub fn decode<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
@@ -57,13 +138,37 @@ pub fn decode<T: Cannoli>(
     trace: &mut Vec<T::Trace>,
 ) -> Decoded {
     let lay = Layout::new(ci);
-    let d = decode::decode::<T>(pid, tid, data, &lay, trace);
-    Decoded {
-        events: d.events,
-        skipped: d.skipped,
-        skipped_tag: d.skipped_tag,
-        error: d.error,
-    }
+    let mut seam = Seam::default();
+    let mut body = Vec::new();
+    let mut d = decode::decode::<T>(
+        pid,
+        tid,
+        data,
+        &lay,
+        Some(&fake().cache),
+        &mut body,
+        &mut seam,
+    );
+    let mut open = None;
+    d.events += decode::stitch::<T>(pid, tid, &lay, &mut open, &seam, trace);
+    trace.append(&mut body);
+    d.events += decode::finish::<T>(pid, tid, &mut open, trace);
+    d.into()
+}
+
+/// Decodes a stream given as its chunks the way the server does: each
+/// chunk on its own, in reverse order, then their heads stitched and their
+/// traces delivered in order, then the end of the stream. The counts add up
+/// the chunks'; the error is the first (its offset within its chunk).
+pub fn decode_chunks<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    chunks: &[&[u8]],
+    ci: &ClientInfo,
+    trace: &mut Vec<T::Trace>,
+) -> Decoded {
+    let lay = Layout::new(ci);
+    decode::decode_stream::<T>(pid, tid, chunks, &lay, Some(&fake().cache), trace).into()
 }
 
 /// The [`ClientInfo`] the server makes of an accepted hello.

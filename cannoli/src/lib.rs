@@ -60,6 +60,7 @@ use std::sync::Arc;
 use std::{fmt, io};
 
 mod announce;
+mod blocks;
 mod decode;
 mod event;
 #[doc(hidden)]

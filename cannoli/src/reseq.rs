@@ -12,31 +12,38 @@
 //! always below `next + window`.
 //!
 //! Trace buffers are recycled through a small free list.
+//!
+//! Each chunk also carries a value `M` for its delivery (the decoder's
+//! [`Seam`](crate::decode::Seam)), and the delivery loop has a state `S` of
+//! its own (the block the chunks delivered so far left open): whoever
+//! delivers holds it, one deliverer at a time, in seq order.
 
 use std::collections::BTreeMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
 
-pub(crate) struct Reseq<Tr> {
-    state: Mutex<State<Tr>>,
+pub(crate) struct Reseq<Tr, M = (), S = ()> {
+    state: Mutex<State<Tr, M, S>>,
     /// Signalled whenever `next` advances (tickets come back).
     room: Condvar,
     window: usize,
     max_free: usize,
 }
 
-struct State<Tr> {
+struct State<Tr, M, S> {
     /// Seq of the next chunk to deliver.
     next: u64,
     /// Tickets taken and not yet given back.
     outstanding: usize,
     /// Decoded chunks waiting for their turn.
-    pending: BTreeMap<u64, Vec<Tr>>,
-    /// Somebody is running the delivery loop.
+    pending: BTreeMap<u64, (Vec<Tr>, M)>,
+    /// Somebody is running the delivery loop (and holds `serial`).
     delivering: bool,
+    /// The delivery loop's state, between deliveries.
+    serial: Option<S>,
     free: Vec<Vec<Tr>>,
 }
 
-impl<Tr> Reseq<Tr> {
+impl<Tr, M, S: Default> Reseq<Tr, M, S> {
     /// `first` is the seq of the first chunk; at most `window` chunks may be
     /// claimed and not yet delivered.
     pub fn new(first: u64, window: usize) -> Self {
@@ -47,6 +54,7 @@ impl<Tr> Reseq<Tr> {
                 outstanding: 0,
                 pending: BTreeMap::new(),
                 delivering: false,
+                serial: Some(S::default()),
                 free: Vec::new(),
             }),
             room: Condvar::new(),
@@ -55,7 +63,7 @@ impl<Tr> Reseq<Tr> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<Tr>> {
+    fn lock(&self) -> MutexGuard<'_, State<Tr, M, S>> {
         // A poisoned lock means a callback panicked; the process is being
         // torn down anyway (see `server`), the state itself is still sound.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -83,25 +91,35 @@ impl<Tr> Reseq<Tr> {
         self.room.notify_all();
     }
 
-    /// Hands in the decoded trace of chunk `seq`. If it is the one due, this
-    /// call delivers it and every buffered successor through `deliver`, in
-    /// seq order; otherwise it parks it and returns at once.
-    pub fn complete(&self, seq: u64, buf: Vec<Tr>, mut deliver: impl FnMut(&[Tr])) {
+    /// Hands in the decoded trace of chunk `seq` and its `meta`. If it is
+    /// the one due, this call delivers it and every buffered successor
+    /// through `deliver` (with the delivery state), in seq order; otherwise
+    /// it parks it and returns at once.
+    pub fn complete(
+        &self,
+        seq: u64,
+        buf: Vec<Tr>,
+        meta: M,
+        mut deliver: impl FnMut(&[Tr], M, &mut S),
+    ) {
         let mut st = self.lock();
-        let mut cur = if !st.delivering && seq == st.next {
-            buf
+        let (mut cur, mut meta) = if !st.delivering && seq == st.next {
+            (buf, meta)
         } else {
             debug_assert!(
                 seq >= st.next,
                 "chunk {seq} completed twice or out of window"
             );
-            st.pending.insert(seq, buf);
+            st.pending.insert(seq, (buf, meta));
             return;
         };
         st.delivering = true;
+        // Only the deliverer takes it, and gives it back before it stops
+        // delivering (a panicking callback ends the process).
+        let mut serial = st.serial.take().unwrap_or_default();
         loop {
             drop(st);
-            deliver(&cur);
+            deliver(&cur, meta, &mut serial);
             cur.clear();
             st = self.lock();
             st.next += 1;
@@ -112,13 +130,20 @@ impl<Tr> Reseq<Tr> {
             self.room.notify_all();
             let next = st.next;
             match st.pending.remove(&next) {
-                Some(b) => cur = b,
+                Some((b, m)) => (cur, meta) = (b, m),
                 None => {
+                    st.serial = Some(serial);
                     st.delivering = false;
                     return;
                 }
             }
         }
+    }
+
+    /// The delivery state, once every chunk is delivered (the stream's
+    /// end).
+    pub fn take_serial(&self) -> S {
+        self.lock().serial.take().unwrap_or_default()
     }
 
     /// Seq of the next chunk due.
@@ -152,21 +177,40 @@ mod tests {
         let mut bufs: Vec<Option<Vec<u64>>> = bufs.into_iter().map(Some).collect();
         // Completion order 3, 1, 4, 0, 2.
         for seq in [3u64, 1, 4] {
-            r.complete(seq, bufs[seq as usize].take().unwrap(), |t| {
+            r.complete(seq, bufs[seq as usize].take().unwrap(), (), |t, (), _| {
                 out.extend_from_slice(t)
             });
             assert!(out.is_empty());
         }
         assert_eq!(r.parked(), 3);
-        r.complete(0, bufs[0].take().unwrap(), |t| out.extend_from_slice(t));
+        r.complete(0, bufs[0].take().unwrap(), (), |t, (), _| {
+            out.extend_from_slice(t)
+        });
         assert_eq!(out, vec![0, 1, 10, 11]);
         assert_eq!(r.next(), 2);
-        r.complete(2, bufs[2].take().unwrap(), |t| out.extend_from_slice(t));
+        r.complete(2, bufs[2].take().unwrap(), (), |t, (), _| {
+            out.extend_from_slice(t)
+        });
         assert_eq!(out, vec![0, 1, 10, 11, 20, 21, 30, 31, 40, 41]);
         assert_eq!(r.next(), 5);
         assert_eq!(r.parked(), 0);
         // Buffers come back empty.
         assert!(r.claim().is_empty());
+    }
+
+    #[test]
+    fn metas_and_the_serial_state_follow_the_delivery_order() {
+        let r = Reseq::<u64, u64, Vec<u64>>::new(0, 8);
+        let bufs: Vec<Vec<u64>> = (0..4).map(|_| r.claim()).collect();
+        let mut seen = Vec::new();
+        for (seq, b) in bufs.into_iter().enumerate().rev() {
+            r.complete(seq as u64, b, seq as u64 * 100, |_, m, s| {
+                s.push(m);
+                seen.push(s.len());
+            });
+        }
+        assert_eq!(seen, [1, 2, 3, 4]);
+        assert_eq!(r.take_serial(), [0, 100, 200, 300]);
     }
 
     #[test]
@@ -186,12 +230,12 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(claimed.load(Ordering::SeqCst), 0, "third claim must wait");
         // Out of order completion does not free a ticket...
-        r.complete(11, b1, |_| {});
+        r.complete(11, b1, (), |_, (), _| {});
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert_eq!(claimed.load(Ordering::SeqCst), 0);
         // ...delivery does.
         let mut n = 0;
-        r.complete(10, b0, |_| n += 1);
+        r.complete(10, b0, (), |_, (), _| n += 1);
         assert_eq!(n, 2);
         t.join().unwrap();
         assert_eq!(claimed.load(Ordering::SeqCst), 1);
@@ -226,7 +270,9 @@ mod tests {
                             std::hint::spin_loop();
                         }
                         b.push(seq);
-                        r.complete(seq, b, |t| out.lock().unwrap().extend_from_slice(t));
+                        r.complete(seq, b, (), |t, (), _| {
+                            out.lock().unwrap().extend_from_slice(t)
+                        });
                     }
                 });
             }

@@ -20,7 +20,8 @@ use wire::channel::{private_dir, read_line, runtime_dir, Addr, Sock};
 use wire::{parse_control, Control, Token};
 
 use crate::announce::Announced;
-use crate::decode::{decode, Layout};
+use crate::blocks::{cache_for, BlockCache};
+use crate::decode::{decode, finish, stitch, Carry, Layout, Seam};
 use crate::handshake::{handshake, Accepted, Refusal, Tables};
 use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Error, Stats};
@@ -545,9 +546,10 @@ struct Conn<'a, T: Cannoli> {
     consumer: &'a Consumer,
     /// The block table of the stream's process (shared by its streams), if
     /// QEMU's side sent one.
-    #[allow(dead_code)] // until the decoder reads run events with it
     pub(crate) blocks: Option<Arc<TableReader>>,
-    reseq: Reseq<T::Trace>,
+    /// Chunks back in order, with what stitching each one needs, and the
+    /// block the chunks delivered so far left open.
+    reseq: Reseq<T::Trace, Seam, Carry<T::Trace>>,
     layout: Layout<'a>,
     pid: i32,
     tid: i32,
@@ -711,6 +713,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
             incomplete = 1;
         }
     });
+    end_of_stream(&conn);
     // A chunk the ring refused (a producer that broke the ring protocol)
     // ended the stream early: what came after it is unknown.
     if let Some(v) = consumer.violation() {
@@ -842,10 +845,24 @@ fn control<T: Cannoli>(reader: &mut BufReader<Sock>, conn: &Conn<'_, T>) -> bool
     }
 }
 
+/// Every chunk is delivered: the block the last one left open ran to its
+/// end (delivered as one last trace).
+fn end_of_stream<T: Cannoli>(conn: &Conn<'_, T>) {
+    let mut carry = conn.reseq.take_serial();
+    carry.buf.clear();
+    let n = finish::<T>(conn.pid_ctx, conn.tid_ctx, &mut carry.open, &mut carry.buf);
+    conn.events.fetch_add(n, Ordering::Relaxed);
+    if !carry.buf.is_empty() {
+        lock(&conn.tool).trace(conn.pid_ctx, conn.tid_ctx, &carry.buf);
+    }
+}
+
 /// One worker: claim a chunk, decode it into a trace buffer, release it,
 /// hand the buffer to the resequencer. Until the ring is finished.
 fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
     let (mut events, mut chunks, mut bytes, mut lost, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    // The process's block cache (shared by its streams, as the table is).
+    let cache: Option<Arc<BlockCache>> = conn.blocks.clone().map(|t| cache_for(t));
     let call_in_at = (conn.consumer.chunk_count() as u64 - 1).max(1);
     loop {
         let mut buf = conn.reseq.claim();
@@ -882,7 +899,16 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
         };
         let seq = chunk.seq();
         let data = chunk.data();
-        let d = decode::<T>(conn.pid_ctx, conn.tid_ctx, data, &conn.layout, &mut buf);
+        let mut seam = Seam::default();
+        let d = decode::<T>(
+            conn.pid_ctx,
+            conn.tid_ctx,
+            data,
+            &conn.layout,
+            cache.as_deref(),
+            &mut buf,
+            &mut seam,
+        );
         bytes += data.len() as u64;
         drop(chunk); // give the slot back to QEMU before the serial phase
         chunks += 1;
@@ -903,9 +929,27 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
                 conn.pid, conn.tid
             );
         }
-        conn.reseq.complete(seq, buf, |trace| {
+        conn.reseq.complete(seq, buf, seam, |trace, seam, carry| {
+            // The chunk's head, with the block the chunks before it left
+            // open, is delivered before its body.
+            carry.buf.clear();
+            events += stitch::<T>(
+                conn.pid_ctx,
+                conn.tid_ctx,
+                &conn.layout,
+                &mut carry.open,
+                &seam,
+                &mut carry.buf,
+            );
+            if carry.buf.is_empty() && trace.is_empty() {
+                return;
+            }
+            let mut tool = lock(&conn.tool);
+            if !carry.buf.is_empty() {
+                tool.trace(conn.pid_ctx, conn.tid_ctx, &carry.buf);
+            }
             if !trace.is_empty() {
-                lock(&conn.tool).trace(conn.pid_ctx, conn.tid_ctx, trace);
+                tool.trace(conn.pid_ctx, conn.tid_ctx, trace);
             }
         });
     }

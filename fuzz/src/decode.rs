@@ -136,6 +136,7 @@ pub fn check(stream: &Stream, chunk: &[u8]) {
     //    7 bytes allocated in all per byte): linear in the chunk, whatever
     //    lengths the chunk states.
     let mut count: Vec<()> = Vec::new();
+    fuzzing::fake_table(); // its first use fills the decoder's cache
     let before = crate::ALLOC.total_allocated();
     let d = fuzzing::decode::<Tally>(&(), &(), data, &ci, &mut count);
     let allocated = crate::ALLOC.total_allocated() - before;
@@ -173,7 +174,7 @@ pub fn check(stream: &Stream, chunk: &[u8]) {
     assert_eq!(d.error_offset(), r.error.map(|e| e.0), "malformed offset");
     assert_eq!(d.error_skipped_bytes(), r.error.map_or(0, |e| e.1));
     // 3. Every byte accounted for once.
-    let total = 8 * (r.event_words + r.skipped_words) + d.error_skipped_bytes();
+    let total = 8 * (r.event_words + r.skipped_words + r.block_words) + d.error_skipped_bytes();
     assert_eq!(total, chunk.len(), "bytes accounted for: {d:?}");
     if let Some(off) = d.error_offset() {
         assert_eq!(off + d.error_skipped_bytes(), chunk.len());
@@ -188,6 +189,33 @@ pub fn check(stream: &Stream, chunk: &[u8]) {
         assert_eq!(chunk.len() % 8, 0);
     }
     let _: &Decoded = &d;
+
+    // 4. Cut into two or three chunks between events, decoded out of order
+    //    and stitched back in order: the same events.
+    if r.error.is_none() && !r.starts.is_empty() {
+        let h = chunk.iter().fold(0x811c_9dc5u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
+        let s = &r.starts;
+        let (a, b) = (
+            s[h as usize % s.len()] * 8,
+            s[(h >> 32) as usize % s.len()] * 8,
+        );
+        let (a, b) = (a.min(b), a.max(b));
+        for cuts in [vec![a], vec![a, b]] {
+            let mut parts = Vec::new();
+            let mut from = 0;
+            for &to in cuts.iter().chain([&chunk.len()]) {
+                parts.push(&data[from..to]);
+                from = to;
+            }
+            let mut split = Vec::new();
+            let ds = fuzzing::decode_chunks::<Rec>(&(), &(), &parts, &ci, &mut split);
+            assert_eq!(ds.error_offset(), None, "cut at {cuts:?}");
+            assert_eq!(ds.events, d.events, "cut at {cuts:?}");
+            assert!(split == got, "cut at {cuts:?}: the stitched events differ");
+        }
+    }
 }
 
 fn words_as_bytes_mut(w: &mut [u64]) -> &mut [u8] {
@@ -386,6 +414,65 @@ pub struct Reading {
     pub skipped_tag: Option<u8>,
     /// Offset and skipped bytes of the malformed rest.
     pub error: Option<(usize, usize)>,
+    /// Words of run and cut events (they stand for the block instructions
+    /// among `events`, or for nothing).
+    pub block_words: usize,
+    /// The word each event (run and cut events too) starts at: where the
+    /// chunk may be cut in two.
+    pub starts: Vec<usize>,
+}
+
+/// The pc an event of an instruction carries, if it is one (exec, memory,
+/// registers): the events placed in the running block.
+fn insn_pc(e: &Ev) -> Option<u64> {
+    match *e {
+        Ev::Exec(pc)
+        | Ev::Read(pc, ..)
+        | Ev::Write(pc, ..)
+        | Ev::ReadWide(pc, ..)
+        | Ev::WriteWide(pc, ..)
+        | Ev::Regs(pc, _)
+        | Ev::Branch(pc, ..) => Some(pc),
+        _ => None,
+    }
+}
+
+/// The running block of the reference reading: its entry in
+/// `fuzzing::fake_table()` and the first instruction not reported yet.
+type Running = Option<(&'static wire::blocks::Entry, usize)>;
+
+/// Reports the instructions `from..to` of `e` whose exec bit is set.
+fn expand(e: &wire::blocks::Entry, from: usize, to: usize, out: &mut Vec<Ev>) {
+    for k in from..to {
+        if e.is_exec(k) {
+            out.push(Ev::Exec(e.pcs[k]));
+        }
+    }
+}
+
+/// The running block ran to its end.
+fn close(run: &mut Running, out: &mut Vec<Ev>) {
+    if let Some((e, next)) = run.take() {
+        expand(e, next, e.pcs.len(), out);
+    }
+}
+
+/// An event of the instruction at `pc` (before the event itself), or a
+/// cut at `pc`, as `wire/src/lib.rs`'s Blocks section describes them.
+fn place(run: &mut Running, pc: u64, is_cut: bool, out: &mut Vec<Ev>) {
+    let Some((e, next)) = *run else { return };
+    if let Some(j) = (next..e.pcs.len()).find(|&j| e.pcs[j] == pc) {
+        expand(e, next, j + 1, out);
+        *run = if is_cut { None } else { Some((e, j + 1)) };
+    } else if next > 0 && e.pcs[next - 1] == pc {
+        if is_cut {
+            *run = None;
+        }
+    } else if is_cut {
+        *run = None;
+    } else {
+        close(run, out);
+    }
 }
 
 /// Reads a chunk word by word as the wire format documents it (the tables
@@ -428,10 +515,47 @@ pub fn reference(chunk: &[u8], bits: u32, reg_words: usize) -> Reading {
             Ev::WriteWide(pc, addr & amask, v)
         }
     };
+    let table = cannoli::fuzzing::fake_table();
+    let mut run: Running = None;
     while i < n {
         let first = w[i];
         let t = (first >> 56) as u8;
         let left = n - i;
+        r.starts.push(i);
+        // Run and cut events.
+        let pc = first & PC_MASK;
+        let block_event = match t {
+            tag::RUN if pc == wire::blocks::NO_ENTRY => Some(Some(None)),
+            tag::RUN => Some(table.get(pc as usize).map(Some)),
+            tag::CUT => Some(Some(None)),
+            tag::CUT_LONG => Some((left >= 2).then_some(None)),
+            _ => None,
+        };
+        match block_event {
+            Some(Some(opened)) => {
+                let len = if t == tag::CUT_LONG { 2 } else { 1 };
+                if t == tag::RUN {
+                    close(&mut run, &mut r.events);
+                    run = opened.map(|e| (e, 0));
+                } else {
+                    place(
+                        &mut run,
+                        if len == 2 { w[i + 1] } else { pc },
+                        true,
+                        &mut r.events,
+                    );
+                }
+                r.block_words += len;
+                i += len;
+                continue;
+            }
+            Some(None) => {
+                close(&mut run, &mut r.events);
+                r.error = Some((i * 8, chunk.len() - i * 8));
+                return r;
+            }
+            None => {}
+        }
         // (event, its words) or None for a malformed event.
         let ev: Option<(Option<Ev>, usize)> = match t {
             tag::EXEC => Some((Some(Ev::Exec(first)), 1)),
@@ -467,22 +591,30 @@ pub fn reference(chunk: &[u8], bits: u32, reg_words: usize) -> Reading {
         };
         match ev {
             Some((Some(e), len)) => {
+                match insn_pc(&e) {
+                    Some(pc) => place(&mut run, pc, false, &mut r.events),
+                    None => close(&mut run, &mut r.events),
+                }
                 r.events.push(e);
                 r.event_words += len;
                 i += len;
             }
             Some((None, len)) => {
+                close(&mut run, &mut r.events);
                 r.skipped += 1;
                 r.skipped_tag.get_or_insert(t);
                 r.skipped_words += len;
                 i += len;
             }
             None => {
+                close(&mut run, &mut r.events);
                 r.error = Some((i * 8, chunk.len() - i * 8));
                 return r;
             }
         }
     }
+    // The end of the stream (of this one chunk).
+    close(&mut run, &mut r.events);
     if whole != chunk.len() {
         r.error = Some((whole, chunk.len() - whole));
     }
@@ -653,6 +785,29 @@ enum Piece {
         words: Vec<u64>,
     },
     Raw(u64),
+    /// A run event: `id` modulo the fake table's length plus two (the
+    /// length itself: an unknown block; plus one: `NO_ENTRY`).
+    Run(u8),
+    /// A cut at instruction `k` of block `id` of the fake table.
+    Cut {
+        id: u8,
+        k: u16,
+        long: bool,
+    },
+    /// An exec (`kind` 0), load (1) or store (2) event of instruction `k`
+    /// of block `id` of the fake table.
+    InBlock {
+        id: u8,
+        k: u16,
+        kind: u8,
+    },
+}
+
+/// The pc of instruction `k` of block `id` of the fake table.
+fn table_pc(id: u8, k: u16) -> u64 {
+    let t = cannoli::fuzzing::fake_table();
+    let pcs = &t[id as usize % t.len()].pcs;
+    pcs[k as usize % pcs.len()]
 }
 
 /// A change to the bytes after the events are laid out.
@@ -802,6 +957,33 @@ fn build(u: &mut Unstructured<'_>, s: &Stream) -> Vec<u8> {
                 w.extend(words);
             }
             Piece::Raw(x) => w.push(x),
+            Piece::Run(id) => {
+                let len = cannoli::fuzzing::fake_table().len() as u64;
+                let id = id as u64 % (len + 2);
+                w.push(
+                    top(tag::RUN)
+                        | if id == len + 1 {
+                            wire::blocks::NO_ENTRY
+                        } else {
+                            id
+                        },
+                );
+            }
+            Piece::Cut { id, k, long } => {
+                let pc = table_pc(id, k);
+                if long {
+                    w.extend([top(tag::CUT_LONG), pc]);
+                } else {
+                    w.push(top(tag::CUT) | pc);
+                }
+            }
+            Piece::InBlock { id, k, kind } => {
+                let pc = table_pc(id, k);
+                match kind % 3 {
+                    0 => w.push(pc),
+                    k => w.extend([top(wire::mem_tag(k == 2, 2)) | pc, 0x1000, 0x2000]),
+                }
+            }
         }
         if w.len() > 1 << 16 {
             break;
