@@ -635,8 +635,10 @@ fn place<T: Cannoli>(
     }
 }
 
-/// A cut at `pc`: the block ran through the instruction at `pc` (if it is
-/// in the rest of the block) and no further.
+/// A cut at `pc`: the block ran through the instruction at `pc` and no
+/// further. A pc that is not in the rest of the block (nor the instruction
+/// just placed) is a cut of another block, one with no run event (no
+/// instruction of it is hooked): the open block ran to its end.
 #[inline(never)]
 fn cut<T: Cannoli>(
     pid: &T::PidContext,
@@ -645,7 +647,12 @@ fn cut<T: Cannoli>(
     pc: u64,
     trace: &mut Vec<T::Trace>,
 ) -> u64 {
-    let Some(j) = find(&o, pc) else { return 0 };
+    let Some(j) = find(&o, pc) else {
+        if o.next > 0 && o.block.pcs[o.next - 1] == pc {
+            return 0;
+        }
+        return close::<T>(pid, tid, o, trace);
+    };
     let mut n = expand::<T>(pid, tid, o.block, o.next, j, trace);
     if o.block.is_exec(j) {
         T::exec(pid, tid, pc, trace);
@@ -2332,13 +2339,13 @@ mod tests {
             &[run_w(0), cut_w(0x104), cut_w(0x108), 0x500],
             ex(&[0x100, 0x104, 0x500]),
         );
-        // Not in the block: ends it, nothing expanded.
+        // Not in the block (a cut of a block without a run event): the
+        // open block ran to its end.
         let mut want = ex(&[0x100, 0x104]);
         want.push(rd(0x104));
-        expect(
-            &cat(&[&[run_w(0)], &load(0x104), &[cut_w(0x999)]]),
-            want.clone(),
-        );
+        let mut all = want.clone();
+        all.extend(ex(&[0x108, 0x10c]));
+        expect(&cat(&[&[run_w(0)], &load(0x104), &[cut_w(0x999)]]), all);
         // The instruction just placed.
         expect(&cat(&[&[run_w(0)], &load(0x104), &[cut_w(0x104)]]), want);
         // The long form.

@@ -537,7 +537,7 @@ fn goodbye_lost_events_and_malformed_chunks_are_counted() {
     let bad = vec![
         vec![0x100, 0x104],
         // Unknown (non-framed) tag 0x05 after one good event; 3 words skipped.
-        vec![0x108, (0x05u64 << 56) | 0x10c, 0x110, 0x114],
+        vec![0x108, (0x07u64 << 56) | 0x10c, 0x110, 0x114],
         // A load cut short.
         vec![0x118, ((tag::LOAD as u64) << 56) | 0x11c, 0x1000],
         vec![0x120],

@@ -468,9 +468,9 @@ fn place(run: &mut Running, pc: u64, is_cut: bool, out: &mut Vec<Ev>) {
         if is_cut {
             *run = None;
         }
-    } else if is_cut {
-        *run = None;
     } else {
+        // Not in the block (a cut of a block with no run event): the
+        // block ran to its end.
         close(run, out);
     }
 }

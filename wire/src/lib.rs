@@ -41,8 +41,10 @@
 //! the instruction whose pc it carries (a block's pcs are distinct). A cut
 //! ends the block early: the instructions after its pc did not run (a
 //! fault, an exception, a syscall, a branch out of the middle of a block).
-//! A reader that finds an event's pc nowhere in the running block treats the
-//! block as ended.
+//! A reader that finds an event's pc (or a cut's) nowhere in the rest of the
+//! running block, nor at the instruction just placed, takes it for an event
+//! of a block with no run event (none of its instructions is hooked): the
+//! running block ran to its end.
 //!
 //! A `0x1f` event whose kind byte is `0x02` or `0x03` carries a 16-byte
 //! access: `tag\|kind`, `pc`, `addr`, low, high (5 words).
