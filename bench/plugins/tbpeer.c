@@ -10,7 +10,8 @@
  * - The callback appends that id to the vcpu's (guest thread's) buffer.
  * - A full buffer, and the rest at thread exit and at exit, is expanded
  *   into the per-instruction pc stream, each pc folded into the thread's
- *   checksum h = rotl(h, 5) ^ pc, and counted.
+ *   Fletcher-style sums (s1 += pc; s2 += s1, mod 2^64), and counted; the
+ *   thread's checksum is s2 ^ rotl(s1, 32) (examples/benchmark's too).
  * - At exit: "total insns: N" (libinsn.so's words) and "pc checksum: 0x..."
  *   (the sum, mod 2^64, of every thread's checksum) via qemu_plugin_outs.
  *
@@ -34,7 +35,7 @@ struct rec {
 enum { BUF = 8192, MAX_VCPUS = 4096, ARENA_WORDS = 1 << 17 };
 
 struct vcpu {
-    uint64_t sum, count;
+    uint64_t s1, s2, count;
     size_t len;
     const struct rec *buf[BUF];
 };
@@ -45,22 +46,19 @@ static size_t arena_left;
 static uint64_t total_sum, total_count;
 static GMutex lock;
 
-static inline uint64_t fold(uint64_t h, uint64_t pc)
-{
-    return ((h << 5) | (h >> 59)) ^ pc;
-}
-
 static void __attribute__((noinline)) drain(struct vcpu *v)
 {
-    uint64_t h = v->sum, n = v->count;
+    uint64_t s1 = v->s1, s2 = v->s2, n = v->count;
     for (size_t i = 0; i < v->len; i++) {
         const struct rec *r = v->buf[i];
         for (uint64_t k = 0; k < r->n; k++) {
-            h = fold(h, r->pc[k]);
+            s1 += r->pc[k];
+            s2 += s1;
         }
         n += r->n;
     }
-    v->sum = h;
+    v->s1 = s1;
+    v->s2 = s2;
     v->count = n;
     v->len = 0;
 }
@@ -81,7 +79,7 @@ static void retire(unsigned int i)
     struct vcpu *v = vcpus[i];
     if (v) {
         drain(v);
-        total_sum += v->sum;
+        total_sum += v->s2 ^ ((v->s1 << 32) | (v->s1 >> 32));
         total_count += v->count;
         vcpus[i] = NULL;
         g_free(v);

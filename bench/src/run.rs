@@ -56,7 +56,7 @@ pub struct Sample {
     pub insns: Option<u64>,
     pub mem: Option<u64>,
     /// The checksum of the pc stream, from the TB peer's log or the client's
-    /// output (when it prints one): every thread's `h = rotl(h, 5) ^ pc`
+    /// output (when it prints one): every thread's Fletcher-style pc checksum
     /// over its pcs in execution order, summed.
     pub pc_checksum: Option<u64>,
     /// What the guest wrote to stdout.

@@ -556,9 +556,7 @@ fn expand<T: Cannoli>(
 ) -> u64 {
     let pcs = &b.pcs[from..to];
     if b.all {
-        for &pc in pcs {
-            T::exec(pid, tid, pc, trace);
-        }
+        T::exec_run(pid, tid, pcs, trace);
         pcs.len() as u64
     } else {
         expand_masked::<T>(pid, tid, b, from, to, trace)
@@ -575,12 +573,20 @@ fn expand_masked<T: Cannoli>(
     to: usize,
     trace: &mut Vec<T::Trace>,
 ) -> u64 {
+    // Runs of reported instructions go out whole.
     let mut n = 0;
-    for k in from..to {
-        if b.is_exec(k) {
-            T::exec(pid, tid, b.pcs[k], trace);
-            n += 1;
+    let mut k = from;
+    while k < to {
+        if !b.is_exec(k) {
+            k += 1;
+            continue;
         }
+        let start = k;
+        while k < to && b.is_exec(k) {
+            k += 1;
+        }
+        T::exec_run(pid, tid, &b.pcs[start..k], trace);
+        n += (k - start) as u64;
     }
     n
 }
@@ -620,11 +626,8 @@ fn place<T: Cannoli>(
     expanded: &mut u64,
 ) -> bool {
     if let Some(j) = find(o, pc) {
-        *expanded += expand::<T>(pid, tid, o.block, o.next, j, trace);
-        if o.block.is_exec(j) {
-            T::exec(pid, tid, pc, trace);
-            *expanded += 1;
-        }
+        // Through the instruction itself (if it is reported).
+        *expanded += expand::<T>(pid, tid, o.block, o.next, j + 1, trace);
         o.next = j + 1;
         true
     } else if o.next > 0 && o.block.pcs[o.next - 1] == pc {
@@ -653,12 +656,7 @@ fn cut<T: Cannoli>(
         }
         return close::<T>(pid, tid, o, trace);
     };
-    let mut n = expand::<T>(pid, tid, o.block, o.next, j, trace);
-    if o.block.is_exec(j) {
-        T::exec(pid, tid, pc, trace);
-        n += 1;
-    }
-    n
+    expand::<T>(pid, tid, o.block, o.next, j + 1, trace)
 }
 
 /// The decode loop proper, over whole words from `cur.i` on, with `open`
@@ -2201,6 +2199,71 @@ mod tests {
 
     fn cat(parts: &[&[u64]]) -> Vec<u64> {
         parts.concat()
+    }
+
+    /// A tool that takes runs whole (`exec_run`) sees the same pcs in the
+    /// same order as one taking them one by one, and each run is a stretch
+    /// of reported instructions with nothing else between them.
+    #[test]
+    fn exec_run_gets_the_same_pcs_in_contiguous_runs() {
+        pub struct Runs;
+        impl Cannoli for Runs {
+            type Trace = (bool, Vec<u64>);
+            type TidContext = ();
+            type PidContext = ();
+            fn init_pid(_: &ClientInfo) -> Arc<()> {
+                Arc::new(())
+            }
+            fn init_tid(_: &(), _: &ClientInfo) -> (Self, ()) {
+                (Runs, ())
+            }
+            fn exec(_: &(), _: &(), pc: u64, t: &mut Vec<(bool, Vec<u64>)>) {
+                t.push((false, vec![pc]));
+            }
+            fn exec_run(_: &(), _: &(), pcs: &[u64], t: &mut Vec<(bool, Vec<u64>)>) {
+                t.push((true, pcs.to_vec()));
+            }
+            fn read(_: &(), _: &(), pc: u64, _: u64, _: u64, _: u8, t: &mut Vec<(bool, Vec<u64>)>) {
+                t.push((false, vec![!pc]));
+            }
+        }
+        let words = cat(&[
+            &[run_w(0), run_w(1)],
+            &load(0x204),
+            &[run_w(3)],
+            &load(0x1000 + 4 * 40),
+            &[cut_w(0x1000 + 4 * 50), 0x10, run_w(2)],
+        ]);
+        let (want, _) = run_blocks(&words, Some(&cache()));
+        let mut got = Vec::new();
+        let d = decode_stream::<Runs>(
+            &(),
+            &(),
+            &[&bytes(&words)],
+            &layout(32),
+            Some(&cache()),
+            &mut got,
+        );
+        assert_eq!(d.error, None);
+        let flat: Vec<Ev> = got
+            .iter()
+            .flat_map(|(_, pcs)| {
+                pcs.iter().map(|&pc| {
+                    if pc > u64::MAX / 2 {
+                        rd(!pc)
+                    } else {
+                        Ev::Exec(pc)
+                    }
+                })
+            })
+            .collect();
+        assert_eq!(flat, want);
+        // Block 0 whole, block 1 around its unreported middle instruction
+        // and its load, block 3 in runs split by its mask and its load.
+        assert_eq!(got[0], (true, vec![0x100, 0x104, 0x108, 0x10c]));
+        assert_eq!(got[1], (true, vec![0x200]));
+        assert!(got.iter().all(|(run, pcs)| !run || !pcs.is_empty()));
+        assert!(got.iter().filter(|(run, _)| *run).count() > 10);
     }
 
     #[test]

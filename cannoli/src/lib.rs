@@ -109,6 +109,26 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     ) {
     }
 
+    /// The instructions at `pcs` are about to execute, in this order, with
+    /// nothing else between them: a run of a translated block (QEMU reports
+    /// a block's execution as one event, which the library expands). The
+    /// default calls [`Cannoli::exec`] for each pc, which is all most tools
+    /// need. A tool that keeps running state per instruction can fold a
+    /// whole run in registers here instead of going through `trace` once
+    /// per instruction (see `examples/benchmark`); it must then do for every
+    /// pc what its `exec` does.
+    #[inline(always)]
+    fn exec_run(
+        pid: &Self::PidContext,
+        tid: &Self::TidContext,
+        pcs: &[u64],
+        trace: &mut Vec<Self::Trace>,
+    ) {
+        for &pc in pcs {
+            Self::exec(pid, tid, pc, trace);
+        }
+    }
+
     /// The instruction at `pc` is about to execute (a `Register` hook), with
     /// the guest's general purpose registers: `regs` holds one little-endian
     /// `u64` word per register, [`ClientInfo::regs`]`.count` of them, in the

@@ -14,12 +14,15 @@
 //! nominal clock (`cpu MHz` in /proc/cpuinfo; the time stamp counter's
 //! measured rate where /proc/cpuinfo has none), divided by the events.
 //!
-//! The exec callback runs for every instruction: it folds the pc into a
-//! checksum, `h = rotl(h, 5) ^ pc` over each guest thread's pcs in execution
-//! order, summed over the threads and printed, so no work can be optimised
-//! away. It is the same function as the TB-level plugin peer's
-//! (`bench/plugins/tbpeer.c`), so on a single-threaded guest the two
-//! checksums are equal.
+//! Every instruction's pc is folded into a checksum, so no work can be
+//! optimised away: a Fletcher-style sum over each guest thread's pcs in
+//! execution order (`s1 += pc; s2 += s1`, mod 2^64; the thread's checksum
+//! is `s2 ^ rotl(s1, 32)`), summed over the threads and printed. It is
+//! order-sensitive, and the same function as the TB-level plugin peer's
+//! (`bench/plugins/tbpeer.c`), so the two checksums are equal. A block's
+//! run of instructions comes as one [`Cannoli::exec_run`] call, folded in
+//! registers; single instructions (the rare events between) come to
+//! `exec`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -30,31 +33,67 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// The pc checksum of a run of exec events: `h` folds them from 0 in order,
-/// `n` counts them. Folds of consecutive runs combine (see [`Fold::then`]),
-/// so each chunk is folded on its worker in the parallel phase and only the
-/// per-chunk results are combined in order.
+/// The pc checksum of a run of exec events: `s1` sums the pcs, `s2` the
+/// running sums (so each pc counts as many times as there are pcs from it
+/// to the end: the order matters), `n` counts them, all mod 2^64. Folds of
+/// consecutive runs combine (see [`Fold::then`]), so each chunk is folded
+/// on its worker in the parallel phase and only the per-chunk results are
+/// combined in order.
 #[derive(Clone, Copy, Default)]
 struct Fold {
-    h: u64,
+    s1: u64,
+    s2: u64,
     n: u64,
 }
 
 impl Fold {
     #[inline(always)]
     fn push(&mut self, pc: u64) {
-        self.h = self.h.rotate_left(5) ^ pc;
+        self.s1 = self.s1.wrapping_add(pc);
+        self.s2 = self.s2.wrapping_add(self.s1);
         self.n += 1;
     }
 
-    /// The fold of `self`'s pcs followed by `next`'s: each of `next`'s pcs
-    /// rotates what came before by 5 more bits, and xor is linear.
+    /// Folds a run of pcs with the state in registers.
+    #[inline(always)]
+    fn push_all(&mut self, pcs: &[u64]) {
+        let (mut s1, mut s2) = (self.s1, self.s2);
+        for &pc in pcs {
+            s1 = s1.wrapping_add(pc);
+            s2 = s2.wrapping_add(s1);
+        }
+        (self.s1, self.s2) = (s1, s2);
+        self.n += pcs.len() as u64;
+    }
+
+    /// The fold of `self`'s pcs followed by `next`'s: each of `next`'s
+    /// running sums also holds all of `self`'s pcs.
     fn then(self, next: Fold) -> Fold {
         Fold {
-            h: self.h.rotate_left((next.n % 64 * 5) as u32) ^ next.h,
+            s1: self.s1.wrapping_add(next.s1),
+            s2: self
+                .s2
+                .wrapping_add(next.s2)
+                .wrapping_add(next.n.wrapping_mul(self.s1)),
             n: self.n + next.n,
         }
     }
+
+    /// The thread's checksum.
+    fn checksum(self) -> u64 {
+        self.s2 ^ self.s1.rotate_left(32)
+    }
+}
+
+/// The chunk's fold: the last value of `trace` (pushed by the chunk's first
+/// instruction).
+#[inline(always)]
+fn current(trace: &mut Vec<Fold>) -> &mut Fold {
+    if trace.is_empty() {
+        trace.push(Fold::default());
+    }
+    let last = trace.len() - 1;
+    &mut trace[last]
 }
 
 /// One per guest thread: the fold of its whole stream so far.
@@ -66,7 +105,7 @@ static PCS: AtomicU64 = AtomicU64::new(0);
 
 impl Drop for Counter {
     fn drop(&mut self) {
-        SUM.fetch_add(self.0.h, Relaxed);
+        SUM.fetch_add(self.0.checksum(), Relaxed);
         PCS.fetch_add(self.0.n, Relaxed);
     }
 }
@@ -90,14 +129,12 @@ impl Cannoli for Counter {
     // instructions (and accesses) only.
     #[inline(always)]
     fn exec(_: &(), _: &(), pc: u64, trace: &mut Vec<Fold>) {
-        match trace.last_mut() {
-            Some(f) => f.push(pc),
-            None => {
-                let mut f = Fold::default();
-                f.push(pc);
-                trace.push(f);
-            }
-        }
+        current(trace).push(pc);
+    }
+
+    #[inline(always)]
+    fn exec_run(_: &(), _: &(), pcs: &[u64], trace: &mut Vec<Fold>) {
+        current(trace).push_all(pcs);
     }
 
     fn trace(&mut self, _: &(), _: &(), trace: &[Fold]) {
@@ -268,12 +305,12 @@ mod tests {
     use super::*;
 
     /// Folding chunk by chunk and combining in order gives the fold of the
-    /// whole stream, wherever the chunks split it (runs longer than 64 pcs
-    /// included: the rotation wraps).
+    /// whole stream, wherever the chunks split it, and a run folded at once
+    /// equals its pcs folded one by one.
     #[test]
     fn chunk_folds_combine() {
         let pcs: Vec<u64> = (0..300u64)
-            .map(|i| 0x40_0000 + i * 4 + (i * i) % 7)
+            .map(|i| 0xffff_ffff_0040_0000 + i * 4 + (i * i) % 7)
             .collect();
         let fold = |pcs: &[u64]| {
             let mut f = Fold::default();
@@ -282,18 +319,24 @@ mod tests {
         };
         let whole = fold(&pcs);
         assert_eq!(whole.n, 300);
+        let mut at_once = Fold::default();
+        at_once.push_all(&pcs[..150]);
+        at_once.push_all(&pcs[150..]);
+        assert_eq!(at_once.checksum(), whole.checksum());
         for (a, b) in [(0, 0), (1, 2), (63, 64), (64, 129), (100, 299), (300, 300)] {
             let split = fold(&pcs[..a]).then(fold(&pcs[a..b])).then(fold(&pcs[b..]));
-            assert_eq!((split.h, split.n), (whole.h, whole.n), "{a} {b}");
+            assert_eq!((split.checksum(), split.n), (whole.checksum(), whole.n), "{a} {b}");
         }
         let mut swapped = pcs.clone();
         swapped.swap(10, 11);
-        assert_ne!(fold(&swapped).h, whole.h);
-        let mut h = 0u64;
+        assert_ne!(fold(&swapped).checksum(), whole.checksum());
+        // The plugin's formula (bench/plugins/tbpeer.c).
+        let (mut s1, mut s2) = (0u64, 0u64);
         for &pc in &pcs {
-            h = (h << 5 | h >> 59) ^ pc;
+            s1 = s1.wrapping_add(pc);
+            s2 = s2.wrapping_add(s1);
         }
-        assert_eq!(whole.h, h, "the plugin's formula");
+        assert_eq!(whole.checksum(), s2 ^ (s1 << 32 | s1 >> 32));
     }
 
     #[test]
