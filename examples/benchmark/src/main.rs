@@ -325,7 +325,11 @@ mod tests {
         assert_eq!(at_once.checksum(), whole.checksum());
         for (a, b) in [(0, 0), (1, 2), (63, 64), (64, 129), (100, 299), (300, 300)] {
             let split = fold(&pcs[..a]).then(fold(&pcs[a..b])).then(fold(&pcs[b..]));
-            assert_eq!((split.checksum(), split.n), (whole.checksum(), whole.n), "{a} {b}");
+            assert_eq!(
+                (split.checksum(), split.n),
+                (whole.checksum(), whole.n),
+                "{a} {b}"
+            );
         }
         let mut swapped = pcs.clone();
         swapped.swap(10, 11);
