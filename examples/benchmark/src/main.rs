@@ -96,21 +96,25 @@ fn current(trace: &mut Vec<Fold>) -> &mut Fold {
     &mut trace[last]
 }
 
-/// One per guest thread: the fold of its whole stream so far.
-struct Counter(Fold);
+/// One per guest thread: the fold of its whole stream so far. With `FOLD`
+/// false (`--count-only`, a diagnostic: what tracing costs without any
+/// per-instruction work in the client) runs are only counted.
+struct Counter<const FOLD: bool>(Fold);
 
 /// Every ended thread's checksum (summed, mod 2^64) and pcs.
 static SUM: AtomicU64 = AtomicU64::new(0);
 static PCS: AtomicU64 = AtomicU64::new(0);
 
-impl Drop for Counter {
+impl<const FOLD: bool> Drop for Counter<FOLD> {
     fn drop(&mut self) {
-        SUM.fetch_add(self.0.checksum(), Relaxed);
+        if FOLD {
+            SUM.fetch_add(self.0.checksum(), Relaxed);
+        }
         PCS.fetch_add(self.0.n, Relaxed);
     }
 }
 
-impl Cannoli for Counter {
+impl<const FOLD: bool> Cannoli for Counter<FOLD> {
     type Trace = Fold;
     type TidContext = ();
     type PidContext = ();
@@ -129,12 +133,20 @@ impl Cannoli for Counter {
     // instructions (and accesses) only.
     #[inline(always)]
     fn exec(_: &(), _: &(), pc: u64, trace: &mut Vec<Fold>) {
-        current(trace).push(pc);
+        if FOLD {
+            current(trace).push(pc);
+        } else {
+            current(trace).n += 1;
+        }
     }
 
     #[inline(always)]
     fn exec_run(_: &(), _: &(), pcs: &[u64], trace: &mut Vec<Fold>) {
-        current(trace).push_all(pcs);
+        if FOLD {
+            current(trace).push_all(pcs);
+        } else {
+            current(trace).n += pcs.len() as u64;
+        }
     }
 
     fn trace(&mut self, _: &(), _: &(), trace: &[Fold]) {
@@ -183,13 +195,15 @@ impl Cannoli for Counter {
 /// Events that are neither instructions nor memory accesses.
 static OTHER: AtomicU64 = AtomicU64::new(0);
 
-const USAGE: &str = "usage: benchmark [--threads N] [PROGRAM [ARGS...]]
+const USAGE: &str = "usage: benchmark [--threads N] [--count-only] [PROGRAM [ARGS...]]
   with PROGRAM: runs it under the patched QEMU (-cannoli libbenchmark.so) and
   exits with its status; without: listens on $CANNOLI_ADDR for QEMU started
-  separately";
+  separately. --count-only (a diagnostic) counts instructions without
+  folding each pc, and prints no checksum";
 
 fn main() {
     let mut threads = 1;
+    let mut fold = true;
     use lexopt::Arg::{Long, Short, Value};
     let mut args = lexopt::Parser::from_env();
     let mut program: Vec<OsString> = Vec::new();
@@ -207,6 +221,7 @@ fn main() {
                     .filter(|&n: &usize| n > 0)
                     .unwrap_or_else(|| bad("--threads needs a number (at least 1)".into()))
             }
+            Long("count-only") => fold = false,
             Short('h') | Long("help") => {
                 println!("{USAGE}");
                 return;
@@ -220,11 +235,15 @@ fn main() {
         }
     }
     let start = Instant::now();
-    let report = launch::Launcher::new(launch::Options {
+    let launcher = launch::Launcher::new(launch::Options {
         hooks: "benchmark",
         threads,
-    })
-    .run::<Counter>(program)
+    });
+    let report = if fold {
+        launcher.run::<Counter<true>>(program)
+    } else {
+        launcher.run::<Counter<false>>(program)
+    }
     .unwrap_or_else(|e| {
         eprintln!("benchmark: {e}");
         std::process::exit(e.exit_code())
@@ -248,7 +267,7 @@ fn main() {
     let _ = writeln!(
         out,
         "{} events in {} chunks (and {other} block, mapping, syscall and signal events), {:.3} s since {}, \
-         {:.1} M events/s, {cycles}{}\npc checksum: {:#018x} ({} pcs)",
+         {:.1} M events/s, {cycles}{}{}",
         events,
         stats.chunks,
         secs,
@@ -259,8 +278,15 @@ fn main() {
         },
         events as f64 / secs / 1e6,
         stats.loss_summary(),
-        SUM.load(Relaxed),
-        PCS.load(Relaxed)
+        if fold {
+            format!(
+                "\npc checksum: {:#018x} ({} pcs)",
+                SUM.load(Relaxed),
+                PCS.load(Relaxed)
+            )
+        } else {
+            format!("\n{} pcs counted, not folded (--count-only)", PCS.load(Relaxed))
+        }
     );
     std::process::exit(report.finish_with_output("benchmark", out.finish()));
 }
