@@ -552,6 +552,11 @@ macro_rules! ours {
             fn simd() {
                 ours(A, "simd", &[], TWO);
             }
+            /// Blocks left from their middle (MIPS branch-likely).
+            #[test]
+            fn earlyexit() {
+                ours(A, "earlyexit", &[], TWO);
+            }
         }
     )*};
 }
