@@ -16,10 +16,13 @@
 //! the client expands it into the per-instruction exec calls. What breaks
 //! the straight line gets its own event: memory accesses, registers
 //! (`Register`/`Branch` hooks, written by a helper), `Once` execs, and a
-//! cut (`wire::tag::CUT`) where the block is left early, either by a
-//! branch out of its middle (a MIPS branch-likely skipping its delay slot:
-//! [`block_exit`]) or by a longjmp out of the JIT (a fault, an exception, a
-//! syscall: [`cut`], called by QEMU's `cpu_loop_exit`). A block with no
+//! cut (`wire::tag::CUT`) where the block is left early: by a longjmp out
+//! of the JIT (a fault, an exception, a syscall: [`cut_words`], written
+//! when QEMU's `cpu_loop_exit` calls the jitter's `cut`), or by a
+//! `goto_tb`, `exit_tb` or `goto_ptr` emitted before the block's last
+//! instruction ([`block_exit`]; QEMU 10's front ends emit those only in a
+//! block's last instruction, even MIPS's branch-likely, which skips its
+//! nullified delay slot from inside the slot, so this is a safeguard). A block with no
 //! table entry (the table is full) gets a run event saying so and one exec
 //! event per instruction, as before blocks.
 //!
