@@ -254,6 +254,7 @@ impl Launcher {
             cmd.arg("-L").arg(root);
         }
         cmd.arg("-cannoli").arg(hooks).arg(&path).args(args);
+        signals::grow_fd_table(&mut cmd);
         Ok(cmd)
     }
 

@@ -115,6 +115,36 @@ pub fn kill_with_parent(cmd: &mut Command) {
     }
 }
 
+/// Grows the child's file descriptor table to its whole `RLIMIT_NOFILE`
+/// before it execs QEMU. QEMU keeps its own files (the jitter's sockets,
+/// rings, block table) at the top of that range, out of the guest's reach;
+/// growing a shared descriptor table there once QEMU has threads (its RCU
+/// thread starts before `main`) waits for an RCU grace period, about 10 ms
+/// of every traced run's start. Growing it here, while the child is one
+/// thread, costs nothing, and exec keeps the table.
+pub fn grow_fd_table(cmd: &mut Command) {
+    // SAFETY: only async-signal-safe calls (getrlimit, dup2, close) between
+    // fork and exec; a failure leaves the table as it was, which only
+    // costs the time this saves.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0
+                && (1..=1 << 20).contains(&lim.rlim_cur)
+            {
+                let top = (lim.rlim_cur - 1) as libc::c_int;
+                for src in 0..3 {
+                    if libc::dup2(src, top) == top {
+                        libc::close(top);
+                        break;
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Waits until the child `pid` has exited without reaping it (its pid stays
 /// valid until the caller's `wait`).
 pub fn wait_exited_nowait(pid: u32) -> io::Result<()> {
