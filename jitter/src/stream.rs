@@ -455,7 +455,7 @@ pub fn finish_with(c: &mut Cursor, after: After, last: impl FnOnce() -> Option<E
                 m.set(0)
             }
         });
-        lock(&STREAMS).remove(&key);
+        // Stays in STREAMS until the goodbye is out (see below).
         Some(STREAM.with(Arc::clone))
     } else {
         lock(&STREAMS)
@@ -487,6 +487,15 @@ pub fn finish_with(c: &mut Cursor, after: After, last: impl FnOnce() -> Option<E
         st.lost_bytes += UNDELIVERED.swap(0, std::sync::atomic::Ordering::Relaxed);
         let exec = matches!(after, After::Exec { successor: true });
         st.finish(c.cursor, exec);
+    }
+    if mine {
+        // Only now, with the goodbye sent and the lock still held: a thread
+        // ending the process meanwhile (its exit_group does not wait for
+        // threads in syscalls, this one's exit or execve) either finds the
+        // stream here and waits for the lock, or finds it gone and finished.
+        // Had it gone earlier, the process could exit between the two, its
+        // last chunk published and no goodbye said.
+        lock(&STREAMS).remove(&key);
     }
     c.cursor = 0;
     c.end = end;
