@@ -382,7 +382,7 @@ pub fn lift_insn(a: &mut Asm, pc: u64) {
             let len = exec_event(a, pc);
             advance(a, len);
         }
-        HookType::Once => lift_once(a, pc),
+        HookType::Once => lift_once(a, pc, run == Run::Unhooked),
     }
 }
 
@@ -403,9 +403,21 @@ fn start_block(l: &Lifter) -> Run {
         .collect();
     let head = wire::frame(tag::BLOCK, n as u32, wire::framed_len(2, n) as u32);
     stream::append_mine(&[head, l.pcs[0]], &lens);
-    match crate::blocks::append(&l.pcs, |i| l.hooks[i] == HookType::Always) {
-        Some(id) => Run::Entry(id),
-        None => Run::PerInsn,
+    let has = |h: HookType| l.hooks.contains(&h);
+    if has(HookType::Always) {
+        match crate::blocks::append(&l.pcs, |i| l.hooks[i] == HookType::Always) {
+            Some(id) => Run::Entry(id),
+            None => Run::PerInsn,
+        }
+    } else if has(HookType::Register) || has(HookType::Branch) {
+        // Register events every run, written by a helper: a run event
+        // with no entry in front of them (nothing to expand).
+        Run::PerInsn
+    } else {
+        // Only `Once` hooks: after the first run the block reports nothing,
+        // so it costs nothing either; each `Once` event carries its own
+        // run event (see `lift_once`).
+        Run::Unhooked
     }
 }
 
@@ -472,8 +484,15 @@ fn exec_event(a: &mut Asm, pc: u64) -> i32 {
 /// runs of this translation cost one jump. The patch is one aligned 16-bit
 /// store, atomic for threads running the same code. With a split W^X code
 /// buffer the code is not writable where it runs, so it reports every run.
-fn lift_once(a: &mut Asm, pc: u64) {
+///
+/// In a block without a run event (`own_run`), the event comes with a run
+/// event saying "no entry", which tells the client that the previous block
+/// ran to its end before it.
+fn lift_once(a: &mut Asm, pc: u64, own_run: bool) {
     if !a.writable_where_it_runs() {
+        if own_run {
+            no_entry_run(a);
+        }
         let len = exec_event(a, pc);
         advance(a, len);
         return;
@@ -483,6 +502,9 @@ fn lift_once(a: &mut Asm, pc: u64) {
     }
     let gate = a.here();
     a.nop2();
+    if own_run {
+        no_entry_run(a);
+    }
     let len = exec_event(a, pc);
     advance(a, len);
     // The store's own length is fixed (9 bytes), so the jump target is known.

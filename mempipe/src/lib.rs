@@ -1204,6 +1204,10 @@ pub struct Consumer {
     /// ring's: the producer cannot make us hand a number out twice or skip
     /// one, which the resequencing of the chunks relies on.
     claimed: AtomicU64,
+    /// Held while a sequence number is claimed and its slot checked, so that
+    /// a refused slot fixes the end before anyone can claim the next one
+    /// ("nothing after a refused chunk"). Taken once per chunk.
+    claim: std::sync::Mutex<()>,
     /// Sequence numbers below this are all the stream will have; [`NO_END`]
     /// until the producer closed, the ring was abandoned or a slot refused.
     end: AtomicU64,
@@ -1502,6 +1506,7 @@ impl Consumer {
             path,
             producer_pid,
             claimed: AtomicU64::new(0),
+            claim: std::sync::Mutex::new(()),
             end: AtomicU64::new(NO_END),
             abandoned: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -1634,16 +1639,19 @@ impl Consumer {
             if self.closed.load(Ordering::Relaxed) {
                 return Poll::Finished;
             }
-            let c = self.claimed.load(Ordering::Relaxed);
-            // Acquire: pairs with the producer's publishing store, so the chunk
-            // and its descriptor are visible once we own seq c < p.
-            let p = self.available();
-            if c < p {
-                if self
-                    .claimed
-                    .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Relaxed)
-                    .is_ok()
-                {
+            {
+                // One claimer at a time: the slot is checked (and a broken
+                // one fixes the stream's end) before the next claim. A
+                // poisoned lock only means a panic elsewhere; the counters
+                // it guards are atomics and stay consistent.
+                let _claim = self.claim.lock().unwrap_or_else(|e| e.into_inner());
+                let c = self.claimed.load(Ordering::Relaxed);
+                // Acquire: pairs with the producer's publishing store, so the
+                // chunk and its descriptor are visible once we own seq c < p.
+                let p = self.available();
+                if c < p {
+                    // Release: `is_finished`/`backlog` read it without the lock.
+                    self.claimed.store(c + 1, Ordering::Release);
                     // Informational copy for whoever inspects the ring.
                     self.ring
                         .header()
@@ -1652,7 +1660,6 @@ impl Consumer {
                         .fetch_max(c + 1, Ordering::Relaxed);
                     return Poll::Got(self.chunk(c));
                 }
-                continue;
             }
             let e = self.end_now();
             if e != NO_END {
