@@ -1301,6 +1301,45 @@ enum Poll<'a> {
 }
 
 /// Refuses a file that is not a regular file of this user.
+/// What [`check_sealed_file`] says of a shared file that fails it.
+pub(crate) struct Sealed<'a> {
+    /// Where such a file comes from (the fix for a wrong owner or kind).
+    pub origin: &'a str,
+    /// Who writes it ("producer", "writer").
+    pub writer: &'a str,
+    /// How to make one right (the fix for missing seals).
+    pub how: &'a str,
+}
+
+/// The checks every shared file passes before it is mapped: a regular file
+/// of this user, sealed against shrinking and growing (else its writer
+/// could truncate it under this process, which would die of SIGBUS).
+/// Returns its metadata for the caller's own checks; a failed check is
+/// `refuse`d with one line.
+pub(crate) fn check_sealed_file(
+    file: &File,
+    what: &str,
+    say: Sealed<'_>,
+    refuse: fn(String) -> Error,
+) -> Result<std::fs::Metadata, Error> {
+    let meta = file
+        .metadata()
+        .map_err(|e| io_error(format_args!("fstat of {what}"), e))?;
+    check_owner(&meta, what, say.origin).map_err(refuse)?;
+    // SAFETY: F_GET_SEALS on an fd the caller owns; it takes no argument.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & RING_SEALS != RING_SEALS {
+        return Err(refuse(format!(
+            "{what} is not sealed against shrinking and growing{}; its {} could truncate it \
+             under this process (which would die of SIGBUS); {}",
+            if seals < 0 { " (not a memfd)" } else { "" },
+            say.writer,
+            say.how
+        )));
+    }
+    Ok(meta)
+}
+
 fn check_owner(meta: &std::fs::Metadata, what: &str, fix: &str) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     if !meta.is_file() {
@@ -1387,25 +1426,16 @@ impl Consumer {
         use std::os::unix::fs::MetadataExt;
         let file = File::from(fd);
         let what = "the ring's fd";
-        let meta = file
-            .metadata()
-            .map_err(|e| io_error(format_args!("fstat of {what}"), e))?;
-        check_owner(
-            &meta,
+        let meta = check_sealed_file(
+            &file,
             what,
-            "a ring is the memfd Producer::create_memfd made",
-        )
-        .map_err(Error::Refused)?;
-        // SAFETY: F_GET_SEALS on an fd we own; it takes no argument.
-        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & RING_SEALS != RING_SEALS {
-            return Err(Error::Refused(format!(
-                "{what} is not sealed against shrinking and growing{}; its producer could \
-                 truncate it under this process (which would die of SIGBUS); a ring must be \
-                 made with Producer::create_memfd, which seals it",
-                if seals < 0 { " (not a memfd)" } else { "" }
-            )));
-        }
+            Sealed {
+                origin: "a ring is the memfd Producer::create_memfd made",
+                writer: "producer",
+                how: "a ring must be made with Producer::create_memfd, which seals it",
+            },
+            Error::Refused,
+        )?;
         let len = meta.len();
         if meta.blocks().saturating_mul(512) < len {
             return Err(Error::Refused(format!(

@@ -46,7 +46,8 @@ use wire::blocks::{
 };
 
 use crate::{
-    check_owner, io_error, memfd_create_named, move_to_floor, open_proc_fd, seal, Error, RING_SEALS,
+    check_sealed_file, io_error, memfd_create_named, move_to_floor, open_proc_fd, seal, Error,
+    Sealed,
 };
 
 /// The name block table memfds get (it shows in `/proc/<pid>/fd` as
@@ -387,25 +388,16 @@ impl TableReader {
     pub fn from_fd(fd: OwnedFd) -> Result<TableReader, Error> {
         let file = File::from(fd);
         let what = "the block table's fd";
-        let meta = file
-            .metadata()
-            .map_err(|e| io_error(format_args!("fstat of {what}"), e))?;
-        check_owner(
-            &meta,
+        let meta = check_sealed_file(
+            &file,
             what,
-            "a block table is the memfd mempipe::TableWriter made",
-        )
-        .map_err(Error::TableRefused)?;
-        // SAFETY: F_GET_SEALS on an fd we own; it takes no argument.
-        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & RING_SEALS != RING_SEALS {
-            return Err(Error::TableRefused(format!(
-                "{what} is not sealed against shrinking and growing{}; its writer could \
-                 truncate it under this process (which would die of SIGBUS); a block table \
-                 must be made with mempipe::TableWriter, which seals it",
-                if seals < 0 { " (not a memfd)" } else { "" }
-            )));
-        }
+            Sealed {
+                origin: "a block table is the memfd mempipe::TableWriter made",
+                writer: "writer",
+                how: "a block table must be made with mempipe::TableWriter, which seals it",
+            },
+            Error::TableRefused,
+        )?;
         if meta.len() != FILE_BYTES as u64 {
             return Err(Error::TableRefused(format!(
                 "{what} is {} bytes, not the {FILE_BYTES} bytes of a block table; the hook \
