@@ -66,10 +66,12 @@ mod event;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+pub mod recording;
 mod reseq;
 mod server;
 
 pub use event::{Signal, Syscall};
+pub use recording::{replay, Recording, Replayed};
 pub use server::Server;
 
 /// Re-export of the wire format crate (event tags, handshake messages).

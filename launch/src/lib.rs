@@ -206,6 +206,29 @@ impl Launcher {
         self
     }
 
+    /// Replays the recording at `path` (made by `cannoli record`) through
+    /// `T` instead of tracing a program: the same callbacks, contexts and
+    /// order as the live run had. `needs` is what the tool needs the
+    /// recording to hold; a recording without it is one clear error. The
+    /// report's status is the recorded program's.
+    pub fn replay<T: Cannoli>(
+        self,
+        path: &std::path::Path,
+        needs: cannoli::recording::Needs,
+    ) -> Result<Report, Error> {
+        let rec = cannoli::Recording::open(path).map_err(|e| Error::Replay(e.to_string()))?;
+        needs
+            .check(rec.hooks())
+            .map_err(|m| Error::Replay(format!("{}: {m}", path.display())))?;
+        drop(rec);
+        let r = cannoli::replay::<T>(path, self.threads).map_err(|e| Error::Replay(e.to_string()))?;
+        Ok(Report {
+            status: r.status.unwrap_or(cannoli::EXIT_INCOMPLETE),
+            exit: None,
+            stats: r.stats,
+        })
+    }
+
     /// Classic mode if `args` is empty, else launch mode.
     pub fn run<T: Cannoli>(
         self,
@@ -504,6 +527,8 @@ pub enum Error {
     Server(cannoli::Error),
     /// Another system call failed.
     Io { what: String, source: io::Error },
+    /// A recording could not be read, or lacks what the tool needs.
+    Replay(String),
 }
 
 impl Error {
@@ -627,6 +652,7 @@ impl fmt::Display for Error {
             }
             Error::Server(e) => write!(f, "{e}"),
             Error::Io { what, source } => write!(f, "{what}: {source}"),
+            Error::Replay(m) => f.write_str(m),
         }
     }
 }

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Command-line parsing shared by the tools: `clap`, with a bad command
+//! line reported in one line (what is wrong, and where the help is) and
+//! exit status 2.
+
+use std::ffi::OsString;
+
+use clap::error::ErrorKind;
+use clap::Parser;
+
+/// Parses the process's command line as `P`; on an error prints one line
+/// `tool: PROBLEM; see `tool --help`` and exits 2. `--help` and
+/// `--version` print and exit 0, as usual.
+pub fn parse<P: Parser>(tool: &str) -> P {
+    parse_from(tool, std::env::args_os())
+}
+
+/// [`parse`] of `args` (the first is the program name).
+pub fn parse_from<P: Parser>(tool: &str, args: impl IntoIterator<Item = OsString>) -> P {
+    match P::try_parse_from(args) {
+        Ok(p) => p,
+        Err(e) => match e.kind() {
+            ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+            _ => {
+                eprintln!("{tool}: {}; see `{tool} --help`", one_line(&e));
+                std::process::exit(2)
+            }
+        },
+    }
+}
+
+/// The first line of clap's message, without its `error: ` prefix.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.render().to_string();
+    let first = text.lines().next().unwrap_or("bad command line").trim();
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct T {
+        #[arg(long)]
+        n: Option<u32>,
+    }
+
+    #[test]
+    fn an_error_is_one_line_without_its_prefix() {
+        let e = T::try_parse_from(["t", "--n", "x"]).unwrap_err();
+        let l = one_line(&e);
+        assert!(!l.contains('\n') && !l.starts_with("error"), "{l}");
+        assert!(l.contains("--n"), "{l}");
+    }
+}

@@ -1,0 +1,1 @@
+//! Placeholder: being moved here from examples/coverage.

@@ -1,0 +1,1 @@
+//! `cannoli info`: placeholder.

@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The analyses of the cannoli tracer, one module per tool. Each tool has
+//! its command line as a `clap` [`clap::Args`] struct and a `main(args) ->
+//! exit status`, so that the `cannoli` command (`cli/`) and the example
+//! binaries (`examples/*`) run the same code: a tool traces a program live
+//! or replays a recording (`--replay FILE`, see [`input`]).
+
+pub mod backtrace;
+pub mod cli;
+pub mod coverage;
+pub mod info;
+pub mod input;
+pub mod record;
+pub mod regtrace;
+pub mod symbolizer;

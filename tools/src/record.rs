@@ -1,0 +1,1 @@
+//! `cannoli record`: placeholder.
