@@ -1,1 +1,514 @@
-//! Placeholder: being moved here from examples/regtrace.
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Prints, for every executed guest instruction, the general purpose
+//! registers it changed, by the guest's names:
+//!
+//! ```text
+//! == pid 4242 tid 4242 ==
+//! registers at 0x004006d0: sp=2b2ab870
+//! 0x004006d0
+//! 0x004006d4  ra: 0 -> 4006dc
+//! 0x004006dc  gp: 0 -> a0000
+//! 0x004006e0  gp: a0000 -> 9a5c4
+//! ...
+//! 0x0040ab14  (end of trace)
+//! ```
+//!
+//! The hook library asks for `HookType::Register`: QEMU reports the
+//! registers *before* each instruction runs, so what an instruction changed
+//! shows in the registers of the next one, and the line of an instruction is
+//! written once the next one arrives (the last one of a thread has nothing
+//! after it). Values are hex, masked to the guest's register width. The
+//! program counter is not a general purpose register and is not shown as a
+//! change: ARM keeps it as r15 among the others (`pc` in the layout), but
+//! QEMU writes it there only when a block ends, so it is left out.
+//!
+//! `--range LO-HI` and `--func SYMBOL` restrict the trace to some code
+//! (decided at translation time, inside QEMU: the rest runs at full speed).
+//! Changes are then those since the previous traced instruction: an
+//! instruction that calls out of the range is shown with everything the
+//! call changed.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Instant;
+
+use cannoli::{Cannoli, ClientInfo};
+use object::{Object, ObjectKind, ObjectSymbol, SymbolKind};
+
+/// The environment variable the hook library reads its ranges from.
+const RANGES_ENV: &str = "CANNOLI_REGTRACE_RANGES";
+
+/// What a chunk's parallel phase hands to the serial phase.
+enum Item {
+    /// The chunk's first instruction: its pc and registers.
+    Head { pc: u64, regs: Vec<u64> },
+    /// The lines of the chunk's instructions but the last, each written
+    /// when the following instruction's registers arrived.
+    Text {
+        buf: String,
+        lines: u64,
+        changed: u64,
+    },
+    /// The chunk's last instruction (its line needs the next chunk).
+    Tail { pc: u64, regs: Vec<u64> },
+}
+
+/// Command-line settings the callbacks need.
+struct Config {
+    changed_only: bool,
+}
+
+static CONFIG: OnceLock<Config> = OnceLock::new();
+
+fn config() -> &'static Config {
+    CONFIG.get_or_init(|| Config {
+        changed_only: false,
+    })
+}
+
+/// Where lines go, and which thread wrote last (a header when it changes).
+struct Out {
+    /// Keeps its first write error for the end (see `launch::Output`);
+    /// `None` once finished.
+    w: Option<launch::Output>,
+    last: Option<(i32, i32)>,
+}
+
+static OUT: OnceLock<Mutex<Out>> = OnceLock::new();
+static INSNS: AtomicU64 = AtomicU64::new(0);
+static CHANGED: AtomicU64 = AtomicU64::new(0);
+static THREADS: AtomicU64 = AtomicU64::new(0);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn out() -> MutexGuard<'static, Out> {
+    lock(OUT.get_or_init(|| {
+        Mutex::new(Out {
+            w: Some(launch::Output::stdout("the trace")),
+            last: None,
+        })
+    }))
+}
+
+/// Writes `text` for thread (pid, tid). After a write error (or a closed
+/// pipe) nothing more is written, but the rest of the trace is still
+/// consumed, so that QEMU does not block; the error is reported at the end.
+fn emit(pid: i32, tid: i32, text: &str) {
+    let mut guard = out();
+    let o = &mut *guard;
+    let Some(w) = o.w.as_mut().filter(|w| w.is_writing()) else {
+        return;
+    };
+    if text.is_empty() {
+        return;
+    }
+    // `Output` keeps its errors for the end.
+    if o.last != Some((pid, tid)) {
+        o.last = Some((pid, tid));
+        let _ = writeln!(w, "== pid {pid} tid {tid} ==");
+    }
+    let _ = w.write_all(text.as_bytes());
+}
+
+/// Per guest thread: the register layout.
+struct Layout {
+    names: Vec<String>,
+    /// Shown: all but the program counter (ARM's r15).
+    shown: Vec<bool>,
+    mask: u64,
+    /// Hex digits of a pc.
+    pc_digits: usize,
+}
+
+impl Layout {
+    fn value(&self, regs: &[u8], i: usize) -> u64 {
+        u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & self.mask
+    }
+
+    fn count(&self, regs: &[u8]) -> usize {
+        (regs.len() / 8).min(self.names.len())
+    }
+
+    /// The line of the instruction at `pc` whose registers were `old` before
+    /// and `new` after it. Returns whether it changed any.
+    fn line(&self, buf: &mut String, pc: u64, old: &[u64], new: impl Fn(usize) -> u64) -> bool {
+        let start = buf.len();
+        let _ = write!(buf, "{:#0w$x}", pc, w = self.pc_digits + 2);
+        let mut changed = false;
+        for (i, &o) in old.iter().enumerate() {
+            let n = new(i);
+            if n != o && self.shown.get(i) == Some(&true) {
+                buf.push_str(if changed { ", " } else { "  " });
+                let _ = write!(buf, "{}: {o:x} -> {n:x}", self.names[i]);
+                changed = true;
+            }
+        }
+        if !changed && config().changed_only {
+            buf.truncate(start);
+        } else {
+            buf.push('\n');
+        }
+        changed
+    }
+}
+
+/// Per guest thread, serial phase: the last instruction seen.
+struct Tracer {
+    pid: i32,
+    tid: i32,
+    layout: Arc<Layout>,
+    pending: Option<(u64, Vec<u64>)>,
+    insns: u64,
+    changed: u64,
+}
+
+impl Cannoli for Tracer {
+    type Trace = Item;
+    type TidContext = Arc<Layout>;
+    type PidContext = ();
+
+    fn init_pid(_ci: &ClientInfo) -> Arc<()> {
+        Arc::new(())
+    }
+
+    fn init_tid(_pid: &(), ci: &ClientInfo) -> (Tracer, Arc<Layout>) {
+        THREADS.fetch_add(1, Ordering::Relaxed);
+        let bytes = ci.regs.bytes;
+        let layout = Arc::new(Layout {
+            names: ci.regs.names.clone(),
+            shown: ci.regs.names.iter().map(|n| n != "pc").collect(),
+            mask: if (1..8).contains(&bytes) {
+                (1u64 << (bytes * 8)) - 1
+            } else {
+                u64::MAX
+            },
+            pc_digits: if ci.guest_bits <= 32 { 8 } else { 16 },
+        });
+        (
+            Tracer {
+                pid: ci.pid,
+                tid: ci.tid,
+                layout: layout.clone(),
+                pending: None,
+                insns: 0,
+                changed: 0,
+            },
+            layout,
+        )
+    }
+
+    fn regs(_pid: &(), l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+        let n = l.count(regs);
+        if trace.is_empty() {
+            let v: Vec<u64> = (0..n).map(|i| l.value(regs, i)).collect();
+            trace.push(Item::Head {
+                pc,
+                regs: v.clone(),
+            });
+            trace.push(Item::Text {
+                buf: String::new(),
+                lines: 0,
+                changed: 0,
+            });
+            trace.push(Item::Tail { pc, regs: v });
+            return;
+        }
+        let [_, Item::Text {
+            buf,
+            lines,
+            changed,
+        }, Item::Tail {
+            pc: tpc,
+            regs: tregs,
+        }] = &mut trace[..]
+        else {
+            unreachable!("a chunk's trace is head, text, tail")
+        };
+        tregs.resize(n, 0);
+        if l.line(buf, *tpc, tregs, |i| l.value(regs, i)) {
+            *changed += 1;
+        }
+        *lines += 1;
+        *tpc = pc;
+        for (i, r) in tregs.iter_mut().enumerate() {
+            *r = l.value(regs, i);
+        }
+    }
+
+    fn trace(&mut self, _pid: &(), _l: &Arc<Layout>, trace: &[Item]) {
+        let mut s = String::new();
+        for item in trace {
+            match item {
+                Item::Head { pc, regs } => match &self.pending {
+                    Some((ppc, pregs)) => {
+                        self.insns += 1;
+                        if self
+                            .layout
+                            .line(&mut s, *ppc, pregs, |i| regs.get(i).copied().unwrap_or(0))
+                        {
+                            self.changed += 1;
+                        }
+                    }
+                    None => {
+                        let _ = write!(
+                            s,
+                            "registers at {:#0w$x}:",
+                            pc,
+                            w = self.layout.pc_digits + 2
+                        );
+                        for (i, v) in regs.iter().enumerate() {
+                            if *v != 0 && self.layout.shown.get(i) == Some(&true) {
+                                let _ = write!(s, " {}={v:x}", self.layout.names[i]);
+                            }
+                        }
+                        s.push('\n');
+                    }
+                },
+                Item::Text {
+                    buf,
+                    lines,
+                    changed,
+                } => {
+                    s.push_str(buf);
+                    self.insns += lines;
+                    self.changed += changed;
+                }
+                Item::Tail { pc, regs } => self.pending = Some((*pc, regs.clone())),
+            }
+        }
+        emit(self.pid, self.tid, &s);
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Some((pc, _)) = self.pending.take() {
+            self.insns += 1;
+            let line = format!(
+                "{:#0w$x}  (end of trace)\n",
+                pc,
+                w = self.layout.pc_digits + 2
+            );
+            emit(self.pid, self.tid, &line);
+        }
+        INSNS.fetch_add(self.insns, Ordering::Relaxed);
+        CHANGED.fetch_add(self.changed, Ordering::Relaxed);
+    }
+}
+
+const USAGE: &str = "usage: regtrace [OPTIONS] [--] [PROGRAM [ARGS...]]
+  Runs PROGRAM under the patched QEMU (-cannoli libregtrace.so) and prints
+  each executed instruction's pc and the general purpose registers it
+  changed (name: old -> new, hex). Exits with the program's status. Without
+  PROGRAM: listens on $CANNOLI_ADDR for a QEMU started separately.
+  -o, --output FILE   write the trace to FILE (default: stdout, shared with
+                      the program's own output)
+  --range LO-HI       only instructions in [LO, HI) (hex; repeatable)
+  --func SYMBOL       only the function SYMBOL of PROGRAM's symbol table
+                      (a position-dependent program; repeatable)
+  --changed           only instructions that changed a register
+  --threads N         worker threads per guest thread (default 2)";
+
+fn die(msg: &str, code: i32) -> ! {
+    eprintln!("regtrace: {msg}");
+    std::process::exit(code)
+}
+
+fn parse_hex(s: &str) -> Option<u64> {
+    let s = s.trim();
+    u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()
+}
+
+fn parse_range(s: &str) -> Option<(u64, u64)> {
+    let (lo, hi) = s.split_once('-')?;
+    let (lo, hi) = (parse_hex(lo)?, parse_hex(hi)?);
+    (lo < hi).then_some((lo, hi))
+}
+
+/// `[start, end)` of function `name` in the program's symbol table.
+fn func_range(program: &OsString, name: &str) -> Result<(u64, u64), String> {
+    let path = launch::find::resolve_program(program).map_err(|e| e.to_string())?;
+    let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", path.display()))?;
+    if file.kind() != ObjectKind::Executable {
+        return Err(format!(
+            "--func {name}: {} is position independent, so its functions' run-time addresses \
+             are not known before it runs; use --range with run-time addresses",
+            path.display()
+        ));
+    }
+    let sym = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(name) && s.address() != 0)
+        .ok_or_else(|| format!("--func {name}: no such symbol in {}", path.display()))?;
+    if sym.size() == 0 {
+        return Err(format!(
+            "--func {name}: the symbol has no size in {}",
+            path.display()
+        ));
+    }
+    let start = code_address(file.architecture(), sym.kind(), sym.address());
+    Ok((start, start + sym.size()))
+}
+
+/// Where a symbol of `kind` with value `value` starts: an ARM Thumb
+/// function's value has bit 0 set (the interworking bit), its code starts
+/// at the even address. Data symbols are what they say.
+fn code_address(arch: object::Architecture, kind: SymbolKind, value: u64) -> u64 {
+    match (arch, kind) {
+        (object::Architecture::Arm, SymbolKind::Text) => value & !1,
+        _ => value,
+    }
+}
+
+fn main() {
+    let mut output: Option<PathBuf> = None;
+    let mut threads = 2usize;
+    let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let mut funcs: Vec<String> = Vec::new();
+    let mut changed_only = false;
+    let mut program: Vec<OsString> = Vec::new();
+    use lexopt::Arg::{Long, Short, Value};
+    let mut args = lexopt::Parser::from_env();
+    let bad = |e: lexopt::Error| -> ! { die(&e.to_string(), 2) };
+    let value = |args: &mut lexopt::Parser, what: &str| -> String {
+        args.value()
+            .ok()
+            .and_then(|v| v.into_string().ok())
+            .unwrap_or_else(|| die(&format!("{what} needs a value"), 2))
+    };
+    while let Some(a) = args.next().unwrap_or_else(|e| bad(e)) {
+        match a {
+            Short('o') | Long("output") => output = Some(value(&mut args, "-o").into()),
+            Long("range") => {
+                let v = value(&mut args, "--range");
+                ranges.push(parse_range(&v).unwrap_or_else(|| {
+                    die(&format!("--range {v:?}: want LO-HI in hex, LO < HI"), 2)
+                }))
+            }
+            Long("func") => funcs.push(value(&mut args, "--func")),
+            Long("changed") => changed_only = true,
+            Long("threads") => {
+                let v = value(&mut args, "--threads");
+                threads = v
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n > 0)
+                    .unwrap_or_else(|| die("--threads needs a number (at least 1)", 2))
+            }
+            Short('h') | Long("help") => {
+                println!("{USAGE}");
+                return;
+            }
+            Value(v) => {
+                program.push(v);
+                program.extend(args.raw_args().unwrap_or_else(|e| bad(e)));
+            }
+            Short(c) => die(&format!("unknown option \"-{c}\"\n{USAGE}"), 2),
+            Long(l) => die(&format!("unknown option \"--{l}\"\n{USAGE}"), 2),
+        }
+    }
+    if !funcs.is_empty() {
+        let Some(p) = program.first() else {
+            die("--func needs a PROGRAM", 2)
+        };
+        for f in &funcs {
+            let r = func_range(p, f).unwrap_or_else(|e| die(&e, 2));
+            eprintln!("regtrace: {f} is {:#x}-{:#x}", r.0, r.1);
+            ranges.push(r);
+        }
+    }
+    if !ranges.is_empty() {
+        let v: Vec<String> = ranges.iter().map(|(a, b)| format!("{a:x}-{b:x}")).collect();
+        let v = v.join(",");
+        if program.is_empty() {
+            eprintln!("regtrace: start QEMU with {RANGES_ENV}={v} in its environment");
+        }
+        // SAFETY: no other thread runs yet.
+        std::env::set_var(RANGES_ENV, v);
+    }
+    let _ = CONFIG.set(Config { changed_only });
+    if let Some(path) = &output {
+        let w =
+            launch::Output::create(path, "the trace").unwrap_or_else(|e| die(&e.to_string(), 1));
+        let _ = OUT.set(Mutex::new(Out {
+            w: Some(w),
+            last: None,
+        }));
+    }
+
+    let start = Instant::now();
+    let report = launch::Launcher::new(launch::Options {
+        hooks: "regtrace",
+        threads,
+    })
+    .run::<Tracer>(program)
+    .unwrap_or_else(|e| {
+        if let Some(Err(w)) = out().w.take().map(launch::Output::finish) {
+            w.report("regtrace");
+        }
+        die(&e.to_string(), e.exit_code())
+    });
+    let written = out().w.take().expect("finished once").finish();
+    let secs = start.elapsed().as_secs_f64();
+    eprintln!(
+        "regtrace: {} instructions, {} changed registers, {} thread{}, {:.3} s",
+        INSNS.load(Ordering::Relaxed),
+        CHANGED.load(Ordering::Relaxed),
+        THREADS.load(Ordering::Relaxed),
+        if THREADS.load(Ordering::Relaxed) == 1 {
+            ""
+        } else {
+            "s"
+        },
+        secs
+    );
+    std::process::exit(report.finish_with_output("regtrace", written));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thumb_functions_start_at_the_even_address() {
+        use object::Architecture::{Aarch64, Arm};
+        assert_eq!(code_address(Arm, SymbolKind::Text, 0x104c9), 0x104c8);
+        assert_eq!(code_address(Arm, SymbolKind::Text, 0x10340), 0x10340);
+        assert_eq!(code_address(Arm, SymbolKind::Data, 0x2_0001), 0x2_0001);
+        assert_eq!(code_address(Aarch64, SymbolKind::Text, 0x401), 0x401);
+    }
+
+    #[test]
+    fn the_program_counter_is_no_change() {
+        // ARM's layout: r0..r12, sp, lr, pc.
+        let names: Vec<String> = cannoli::wire::reg_names("armv5tel")
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let l = Layout {
+            shown: names.iter().map(|n| n != "pc").collect(),
+            names,
+            mask: 0xffff_ffff,
+            pc_digits: 8,
+        };
+        let old = [0u64; 16];
+        let mut new = [0u64; 16];
+        new[15] = 0x104cc;
+        let mut buf = String::new();
+        assert!(!l.line(&mut buf, 0x104c8, &old, |i| new[i]));
+        assert_eq!(buf, "0x000104c8\n");
+        new[0] = 0x9e37_79b1;
+        new[13] = 0x4080_0800;
+        buf.clear();
+        assert!(l.line(&mut buf, 0x104c8, &old, |i| new[i]));
+        assert_eq!(buf, "0x000104c8  r0: 0 -> 9e3779b1, sp: 0 -> 40800800\n");
+    }
+}
