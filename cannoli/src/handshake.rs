@@ -32,6 +32,8 @@ pub(crate) enum Refusal {
 /// A stream the handshake accepted.
 pub(crate) struct Accepted {
     pub(crate) hello: Hello,
+    /// The hello line as QEMU sent it (a recording keeps it).
+    pub(crate) line: String,
     /// Its ring.
     pub(crate) consumer: Consumer,
     /// Its process's block table, shared by every stream of the process
@@ -239,13 +241,14 @@ pub(crate) fn handshake(
         error: None,
         proof: Some(token.prove(Role::Welcome, &ours, &hello.nonce)),
     };
-    let line = serde_json::to_string(&welcome).expect("a Welcome serializes") + "\n";
-    sock.write_all(line.as_bytes())
+    let reply = serde_json::to_string(&welcome).expect("a Welcome serializes") + "\n";
+    sock.write_all(reply.as_bytes())
         .map_err(|e| Refusal::Refused(format!("{who}: sending the welcome failed: {e}")))?;
     let _ = sock.set_read_timeout(None);
     let _ = sock.set_write_timeout(None);
     Ok(Accepted {
         hello,
+        line,
         consumer,
         blocks,
     })

@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mempipe::{Consumer, TableReader};
+use mempipe::{Chunk, Consumer, TableReader};
 use wire::channel::{private_dir, read_line, runtime_dir, Addr, Sock};
 use wire::{parse_control, Control, Token};
 
@@ -23,6 +23,7 @@ use crate::announce::Announced;
 use crate::blocks::{cache_for, BlockCache};
 use crate::decode::{decode, finish, stitch, Carry, Layout, Seam};
 use crate::handshake::{handshake, Accepted, Refusal, Tables};
+use crate::recording::{Goodbye, StreamEnd, Writer};
 use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Error, Stats};
 
@@ -192,7 +193,7 @@ impl Server {
     /// [`Cannoli::trace`]. `threads` worker threads decode each connection's
     /// stream (at least 1).
     pub fn run<T: Cannoli>(self, threads: usize) -> Result<Stats, Error> {
-        self.serve::<T>(threads, true, None)
+        self.serve::<T>(threads, true, None, None)
     }
 
     /// Serves until `done()` has returned true and, after that, every
@@ -210,12 +211,27 @@ impl Server {
         threads: usize,
         done: impl Fn() -> bool,
     ) -> Result<Stats, Error> {
-        self.serve::<T>(threads, false, Some(&done))
+        self.serve::<T>(threads, false, Some(&done), None)
+    }
+
+    /// [`Server::run_until`], but instead of decoding, writes every stream
+    /// to the recording `writer` (`cannoli record`): each chunk is
+    /// compressed on a worker and appended as it comes, after the block
+    /// table entries it may name. Nothing is decoded, so the returned
+    /// totals have no event count. Finish the recording with
+    /// [`Writer::finish`] afterwards.
+    pub fn record_until(
+        self,
+        writer: Arc<Writer>,
+        threads: usize,
+        done: impl Fn() -> bool,
+    ) -> Result<Stats, Error> {
+        self.serve::<Recorder>(threads, false, Some(&done), Some(writer))
     }
 
     /// Serves connections forever (returns only on an error).
     pub fn run_forever<T: Cannoli>(self, threads: usize) -> Result<(), Error> {
-        self.serve::<T>(threads, false, None).map(|_| ())
+        self.serve::<T>(threads, false, None, None).map(|_| ())
     }
 
     fn serve<T: Cannoli>(
@@ -223,6 +239,7 @@ impl Server {
         threads: usize,
         until_idle: bool,
         done: Option<&dyn Fn() -> bool>,
+        recorder: Option<Arc<Writer>>,
     ) -> Result<Stats, Error> {
         let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| Error::Io {
             what: "creating the wake-up socket pair",
@@ -252,6 +269,7 @@ impl Server {
             trust_hello_pids: self.trust_hello_pids,
             seen_qemu: AtomicBool::new(false),
             tables: Tables::default(),
+            recorder,
         });
         let mut next_id = 0u64;
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
@@ -439,6 +457,8 @@ struct Shared<T: Cannoli> {
     seen_qemu: AtomicBool,
     /// The block tables of the processes streaming (one per process).
     tables: Tables,
+    /// Recording mode: where the streams go instead of `T`.
+    recorder: Option<Arc<Writer>>,
 }
 
 impl<T: Cannoli> Shared<T> {
@@ -543,7 +563,6 @@ struct Conn<'a, T: Cannoli> {
     pid_ctx: &'a T::PidContext,
     tid_ctx: &'a T::TidContext,
     tool: Mutex<T>,
-    consumer: &'a Consumer,
     /// The block table of the stream's process (shared by its streams), if
     /// QEMU's side sent one.
     pub(crate) blocks: Option<Arc<TableReader>>,
@@ -551,20 +570,30 @@ struct Conn<'a, T: Cannoli> {
     /// block the chunks delivered so far left open.
     reseq: Reseq<T::Trace, Seam, Carry<T::Trace>>,
     layout: Layout<'a>,
+    /// What the control loop and the chunk hand-out need.
+    stream: Stream<'a>,
     pid: i32,
     tid: i32,
     events: AtomicU64,
     chunks: AtomicU64,
     bytes: AtomicU64,
-    lost: AtomicU64,
     /// Framed events of unknown tags skipped, and the first such tag (+1; 0:
     /// none yet).
     skipped: AtomicU64,
     skipped_tag: AtomicU32,
+}
+
+/// One stream's ring and control connection, decoded or recorded.
+struct Stream<'a> {
+    consumer: &'a Consumer,
     relay: Relay,
     announced: &'a Mutex<Announced>,
     /// This connection's number among the run's connections (`Announced`).
     seq: u64,
+    pid: i32,
+    tid: i32,
+    /// Events known lost: QEMU's (its goodbye), and a worker's.
+    lost: AtomicU64,
 }
 
 /// How the first worker of a connection calls the others in.
@@ -636,6 +665,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
     let live_streams = *lock(&shared.live);
     let Accepted {
         hello,
+        line,
         consumer,
         blocks,
     } = match accepted {
@@ -666,6 +696,20 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
     };
     let ci = ClientInfo::from_hello(&hello);
     let seq = lock(&shared.announced).connected(ci.pid);
+    if let Some(writer) = &shared.recorder {
+        let stream = Stream {
+            consumer: &consumer,
+            relay: Relay::new(),
+            announced: &shared.announced,
+            seq,
+            pid: ci.pid,
+            tid: ci.tid,
+            lost: AtomicU64::new(0),
+        };
+        let st = record_stream(writer, &stream, &line, blocks, shared.threads, &mut reader);
+        lock(&shared.stats).add(&st);
+        return;
+    }
 
     let pid_ctx = shared.pid_acquire(&ci);
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
@@ -674,21 +718,25 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         pid_ctx: &pid_ctx,
         tid_ctx: &tid_ctx,
         tool: Mutex::new(tool),
-        consumer: &consumer,
         blocks,
         reseq: Reseq::new(0, 2 * threads + 4),
         layout: Layout::new(&ci),
+        stream: Stream {
+            consumer: &consumer,
+            relay: Relay::new(),
+            announced: &shared.announced,
+            seq,
+            pid: ci.pid,
+            tid: ci.tid,
+            lost: AtomicU64::new(0),
+        },
         pid: ci.pid,
         tid: ci.tid,
         events: AtomicU64::new(0),
         chunks: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
-        lost: AtomicU64::new(0),
         skipped: AtomicU64::new(0),
         skipped_tag: AtomicU32::new(0),
-        relay: Relay::new(),
-        announced: &shared.announced,
-        seq,
     };
 
     let mut incomplete = 0;
@@ -709,7 +757,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
                 );
             }
         }
-        if !control(&mut reader, &conn) {
+        if !control(&mut reader, &conn.stream).0 {
             incomplete = 1;
         }
     });
@@ -729,11 +777,12 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         events,
         chunks,
         bytes,
-        lost,
+        stream,
         skipped,
         skipped_tag,
         ..
     } = conn;
+    let lost = stream.lost.into_inner();
     let skipped = skipped.into_inner();
     if skipped > 0 {
         eprintln!(
@@ -759,7 +808,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         events: events.into_inner(),
         chunks: chunks.into_inner(),
         bytes: bytes.into_inner(),
-        lost_events: lost.into_inner(),
+        lost_events: lost,
         incomplete_streams: incomplete,
         skipped_events: skipped,
         ..Stats::default()
@@ -767,8 +816,9 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
 }
 
 /// Watches the control socket until the goodbye or EOF, and ends the ring
-/// accordingly. Returns false when the stream is incomplete.
-fn control<T: Cannoli>(reader: &mut BufReader<Sock>, conn: &Conn<'_, T>) -> bool {
+/// accordingly. Returns false when the stream is incomplete, and the
+/// goodbye if there was one.
+fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> (bool, Option<Goodbye>) {
     let (pid, tid) = (conn.pid, conn.tid);
     // No deadline here: the stream lasts as long as its guest thread. The
     // peer is this run's QEMU (the handshake proved it), and its end closes
@@ -823,7 +873,12 @@ fn control<T: Cannoli>(reader: &mut BufReader<Sock>, conn: &Conn<'_, T>) -> bool
                 );
                 conn.lost.fetch_add(g.lost_events, Ordering::Relaxed);
             }
-            all_there
+            let g = Goodbye {
+                chunks: g.chunks,
+                lost_events: g.lost_events,
+                exec: g.exec,
+            };
+            (all_there, Some(g))
         }
         None => {
             consumer.abandon();
@@ -840,7 +895,7 @@ fn control<T: Cannoli>(reader: &mut BufReader<Sock>, conn: &Conn<'_, T>) -> bool
                     published - 1
                 );
             }
-            false
+            (false, None)
         }
     }
 }
@@ -863,36 +918,9 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
     let (mut events, mut chunks, mut bytes, mut lost, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
     // The process's block cache (shared by its streams, as the table is).
     let cache: Option<Arc<BlockCache>> = conn.blocks.clone().map(|t| cache_for(t));
-    let call_in_at = (conn.consumer.chunk_count() as u64 - 1).max(1);
     loop {
         let mut buf = conn.reseq.claim();
-        let chunk = if index == 0 {
-            let c = conn.consumer.recv();
-            match c {
-                // A full ring means QEMU waits for us and its core is idle:
-                // only then can a helper run without taking CPU from QEMU
-                // (on a 2-core machine anything earlier slows both down).
-                Some(_) if conn.consumer.backlog() >= call_in_at => conn.relay.call_in(),
-                None => conn.relay.finish(),
-                _ => {}
-            }
-            c
-        } else {
-            // A helper takes a chunk only while the ring is (nearly) full,
-            // i.e. while QEMU waits and its core is free.
-            let full = || conn.consumer.backlog() >= call_in_at;
-            loop {
-                if full() {
-                    if let Some(c) = conn.consumer.try_recv() {
-                        break Some(c);
-                    }
-                }
-                if conn.consumer.is_finished() {
-                    break None;
-                }
-                conn.relay.wait(full);
-            }
-        };
+        let chunk = conn.stream.next_chunk(index);
         let Some(chunk) = chunk else {
             conn.reseq.unclaim(buf);
             break;
@@ -956,6 +984,124 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
     conn.events.fetch_add(events, Ordering::Relaxed);
     conn.chunks.fetch_add(chunks, Ordering::Relaxed);
     conn.bytes.fetch_add(bytes, Ordering::Relaxed);
-    conn.lost.fetch_add(lost, Ordering::Relaxed);
+    conn.stream.lost.fetch_add(lost, Ordering::Relaxed);
     conn.skipped.fetch_add(skipped, Ordering::Relaxed);
+}
+
+impl Stream<'_> {
+    /// The next chunk for worker `index`, `None` once the ring is finished.
+    ///
+    /// A full ring means QEMU waits for us and its core is idle: only then
+    /// can a helper run without taking CPU from QEMU (on a 2-core machine
+    /// anything earlier slows both down). So worker 0 waits on the ring and
+    /// calls a helper in when it sees the ring (nearly) full; a helper
+    /// takes chunks only while that lasts.
+    fn next_chunk(&self, index: usize) -> Option<Chunk<'_>> {
+        let call_in_at = (self.consumer.chunk_count() as u64 - 1).max(1);
+        let full = || self.consumer.backlog() >= call_in_at;
+        if index == 0 {
+            let c = self.consumer.recv();
+            match c {
+                Some(_) if full() => self.relay.call_in(),
+                None => self.relay.finish(),
+                _ => {}
+            }
+            return c;
+        }
+        loop {
+            if full() {
+                if let Some(c) = self.consumer.try_recv() {
+                    return Some(c);
+                }
+            }
+            if self.consumer.is_finished() {
+                return None;
+            }
+            self.relay.wait(full);
+        }
+    }
+}
+
+/// The `Cannoli` of a recording run: never called (streams go to the
+/// recording instead), it only gives the server its types.
+struct Recorder;
+
+impl Cannoli for Recorder {
+    type Trace = ();
+    type TidContext = ();
+    type PidContext = ();
+
+    fn init_pid(_: &ClientInfo) -> Arc<()> {
+        Arc::new(())
+    }
+
+    fn init_tid(_: &(), _: &ClientInfo) -> (Recorder, ()) {
+        (Recorder, ())
+    }
+}
+
+/// Records one stream: `threads` workers compress its chunks into the
+/// recording while the control loop waits for the goodbye; then its end
+/// frame. Returns its totals (chunks and bytes; events are not decoded).
+fn record_stream(
+    writer: &Writer,
+    stream: &Stream<'_>,
+    line: &str,
+    blocks: Option<Arc<TableReader>>,
+    threads: usize,
+    reader: &mut BufReader<Sock>,
+) -> Stats {
+    let log = writer.stream_start(line, blocks);
+    let (chunks, bytes) = (AtomicU64::new(0), AtomicU64::new(0));
+    let mut end = (false, None);
+    std::thread::scope(|s| {
+        for index in 0..threads.max(1) {
+            let (log, chunks, bytes) = (&log, &chunks, &bytes);
+            let spawned = std::thread::Builder::new()
+                .name(format!("cannoli-rec-{}", stream.tid))
+                .spawn_scoped(s, move || {
+                    let mut packer = writer.packer();
+                    while let Some(chunk) = stream.next_chunk(index) {
+                        writer.chunk(log, chunk.seq(), chunk.data(), &mut packer);
+                        chunks.fetch_add(1, Ordering::Relaxed);
+                        bytes.fetch_add(chunk.data().len() as u64, Ordering::Relaxed);
+                    }
+                });
+            if let Err(e) = spawned {
+                eprintln!(
+                    "cannoli: pid {} tid {}: cannot start a recording thread: {e}",
+                    stream.pid, stream.tid
+                );
+            }
+        }
+        end = control(reader, stream);
+    });
+    let (mut complete, goodbye) = end;
+    let violation = stream.consumer.violation().map(|v| v.to_string());
+    if let Some(v) = &violation {
+        eprintln!(
+            "cannoli: pid {} tid {}: the ring broke its protocol ({v}); the events after it are missing",
+            stream.pid, stream.tid
+        );
+        complete = false;
+    }
+    let written = chunks.into_inner();
+    writer.stream_end(
+        &log,
+        &StreamEnd {
+            goodbye,
+            published: stream.consumer.published(),
+            violation,
+            written,
+            end_ns: writer.now_ns(),
+        },
+    );
+    Stats {
+        connections: 1,
+        chunks: written,
+        bytes: bytes.into_inner(),
+        lost_events: stream.lost.load(Ordering::Relaxed),
+        incomplete_streams: u64::from(!complete),
+        ..Stats::default()
+    }
 }

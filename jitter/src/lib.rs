@@ -38,6 +38,7 @@ mod config;
 mod delay;
 mod events;
 mod ffi;
+pub mod presets;
 mod stream;
 
 /// What to record each time a guest instruction executes.

@@ -216,12 +216,12 @@ impl Launcher {
         path: &std::path::Path,
         needs: cannoli::recording::Needs,
     ) -> Result<Report, Error> {
-        let rec = cannoli::Recording::open(path).map_err(|e| Error::Replay(e.to_string()))?;
+        let rec = cannoli::Recording::open(path).map_err(|e| Error::Recording(e.to_string()))?;
         needs
             .check(rec.hooks())
-            .map_err(|m| Error::Replay(format!("{}: {m}", path.display())))?;
+            .map_err(|m| Error::Recording(format!("{}: {m}", path.display())))?;
         drop(rec);
-        let r = cannoli::replay::<T>(path, self.threads).map_err(|e| Error::Replay(e.to_string()))?;
+        let r = cannoli::replay::<T>(path, self.threads).map_err(|e| Error::Recording(e.to_string()))?;
         Ok(Report {
             status: r.status.unwrap_or(cannoli::EXIT_INCOMPLETE),
             exit: None,
@@ -282,6 +282,45 @@ impl Launcher {
     }
 
     fn launch<T: Cannoli>(self, program: OsString, args: Vec<OsString>) -> Result<Report, Error> {
+        let threads = self.threads;
+        self.launch_serving(
+            program,
+            args,
+            Box::new(move |server, done| server.run_until::<T>(threads, done)),
+        )
+    }
+
+    /// Launch mode, writing every stream to the recording `writer` instead
+    /// of decoding it (`cannoli record`): `args` is `PROGRAM [ARGS...]`.
+    /// The report's totals count chunks and bytes, not events. Finish the
+    /// recording with [`cannoli::recording::Writer::finish`] afterwards.
+    pub fn record(
+        self,
+        args: impl IntoIterator<Item = impl Into<OsString>>,
+        writer: Arc<cannoli::recording::Writer>,
+    ) -> Result<Report, Error> {
+        let mut args = args.into_iter().map(Into::into);
+        let Some(program) = args.next() else {
+            return Err(Error::Recording(
+                "recording needs a program to run: give PROGRAM [ARGS...]".into(),
+            ));
+        };
+        let threads = self.threads;
+        self.launch_serving(
+            program,
+            args.collect(),
+            Box::new(move |server, done| server.record_until(writer, threads, done)),
+        )
+    }
+
+    /// Launch mode with `serve` running the server (in its own thread)
+    /// until its `done` says QEMU has exited.
+    fn launch_serving(
+        self,
+        program: OsString,
+        args: Vec<OsString>,
+        serve: Serve,
+    ) -> Result<Report, Error> {
         let mut cmd = self.command(&program, &args)?;
         // A socket in a directory of this run that only this user can
         // enter, and a fresh secret only QEMU is told (QEMU hides both
@@ -316,11 +355,10 @@ impl Launcher {
         // until then the server thread may still kill it by pid.
         let exited = Arc::new((Mutex::new(false), AtomicBool::new(false)));
         let exited2 = exited.clone();
-        let threads = self.threads;
         let server_thread = std::thread::Builder::new()
             .name("cannoli-server".into())
             .spawn(move || {
-                let r = server.run_until::<T>(threads, || exited2.1.load(Ordering::Acquire));
+                let r = serve(server, &|| exited2.1.load(Ordering::Acquire));
                 if r.is_err() {
                     // QEMU would wait forever for a client that is gone.
                     let gone = exited2.0.lock().unwrap_or_else(|p| p.into_inner());
@@ -380,6 +418,9 @@ impl Launcher {
         })
     }
 }
+
+/// How launch mode serves the run: decoding into a tool, or recording.
+type Serve = Box<dyn FnOnce(Server, &dyn Fn() -> bool) -> Result<Stats, cannoli::Error> + Send>;
 
 /// "status N" or "signal N" for a message.
 fn show_status(s: ExitStatus) -> String {
@@ -528,7 +569,7 @@ pub enum Error {
     /// Another system call failed.
     Io { what: String, source: io::Error },
     /// A recording could not be read, or lacks what the tool needs.
-    Replay(String),
+    Recording(String),
 }
 
 impl Error {
@@ -652,7 +693,7 @@ impl fmt::Display for Error {
             }
             Error::Server(e) => write!(f, "{e}"),
             Error::Io { what, source } => write!(f, "{what}: {source}"),
-            Error::Replay(m) => f.write_str(m),
+            Error::Recording(m) => f.write_str(m),
         }
     }
 }

@@ -1,7 +1,18 @@
-//! Recordings: a traced run written to one file by `cannoli record`, and
-//! replayed later through the same decoder and callbacks as a live run.
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Recordings: a traced run written to one file while it streams
+//! (`cannoli record`), and replayed later, as often as wanted, through the
+//! same decoder and callbacks as a live run ([`replay`]).
 //!
-//! Placeholder API (filled in by the recording work).
+//! A recording keeps what QEMU sent, not what a tool made of it: each
+//! stream's hello line as QEMU wrote it, its chunks' bytes (compressed),
+//! the block-table entries those name, how each stream ended and how the
+//! run ended. So a replay sees exactly the [`ClientInfo`](crate::ClientInfo),
+//! events and losses the live run would have, and one recording serves
+//! every tool whose events it holds ([`Hooks`], [`Needs`]).
+//!
+//! Modules: [`format`] owns the file layout; `writer` writes it during a
+//! run (the server's recording mode); `reader` opens it; `replay` feeds it
+//! to a tool.
 
 use std::fmt;
 use std::io;
@@ -9,16 +20,25 @@ use std::path::{Path, PathBuf};
 
 use crate::{Cannoli, Stats};
 
-/// What the hook library of a recording reported.
+pub mod format;
+mod reader;
+mod replay;
+mod writer;
+
+pub use format::{Exit, Goodbye, Info, Kind, StreamEnd, StreamStart};
+pub use reader::{FrameError, Recording, StreamRec};
+pub use writer::{Writer, Written, DEFAULT_LEVEL};
+
+/// What the hook library of a recording asked QEMU for.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Hooks {
-    /// The preset's name (`pc`, `mem`, `branches`, `regs`), or `custom`.
+    /// The preset's name (see [`Hooks::PRESETS`]), or `custom`.
     pub preset: String,
     /// Every executed instruction is an exec event ([`Cannoli::exec`]).
     pub exec: bool,
     /// Every load and store ([`Cannoli::read`], [`Cannoli::write`]).
     pub mem: bool,
-    /// Where registers events are.
+    /// Which instructions carry registers.
     pub regs: RegsAt,
 }
 
@@ -34,37 +54,104 @@ pub enum RegsAt {
     All,
 }
 
+impl Hooks {
+    /// The presets of `cannoli record --hooks`, with what each holds.
+    pub const PRESETS: [(&'static str, &'static str); 4] = [
+        ("pc", "every executed instruction"),
+        ("mem", "every executed instruction and every memory access"),
+        (
+            "branches",
+            "registers at branches and where they land, and the stores of branches (backtrace)",
+        ),
+        (
+            "regs",
+            "registers at every instruction, and every memory access",
+        ),
+    ];
+
+    /// The preset `name` (anything not in [`Hooks::PRESETS`] is `custom`:
+    /// nothing is known about it).
+    pub fn preset(name: &str) -> Hooks {
+        let (exec, mem, regs) = match name {
+            "pc" => (true, false, RegsAt::None),
+            "mem" => (true, true, RegsAt::None),
+            "branches" => (false, false, RegsAt::Branches),
+            "regs" => (false, true, RegsAt::All),
+            _ => {
+                return Hooks {
+                    preset: "custom".into(),
+                    exec: false,
+                    mem: false,
+                    regs: RegsAt::None,
+                }
+            }
+        };
+        Hooks {
+            preset: name.into(),
+            exec,
+            mem,
+            regs,
+        }
+    }
+}
+
 /// What a tool needs from a recording.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Needs {
+    /// Every executed instruction as an exec event.
     pub exec: bool,
+    /// Every memory access.
     pub mem: bool,
+    /// Registers, at these instructions.
     pub regs: Option<RegsAt>,
 }
 
 impl Needs {
-    /// `Err` names what `hooks` lack and the `cannoli record --hooks` preset
-    /// that has it.
+    /// `Err` says in one phrase what `hooks` lack and which `cannoli record
+    /// --hooks` preset has it. A `custom` recording is taken as it is.
     pub fn check(&self, hooks: &Hooks) -> Result<(), String> {
-        let _ = hooks;
-        Ok(())
+        if hooks.preset == "custom" {
+            return Ok(());
+        }
+        let lacks = |what: &str, preset: &str| {
+            Err(format!(
+                "recorded with --hooks {}, which has no {what}; record it again with --hooks {preset}",
+                hooks.preset
+            ))
+        };
+        if self.exec && !hooks.exec {
+            return lacks("exec event for every instruction", if self.mem { "mem" } else { "pc" });
+        }
+        if self.mem && !hooks.mem {
+            return lacks("memory accesses", "mem");
+        }
+        match self.regs {
+            Some(RegsAt::All) if hooks.regs != RegsAt::All => {
+                lacks("registers at every instruction", "regs")
+            }
+            Some(RegsAt::Branches) if hooks.regs != RegsAt::Branches => {
+                lacks("registers at branches", "branches")
+            }
+            _ => Ok(()),
+        }
     }
 }
 
 /// How a replay ended.
 #[derive(Debug, Clone)]
 pub struct Replayed {
-    /// The totals, as a live run counts them.
+    /// The totals, as a live run counts them (and what the file lost).
     pub stats: Stats,
     /// The recorded program's exit status (128 + N for signal N); `None` if
-    /// the recording was cut short before it.
+    /// the recording was cut short before the run ended.
     pub status: Option<i32>,
 }
 
-/// Errors of reading a recording: one line each.
+/// Errors of opening a recording: one line each, naming the file.
 #[derive(Debug)]
 pub enum Error {
     Io { path: PathBuf, source: io::Error },
+    /// Not a recording, another format version, or damaged beyond use.
     Format { path: PathBuf, what: String },
 }
 
@@ -77,28 +164,20 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {}
-
-/// An open recording.
-pub struct Recording {
-    hooks: Hooks,
-}
-
-impl Recording {
-    pub fn open(path: &Path) -> Result<Recording, Error> {
-        Err(Error::Format {
-            path: path.into(),
-            what: "not implemented yet".into(),
-        })
-    }
-
-    pub fn hooks(&self) -> &Hooks {
-        &self.hooks
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            Error::Format { .. } => None,
+        }
     }
 }
 
-/// Feeds the recording at `path` through `T` as a live run would.
+/// Feeds the recording at `path` through `T` as the live run would have:
+/// the same [`ClientInfo`](crate::ClientInfo)s, contexts and lifetimes,
+/// callbacks, and [`Cannoli::trace`] calls in execution order per stream.
+/// Streams are replayed one after another, in the order they connected;
+/// `threads` workers decode each one.
 pub fn replay<T: Cannoli>(path: &Path, threads: usize) -> Result<Replayed, Error> {
-    let _ = threads;
-    Recording::open(path).map(|_| unreachable!())
+    Recording::open(path)?.replay::<T>(threads)
 }

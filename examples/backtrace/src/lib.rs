@@ -1,76 +1,22 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
 //! Hook library of the backtrace example: `-cannoli libbacktrace.so`.
 //!
-//! The client needs three things from QEMU, and this library asks for
-//! little else:
-//!
-//! * every instruction that can end a basic block (a branch, jump, call,
-//!   return or syscall) as a [`HookType::Branch`] event: its pc, the fact
-//!   that it is a branch, and the registers before it runs;
-//! * the instruction each branch lands on, with the registers *after* the
-//!   branch: whether a call wrote the link register (riscv `jal ra`), the
-//!   stack pointer after a return. A branch always ends QEMU's translation
-//!   block, so the instruction it lands on starts one: the first instruction
-//!   of every block gets [`HookType::Register`]; the rest get
-//!   [`HookType::Always`] (one word each, so the client still sees every pc
-//!   and can tell a landing from a straight-line instruction);
-//! * on x86, where `call` pushes the return address instead of setting a
-//!   link register: the 8-byte (x86_64) and 4-byte (i386) stores made by
-//!   branch instructions.
-//!
-//! `hook_inst` learns where a block starts from the order QEMU asks in: it
-//! asks about a block's instructions in order, right after translating it,
-//! so an instruction starts a block if the one asked about before it (on this
-//! thread) was a branch, lies after it or far before it, or was the delay
-//! slot of a branch (MIPS: QEMU may flag the branch rather than its delay
-//! slot, which ends the block with it). A wrong guess costs one register
-//! event, or, the other way round, one branch target the client judges by
-//! addresses alone (it counts those).
+//! Registers at branches and at the instructions they land on, and the
+//! stores of branches (x86 `call` pushing its return address): the
+//! decisions are `jitter::presets::branches`, which `cannoli record --hooks
+//! branches` makes too, so a recording serves `backtrace --replay`.
 
+use jitter::presets::branches;
 use jitter::HookType;
-use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
-
-/// More than the longest instruction of any guest (x86: 15 bytes).
-const MAX_INSN: u64 = 16;
-
-thread_local! {
-    /// The instructions `hook_inst` was last asked about on this thread,
-    /// and whether they were branches: the last one and the one before.
-    static PREV: Cell<[Option<(u64, bool)>; 2]> = const { Cell::new([None; 2]) };
-    /// Every branch instruction seen on this thread: `hook_mem` wants their
-    /// stores only.
-    static BRANCHES: RefCell<HashSet<u64>> = RefCell::new(HashSet::new());
-}
 
 #[no_mangle]
 fn hook_inst(pc: u64, branch: bool) -> HookType {
-    let [prev, before] = PREV.with(|p| {
-        let [last, _] = p.get();
-        p.replace([Some((pc, branch)), last])
-    });
-    if branch {
-        BRANCHES.with(|b| b.borrow_mut().insert(pc));
-        return HookType::Branch;
-    }
-    let starts_block = match (prev, before) {
-        (None, _) => true,
-        (Some((p, was_branch)), before) => {
-            was_branch
-                || pc <= p
-                || pc - p > MAX_INSN
-                || before.is_some_and(|(b, br)| br && p == b.wrapping_add(4))
-        }
-    };
-    if starts_block {
-        HookType::Register
-    } else {
-        HookType::Always
-    }
+    branches::inst(pc, branch)
 }
 
 #[no_mangle]
 fn hook_mem(pc: u64, write: bool, size: usize) -> bool {
-    write && (size == 4 || size == 8) && BRANCHES.with(|b| b.borrow().contains(&pc))
+    branches::mem(pc, write, size)
 }
 
 /// No syscall events: the backtrace does not need them (mappings are

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Replaying a recording through a tool: the same decoder, callbacks and
+//! ordering as a live run.
+//!
+//! Streams are replayed one after the other, in the order they connected;
+//! each one's chunks are decoded by `threads` workers at once and handed to
+//! [`Cannoli::trace`] in order, as live. A process's `PidContext` is made
+//! when its first stream starts and dropped after its last one ends (a
+//! stream's `Self` first, then its `TidContext`), as live; its block table
+//! is read from the recording's table frames first.
+//!
+//! What a live run would have said about loss, a replay says too (QEMU's
+//! lost events, a stream without its goodbye, a malformed chunk), and also
+//! what the file itself lost: a stream the recording ends before, a damaged
+//! chunk (the stream's events stop there).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use wire::blocks::{Entry, MAX_BLOCK_INSNS};
+use wire::parse_hello;
+
+use super::format::{IndexEntry, StreamEnd};
+use super::reader::{Recording, StreamRec};
+use super::{Error, Replayed};
+use crate::blocks::BlockCache;
+use crate::decode::{decode, finish, stitch, Carry, Layout, Seam};
+use crate::reseq::Reseq;
+use crate::{Cannoli, ClientInfo, Stats};
+
+fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Recording {
+    /// Feeds every stream through `T` (see the module doc), with `threads`
+    /// decoding workers per stream.
+    pub fn replay<T: Cannoli>(&self, threads: usize) -> Result<Replayed, Error> {
+        let threads = threads.max(1);
+        let mut stats = Stats::default();
+        // Streams left per process: its context goes after the last one.
+        let mut left: HashMap<u32, usize> = HashMap::new();
+        for s in self.streams() {
+            *left.entry(s.start.process).or_default() += 1;
+        }
+        let mut live: HashMap<u32, (Arc<T::PidContext>, Arc<BlockCache>)> = HashMap::new();
+        for s in self.streams() {
+            let process = s.start.process;
+            let hello = match parse_hello(&s.start.hello) {
+                Ok(h) => h,
+                Err(e) => {
+                    eprintln!(
+                        "cannoli: {}: stream {}: its hello cannot be read ({e}); its events are missing",
+                        self.path().display(),
+                        s.number
+                    );
+                    stats.refused_connections += 1;
+                    release(&mut left, &mut live, process);
+                    continue;
+                }
+            };
+            let ci = ClientInfo::from_hello(&hello);
+            let (pid_ctx, cache) = live
+                .entry(process)
+                .or_insert_with(|| {
+                    let table = self.load_table(process, ci.pid, ci.tid);
+                    (T::init_pid(&ci), Arc::new(BlockCache::new(Arc::new(table))))
+                })
+                .clone();
+            let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, threads);
+            stats.add(&totals);
+            drop(pid_ctx);
+            release(&mut left, &mut live, process);
+        }
+        let status = match self.exit() {
+            Some(x) => {
+                stats.refused_connections += x.refused_connections;
+                stats.missing_processes += x.missing_processes;
+                stats.strangers += x.strangers;
+                Some(x.status)
+            }
+            None => {
+                eprintln!(
+                    "cannoli: {}: {}; the run's end and exit status are not in it, its last events may be missing",
+                    self.path().display(),
+                    self.cut().unwrap_or("the recording has no end record")
+                );
+                stats.incomplete_streams += 1;
+                None
+            }
+        };
+        Ok(Replayed { stats, status })
+    }
+
+    /// Process `process`'s block table, from its table frames: the entries
+    /// from id 0 on, up to the first that is missing or damaged (a run
+    /// naming a later one is then malformed, and counted).
+    fn load_table(&self, process: u32, pid: i32, tid: i32) -> Vec<Entry> {
+        let mut table: Vec<Entry> = Vec::new();
+        for f in self.table_frames(process) {
+            if f.seq != table.len() as u64 {
+                break; // a gap: the entries after it cannot be placed
+            }
+            let words = match self.read_frame(f) {
+                Ok(b) if b.len() % 8 == 0 => b
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+                    .collect::<Vec<u64>>(),
+                Ok(_) | Err(_) => {
+                    eprintln!(
+                        "cannoli: pid {pid} tid {tid}: the recording's block table frame at byte {} is damaged; \
+                         the blocks from id {} on are unknown",
+                        f.offset,
+                        table.len()
+                    );
+                    break;
+                }
+            };
+            if !push_entries(&mut table, &words) {
+                break;
+            }
+        }
+        table
+    }
+
+    /// One stream, decoded in parallel and delivered in order. Returns its
+    /// totals (one connection).
+    fn replay_stream<T: Cannoli>(
+        &self,
+        s: &StreamRec,
+        ci: &ClientInfo,
+        pid_ctx: &T::PidContext,
+        cache: &BlockCache,
+        threads: usize,
+    ) -> Stats {
+        let (pid, tid) = (ci.pid, ci.tid);
+        let (tool, tid_ctx) = T::init_tid(pid_ctx, ci);
+        let layout = Layout::new(ci);
+        // The chunks the file holds, in order from 0: a gap ends them.
+        let dense = s
+            .chunks
+            .iter()
+            .enumerate()
+            .take_while(|(i, c)| c.seq == *i as u64)
+            .count();
+        let chunks: &[IndexEntry] = &s.chunks[..dense];
+        let stop = AtomicUsize::new(chunks.len());
+        let next = AtomicUsize::new(0);
+        let reseq: Reseq<T::Trace, Seam, Carry<T::Trace>> = Reseq::new(0, 2 * threads + 4);
+        let tool = Mutex::new(tool);
+        let (events, bytes, lost, skipped) = (
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+        );
+        let worker = || {
+            let mut raw = Vec::new();
+            let mut ctx = zstd::bulk::Decompressor::new().ok();
+            let (mut ev, mut by, mut lo, mut sk) = (0u64, 0u64, 0u64, 0u64);
+            loop {
+                let mut buf = reseq.claim();
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= chunks.len() {
+                    reseq.unclaim(buf);
+                    break;
+                }
+                let mut seam = Seam::default();
+                match self.read_frame_into(&chunks[i], &mut raw, ctx.as_mut()) {
+                    Ok(()) => {
+                        let d = decode::<T>(
+                            pid_ctx,
+                            &tid_ctx,
+                            &raw,
+                            &layout,
+                            Some(cache),
+                            &mut buf,
+                            &mut seam,
+                        );
+                        by += raw.len() as u64;
+                        ev += d.events;
+                        sk += d.skipped;
+                        if let Some(m) = d.error {
+                            lo += m.lost_events();
+                            eprintln!("cannoli: pid {pid} tid {tid}: malformed chunk {i}: {m}");
+                        }
+                    }
+                    Err(e) => {
+                        // Chunk i and everything after it are not delivered
+                        // (`stop` is lowered before chunk i completes, and
+                        // the deliveries run in order after it).
+                        stop.fetch_min(i, Ordering::SeqCst);
+                        eprintln!(
+                            "cannoli: pid {pid} tid {tid}: the recording's chunk {i} (byte {}) is damaged ({e}); \
+                             the events from there on are missing",
+                            chunks[i].offset
+                        );
+                        buf.clear();
+                    }
+                }
+                reseq.complete(i as u64, buf, seam, |trace, seam, carry| {
+                    if i >= stop.load(Ordering::SeqCst) {
+                        return;
+                    }
+                    carry.buf.clear();
+                    ev += stitch::<T>(pid_ctx, &tid_ctx, &layout, &mut carry.open, &seam, &mut carry.buf);
+                    if carry.buf.is_empty() && trace.is_empty() {
+                        return;
+                    }
+                    let mut t = lock(&tool);
+                    if !carry.buf.is_empty() {
+                        t.trace(pid_ctx, &tid_ctx, &carry.buf);
+                    }
+                    if !trace.is_empty() {
+                        t.trace(pid_ctx, &tid_ctx, trace);
+                    }
+                });
+            }
+            events.fetch_add(ev, Ordering::Relaxed);
+            bytes.fetch_add(by, Ordering::Relaxed);
+            lost.fetch_add(lo, Ordering::Relaxed);
+            skipped.fetch_add(sk, Ordering::Relaxed);
+        };
+        std::thread::scope(|sc| {
+            for _ in 1..threads {
+                sc.spawn(&worker);
+            }
+            worker();
+        });
+        // The block the last chunk left open ran to its end.
+        let mut carry = reseq.take_serial();
+        carry.buf.clear();
+        let n = finish::<T>(pid_ctx, &tid_ctx, &mut carry.open, &mut carry.buf);
+        events.fetch_add(n, Ordering::Relaxed);
+        if !carry.buf.is_empty() {
+            lock(&tool).trace(pid_ctx, &tid_ctx, &carry.buf);
+        }
+        let delivered = stop.load(Ordering::SeqCst) as u64;
+        let mut lost = lost.into_inner();
+        let complete = stream_complete(s, delivered, pid, tid, &mut lost);
+        drop(tool); // the tool's per-thread value: its Drop may report
+        drop(tid_ctx);
+        Stats {
+            connections: 1,
+            events: events.into_inner(),
+            chunks: delivered,
+            bytes: bytes.into_inner(),
+            lost_events: lost,
+            incomplete_streams: u64::from(!complete),
+            skipped_events: skipped.into_inner(),
+            ..Stats::default()
+        }
+    }
+}
+
+/// Whether stream `s` is whole, `delivered` of its chunks having been
+/// replayed: says on stderr what is missing (as a live run would, and what
+/// the file lost), and adds QEMU's lost events to `lost`.
+fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut u64) -> bool {
+    let Some(StreamEnd {
+        goodbye,
+        published,
+        violation,
+        ..
+    }) = &s.end
+    else {
+        eprintln!(
+            "cannoli: pid {pid} tid {tid}: the recording ends before this stream did (the recorder was stopped); \
+             events after chunk {delivered} are missing"
+        );
+        return false;
+    };
+    let mut complete = true;
+    if let Some(v) = violation {
+        eprintln!(
+            "cannoli: pid {pid} tid {tid}: the ring broke its protocol ({v}); the events after it are missing"
+        );
+        complete = false;
+    }
+    match goodbye {
+        Some(g) => {
+            if g.chunks != *published {
+                eprintln!(
+                    "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
+                    g.chunks
+                );
+                complete = false;
+            }
+            if g.lost_events > 0 {
+                eprintln!(
+                    "cannoli: pid {pid} tid {tid}: QEMU could not record {} events; the trace has gaps",
+                    g.lost_events
+                );
+                *lost += g.lost_events;
+            }
+        }
+        None => {
+            eprintln!(
+                "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
+                 events after chunk {} are missing",
+                published.saturating_sub(1)
+            );
+            complete = false;
+        }
+    }
+    if delivered < *published {
+        if delivered == s.chunks.len() as u64 {
+            eprintln!(
+                "cannoli: pid {pid} tid {tid}: the recording holds {delivered} of the stream's {published} chunks; \
+                 the events after them are missing"
+            );
+        }
+        complete = false;
+    }
+    complete
+}
+
+/// The stream of a process ended: its context goes with its last one.
+fn release<P, C>(left: &mut HashMap<u32, usize>, live: &mut HashMap<u32, (P, C)>, process: u32) {
+    let n = left.entry(process).or_insert(1);
+    *n -= 1;
+    if *n == 0 {
+        left.remove(&process);
+        live.remove(&process);
+    }
+}
+
+/// Appends the entries in `words` (the table frame layout) to `table`.
+/// False if they are malformed (the rest is then unusable).
+fn push_entries(table: &mut Vec<Entry>, mut words: &[u64]) -> bool {
+    while let Some((&n, rest)) = words.split_first() {
+        let n = n as usize;
+        if n == 0 || n > MAX_BLOCK_INSNS || rest.len() < n + n.div_ceil(64) {
+            return false;
+        }
+        let (pcs, rest) = rest.split_at(n);
+        let (exec, rest) = rest.split_at(n.div_ceil(64));
+        table.push(Entry {
+            pcs: pcs.to_vec(),
+            exec: exec.to_vec(),
+        });
+        if table.len() > wire::blocks::CAPACITY {
+            return false;
+        }
+        words = rest;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_words_become_entries_and_garbage_stops_them() {
+        let mut t = Vec::new();
+        assert!(push_entries(&mut t, &[2, 0x10, 0x14, 0b11, 1, 0x20, 0b1]));
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].pcs, vec![0x10, 0x14]);
+        assert_eq!(t[1].exec, vec![1]);
+        assert!(!push_entries(&mut t, &[3, 0x10]));
+        assert!(!push_entries(&mut t, &[0]));
+        assert!(!push_entries(&mut t, &[MAX_BLOCK_INSNS as u64 + 1]));
+        assert_eq!(t.len(), 2);
+    }
+}
