@@ -1,17 +1,22 @@
-//! `backtrace`: a cannoli client that follows the call stack of every guest
-//! thread and prints the whole backtrace, as one JSON line, at every
-//! function entry and exit.
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! `backtrace`: follows the call stack of every guest thread and prints the
+//! whole backtrace, as one JSON line, at every function entry and exit.
+//! Here, not in the example, so that `cannoli backtrace` and the
+//! `backtrace` example binary run the same code.
 //!
 //! One command: `backtrace [OPTIONS] ./prog ARGS...` starts the client,
 //! runs `./prog` under the patched QEMU for its architecture with
-//! `-cannoli libbacktrace.so` (this package's hook library) and exits with
-//! the program's status. Or, in two terminals, start it without a program,
-//! then QEMU:
+//! `-cannoli libbacktrace.so` (the backtrace example's hook library) and
+//! exits with the program's status. Or, in two terminals, start it without
+//! a program, then QEMU:
 //!
 //! ```text
 //! $ backtrace -o calls.jsonl &
 //! $ qemu-mipsel -cannoli target/release/libbacktrace.so ./prog
 //! ```
+//!
+//! Or replay a recording made by `cannoli record` with the backtrace hook
+//! library's decisions (`--replay FILE`).
 //!
 //! The design is the one of Cannoli's backtrace walkthrough: `Branch` hooks,
 //! a `PidContext` holding the backtrace state (backtrace, return-address
@@ -35,6 +40,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+use cannoli::recording::{Needs, RegsAt};
 use cannoli::{Cannoli, ClientInfo};
 use serde::{Serialize, Serializer};
 
@@ -42,13 +48,25 @@ use arch::Rules;
 use state::{BacktraceState, Change, Function, Regs, Symbolize};
 use symbols::Functions;
 
-const USAGE: &str = "\
-usage: backtrace [OPTIONS] [--] PROGRAM [ARGS...]
-       backtrace [OPTIONS]
+/// One line for `backtrace --help` and `cannoli --help`.
+pub const ABOUT: &str =
+    "The call stack of every guest thread as JSON lines, at every function entry and exit";
 
-Follows the call stack of every guest thread traced by QEMU (-cannoli
-libbacktrace.so) and prints one JSON line at every function entry and exit,
-with the whole backtrace:
+/// What a recording must hold for backtrace: registers at branches and
+/// where they land, and the stores of branches (a recording made with the
+/// backtrace hook library's decisions).
+const NEEDS: Needs = Needs {
+    exec: false,
+    mem: false,
+    regs: Some(RegsAt::Branches),
+};
+
+/// The command line of `backtrace` (and `cannoli backtrace`).
+// No doc comment on the struct: clap would take it for the command's about.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "\
+Prints one JSON line at every function entry and exit, with the whole
+backtrace:
 
   {\"event\":\"enter\",\"pid\":7,\"tid\":7,\"function\":\"bt_leaf\",\"pc\":\"0x400760\",
    \"via\":\"call\",\"from\":\"0x40059c\",\"return\":\"0x4005a4\",\"depth\":5,
@@ -67,84 +85,45 @@ options go in $CANNOLI_QEMU_ARGS. Without one, listens for QEMU started
 separately with -cannoli libbacktrace.so (start this first).
 
 Guests: mipsel, mips, mips64el, riscv64, arm (A32 and Thumb), aarch64,
-ppc64le, x86_64, i386.
-
-options:
-  --binary PATH     guest ELF to read symbols from (default: the guest's exe)
-  --threads N       worker threads per traced thread (default 2)
-  --listen ADDR     without PROGRAM: address to listen on
-                    (default $CANNOLI_ADDR or 127.0.0.1:11458)
-  -o, --output FILE write the JSON lines to FILE instead of stdout
-  -q, --quiet       no summary line on stderr
-  -h, --help        this text";
-
-#[derive(Debug, Clone)]
-struct Opts {
-    binary: Option<PathBuf>,
-    threads: usize,
-    listen: Option<String>,
-    output: Option<PathBuf>,
-    quiet: bool,
-    /// `PROGRAM ARGS...`: launch mode when not empty.
-    program: Vec<OsString>,
+ppc64le, x86_64, i386.")]
+pub struct Args {
+    /// Guest ELF to read symbols from (default: the guest's exe)
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Worker threads per traced thread
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = at_least_one)]
+    pub threads: usize,
+    /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
+    /// 127.0.0.1:11458); with a PROGRAM the client listens on a free port
+    #[arg(long, value_name = "ADDR", conflicts_with = "program")]
+    pub listen: Option<String>,
+    /// Write the JSON lines to FILE instead of stdout
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// No summary line on stderr
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Read a recording made by `cannoli record` instead of running a
+    /// program
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["program", "listen"])]
+    pub replay: Option<PathBuf>,
+    /// The program to trace and its arguments (options after PROGRAM are
+    /// its own); without one, listens for a QEMU started separately
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
+    pub program: Vec<OsString>,
 }
 
-fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Option<Opts>, String> {
-    let mut o = Opts {
-        binary: None,
-        threads: 2,
-        listen: None,
-        output: None,
-        quiet: false,
-        program: Vec::new(),
-    };
-    use lexopt::Arg::{Long, Short, Value};
-    let mut p = lexopt::Parser::from_args(args);
-    // `--opt value` and `--opt=value` alike.
-    let value = |p: &mut lexopt::Parser, name: &str| -> Result<String, String> {
-        p.value()
-            .map(|v| v.to_string_lossy().into_owned())
-            .map_err(|_| format!("{name} needs a value"))
-    };
-    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
-        match arg {
-            // The first argument that is not an option (or the one after
-            // `--`) starts the program's command line.
-            Value(prog) => {
-                o.program.push(prog);
-                o.program.extend(p.raw_args().map_err(|e| e.to_string())?);
-            }
-            Short('h') | Long("help") => return Ok(None),
-            Long("binary") => o.binary = Some(value(&mut p, "--binary")?.into()),
-            Long("threads") => {
-                let v = value(&mut p, "--threads")?;
-                o.threads = match v.parse() {
-                    Ok(n) if n > 0 => n,
-                    _ => return Err(format!("--threads wants a number of at least 1, got {v:?}")),
-                };
-            }
-            Long("listen") => o.listen = Some(value(&mut p, "--listen")?),
-            Short('o') | Long("output") => o.output = Some(value(&mut p, "--output")?.into()),
-            Short('q') | Long("quiet") => o.quiet = true,
-            Short(c) => return Err(format!("unknown argument \"-{c}\"")),
-            Long(l) => return Err(format!("unknown argument \"--{l}\"")),
-        }
+/// `--threads`: a number, at least 1.
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.parse() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("wants a number of at least 1".into()),
     }
-    if o.listen.is_some() && !o.program.is_empty() {
-        return Err(
-            "--listen is for the two-terminal mode; with a PROGRAM the client listens on a free port"
-                .into(),
-        );
-    }
-    Ok(Some(o))
 }
 
-static OPTS: OnceLock<Opts> = OnceLock::new();
-
-fn opts() -> &'static Opts {
-    OPTS.get()
-        .expect("options are set before the server starts")
-}
+/// `--binary`, for [`Backtrace::init_tid`]; set once before the server
+/// starts.
+static BINARY: OnceLock<Option<PathBuf>> = OnceLock::new();
 
 // ---------------------------------------------------------------------------
 // Output and totals
@@ -517,8 +496,9 @@ impl Cannoli for Backtrace {
     }
 
     fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Self, Tid) {
-        let exe = opts()
-            .binary
+        let exe = BINARY
+            .get()
+            .expect("--binary is set before the server starts")
             .clone()
             .or_else(|| ci.exe.as_ref().map(PathBuf::from));
         let rules = arch::rules(&ci.arch);
@@ -733,40 +713,40 @@ impl Cannoli for Backtrace {
     }
 }
 
-fn main() {
-    let o = match parse_args(std::env::args_os().skip(1)) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(e) => {
-            eprintln!("backtrace: {e}\n{USAGE}");
-            std::process::exit(2);
-        }
+/// Runs backtrace; returns the exit status: the program's (or the
+/// recording's), [`cannoli::EXIT_INCOMPLETE`] if events or the output are
+/// incomplete, 1 (or the launcher's status) if nothing could run.
+pub fn main(args: Args) -> i32 {
+    let w = match &args.output {
+        None => launch::Output::stdout("the trace"),
+        Some(p) => match launch::Output::create(p, "the trace") {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("backtrace: {e}");
+                return 1;
+            }
+        },
     };
-    let w = launch::Output::to_or_exit(o.output.as_deref(), "the trace");
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "backtrace",
-        threads: o.threads,
+        threads: args.threads,
     });
-    if let Some(addr) = &o.listen {
-        launcher = launcher.listen(addr.clone());
+    if let Some(addr) = args.listen {
+        launcher = launcher.listen(addr);
     }
-    let program = o.program.clone();
-    let quiet = o.quiet;
-    OPTS.set(o).expect("options set once");
+    BINARY.set(args.binary).expect("backtrace runs once");
     *OUT.lock().unwrap() = Some(Out { w });
 
     let start = Instant::now();
-    let result = launcher.run::<Backtrace>(program);
+    let result =
+        crate::input::run::<Backtrace>(launcher, args.replay.as_deref(), NEEDS, args.program);
     let secs = start.elapsed().as_secs_f64();
 
     let written = OUT.lock().unwrap().take().expect("set above").w.finish();
     match result {
         Ok(report) => {
             let st = &report.stats;
-            if !quiet {
+            if !args.quiet {
                 let extra = format!(", {}", st.loss_summary());
                 eprintln!(
                     "backtrace: {} events from {} guest thread{}, {} function entries, {} exits, \
@@ -786,14 +766,14 @@ fn main() {
                      (calls there were judged by address alone)"
                 );
             }
-            std::process::exit(report.finish_with_output("backtrace", written));
+            report.finish_with_output("backtrace", written)
         }
         Err(e) => {
             eprintln!("backtrace: {e}");
             if let Err(w) = written {
                 w.report("backtrace");
             }
-            std::process::exit(e.exit_code());
+            e.exit_code()
         }
     }
 }
@@ -802,44 +782,62 @@ fn main() {
 mod tests {
     use super::*;
 
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
     fn args(s: &str) -> Vec<OsString> {
         s.split_whitespace().map(OsString::from).collect()
     }
 
+    /// `s` as backtrace's command line; `Err` is clap's one-line message.
+    fn parse(s: &str) -> Result<Args, String> {
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("backtrace".into()).chain(args(s)))
+            .map(|c| c.args)
+            .map_err(|e| crate::cli::one_line(&e))
+    }
+
     #[test]
     fn options() {
-        let o = parse_args(args("--binary /bin/x --threads 4 -o /tmp/t.jsonl -q"))
-            .unwrap()
-            .unwrap();
+        let o = parse("--binary /bin/x --threads 4 -o /tmp/t.jsonl -q").unwrap();
         assert_eq!(o.binary.as_deref(), Some(Path::new("/bin/x")));
         assert_eq!(o.output.as_deref(), Some(Path::new("/tmp/t.jsonl")));
         assert_eq!((o.threads, o.quiet), (4, true));
-        assert!(o.program.is_empty());
-        let o = parse_args(args("--listen=127.0.0.1:5")).unwrap().unwrap();
+        assert!(o.program.is_empty() && o.replay.is_none());
+        let o = parse("").unwrap();
+        assert_eq!((o.threads, o.quiet), (2, false));
+        let o = parse("--listen=127.0.0.1:5").unwrap();
         assert_eq!(o.listen.as_deref(), Some("127.0.0.1:5"));
-        assert!(parse_args(args("--help")).unwrap().is_none());
-        assert!(parse_args(args("--threads"))
-            .unwrap_err()
-            .contains("needs a value"));
-        assert!(parse_args(args("--threads 0"))
-            .unwrap_err()
-            .contains("at least 1"));
-        assert!(parse_args(args("--bogus")).unwrap_err().contains("--bogus"));
+        assert!(parse("--threads").unwrap_err().contains("--threads"));
+        assert!(parse("--threads 0").unwrap_err().contains("at least 1"));
+        assert!(parse("--bogus").unwrap_err().contains("--bogus"));
     }
 
     #[test]
     fn program_and_its_arguments() {
-        let o = parse_args(args("-q ./prog -o x --threads 3"))
-            .unwrap()
-            .unwrap();
+        let o = parse("-q ./prog -o x --threads 3").unwrap();
         assert!(o.quiet);
         assert_eq!(o.output, None);
         assert_eq!(o.program, args("./prog -o x --threads 3"));
-        let o = parse_args(args("-- --odd-name a")).unwrap().unwrap();
+        let o = parse("-- --odd-name a").unwrap();
         assert_eq!(o.program, args("--odd-name a"));
-        assert!(parse_args(args("--listen 127.0.0.1:1 prog"))
+        assert!(parse("--listen 127.0.0.1:1 prog")
             .unwrap_err()
             .contains("--listen"));
+    }
+
+    #[test]
+    fn a_replay_runs_no_program_and_listens_nowhere() {
+        let o = parse("--replay run.rec -o x").unwrap();
+        assert_eq!(o.replay.as_deref(), Some(Path::new("run.rec")));
+        assert!(parse("--replay run.rec prog")
+            .unwrap_err()
+            .contains("--replay"));
+        let e = parse("--replay run.rec --listen 127.0.0.1:1").unwrap_err();
+        assert!(e.contains("--replay") && e.contains("--listen"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! flag; at the next instruction, look at where the branch went:
 //!
 //! * it **called** a function (the branch left a return address: see
-//!   [`crate::arch`]): push a frame, and the return address on the return
+//!   [`crate::backtrace::arch`]): push a frame, and the return address on the return
 //!   stack;
 //! * it went to a **return address** on the return stack (with the stack
 //!   pointer the caller had): pop that frame, and keep popping while the new
@@ -28,7 +28,7 @@
 
 use std::sync::Arc;
 
-use crate::arch::{is_ppc_call, Link, Rules};
+use crate::backtrace::arch::{is_ppc_call, Link, Rules};
 
 /// How a frame was entered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -455,8 +455,8 @@ fn name_of(syms: &impl Symbolize, pc: u64) -> Arc<str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::rules;
-    use crate::symbols::Functions;
+    use crate::backtrace::arch::rules;
+    use crate::backtrace::symbols::Functions;
     use std::collections::HashMap;
 
     /// The functions of `table()`, and what a test says about the code:

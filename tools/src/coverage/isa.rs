@@ -3,7 +3,7 @@
 //! where instructions start, the drcov file wants block sizes in bytes.
 //!
 //! QEMU itself says how long each instruction it translated is (the block
-//! events, see `main.rs`), and that is what the tool uses. This is the
+//! events, see `mod.rs`), and that is what the tool uses. This is the
 //! fallback for a pc without one: decoded from the instruction's bytes where
 //! the length depends on them, else the architecture's fixed size.
 

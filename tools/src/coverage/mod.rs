@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! Code coverage of a guest program as a drcov file, with every executable
 //! mapping a module: the program, its dynamic loader and shared libraries,
-//! and anonymous code that ran (QEMU's signal trampoline, JIT code).
+//! and anonymous code that ran (QEMU's signal trampoline, JIT code). Here,
+//! not in the example, so that `cannoli coverage` and the `coverage`
+//! example binary run the same code.
 //!
 //! ```sh
 //! coverage -o prog.drcov ./prog args...     # then load prog.drcov into
@@ -17,15 +19,20 @@
 //! each module's instruction starts into blocks: maximal runs of
 //! instructions that follow each other without a gap (so a block can span
 //! several basic blocks, as a straight-line call-and-return does; the
-//! readers map covered bytes onto their own basic blocks). The size of each
-//! instruction comes from QEMU: a block event, sent when QEMU translates a
-//! block, lists the length of each of its instructions (the only exact
-//! source for Thumb, where a 4-aligned pc may start an A32 instruction or
-//! a Thumb one, and the cheapest for x86). Lengths are kept per module, so
-//! a block translated by one thread of a process sizes the instructions
-//! another thread ran. A pc without one falls back to the architecture (4
-//! bytes on MIPS, AArch64, PowerPC) or to the instruction's bytes in the
-//! mapped file (RISC-V compressed instructions, x86, Thumb).
+//! readers map covered bytes onto their own basic blocks). Only which pcs
+//! ran counts, not how often each was reported: a recording (`--replay`),
+//! whose exec events are `Always` ones (every run of every instruction),
+//! gives the same drcov file as the live run; only the summary's count of
+//! exec events is larger.
+//!
+//! The size of each instruction comes from QEMU: a block event, sent when
+//! QEMU translates a block, lists the length of each of its instructions
+//! (the only exact source for Thumb, where a 4-aligned pc may start an A32
+//! instruction or a Thumb one, and the cheapest for x86). Lengths are kept
+//! per module, so a block translated by one thread of a process sizes the
+//! instructions another thread ran. A pc without one falls back to the
+//! architecture (4 bytes on MIPS, AArch64, PowerPC) or to the instruction's
+//! bytes in the mapped file (RISC-V compressed instructions, x86, Thumb).
 
 mod drcov;
 mod isa;
@@ -36,6 +43,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
+use cannoli::recording::Needs;
 use cannoli::{Cannoli, ClientInfo};
 use object::{Object, ObjectSegment, ObjectSymbol};
 
@@ -479,7 +487,7 @@ fn build(c: &Coverage) -> Vec<ModuleOut> {
 /// itself).
 fn finish(
     mut w: launch::Output,
-    report: Option<&launch::Report>,
+    report: &launch::Report,
 ) -> Result<Result<(), launch::OutputError>, String> {
     let c = lock(&COVERAGE);
     let mods = build(&c);
@@ -554,71 +562,66 @@ fn finish(
             "coverage: {dropped} blocks more than 4 GiB past their module's base were left out\n"
         );
     }
-    if let Some(r) = report {
-        if !r.stats.is_complete() {
-            s += &format!(
-                "coverage: the trace is incomplete ({}): coverage is a lower bound\n",
-                r.stats.loss_summary()
-            );
-        }
+    if !report.stats.is_complete() {
+        s += &format!(
+            "coverage: the trace is incomplete ({}): coverage is a lower bound\n",
+            report.stats.loss_summary()
+        );
     }
     eprint!("{s}");
     Ok(written)
 }
 
-const USAGE: &str = "usage: coverage [-o FILE] [--threads N] [--] [PROGRAM [ARGS...]]
-  Runs PROGRAM under the patched QEMU (-cannoli libcoverage.so) and writes its
-  coverage as a drcov file (DRCOV VERSION 2), one module per executable
-  mapping: the program, its dynamic loader, its shared libraries. Exits with
-  the program's status. Without PROGRAM: listens on $CANNOLI_ADDR for a QEMU
-  started separately.
-  -o, --output FILE  the drcov file (default: PROGRAM's name + .drcov in the
-                     current directory, coverage.drcov without PROGRAM)
-  --threads N        worker threads per guest thread (default 1)
-  A per-module summary goes to stderr.";
+/// One line for `coverage --help` and `cannoli --help`.
+pub const ABOUT: &str = "Code coverage of a program as a drcov file (Lighthouse, bncov, Cutter)";
 
-fn die(msg: &str, code: i32) -> ! {
-    eprintln!("coverage: {msg}");
-    std::process::exit(code)
+/// What a recording must hold for coverage: every instruction's pc (with
+/// the block, mapping and mprotect events every recording has).
+const NEEDS: Needs = Needs {
+    exec: true,
+    mem: false,
+    regs: None,
+};
+
+/// The command line of `coverage` (and `cannoli coverage`).
+// No doc comment on the struct: clap would take it for the command's about.
+#[derive(clap::Args, Debug, Clone)]
+#[command(after_help = "\
+Runs PROGRAM under the patched QEMU (-cannoli libcoverage.so) and writes its
+coverage as a drcov file (DRCOV VERSION 2), one module per executable mapping:
+the program, its dynamic loader, its shared libraries. Exits with the program's
+status. Without PROGRAM: listens on $CANNOLI_ADDR for a QEMU started
+separately. A per-module summary goes to stderr.")]
+pub struct Args {
+    /// The drcov file (default: PROGRAM's name + .drcov in the current
+    /// directory, coverage.drcov without PROGRAM)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Worker threads per guest thread
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = at_least_one)]
+    pub threads: usize,
+    /// Read a recording made by `cannoli record` instead of running a
+    /// program
+    #[arg(long, value_name = "FILE", conflicts_with = "program")]
+    pub replay: Option<PathBuf>,
+    /// The program to trace and its arguments (options after PROGRAM are
+    /// its own)
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
+    pub program: Vec<OsString>,
 }
 
-fn main() {
-    let mut out: Option<PathBuf> = None;
-    let mut threads = 1usize;
-    let mut program: Vec<OsString> = Vec::new();
-    use lexopt::Arg::{Long, Short, Value};
-    let mut args = lexopt::Parser::from_env();
-    let bad = |e: lexopt::Error| -> ! { die(&e.to_string(), 2) };
-    while let Some(a) = args.next().unwrap_or_else(|e| bad(e)) {
-        match a {
-            Short('o') | Long("output") => {
-                out = Some(
-                    args.value()
-                        .unwrap_or_else(|_| die("-o needs a file name", 2))
-                        .into(),
-                )
-            }
-            Long("threads") => {
-                threads = args
-                    .value()
-                    .ok()
-                    .and_then(|v| v.to_str().and_then(|v| v.parse().ok()))
-                    .filter(|&n: &usize| n > 0)
-                    .unwrap_or_else(|| die("--threads needs a number (at least 1)", 2))
-            }
-            Short('h') | Long("help") => {
-                println!("{USAGE}");
-                return;
-            }
-            Value(v) => {
-                program.push(v);
-                program.extend(args.raw_args().unwrap_or_else(|e| bad(e)));
-            }
-            Short(c) => die(&format!("unknown option \"-{c}\"\n{USAGE}"), 2),
-            Long(l) => die(&format!("unknown option \"--{l}\"\n{USAGE}"), 2),
-        }
+/// `--threads`: a number, at least 1.
+fn at_least_one(v: &str) -> Result<usize, String> {
+    match v.parse() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("needs a number (at least 1)".into()),
     }
-    let out = out.unwrap_or_else(|| match program.first() {
+}
+
+/// Where the drcov file goes without `-o`: PROGRAM's name + `.drcov` in
+/// the current directory, `coverage.drcov` without PROGRAM.
+fn default_output(program: &[OsString]) -> PathBuf {
+    match program.first() {
         Some(p) => {
             let name = Path::new(p)
                 .file_name()
@@ -627,28 +630,92 @@ fn main() {
             PathBuf::from(format!("{name}.drcov"))
         }
         None => PathBuf::from("coverage.drcov"),
-    });
+    }
+}
+
+/// Runs coverage; returns the exit status: the program's (or the
+/// recording's), [`cannoli::EXIT_INCOMPLETE`] if events or the file are
+/// incomplete, 1 (or the launcher's status) if nothing could run.
+pub fn main(args: Args) -> i32 {
+    let out = args.output.unwrap_or_else(|| default_output(&args.program));
     // Created now, so that a bad path fails before the program runs; filled
     // once the trace is complete.
-    let w =
-        launch::Output::create(&out, "the drcov file").unwrap_or_else(|e| die(&e.to_string(), 1));
-    let report = launch::Launcher::new(launch::Options {
+    let w = match launch::Output::create(&out, "the drcov file") {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("coverage: {e}");
+            return 1;
+        }
+    };
+    let launcher = launch::Launcher::new(launch::Options {
         hooks: "coverage",
-        threads,
-    })
-    .run::<Tracer>(program)
-    .unwrap_or_else(|e| {
-        // Nothing ran: no empty file left behind.
-        let _ = std::fs::remove_file(&out);
-        die(&e.to_string(), e.exit_code())
+        threads: args.threads,
     });
-    let written = finish(w, Some(&report)).unwrap_or_else(|e| die(&e, 1));
-    std::process::exit(report.finish_with_output("coverage", written));
+    let report =
+        match crate::input::run::<Tracer>(launcher, args.replay.as_deref(), NEEDS, args.program) {
+            Ok(r) => r,
+            Err(e) => {
+                // Nothing ran: no empty file left behind.
+                let _ = std::fs::remove_file(&out);
+                eprintln!("coverage: {e}");
+                return e.exit_code();
+            }
+        };
+    match finish(w, &report) {
+        Ok(written) => report.finish_with_output("coverage", written),
+        Err(e) => {
+            eprintln!("coverage: {e}");
+            1
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn args(s: &str) -> Vec<OsString> {
+        s.split_whitespace().map(OsString::from).collect()
+    }
+
+    /// `s` as coverage's command line; `Err` is clap's one-line message.
+    fn parse(s: &str) -> Result<Args, String> {
+        use clap::Parser;
+        Cli::try_parse_from(std::iter::once("coverage".into()).chain(args(s)))
+            .map(|c| c.args)
+            .map_err(|e| crate::cli::one_line(&e))
+    }
+
+    #[test]
+    fn options_and_the_program() {
+        let o = parse("").unwrap();
+        assert_eq!((o.threads, o.output, o.replay), (1, None, None));
+        let o = parse("-o a.drcov --threads 3 ./prog -o x --threads").unwrap();
+        assert_eq!(o.output.as_deref(), Some(Path::new("a.drcov")));
+        assert_eq!(o.threads, 3);
+        assert_eq!(o.program, args("./prog -o x --threads"));
+        assert_eq!(parse("-- -odd").unwrap().program, args("-odd"));
+        assert!(parse("--bogus").unwrap_err().contains("--bogus"));
+        assert!(parse("-o").unwrap_err().contains("--output"));
+        assert!(parse("--threads 0").unwrap_err().contains("at least 1"));
+        let o = parse("--replay run.rec").unwrap();
+        assert_eq!(o.replay.as_deref(), Some(Path::new("run.rec")));
+        assert!(parse("--replay run.rec prog")
+            .unwrap_err()
+            .contains("--replay"));
+    }
+
+    #[test]
+    fn the_file_is_named_after_the_program() {
+        assert_eq!(default_output(&args("/bin/ls -l")), Path::new("ls.drcov"));
+        assert_eq!(default_output(&[]), Path::new("coverage.drcov"));
+    }
 
     #[test]
     fn entry_of_a_static_and_a_relocated_image() {
