@@ -26,21 +26,60 @@
 //! (decided at translation time, inside QEMU: the rest runs at full speed).
 //! Changes are then those since the previous traced instruction: an
 //! instruction that calls out of the range is shown with everything the
-//! call changed.
+//! call changed. A recording (`--replay FILE`, made with registers at every
+//! instruction) holds every instruction, so there the client drops those
+//! outside the ranges itself, and prints what a live run would have.
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
+use cannoli::recording::{Needs, RegsAt};
 use cannoli::{Cannoli, ClientInfo};
 use object::{Object, ObjectKind, ObjectSymbol, SymbolKind};
 
 /// The environment variable the hook library reads its ranges from.
 const RANGES_ENV: &str = "CANNOLI_REGTRACE_RANGES";
+
+/// One line for `--help` and the `cannoli` command's list.
+pub const ABOUT: &str =
+    "Prints each executed instruction and the general purpose registers it changed, by name";
+
+/// The command line of `regtrace`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Write the trace to FILE (default: stdout, shared with the program's
+    /// own output)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Only instructions in [LO, HI) (hex; repeatable)
+    #[arg(long = "range", value_name = "LO-HI", value_parser = parse_range)]
+    pub ranges: Vec<(u64, u64)>,
+    /// Only the function SYMBOL of PROGRAM's symbol table (a
+    /// position-dependent program; repeatable)
+    #[arg(long = "func", value_name = "SYMBOL")]
+    pub funcs: Vec<String>,
+    /// Only instructions that changed a register
+    #[arg(long)]
+    pub changed: bool,
+    /// Worker threads per guest thread
+    #[arg(long, value_name = "N", default_value = "2", value_parser = parse_threads)]
+    pub threads: usize,
+    /// Read a recording made by `cannoli record` (with registers at every
+    /// instruction) instead of running a program; --func then looks in the
+    /// recorded program's symbol table
+    #[arg(long, value_name = "FILE", conflicts_with = "program")]
+    pub replay: Option<PathBuf>,
+    /// The program to run under the patched QEMU (-cannoli libregtrace.so),
+    /// and its arguments; exits with its status. Without one (and without
+    /// --replay), listens on $CANNOLI_ADDR for a QEMU started separately
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
+    pub program: Vec<OsString>,
+}
 
 /// What a chunk's parallel phase hands to the serial phase.
 enum Item {
@@ -171,13 +210,13 @@ struct Tracer {
 impl Cannoli for Tracer {
     type Trace = Item;
     type TidContext = Arc<Layout>;
-    type PidContext = ();
+    type PidContext = Filter;
 
-    fn init_pid(_ci: &ClientInfo) -> Arc<()> {
-        Arc::new(())
+    fn init_pid(ci: &ClientInfo) -> Arc<Filter> {
+        Arc::new(Filter::of(ci))
     }
 
-    fn init_tid(_pid: &(), ci: &ClientInfo) -> (Tracer, Arc<Layout>) {
+    fn init_tid(_pid: &Filter, ci: &ClientInfo) -> (Tracer, Arc<Layout>) {
         THREADS.fetch_add(1, Ordering::Relaxed);
         let bytes = ci.regs.bytes;
         let layout = Arc::new(Layout {
@@ -203,7 +242,10 @@ impl Cannoli for Tracer {
         )
     }
 
-    fn regs(_pid: &(), l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+    fn regs(f: &Filter, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+        if !f.traces(pc) {
+            return;
+        }
         let n = l.count(regs);
         if trace.is_empty() {
             let v: Vec<u64> = (0..n).map(|i| l.value(regs, i)).collect();
@@ -241,7 +283,7 @@ impl Cannoli for Tracer {
         }
     }
 
-    fn trace(&mut self, _pid: &(), _l: &Arc<Layout>, trace: &[Item]) {
+    fn trace(&mut self, _pid: &Filter, _l: &Arc<Layout>, trace: &[Item]) {
         let mut s = String::new();
         for item in trace {
             match item {
@@ -302,22 +344,52 @@ impl Drop for Tracer {
     }
 }
 
-const USAGE: &str = "usage: regtrace [OPTIONS] [--] [PROGRAM [ARGS...]]
-  Runs PROGRAM under the patched QEMU (-cannoli libregtrace.so) and prints
-  each executed instruction's pc and the general purpose registers it
-  changed (name: old -> new, hex). Exits with the program's status. Without
-  PROGRAM: listens on $CANNOLI_ADDR for a QEMU started separately.
-  -o, --output FILE   write the trace to FILE (default: stdout, shared with
-                      the program's own output)
-  --range LO-HI       only instructions in [LO, HI) (hex; repeatable)
-  --func SYMBOL       only the function SYMBOL of PROGRAM's symbol table
-                      (a position-dependent program; repeatable)
-  --changed           only instructions that changed a register
-  --threads N         worker threads per guest thread (default 2)";
+/// The ranges the client itself keeps instructions of. Empty in a live
+/// run, where the hook library already left the rest out.
+struct Filter {
+    ranges: &'static [(u64, u64)],
+}
 
-fn die(msg: &str, code: i32) -> ! {
-    eprintln!("regtrace: {msg}");
-    std::process::exit(code)
+/// What [`Filter::of`] needs: `--range` and `--func` of a replay, whose
+/// functions are looked up in the first recorded process's program (the
+/// one a live run would have read them from).
+struct ReplayRanges {
+    ranges: Vec<(u64, u64)>,
+    funcs: Vec<String>,
+}
+
+static REPLAY_RANGES: OnceLock<ReplayRanges> = OnceLock::new();
+static RESOLVED: OnceLock<Vec<(u64, u64)>> = OnceLock::new();
+
+impl Filter {
+    fn of(ci: &ClientInfo) -> Filter {
+        let Some(r) = REPLAY_RANGES.get() else {
+            return Filter { ranges: &[] };
+        };
+        let ranges = RESOLVED.get_or_init(|| {
+            let mut ranges = r.ranges.clone();
+            if !r.funcs.is_empty() {
+                // Too late to refuse the command line: the replay has begun.
+                let found = match &ci.exe {
+                    Some(exe) => func_ranges(Path::new(exe), &r.funcs),
+                    None => Err("--func: the recording does not say which program ran".into()),
+                };
+                match found {
+                    Ok(f) => ranges.extend(f),
+                    Err(e) => {
+                        eprintln!("regtrace: {e}");
+                        std::process::exit(2)
+                    }
+                }
+            }
+            ranges
+        });
+        Filter { ranges }
+    }
+
+    fn traces(&self, pc: u64) -> bool {
+        self.ranges.is_empty() || self.ranges.iter().any(|&(lo, hi)| lo <= pc && pc < hi)
+    }
 }
 
 fn parse_hex(s: &str) -> Option<u64> {
@@ -325,16 +397,23 @@ fn parse_hex(s: &str) -> Option<u64> {
     u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()
 }
 
-fn parse_range(s: &str) -> Option<(u64, u64)> {
-    let (lo, hi) = s.split_once('-')?;
-    let (lo, hi) = (parse_hex(lo)?, parse_hex(hi)?);
-    (lo < hi).then_some((lo, hi))
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    s.split_once('-')
+        .and_then(|(lo, hi)| Some((parse_hex(lo)?, parse_hex(hi)?)))
+        .filter(|(lo, hi)| lo < hi)
+        .ok_or_else(|| "want LO-HI in hex, LO < HI".into())
 }
 
-/// `[start, end)` of function `name` in the program's symbol table.
-fn func_range(program: &OsString, name: &str) -> Result<(u64, u64), String> {
-    let path = launch::find::resolve_program(program).map_err(|e| e.to_string())?;
-    let data = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn parse_threads(s: &str) -> Result<usize, String> {
+    s.parse()
+        .ok()
+        .filter(|&n: &usize| n > 0)
+        .ok_or_else(|| "needs a number (at least 1)".into())
+}
+
+/// `[start, end)` of function `name` in the symbol table of `path`.
+fn func_range(path: &Path, name: &str) -> Result<(u64, u64), String> {
+    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", path.display()))?;
     if file.kind() != ObjectKind::Executable {
         return Err(format!(
@@ -358,6 +437,18 @@ fn func_range(program: &OsString, name: &str) -> Result<(u64, u64), String> {
     Ok((start, start + sym.size()))
 }
 
+/// The ranges of `funcs` in `program`, each announced on stderr.
+fn func_ranges(program: &Path, funcs: &[String]) -> Result<Vec<(u64, u64)>, String> {
+    funcs
+        .iter()
+        .map(|f| {
+            let r = func_range(program, f)?;
+            eprintln!("regtrace: {f} is {:#x}-{:#x}", r.0, r.1);
+            Ok(r)
+        })
+        .collect()
+}
+
 /// Where a symbol of `kind` with value `value` starts: an ARM Thumb
 /// function's value has bit 0 set (the interworking bit), its code starts
 /// at the even address. Data symbols are what they say.
@@ -368,95 +459,79 @@ fn code_address(arch: object::Architecture, kind: SymbolKind, value: u64) -> u64
     }
 }
 
-fn main() {
-    let mut output: Option<PathBuf> = None;
-    let mut threads = 2usize;
-    let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let mut funcs: Vec<String> = Vec::new();
-    let mut changed_only = false;
-    let mut program: Vec<OsString> = Vec::new();
-    use lexopt::Arg::{Long, Short, Value};
-    let mut args = lexopt::Parser::from_env();
-    let bad = |e: lexopt::Error| -> ! { die(&e.to_string(), 2) };
-    let value = |args: &mut lexopt::Parser, what: &str| -> String {
-        args.value()
-            .ok()
-            .and_then(|v| v.into_string().ok())
-            .unwrap_or_else(|| die(&format!("{what} needs a value"), 2))
-    };
-    while let Some(a) = args.next().unwrap_or_else(|e| bad(e)) {
-        match a {
-            Short('o') | Long("output") => output = Some(value(&mut args, "-o").into()),
-            Long("range") => {
-                let v = value(&mut args, "--range");
-                ranges.push(parse_range(&v).unwrap_or_else(|| {
-                    die(&format!("--range {v:?}: want LO-HI in hex, LO < HI"), 2)
-                }))
-            }
-            Long("func") => funcs.push(value(&mut args, "--func")),
-            Long("changed") => changed_only = true,
-            Long("threads") => {
-                let v = value(&mut args, "--threads");
-                threads = v
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n > 0)
-                    .unwrap_or_else(|| die("--threads needs a number (at least 1)", 2))
-            }
-            Short('h') | Long("help") => {
-                println!("{USAGE}");
-                return;
-            }
-            Value(v) => {
-                program.push(v);
-                program.extend(args.raw_args().unwrap_or_else(|e| bad(e)));
-            }
-            Short(c) => die(&format!("unknown option \"-{c}\"\n{USAGE}"), 2),
-            Long(l) => die(&format!("unknown option \"--{l}\"\n{USAGE}"), 2),
-        }
-    }
-    if !funcs.is_empty() {
-        let Some(p) = program.first() else {
-            die("--func needs a PROGRAM", 2)
+/// Runs regtrace; returns the exit status (the program's, or 1 or 2 when
+/// something went wrong before or around it).
+pub fn main(args: Args) -> i32 {
+    let mut ranges = args.ranges;
+    if args.replay.is_some() {
+        let _ = REPLAY_RANGES.set(ReplayRanges {
+            ranges: std::mem::take(&mut ranges),
+            funcs: args.funcs,
+        });
+    } else if !args.funcs.is_empty() {
+        let Some(program) = args.program.first() else {
+            eprintln!("regtrace: --func needs a PROGRAM (or --replay)");
+            return 2;
         };
-        for f in &funcs {
-            let r = func_range(p, f).unwrap_or_else(|e| die(&e, 2));
-            eprintln!("regtrace: {f} is {:#x}-{:#x}", r.0, r.1);
-            ranges.push(r);
+        let found = launch::find::resolve_program(program)
+            .map_err(|e| e.to_string())
+            .and_then(|path| func_ranges(&path, &args.funcs));
+        match found {
+            Ok(r) => ranges.extend(r),
+            Err(e) => {
+                eprintln!("regtrace: {e}");
+                return 2;
+            }
         }
     }
     if !ranges.is_empty() {
         let v: Vec<String> = ranges.iter().map(|(a, b)| format!("{a:x}-{b:x}")).collect();
         let v = v.join(",");
-        if program.is_empty() {
+        if args.program.is_empty() {
             eprintln!("regtrace: start QEMU with {RANGES_ENV}={v} in its environment");
         }
         // SAFETY: no other thread runs yet.
         std::env::set_var(RANGES_ENV, v);
     }
-    let _ = CONFIG.set(Config { changed_only });
-    if let Some(path) = &output {
-        let w =
-            launch::Output::create(path, "the trace").unwrap_or_else(|e| die(&e.to_string(), 1));
-        let _ = OUT.set(Mutex::new(Out {
-            w: Some(w),
-            last: None,
-        }));
+    let _ = CONFIG.set(Config {
+        changed_only: args.changed,
+    });
+    if let Some(path) = &args.output {
+        match launch::Output::create(path, "the trace") {
+            Ok(w) => {
+                let _ = OUT.set(Mutex::new(Out {
+                    w: Some(w),
+                    last: None,
+                }));
+            }
+            Err(e) => {
+                eprintln!("regtrace: {e}");
+                return 1;
+            }
+        }
     }
 
     let start = Instant::now();
-    let report = launch::Launcher::new(launch::Options {
+    let launcher = launch::Launcher::new(launch::Options {
         hooks: "regtrace",
-        threads,
-    })
-    .run::<Tracer>(program)
-    .unwrap_or_else(|e| {
-        if let Some(Err(w)) = out().w.take().map(launch::Output::finish) {
-            w.report("regtrace");
-        }
-        die(&e.to_string(), e.exit_code())
+        threads: args.threads,
     });
+    let needs = Needs {
+        regs: Some(RegsAt::All),
+        ..Needs::default()
+    };
+    let result = crate::input::run::<Tracer>(launcher, args.replay.as_deref(), needs, args.program);
     let written = out().w.take().expect("finished once").finish();
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            if let Err(w) = written {
+                w.report("regtrace");
+            }
+            eprintln!("regtrace: {e}");
+            return e.exit_code();
+        }
+    };
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "regtrace: {} instructions, {} changed registers, {} thread{}, {:.3} s",
@@ -470,12 +545,73 @@ fn main() {
         },
         secs
     );
-    std::process::exit(report.finish_with_output("regtrace", written));
+    report.finish_with_output("regtrace", written)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(s: &str) -> Result<Args, String> {
+        Cli::try_parse_from(std::iter::once("regtrace").chain(s.split_whitespace()))
+            .map(|c| c.args)
+            .map_err(|e| crate::cli::one_line(&e))
+    }
+
+    #[test]
+    fn options() {
+        let a =
+            parse("-o t.txt --range 0x10-20 --range 30-40 --func f --changed --threads 3").unwrap();
+        assert_eq!(a.output.as_deref(), Some(Path::new("t.txt")));
+        assert_eq!(a.ranges, [(0x10, 0x20), (0x30, 0x40)]);
+        assert_eq!(a.funcs, ["f"]);
+        assert_eq!((a.changed, a.threads), (true, 3));
+        let a = parse("").unwrap();
+        assert_eq!((a.changed, a.threads, a.replay), (false, 2, None));
+        assert!(parse("--range 10-5").unwrap_err().contains("want LO-HI"));
+        assert!(parse("--range 10").unwrap_err().contains("want LO-HI"));
+        assert!(parse("--threads 0").unwrap_err().contains("at least 1"));
+        assert!(parse("--bogus").unwrap_err().contains("--bogus"));
+    }
+
+    #[test]
+    fn program_and_its_arguments() {
+        let a = parse("--changed ./prog --range 1-2 -x").unwrap();
+        assert!(a.ranges.is_empty());
+        let want: Vec<OsString> = ["./prog", "--range", "1-2", "-x"].map(Into::into).into();
+        assert_eq!(a.program, want);
+        let a = parse("-- --prog").unwrap();
+        assert_eq!(a.program, [OsString::from("--prog")]);
+    }
+
+    #[test]
+    fn replay_is_instead_of_a_program() {
+        let a = parse("--replay run.rec --range 10-20").unwrap();
+        assert_eq!(a.replay.as_deref(), Some(Path::new("run.rec")));
+        let e = parse("--replay run.rec ./prog").unwrap_err();
+        assert!(e.contains("--replay") && !e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn a_replay_keeps_what_is_in_range() {
+        let all = Filter { ranges: &[] };
+        assert!(all.traces(0) && all.traces(u64::MAX));
+        let some = Filter {
+            ranges: &[(0x10, 0x20), (0x40, 0x41)],
+        };
+        let kept: Vec<u64> = [0xf, 0x10, 0x1f, 0x20, 0x40, 0x41]
+            .into_iter()
+            .filter(|&pc| some.traces(pc))
+            .collect();
+        assert_eq!(kept, [0x10, 0x1f, 0x40]);
+    }
 
     #[test]
     fn thumb_functions_start_at_the_even_address() {

@@ -1,16 +1,21 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
 //! `symbolizer`: a cannoli client that prints every executed instruction and
 //! memory access of the guest as `symbol+offset`.
 //!
 //! One command: `symbolizer [OPTIONS] ./prog ARGS...` starts the client,
 //! runs `./prog` under the patched QEMU with `-cannoli libsymbolizer.so` (the
-//! hook library of this package, which records every instruction and memory
-//! access) and exits with the program's status (see the `cannoli-launch`
-//! crate). Or, in two terminals, start it without a program, then QEMU:
+//! hook library of the `symbolizer` example, which records every
+//! instruction and memory access) and exits with the program's status (see
+//! the `cannoli-launch` crate). Or, in two terminals, start it without a
+//! program, then QEMU:
 //!
 //! ```text
 //! $ symbolizer --binary ./prog > trace.txt &
 //! $ qemu-mipsel -cannoli target/release/libsymbolizer.so ./prog
 //! ```
+//!
+//! Or replay a recording of `cannoli record` (`--replay FILE`) without
+//! running anything.
 //!
 //! Symbols are looked up in the worker threads (the parallel phase); the
 //! serial phase only formats and prints.
@@ -24,131 +29,107 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
+use cannoli::recording::Needs;
 use cannoli::{Cannoli, ClientInfo};
 use symbols::{Loc, Symbols};
 
-const USAGE: &str = "\
-usage: symbolizer [OPTIONS] [--] PROGRAM [ARGS...]
-       symbolizer [OPTIONS]
+/// One line for `--help` and the `cannoli` command's list.
+pub const ABOUT: &str =
+    "Prints every instruction and memory access traced by QEMU as symbol+offset";
 
-Prints every instruction and memory access traced by QEMU (-cannoli
-libsymbolizer.so) as symbol+offset.
-
-With a PROGRAM, runs it under the patched QEMU for its architecture (found
-via $CANNOLI_QEMU, $CANNOLI_QEMU_DIR or target/qemu.env) and exits with its
-exit status once the trace is printed; extra QEMU options go in
-$CANNOLI_QEMU_ARGS. Without one, listens for QEMU started separately with
--cannoli libsymbolizer.so (start this first).
-
-options:
-  --binary PATH     guest ELF to read symbols from (default: the guest's exe)
-  --symbols FILE    extra symbols in nm format (ADDR TYPE NAME or nm -S lines)
-  --base ADDR       load address to add to the symbols (PIE binaries)
-  --threads N       worker threads per traced thread (default 2)
-  --listen ADDR     without PROGRAM: address to listen on
-                    (default $CANNOLI_ADDR or 127.0.0.1:11458)
-  -o, --output FILE write the trace to FILE instead of stdout
-  --no-mem          do not print memory accesses
-  --limit N         print at most N trace lines (events are still consumed)
-  --color WHEN      auto, always or never (default auto: when the trace goes
-                    to a terminal)
-  -h, --help        this text";
-
-#[derive(Debug, Clone)]
-struct Opts {
-    binary: Option<PathBuf>,
-    symbols: Option<PathBuf>,
-    base: u64,
-    threads: usize,
-    /// `--listen`, for the classic mode.
-    listen: Option<String>,
-    output: Option<PathBuf>,
-    mem: bool,
-    limit: Option<u64>,
-    color: bool,
-    /// `PROGRAM ARGS...`: launch mode when not empty.
-    program: Vec<OsString>,
+/// The command line of `symbolizer`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Guest ELF to read symbols from (default: the guest's executable)
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Extra symbols in nm format (ADDR TYPE NAME or nm -S lines)
+    #[arg(long, value_name = "FILE")]
+    pub symbols: Option<PathBuf>,
+    /// Load address to add to the symbols (PIE binaries)
+    #[arg(long, value_name = "ADDR", default_value = "0", value_parser = parse_num)]
+    pub base: u64,
+    /// Worker threads per traced thread
+    #[arg(long, value_name = "N", default_value = "2", value_parser = parse_threads)]
+    pub threads: usize,
+    /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
+    /// 127.0.0.1:11458)
+    #[arg(long, value_name = "ADDR", conflicts_with = "program")]
+    pub listen: Option<String>,
+    /// Write the trace to FILE instead of stdout
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Do not print memory accesses
+    #[arg(long)]
+    pub no_mem: bool,
+    /// Print at most N trace lines (events are still consumed)
+    #[arg(long, value_name = "N", value_parser = parse_num)]
+    pub limit: Option<u64>,
+    /// Colour the trace: auto (when it goes to a terminal), always or never
+    #[arg(long, alias = "colour", value_name = "WHEN", default_value = "auto")]
+    pub color: When,
+    /// Read a recording made by `cannoli record` instead of running a
+    /// program
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["program", "listen"])]
+    pub replay: Option<PathBuf>,
+    /// The program to run under the patched QEMU for its architecture
+    /// (found via $CANNOLI_QEMU, $CANNOLI_QEMU_DIR or target/qemu.env), and
+    /// its arguments; exits with its exit status once the trace is printed.
+    /// Extra QEMU options go in $CANNOLI_QEMU_ARGS. Without one (and
+    /// without --replay), listens for QEMU started separately with -cannoli
+    /// libsymbolizer.so (start this first)
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
+    pub program: Vec<OsString>,
 }
 
-fn parse_num(s: &str, what: &str) -> Result<u64, String> {
+/// When to colour the trace.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum When {
+    Auto,
+    Always,
+    Never,
+}
+
+impl Args {
+    /// Whether the trace is coloured (`auto`: when it goes to a terminal).
+    fn color(&self) -> bool {
+        match self.color {
+            When::Always => true,
+            When::Never => false,
+            When::Auto => self.output.is_none() && io::stdout().is_terminal(),
+        }
+    }
+}
+
+/// A number in decimal or, with `0x`, in hex.
+fn parse_num(s: &str) -> Result<u64, String> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u64::from_str_radix(h, 16),
         None => s.parse(),
     };
-    r.map_err(|_| format!("{what} wants a number, got {s:?}"))
+    r.map_err(|_| "wants a number".to_string())
 }
 
-fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Option<Opts>, String> {
-    let mut o = Opts {
-        binary: None,
-        symbols: None,
-        base: 0,
-        threads: 2,
-        listen: None,
-        output: None,
-        mem: true,
-        limit: None,
-        color: false,
-        program: Vec::new(),
-    };
-    // None: auto.
-    let mut color = None;
-    use lexopt::Arg::{Long, Short, Value};
-    let mut p = lexopt::Parser::from_args(args);
-    // `--opt value` and `--opt=value` alike.
-    let value = |p: &mut lexopt::Parser, name: &str| -> Result<String, String> {
-        p.value()
-            .map(|v| v.to_string_lossy().into_owned())
-            .map_err(|_| format!("{name} needs a value"))
-    };
-    while let Some(arg) = p.next().map_err(|e| e.to_string())? {
-        match arg {
-            // The first argument that is not an option (or the one after
-            // `--`) is the program; it and everything after it are its
-            // command line.
-            Value(prog) => {
-                o.program.push(prog);
-                o.program.extend(p.raw_args().map_err(|e| e.to_string())?);
-            }
-            Short('h') | Long("help") => return Ok(None),
-            Long("binary") => o.binary = Some(value(&mut p, "--binary")?.into()),
-            Long("symbols") => o.symbols = Some(value(&mut p, "--symbols")?.into()),
-            Long("base") => o.base = parse_num(&value(&mut p, "--base")?, "--base")?,
-            Long("threads") => {
-                o.threads = parse_num(&value(&mut p, "--threads")?, "--threads")? as usize;
-                if o.threads == 0 {
-                    return Err("--threads must be at least 1".into());
-                }
-            }
-            Long("listen") => o.listen = Some(value(&mut p, "--listen")?),
-            Short('o') | Long("output") => o.output = Some(value(&mut p, "--output")?.into()),
-            Long("no-mem") => o.mem = false,
-            Long("limit") => o.limit = Some(parse_num(&value(&mut p, "--limit")?, "--limit")?),
-            Long("color" | "colour") => {
-                color = match value(&mut p, "--color")?.as_str() {
-                    "always" => Some(true),
-                    "never" => Some(false),
-                    "auto" => None,
-                    v => return Err(format!("--color wants auto, always or never, got {v:?}")),
-                }
-            }
-            Short(c) => return Err(format!("unknown argument \"-{c}\"")),
-            Long(l) => return Err(format!("unknown argument \"--{l}\"")),
-        }
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match parse_num(s)? {
+        0 => Err("must be at least 1".into()),
+        n => usize::try_from(n).map_err(|_| "too many".into()),
     }
-    if o.listen.is_some() && !o.program.is_empty() {
-        return Err(
-            "--listen is for the two-terminal mode; with a PROGRAM the client listens on a free port"
-                .into(),
-        );
-    }
-    o.color = color.unwrap_or_else(|| o.output.is_none() && io::stdout().is_terminal());
-    Ok(Some(o))
 }
 
-static OPTS: OnceLock<Opts> = OnceLock::new();
+/// What the callbacks need of the command line.
+struct Settings {
+    binary: Option<PathBuf>,
+    symbols: Option<PathBuf>,
+    base: u64,
+    mem: bool,
+    limit: Option<u64>,
+    color: bool,
+}
 
-fn opts() -> &'static Opts {
+static OPTS: OnceLock<Settings> = OnceLock::new();
+
+fn opts() -> &'static Settings {
     OPTS.get()
         .expect("options are set before the server starts")
 }
@@ -428,28 +409,42 @@ fn mem(pid: &Pid, pc: u64, write: bool, addr: u64, val: u64, sz: u8, trace: &mut
     }
 }
 
-fn main() {
-    let o = match parse_args(std::env::args_os().skip(1)) {
-        Ok(Some(o)) => o,
-        Ok(None) => {
-            println!("{USAGE}");
-            return;
-        }
-        Err(e) => {
-            eprintln!("symbolizer: {e}\n{USAGE}");
-            std::process::exit(2);
-        }
+/// Runs the symbolizer; returns the exit status (the program's, or 1 or
+/// 2 when something went wrong before or around it).
+pub fn main(args: Args) -> i32 {
+    let w = match &args.output {
+        None => launch::Output::stdout("the trace"),
+        Some(path) => match launch::Output::create(path, "the trace") {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("symbolizer: {e}");
+                return 1;
+            }
+        },
     };
-    let w = launch::Output::to_or_exit(o.output.as_deref(), "the trace");
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "symbolizer",
-        threads: o.threads,
+        threads: args.threads,
     });
-    if let Some(addr) = &o.listen {
+    if let Some(addr) = &args.listen {
         launcher = launcher.listen(addr.clone());
     }
-    let program = o.program.clone();
-    OPTS.set(o).expect("options set once");
+    let needs = Needs {
+        exec: true,
+        mem: !args.no_mem,
+        regs: None,
+    };
+    let settings = Settings {
+        color: args.color(),
+        binary: args.binary,
+        symbols: args.symbols,
+        base: args.base,
+        mem: !args.no_mem,
+        limit: args.limit,
+    };
+    if OPTS.set(settings).is_err() {
+        panic!("symbolizer::main runs once per process");
+    }
     *OUT.lock().unwrap() = Some(Out {
         w,
         lines: 0,
@@ -458,7 +453,8 @@ fn main() {
     });
 
     let start = Instant::now();
-    let result = launcher.run::<Symbolizer>(program);
+    let result =
+        crate::input::run::<Symbolizer>(launcher, args.replay.as_deref(), needs, args.program);
     let secs = start.elapsed().as_secs_f64();
 
     let out = OUT.lock().unwrap().take().expect("set above");
@@ -479,14 +475,14 @@ fn main() {
                 if st.connections == 1 { "" } else { "s" },
                 st.events as f64 / secs.max(1e-9) / 1e6
             );
-            std::process::exit(report.finish_with_output("symbolizer", written));
+            report.finish_with_output("symbolizer", written)
         }
         Err(e) => {
             eprintln!("symbolizer: {e}");
             if let Err(w) = written {
                 w.report("symbolizer");
             }
-            std::process::exit(e.exit_code());
+            e.exit_code()
         }
     }
 }
@@ -494,6 +490,19 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn parse(s: &str) -> Result<Args, String> {
+        Cli::try_parse_from(std::iter::once("symbolizer").chain(s.split_whitespace()))
+            .map(|c| c.args)
+            .map_err(|e| crate::cli::one_line(&e))
+    }
 
     fn args(s: &str) -> Vec<OsString> {
         s.split_whitespace().map(OsString::from).collect()
@@ -501,53 +510,60 @@ mod tests {
 
     #[test]
     fn options() {
-        let o = parse_args(args(
-            "--binary /bin/x --threads 4 --no-mem --limit 10 --color never --base 0x1000",
-        ))
-        .unwrap()
-        .unwrap();
+        let o =
+            parse("--binary /bin/x --threads 4 --no-mem --limit 10 --color never --base 0x1000")
+                .unwrap();
         assert_eq!(o.binary.as_deref(), Some(std::path::Path::new("/bin/x")));
         assert_eq!(
-            (o.threads, o.mem, o.limit, o.color, o.base),
-            (4, false, Some(10), false, 0x1000)
+            (o.threads, o.no_mem, o.limit, o.color(), o.base),
+            (4, true, Some(10), false, 0x1000)
         );
-        let o = parse_args(args("--listen=127.0.0.1:5 --color=always"))
-            .unwrap()
-            .unwrap();
+        let o = parse("--listen=127.0.0.1:5 --colour=always").unwrap();
         assert_eq!(o.listen.as_deref(), Some("127.0.0.1:5"));
-        assert!(o.color);
+        assert!(o.color());
         assert!(o.program.is_empty());
-        assert!(parse_args(args("--help")).unwrap().is_none());
-        assert!(parse_args(args("--threads"))
-            .unwrap_err()
-            .contains("needs a value"));
-        assert!(parse_args(args("--threads x"))
-            .unwrap_err()
-            .contains("number"));
-        assert!(parse_args(args("--bogus")).unwrap_err().contains("--bogus"));
-        assert!(parse_args(args("--color sometimes")).is_err());
+        let o = parse("").unwrap();
+        assert_eq!((o.threads, o.base, o.no_mem, o.limit), (2, 0, false, None));
+        assert!(parse("--threads").unwrap_err().contains("--threads"));
+        assert!(parse("--threads x").unwrap_err().contains("number"));
+        assert!(parse("--threads 0").unwrap_err().contains("at least 1"));
+        assert!(parse("--bogus").unwrap_err().contains("--bogus"));
+        assert!(parse("--color sometimes").is_err());
     }
 
     #[test]
     fn program_and_its_arguments() {
-        let o = parse_args(args("--no-mem ./prog --limit 3 -x"))
-            .unwrap()
-            .unwrap();
-        assert!(!o.mem);
+        let o = parse("--no-mem ./prog --limit 3 -x").unwrap();
+        assert!(o.no_mem);
         assert_eq!(o.limit, None);
         assert_eq!(o.program, args("./prog --limit 3 -x"));
-        let o = parse_args(args("--threads 1 -- --weird-name a"))
-            .unwrap()
-            .unwrap();
+        let o = parse("--threads 1 -- --weird-name a").unwrap();
         assert_eq!((o.threads, o.program), (1, args("--weird-name a")));
-        let o = parse_args(args("-o /tmp/t.txt prog")).unwrap().unwrap();
+        let o = parse("-o /tmp/t.txt prog").unwrap();
         assert_eq!(
             o.output.as_deref(),
             Some(std::path::Path::new("/tmp/t.txt"))
         );
-        assert!(!o.color, "auto colour is off when the trace goes to a file");
-        assert!(parse_args(args("--listen 127.0.0.1:1 prog"))
+        assert!(
+            !o.color(),
+            "auto colour is off when the trace goes to a file"
+        );
+        assert!(parse("--listen 127.0.0.1:1 prog")
             .unwrap_err()
             .contains("--listen"));
+    }
+
+    #[test]
+    fn replay_is_instead_of_a_program_or_listening() {
+        let o = parse("--replay run.rec --no-mem").unwrap();
+        assert_eq!(o.replay.as_deref(), Some(std::path::Path::new("run.rec")));
+        assert!(o.program.is_empty());
+        for bad in [
+            "--replay run.rec prog",
+            "--replay run.rec --listen 127.0.0.1:1",
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.contains("--replay") && !e.contains('\n'), "{bad}: {e}");
+        }
     }
 }

@@ -1,0 +1,16 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The `regtrace` example's client: the same code as `cannoli regtrace`,
+//! in `cannoli-tools` (`tools::regtrace`), so that the two cannot drift
+//! apart.
+
+#[derive(clap::Parser)]
+#[command(name = "regtrace", about = tools::regtrace::ABOUT)]
+struct Cli {
+    #[command(flatten)]
+    args: tools::regtrace::Args,
+}
+
+fn main() {
+    let cli = tools::cli::parse::<Cli>("regtrace");
+    std::process::exit(tools::regtrace::main(cli.args))
+}
