@@ -23,7 +23,7 @@ use crate::announce::Announced;
 use crate::blocks::{cache_for, BlockCache};
 use crate::decode::{decode, finish, stitch, Carry, Layout, Seam};
 use crate::handshake::{handshake, Accepted, Refusal, Tables};
-use crate::recording::{Goodbye, StreamEnd, Writer};
+use crate::recording::{Goodbye, StreamEnd, StreamLog, Writer};
 use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Error, Stats};
 
@@ -50,6 +50,8 @@ pub struct Server {
     linger: Duration,
     handshake_timeout: Duration,
     trust_hello_pids: bool,
+    /// Also write every stream to this recording (see [`Server::tee`]).
+    tee: Option<Arc<Writer>>,
 }
 
 enum Listener {
@@ -143,6 +145,7 @@ impl Server {
             linger: DEFAULT_LINGER,
             handshake_timeout: wire::channel::HANDSHAKE_TIMEOUT,
             trust_hello_pids: false,
+            tee: None,
         })
     }
 
@@ -169,6 +172,15 @@ impl Server {
     #[doc(hidden)]
     pub fn trust_hello_pids(mut self) -> Server {
         self.trust_hello_pids = true;
+        self
+    }
+
+    /// Decodes as usual and also writes every stream, as it comes, to the
+    /// recording `writer`: a live run and its recording at once (a replay
+    /// of it must give the same callbacks). Finish the recording with
+    /// [`Writer::finish`] after the run.
+    pub fn tee(mut self, writer: Arc<Writer>) -> Server {
+        self.tee = Some(writer);
         self
     }
 
@@ -229,6 +241,12 @@ impl Server {
         self.serve::<Recorder>(threads, false, Some(&done), Some(writer))
     }
 
+    /// [`Server::run`] (serves until the traced process tree is done), but
+    /// records as [`Server::record_until`] does.
+    pub fn record(self, writer: Arc<Writer>, threads: usize) -> Result<Stats, Error> {
+        self.serve::<Recorder>(threads, true, None, Some(writer))
+    }
+
     /// Serves connections forever (returns only on an error).
     pub fn run_forever<T: Cannoli>(self, threads: usize) -> Result<(), Error> {
         self.serve::<T>(threads, false, None, None).map(|_| ())
@@ -241,6 +259,11 @@ impl Server {
         done: Option<&dyn Fn() -> bool>,
         recorder: Option<Arc<Writer>>,
     ) -> Result<Stats, Error> {
+        // Recording only (no tool), or decoding and maybe a tee.
+        let (recorder, decode) = match recorder {
+            Some(w) => (Some(w), false),
+            None => (self.tee.clone(), true),
+        };
         let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| Error::Io {
             what: "creating the wake-up socket pair",
             source: e,
@@ -270,6 +293,7 @@ impl Server {
             seen_qemu: AtomicBool::new(false),
             tables: Tables::default(),
             recorder,
+            decode,
         });
         let mut next_id = 0u64;
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
@@ -457,8 +481,10 @@ struct Shared<T: Cannoli> {
     seen_qemu: AtomicBool,
     /// The block tables of the processes streaming (one per process).
     tables: Tables,
-    /// Recording mode: where the streams go instead of `T`.
+    /// Where the streams are recorded: instead of `T` (`!decode`), or as
+    /// well (a tee).
     recorder: Option<Arc<Writer>>,
+    decode: bool,
 }
 
 impl<T: Cannoli> Shared<T> {
@@ -581,6 +607,8 @@ struct Conn<'a, T: Cannoli> {
     /// none yet).
     skipped: AtomicU64,
     skipped_tag: AtomicU32,
+    /// A tee's recording, and this stream in it.
+    record: Option<(&'a Writer, StreamLog)>,
 }
 
 /// One stream's ring and control connection, decoded or recorded.
@@ -696,7 +724,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
     };
     let ci = ClientInfo::from_hello(&hello);
     let seq = lock(&shared.announced).connected(ci.pid);
-    if let Some(writer) = &shared.recorder {
+    if let (Some(writer), false) = (&shared.recorder, shared.decode) {
         let stream = Stream {
             consumer: &consumer,
             relay: Relay::new(),
@@ -711,6 +739,10 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         return;
     }
 
+    let record = shared
+        .recorder
+        .as_deref()
+        .map(|w| (w, w.stream_start(&line, blocks.clone())));
     let pid_ctx = shared.pid_acquire(&ci);
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
     let threads = shared.threads;
@@ -737,9 +769,11 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         bytes: AtomicU64::new(0),
         skipped: AtomicU64::new(0),
         skipped_tag: AtomicU32::new(0),
+        record,
     };
 
     let mut incomplete = 0;
+    let mut goodbye = None;
     std::thread::scope(|s| {
         for index in 0..threads {
             let conn = &conn;
@@ -757,7 +791,9 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
                 );
             }
         }
-        if !control(&mut reader, &conn.stream).0 {
+        let (complete, g) = control(&mut reader, &conn.stream);
+        goodbye = g;
+        if !complete {
             incomplete = 1;
         }
     });
@@ -770,6 +806,18 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
             ci.pid, ci.tid
         );
         incomplete = 1;
+    }
+    if let Some((w, log)) = &conn.record {
+        w.stream_end(
+            log,
+            &StreamEnd {
+                goodbye,
+                published: consumer.published(),
+                violation: consumer.violation().map(|v| v.to_string()),
+                written: conn.chunks.load(Ordering::Relaxed),
+                end_ns: w.now_ns(),
+            },
+        );
     }
 
     let Conn {
@@ -918,6 +966,7 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
     let (mut events, mut chunks, mut bytes, mut lost, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
     // The process's block cache (shared by its streams, as the table is).
     let cache: Option<Arc<BlockCache>> = conn.blocks.clone().map(|t| cache_for(t));
+    let mut packer = conn.record.as_ref().map(|(w, _)| w.packer());
     loop {
         let mut buf = conn.reseq.claim();
         let chunk = conn.stream.next_chunk(index);
@@ -927,6 +976,9 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
         };
         let seq = chunk.seq();
         let data = chunk.data();
+        if let (Some((w, log)), Some(p)) = (&conn.record, packer.as_mut()) {
+            w.chunk(log, seq, data, p);
+        }
         let mut seam = Seam::default();
         let d = decode::<T>(
             conn.pid_ctx,

@@ -1,4 +1,88 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-//! The `cannoli` command (placeholder).
+//! The `cannoli` command: record a run once, analyse it many times.
+//!
+//! ```text
+//! cannoli record [--hooks pc|mem|branches|regs] -o run.cnl ./prog args...
+//! cannoli trace --replay run.cnl          # the symbolizer
+//! cannoli coverage --replay run.cnl -o cov.drcov
+//! cannoli info run.cnl
+//! ```
+//!
+//! Every tool also traces a program live, as its example binary does
+//! (`cannoli trace ./prog`); the tools are the `cannoli-tools` crate's, so
+//! `cannoli trace` and `symbolizer` are the same code.
 
-fn main() {}
+use clap::{CommandFactory, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cannoli",
+    version,
+    about = "A fast execution tracer for Linux user-mode programs, on QEMU",
+    long_about = "A fast execution tracer for Linux user-mode programs, on QEMU.\n\n\
+        Record a run once (`cannoli record`), then analyse the recording as often as you like \
+        (`cannoli trace --replay FILE`, `coverage`, `backtrace`, `regtrace`, `info`); or trace a \
+        program live with any tool (`cannoli trace ./prog args`)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    #[command(about = tools::record::ABOUT)]
+    Record(tools::record::Args),
+    #[command(about = tools::symbolizer::ABOUT)]
+    Trace(tools::symbolizer::Args),
+    #[command(about = tools::coverage::ABOUT)]
+    Coverage(tools::coverage::Args),
+    #[command(about = tools::backtrace::ABOUT)]
+    Backtrace(tools::backtrace::Args),
+    #[command(about = tools::regtrace::ABOUT)]
+    Regtrace(tools::regtrace::Args),
+    #[command(about = tools::info::ABOUT)]
+    Info(tools::info::Args),
+    /// Print a shell completion script (e.g. `cannoli completions bash >
+    /// /etc/bash_completion.d/cannoli`)
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+fn main() {
+    let cli: Cli = tools::cli::parse("cannoli");
+    let code = match cli.command {
+        Command::Record(a) => tools::record::main(a),
+        Command::Trace(a) => tools::symbolizer::main(a),
+        Command::Coverage(a) => tools::coverage::main(a),
+        Command::Backtrace(a) => tools::backtrace::main(a),
+        Command::Regtrace(a) => tools::regtrace::main(a),
+        Command::Info(a) => tools::info::main(a),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "cannoli", &mut std::io::stdout());
+            0
+        }
+    };
+    std::process::exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_subcommand_has_help() {
+        let mut cmd = Cli::command();
+        for sub in cmd.get_subcommands_mut() {
+            let help = sub.render_help().to_string();
+            assert!(help.contains("Usage:"), "{}: {help}", sub.get_name());
+        }
+    }
+}

@@ -80,11 +80,24 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, Error> {
     Ok(path)
 }
 
-/// The directories around the running executable where the hook library
-/// may be: its own directory (cargo's profile directory), the profile
-/// directory above `deps/` or `examples/` (tests, `cargo run --example`),
-/// and `../lib` of an installed `bin/` (`cargo install`-like layouts, Nix).
+/// The directories where the hook library may be: around the running
+/// executable (its own directory, cargo's profile directory; the profile
+/// directory above `deps/` or `examples/` for tests and `cargo run
+/// --example`; `../lib` of an installed `bin/`, Nix-like layouts), then
+/// `target/release` of the workspace this crate was built in (where
+/// `cargo build --release` puts them for a `cargo install`ed tool).
 fn exe_dirs() -> Vec<PathBuf> {
+    let mut dirs = dirs_near_exe();
+    if let Some(ws) = Path::new(env!("CARGO_MANIFEST_DIR")).parent() {
+        let d = ws.join("target/release");
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+    dirs
+}
+
+fn dirs_near_exe() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     let Some(dir) = std::env::current_exe()
         .ok()

@@ -223,7 +223,9 @@ impl Launcher {
         drop(rec);
         let r = cannoli::replay::<T>(path, self.threads).map_err(|e| Error::Recording(e.to_string()))?;
         Ok(Report {
-            status: r.status.unwrap_or(cannoli::EXIT_INCOMPLETE),
+            // Unknown (QEMU started by hand) as in classic mode; a cut
+            // recording is incomplete, which decides the exit status.
+            status: r.status.unwrap_or(0),
             exit: None,
             stats: r.stats,
         })
@@ -283,11 +285,39 @@ impl Launcher {
 
     fn launch<T: Cannoli>(self, program: OsString, args: Vec<OsString>) -> Result<Report, Error> {
         let threads = self.threads;
-        self.launch_serving(
+        let tee = match std::env::var_os(RECORD_TO_ENV).filter(|v| !v.is_empty()) {
+            Some(path) => Some(Arc::new(tee_writer(path.as_ref(), &program, &args)?)),
+            None => None,
+        };
+        let writer = tee.clone();
+        let report = self.launch_serving(
             program,
             args,
-            Box::new(move |server, done| server.run_until::<T>(threads, done)),
-        )
+            Box::new(move |server, done| {
+                let server = match writer {
+                    Some(w) => server.tee(w),
+                    None => server,
+                };
+                server.run_until::<T>(threads, done)
+            }),
+        )?;
+        if let Some(w) = tee {
+            let st = &report.stats;
+            let exit = cannoli::recording::Exit {
+                status: Some(report.status),
+                refused_connections: st.refused_connections,
+                missing_processes: st.missing_processes,
+                strangers: st.strangers,
+                end_ns: w.now_ns(),
+            };
+            w.finish(&exit).map_err(|e| {
+                Error::Recording(format!(
+                    "writing the recording {} (${RECORD_TO_ENV}) failed: {e}",
+                    w.path().display()
+                ))
+            })?;
+        }
+        Ok(report)
     }
 
     /// Launch mode, writing every stream to the recording `writer` instead
@@ -417,6 +447,43 @@ impl Launcher {
             stats,
         })
     }
+}
+
+/// Launch mode of any tool also records the run it traces to this file
+/// (a live run and its recording at once: `tool --replay FILE` gives the
+/// same output as that run).
+pub const RECORD_TO_ENV: &str = "CANNOLI_RECORD_TO";
+
+/// The recording of `$CANNOLI_RECORD_TO`.
+fn tee_writer(
+    path: &std::path::Path,
+    program: &OsString,
+    args: &[OsString],
+) -> Result<cannoli::recording::Writer, Error> {
+    let guest = find::resolve_program(program)
+        .ok()
+        .and_then(|p| arch::inspect(&p).ok())
+        .map(|g| g.arch.name.to_string());
+    let info = cannoli::recording::Info {
+        writer: env!("CARGO_PKG_VERSION").into(),
+        hooks: cannoli::recording::Hooks::preset("custom"),
+        command: std::iter::once(program)
+            .chain(args)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        guest,
+        started_unix_ns: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64),
+    };
+    cannoli::recording::Writer::create(path, &info, cannoli::recording::DEFAULT_LEVEL).map_err(
+        |e| {
+            Error::Recording(format!(
+                "cannot create the recording {} (${RECORD_TO_ENV}): {e}",
+                path.display()
+            ))
+        },
+    )
 }
 
 /// How launch mode serves the run: decoding into a tool, or recording.

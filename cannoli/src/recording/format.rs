@@ -331,8 +331,9 @@ pub struct StreamEnd {
 /// The [`Kind::Exit`] frame.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Exit {
-    /// The program's exit status (128 + N if it died of signal N).
-    pub status: i32,
+    /// The program's exit status (128 + N if it died of signal N); `None`
+    /// when the recorder did not start it (QEMU started by hand).
+    pub status: Option<i32>,
     /// Connections refused (their events are missing).
     pub refused_connections: u64,
     /// Processes announced that never connected.

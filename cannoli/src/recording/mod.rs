@@ -27,6 +27,7 @@ mod writer;
 
 pub use format::{Exit, Goodbye, Info, Kind, StreamEnd, StreamStart};
 pub use reader::{FrameError, Recording, StreamRec};
+pub(crate) use writer::StreamLog;
 pub use writer::{Writer, Written, DEFAULT_LEVEL};
 
 /// What the hook library of a recording asked QEMU for.
@@ -143,7 +144,8 @@ pub struct Replayed {
     /// The totals, as a live run counts them (and what the file lost).
     pub stats: Stats,
     /// The recorded program's exit status (128 + N for signal N); `None` if
-    /// the recording was cut short before the run ended.
+    /// the recording was cut short before the run ended, or the recorder
+    /// did not start the program.
     pub status: Option<i32>,
 }
 

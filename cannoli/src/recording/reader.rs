@@ -43,7 +43,8 @@ pub struct StreamRec {
     /// Its number: streams are numbered in the order they connected.
     pub number: u32,
     pub start: StreamStart,
-    /// Its chunk frames, in chunk order.
+    /// Its chunk frames, by chunk seq (the file has them in the order
+    /// the recorder's workers finished them).
     pub chunks: Vec<IndexEntry>,
     /// How it ended; `None` if the recording was cut short first.
     pub end: Option<StreamEnd>,
@@ -318,6 +319,11 @@ impl Recording {
         }
         if first {
             return Err(damaged("no info frame".into()));
+        }
+        // Workers append a stream's chunks as they finish them: put them
+        // back in order (a seq twice is damage; the replay stops there).
+        for s in &mut self.streams {
+            s.chunks.sort_by_key(|c| c.seq);
         }
         Ok(())
     }

@@ -78,7 +78,7 @@ impl Recording {
                 stats.refused_connections += x.refused_connections;
                 stats.missing_processes += x.missing_processes;
                 stats.strangers += x.strangers;
-                Some(x.status)
+                x.status
             }
             None => {
                 eprintln!(
@@ -145,6 +145,12 @@ impl Recording {
             .take_while(|(i, c)| c.seq == *i as u64)
             .count();
         let chunks: &[IndexEntry] = &s.chunks[..dense];
+        if dense < s.chunks.len() {
+            eprintln!(
+                "cannoli: pid {pid} tid {tid}: the recording lacks chunk {dense} of this stream (or has it twice); \
+                 the events from there on are missing"
+            );
+        }
         let stop = AtomicUsize::new(chunks.len());
         let next = AtomicUsize::new(0);
         let reseq: Reseq<T::Trace, Seam, Carry<T::Trace>> = Reseq::new(0, 2 * threads + 4);
@@ -262,6 +268,7 @@ fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut
         goodbye,
         published,
         violation,
+        written,
         ..
     }) = &s.end
     else {
@@ -305,9 +312,9 @@ fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut
         }
     }
     if delivered < *published {
-        if delivered == s.chunks.len() as u64 {
+        if delivered == s.chunks.len() as u64 && s.chunks.len() as u64 == *written {
             eprintln!(
-                "cannoli: pid {pid} tid {tid}: the recording holds {delivered} of the stream's {published} chunks; \
+                "cannoli: pid {pid} tid {tid}: the recorder wrote {delivered} of the stream's {published} chunks; \
                  the events after them are missing"
             );
         }

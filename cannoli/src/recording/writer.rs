@@ -144,7 +144,7 @@ impl Writer {
     }
 
     /// Nanoseconds since the recording began.
-    pub(crate) fn now_ns(&self) -> u64 {
+    pub fn now_ns(&self) -> u64 {
         self.started.elapsed().as_nanos() as u64
     }
 

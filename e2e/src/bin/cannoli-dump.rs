@@ -509,11 +509,15 @@ struct Args {
     split: Option<String>,
     delay_us: u64,
     counts: bool,
+    /// `--record FILE`: also write the run to this recording.
+    record: Option<PathBuf>,
+    /// `--replay FILE`: dump this recording instead of listening.
+    replay: Option<PathBuf>,
 }
 
 const USAGE: &str = "\
 usage: cannoli-dump [--listen ADDR] [--threads N] [--out FILE|-] [--only KINDS] [--no-exec]
-                    [--split DIR] [--delay-us N] [--counts] [-v]
+                    [--split DIR] [--delay-us N] [--counts] [--record FILE | --replay FILE] [-v]
   --listen ADDR   address to listen on (default 127.0.0.1:0 = any free port)
   --threads N     worker threads for the parallel callbacks (default: number of cpus)
   --out FILE      where to write the trace, '-' for stdout (default -)
@@ -525,6 +529,9 @@ usage: cannoli-dump [--listen ADDR] [--threads N] [--out FILE|-] [--only KINDS] 
   --delay-us N    sleep N microseconds per chunk in the serial phase (a slow client)
   --counts        count each stream's X, L and S events instead of printing them,
                   and print 'C <pid> <tid> <exec> <loads> <stores>' when it ends
+  --record FILE   also write the run, as it streams, to the recording FILE
+  --replay FILE   dump the recording FILE (made by --record or `cannoli record`) instead
+                  of listening: the same lines as the live run
   -v, --verbose   log every traced process and thread to stderr
 Line kinds: X exec, L load, S store, R registers, B branch registers,
 Y syscall, M mmap, U munmap, P mprotect, G signal, C counts (formats: e2e::dump).
@@ -543,6 +550,8 @@ fn parse_args() -> Result<Args, String> {
         split: None,
         delay_us: 0,
         counts: false,
+        record: None,
+        replay: None,
     };
     let mut no_exec = false;
     let mut it = std::env::args().skip(1);
@@ -579,6 +588,8 @@ fn parse_args() -> Result<Args, String> {
                 })?;
             }
             "--counts" => args.counts = true,
+            "--record" => args.record = Some(value(&name)?.into()),
+            "--replay" => args.replay = Some(value(&name)?.into()),
             "--verbose" | "-v" => args.verbose = true,
             "--help" | "-h" => {
                 println!("{USAGE}");
@@ -639,30 +650,81 @@ fn main() -> ExitCode {
         }
     };
 
-    let server = match cannoli::bind_by_hand_at(&args.listen) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("cannoli-dump: {e}");
-            return ExitCode::from(1);
+    let _ = OUT.set(Mutex::new(Shared {
+        w: Some(w),
+        lines: 0,
+    }));
+    let start = Instant::now();
+    let result = match &args.replay {
+        Some(path) => match cannoli::replay::<Dump>(path, args.threads) {
+            Ok(r) => Ok(r.stats),
+            Err(e) => {
+                eprintln!("cannoli-dump: {e}");
+                return ExitCode::from(1);
+            }
+        },
+        None => match live(&args) {
+            Ok(r) => r,
+            Err(code) => return code,
+        },
+    };
+    let secs = start.elapsed().as_secs_f64();
+    finish(&args, result, secs)
+}
+
+/// Serves a live run (and records it with `--record`). `Err`: it could
+/// not start, said on stderr.
+fn live(args: &Args) -> Result<Result<cannoli::Stats, cannoli::Error>, ExitCode> {
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("cannoli-dump: {e}");
+        ExitCode::from(1)
+    };
+    let mut server = cannoli::bind_by_hand_at(&args.listen).map_err(|e| fail(&e))?;
+    let writer = match &args.record {
+        Some(path) => {
+            let info = cannoli::recording::Info {
+                writer: env!("CARGO_PKG_VERSION").into(),
+                hooks: cannoli::recording::Hooks::preset("custom"),
+                command: Vec::new(),
+                guest: None,
+                started_unix_ns: std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+            };
+            let w = cannoli::recording::Writer::create(path, &info, cannoli::recording::DEFAULT_LEVEL)
+                .map_err(|e| fail(&format!("cannot create {}: {e}", path.display())))?;
+            let w = Arc::new(w);
+            server = server.tee(w.clone());
+            Some(w)
         }
+        None => None,
     };
     {
         let mut stdout = io::stdout().lock();
         let ok = writeln!(stdout, "{LISTENING}{}", server.addr()).and_then(|_| stdout.flush());
         if let Err(e) = ok {
-            eprintln!("cannoli-dump: cannot write to stdout: {e}");
-            return ExitCode::from(1);
+            return Err(fail(&format!("cannot write to stdout: {e}")));
         }
     }
-    let _ = OUT.set(Mutex::new(Shared {
-        w: Some(w),
-        lines: 0,
-    }));
-
-    let start = Instant::now();
     let result = server.run::<Dump>(args.threads);
-    let secs = start.elapsed().as_secs_f64();
+    if let (Some(w), Ok(st)) = (&writer, &result) {
+        let exit = cannoli::recording::Exit {
+            status: None,
+            refused_connections: st.refused_connections,
+            missing_processes: st.missing_processes,
+            strangers: st.strangers,
+            end_ns: w.now_ns(),
+        };
+        if let Err(e) = w.finish(&exit) {
+            eprintln!("cannoli-dump: writing {} failed: {e}", w.path().display());
+            return Err(ExitCode::from(cannoli::EXIT_INCOMPLETE as u8));
+        }
+    }
+    Ok(result)
+}
 
+/// The summary, the output's errors and the exit status.
+fn finish(args: &Args, result: Result<cannoli::Stats, cannoli::Error>, secs: f64) -> ExitCode {
     let mut out = OUT.get().unwrap().lock().unwrap_or_else(|e| e.into_inner());
     let mut failed: Vec<OutputError> = Vec::new();
     if let Some(Err(e)) = out.w.take().map(Output::finish) {
