@@ -183,3 +183,6 @@ impl std::error::Error for Error {
 pub fn replay<T: Cannoli>(path: &Path, threads: usize) -> Result<Replayed, Error> {
     Recording::open(path)?.replay::<T>(threads)
 }
+
+#[cfg(test)]
+mod tests;
