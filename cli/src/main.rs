@@ -61,8 +61,17 @@ fn main() {
         Command::Regtrace(a) => tools::regtrace::main(a),
         Command::Info(a) => tools::info::main(a),
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "cannoli", &mut std::io::stdout());
-            0
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "cannoli", &mut script);
+            match std::io::Write::write_all(&mut std::io::stdout().lock(), &script) {
+                Ok(()) => 0,
+                // `cannoli completions bash | head`: the reader is gone.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+                Err(e) => {
+                    eprintln!("cannoli: writing the completion script failed: {e}");
+                    1
+                }
+            }
         }
     };
     std::process::exit(code)

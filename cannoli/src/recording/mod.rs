@@ -105,6 +105,9 @@ pub struct Needs {
     pub mem: bool,
     /// Registers, at these instructions.
     pub regs: Option<RegsAt>,
+    /// The tool's option that does without the memory accesses, if it
+    /// has one (named in the message when they are missing).
+    pub mem_optional: Option<&'static str>,
 }
 
 impl Needs {
@@ -124,7 +127,10 @@ impl Needs {
             return lacks("exec event for every instruction", if self.mem { "mem" } else { "pc" });
         }
         if self.mem && !hooks.mem {
-            return lacks("memory accesses", "mem");
+            return match self.mem_optional {
+                Some(opt) => lacks("memory accesses", &format!("mem, or pass {opt}")),
+                None => lacks("memory accesses", "mem"),
+            };
         }
         match self.regs {
             Some(RegsAt::All) if hooks.regs != RegsAt::All => {

@@ -59,6 +59,7 @@ const NEEDS: Needs = Needs {
     exec: false,
     mem: false,
     regs: Some(RegsAt::Branches),
+    mem_optional: None,
 };
 
 /// The command line of `backtrace` (and `cannoli backtrace`).

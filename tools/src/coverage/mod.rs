@@ -581,6 +581,7 @@ const NEEDS: Needs = Needs {
     exec: true,
     mem: false,
     regs: None,
+    mem_optional: None,
 };
 
 /// The command line of `coverage` (and `cannoli coverage`).

@@ -433,6 +433,7 @@ pub fn main(args: Args) -> i32 {
         exec: true,
         mem: !args.no_mem,
         regs: None,
+        mem_optional: Some("--no-mem"),
     };
     let settings = Settings {
         color: args.color(),
