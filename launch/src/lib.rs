@@ -221,7 +221,8 @@ impl Launcher {
             .check(rec.hooks())
             .map_err(|m| Error::Recording(format!("{}: {m}", path.display())))?;
         drop(rec);
-        let r = cannoli::replay::<T>(path, self.threads).map_err(|e| Error::Recording(e.to_string()))?;
+        let r = cannoli::replay::<T>(path, self.threads)
+            .map_err(|e| Error::Recording(e.to_string()))?;
         Ok(Report {
             // Unknown (QEMU started by hand) as in classic mode; a cut
             // recording is incomplete, which decides the exit status.

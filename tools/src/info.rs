@@ -14,7 +14,8 @@ use cannoli::{Cannoli, ClientInfo, Signal, Syscall};
 use serde::Serialize;
 
 /// One line for `cannoli --help`.
-pub const ABOUT: &str = "Show what a recording holds: streams, events by kind, time span, hooks, guest, sizes";
+pub const ABOUT: &str =
+    "Show what a recording holds: streams, events by kind, time span, hooks, guest, sizes";
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
@@ -147,16 +148,7 @@ impl Cannoli for Counter {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn mprotect(
-        _: &(),
-        _: &(),
-        _: u64,
-        _: u64,
-        _: bool,
-        _: bool,
-        _: bool,
-        t: &mut Vec<(u8, u64)>,
-    ) {
+    fn mprotect(_: &(), _: &(), _: u64, _: u64, _: bool, _: bool, _: bool, t: &mut Vec<(u8, u64)>) {
         add(t, 9, 1)
     }
 
@@ -325,7 +317,13 @@ fn build(
     let span = rec
         .exit()
         .map(|x| x.end_ns)
-        .or_else(|| streams.iter().filter_map(|s| s.end_s).reduce(f64::max).map(|s| (s * 1e9) as u64))
+        .or_else(|| {
+            streams
+                .iter()
+                .filter_map(|s| s.end_s)
+                .reduce(f64::max)
+                .map(|s| (s * 1e9) as u64)
+        })
         .unwrap_or(0);
     Report {
         file: rec.path().display().to_string(),
@@ -342,11 +340,7 @@ fn build(
         streams,
         events: counts.map(|_| by_kind(&total)),
         total_events,
-        frames: rec
-            .totals()
-            .iter()
-            .map(|(k, v)| (k.name(), *v))
-            .collect(),
+        frames: rec.totals().iter().map(|(k, v)| (k.name(), *v)).collect(),
         bytes_per_event: total_events
             .filter(|&n| n > 0)
             .map(|n| rec.file_bytes() as f64 / n as f64),
@@ -355,7 +349,10 @@ fn build(
 }
 
 fn print_text(r: &Report) {
-    println!("recording  {} ({} bytes, format {}, written by cannoli {})", r.file, r.file_bytes, r.format, r.writer);
+    println!(
+        "recording  {} ({} bytes, format {}, written by cannoli {})",
+        r.file, r.file_bytes, r.format, r.writer
+    );
     println!("command    {}", r.command.join(" "));
     println!("guest      {}", r.guest.as_deref().unwrap_or("unknown"));
     let what = cannoli::recording::Hooks::PRESETS
@@ -412,7 +409,11 @@ fn print_text(r: &Report) {
             .collect();
         println!("events     {total}: {}", parts.join(", "));
     }
-    let chunk = r.frames.get(Kind::Chunk.name()).copied().unwrap_or_default();
+    let chunk = r
+        .frames
+        .get(Kind::Chunk.name())
+        .copied()
+        .unwrap_or_default();
     println!(
         "sizes      chunks {} bytes stored as {} ({:.1}x){}",
         chunk.2,

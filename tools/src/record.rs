@@ -65,8 +65,11 @@ pub struct Args {
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
     /// The program to run, and its arguments
-    #[arg(required = true, trailing_var_arg = true,
-          value_name = "PROGRAM [ARGS]")]
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        value_name = "PROGRAM [ARGS]"
+    )]
     pub program: Vec<OsString>,
 }
 

@@ -178,8 +178,8 @@ impl FrameHeader {
         if crc32fast::hash(&b[..28]) != u32_at(28) {
             return Err(HeaderError::Checksum);
         }
-        let kind = Kind::from_u8(b[0])
-            .ok_or_else(|| HeaderError::Unknown(format!("kind {}", b[0])))?;
+        let kind =
+            Kind::from_u8(b[0]).ok_or_else(|| HeaderError::Unknown(format!("kind {}", b[0])))?;
         let codec = match b[1] {
             0 => Codec::Stored,
             1 => Codec::Zstd,
@@ -398,7 +398,10 @@ mod tests {
         b[0] = 99;
         let c = crc32fast::hash(&b[..28]);
         b[28..32].copy_from_slice(&c.to_le_bytes());
-        assert!(matches!(FrameHeader::decode(&b), Err(HeaderError::Unknown(_))));
+        assert!(matches!(
+            FrameHeader::decode(&b),
+            Err(HeaderError::Unknown(_))
+        ));
     }
 
     #[test]
@@ -419,7 +422,10 @@ mod tests {
         let mut v = Vec::new();
         e.encode(&mut v);
         assert_eq!(v.len(), INDEX_ENTRY_BYTES);
-        assert_eq!((v[8], v[9], v[12], v[16], v[24], v[28]), (3, 1, 9, 11, 13, 15));
+        assert_eq!(
+            (v[8], v[9], v[12], v[16], v[24], v[28]),
+            (3, 1, 9, 11, 13, 15)
+        );
         assert_eq!(IndexEntry::decode(&v), Some(e));
     }
 }

@@ -124,7 +124,10 @@ impl Needs {
             ))
         };
         if self.exec && !hooks.exec {
-            return lacks("exec event for every instruction", if self.mem { "mem" } else { "pc" });
+            return lacks(
+                "exec event for every instruction",
+                if self.mem { "mem" } else { "pc" },
+            );
         }
         if self.mem && !hooks.mem {
             return match self.mem_optional {
@@ -158,9 +161,15 @@ pub struct Replayed {
 /// Errors of opening a recording: one line each, naming the file.
 #[derive(Debug)]
 pub enum Error {
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        path: PathBuf,
+        source: io::Error,
+    },
     /// Not a recording, another format version, or damaged beyond use.
-    Format { path: PathBuf, what: String },
+    Format {
+        path: PathBuf,
+        what: String,
+    },
 }
 
 impl fmt::Display for Error {

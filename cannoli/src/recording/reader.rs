@@ -150,7 +150,9 @@ impl Recording {
             return None;
         }
         let mut t = [0u8; TRAILER_BYTES];
-        self.file.read_exact_at(&mut t, len - TRAILER_BYTES as u64).ok()?;
+        self.file
+            .read_exact_at(&mut t, len - TRAILER_BYTES as u64)
+            .ok()?;
         if t[8..] != TRAILER_MAGIC {
             return None;
         }
@@ -216,14 +218,18 @@ impl Recording {
                 }
             }
             if left < FRAME_HEADER_BYTES as u64 {
-                self.cut = Some(format!("the recording is cut short at byte {at}, in a frame header"));
+                self.cut = Some(format!(
+                    "the recording is cut short at byte {at}, in a frame header"
+                ));
                 break;
             }
             let h = match self.header_at(at) {
                 Ok(h) => h,
                 Err(FrameError::Io(e)) => return Err(e),
                 Err(FrameError::Damaged(w)) => {
-                    self.cut = Some(format!("the recording is damaged at byte {at} ({w}); read up to there"));
+                    self.cut = Some(format!(
+                        "the recording is damaged at byte {at} ({w}); read up to there"
+                    ));
                     break;
                 }
             };
@@ -345,7 +351,9 @@ impl Recording {
 
     fn header_at(&self, at: u64) -> Result<FrameHeader, FrameError> {
         let mut b = [0u8; FRAME_HEADER_BYTES];
-        self.file.read_exact_at(&mut b, at).map_err(FrameError::Io)?;
+        self.file
+            .read_exact_at(&mut b, at)
+            .map_err(FrameError::Io)?;
         FrameHeader::decode(&b).map_err(|e| FrameError::Damaged(e.to_string()))
     }
 
@@ -353,10 +361,14 @@ impl Recording {
     fn payload(&self, at: u64, h: &FrameHeader) -> Result<Vec<u8>, FrameError> {
         let start = at + FRAME_HEADER_BYTES as u64;
         if start + h.stored_len as u64 > self.file_bytes {
-            return Err(FrameError::Damaged("the frame runs past the end of the file".into()));
+            return Err(FrameError::Damaged(
+                "the frame runs past the end of the file".into(),
+            ));
         }
         let mut p = vec![0u8; h.stored_len as usize];
-        self.file.read_exact_at(&mut p, start).map_err(FrameError::Io)?;
+        self.file
+            .read_exact_at(&mut p, start)
+            .map_err(FrameError::Io)?;
         if crc32fast::hash(&p) != h.crc {
             return Err(FrameError::Damaged(
                 "its bytes do not match their checksum".into(),

@@ -210,7 +210,14 @@ impl Recording {
                         return;
                     }
                     carry.buf.clear();
-                    ev += stitch::<T>(pid_ctx, &tid_ctx, &layout, &mut carry.open, &seam, &mut carry.buf);
+                    ev += stitch::<T>(
+                        pid_ctx,
+                        &tid_ctx,
+                        &layout,
+                        &mut carry.open,
+                        &seam,
+                        &mut carry.buf,
+                    );
                     if carry.buf.is_empty() && trace.is_empty() {
                         return;
                     }
@@ -230,7 +237,7 @@ impl Recording {
         };
         std::thread::scope(|sc| {
             for _ in 1..threads {
-                sc.spawn(&worker);
+                sc.spawn(worker);
             }
             worker();
         });

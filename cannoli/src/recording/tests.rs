@@ -75,9 +75,7 @@ fn hello_line(tid: i32) -> String {
 
 /// A chunk of exec events for pcs `from..from + n` (step 4).
 fn exec_chunk(from: u64, n: u64) -> Vec<u8> {
-    (0..n)
-        .flat_map(|i| (from + 4 * i).to_le_bytes())
-        .collect()
+    (0..n).flat_map(|i| (from + 4 * i).to_le_bytes()).collect()
 }
 
 /// Writes a recording of two threads of one process, 3 and 2 chunks,
@@ -129,9 +127,12 @@ fn write_sample(path: &Path) -> Vec<(i32, u64)> {
     expect
 }
 
-/// Replays `path`; `None` if it would not open. The pcs seen, whether the
-/// replay was complete, and the status.
-fn replay_file(path: &Path) -> Option<(Vec<(i32, u64)>, bool, Option<i32>)> {
+/// What [`replay_file`] saw: (tid, pc) in order, whether the replay was
+/// complete, and the recorded status.
+type Seen = (Vec<(i32, u64)>, bool, Option<i32>);
+
+/// Replays `path`; `None` if it would not open.
+fn replay_file(path: &Path) -> Option<Seen> {
     let key = path.display().to_string();
     FILE.with(|f| *f.borrow_mut() = key.clone());
     let r = match replay::<ExecLog>(path, 2) {
@@ -232,7 +233,10 @@ fn another_version_or_not_a_recording_is_one_line() {
     b[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
     std::fs::write(&path, &b).unwrap();
     let e = Recording::open(&path).err().unwrap().to_string();
-    assert!(e.contains("format version 2") && e.contains("newer cannoli"), "{e}");
+    assert!(
+        e.contains("format version 2") && e.contains("newer cannoli"),
+        "{e}"
+    );
     std::fs::write(&path, b"hello, world, this is not one").unwrap();
     let e = Recording::open(&path).err().unwrap().to_string();
     assert!(e.contains("not a cannoli recording"), "{e}");

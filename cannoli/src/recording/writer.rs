@@ -176,7 +176,10 @@ impl Writer {
     fn process_of(&self, table: Option<Arc<TableReader>>) -> Arc<ProcessLog> {
         let mut ps = lock(&self.processes);
         let key = table.as_ref().map(|t| t.file_id());
-        if let Some(p) = key.and_then(|k| ps.by_table.get(&k)).and_then(Weak::upgrade) {
+        if let Some(p) = key
+            .and_then(|k| ps.by_table.get(&k))
+            .and_then(Weak::upgrade)
+        {
             return p;
         }
         ps.by_table.retain(|_, p| p.strong_count() > 0);
@@ -304,7 +307,8 @@ impl Packer {
     fn pack<'a>(&'a mut self, data: &'a [u8]) -> (Codec, &'a [u8]) {
         if let Some(z) = &mut self.zstd {
             self.buf.clear();
-            self.buf.reserve(zstd::zstd_safe::compress_bound(data.len()));
+            self.buf
+                .reserve(zstd::zstd_safe::compress_bound(data.len()));
             if let Ok(n) = z.compress_to_buffer(data, &mut self.buf) {
                 if n < data.len() {
                     return (Codec::Zstd, &self.buf[..n]);
@@ -324,7 +328,15 @@ impl Out {
         }
     }
 
-    fn frame(&mut self, kind: Kind, codec: Codec, stream: u32, seq: u64, stored: &[u8], raw: usize) {
+    fn frame(
+        &mut self,
+        kind: Kind,
+        codec: Codec,
+        stream: u32,
+        seq: u64,
+        stored: &[u8],
+        raw: usize,
+    ) {
         debug_assert!(stored.len() <= MAX_PAYLOAD && raw <= MAX_PAYLOAD);
         let h = FrameHeader {
             kind,

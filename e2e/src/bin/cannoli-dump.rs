@@ -691,8 +691,9 @@ fn live(args: &Args) -> Result<Result<cannoli::Stats, cannoli::Error>, ExitCode>
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_nanos() as u64),
             };
-            let w = cannoli::recording::Writer::create(path, &info, cannoli::recording::DEFAULT_LEVEL)
-                .map_err(|e| fail(&format!("cannot create {}: {e}", path.display())))?;
+            let w =
+                cannoli::recording::Writer::create(path, &info, cannoli::recording::DEFAULT_LEVEL)
+                    .map_err(|e| fail(&format!("cannot create {}: {e}", path.display())))?;
             let w = Arc::new(w);
             server = server.tee(w.clone());
             Some(w)
