@@ -4,6 +4,7 @@
 //! server's business) while the fuzzers must drive it with chunks and
 //! stream descriptions of their own making, exactly as the server does.
 
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use crate::blocks::{BlockCache, BlockSource};
@@ -174,4 +175,107 @@ pub fn decode_chunks<T: Cannoli>(
 /// The [`ClientInfo`] the server makes of an accepted hello.
 pub fn client_info(h: &wire::Hello) -> ClientInfo {
     ClientInfo::from_hello(h)
+}
+
+/// A recorded thread's hello line, as QEMU's side writes it.
+fn hello_line(tid: i32) -> String {
+    let h = wire::Hello {
+        magic: wire::MAGIC.into(),
+        wire_version: wire::WIRE_VERSION,
+        jitter_version: "test".into(),
+        pid: 4242,
+        ppid: 1,
+        tid,
+        arch: "mipsel".into(),
+        big_endian: false,
+        guest_bits: 32,
+        ring: wire::RingRef::Attached,
+        nonce: String::new(),
+        proof: String::new(),
+        comm: None,
+        exe: None,
+        regs: wire::RegLayout::default(),
+        syscall_names: Default::default(),
+        blocks: None,
+    };
+    serde_json::to_string(&h).unwrap()
+}
+
+/// A chunk of exec events for pcs `from..from + n` (step 4).
+fn exec_chunk(from: u64, n: u64) -> Vec<u8> {
+    (0..n).flat_map(|i| (from + 4 * i).to_le_bytes()).collect()
+}
+
+/// Writes a small recording to `path` (the recording tests' and the
+/// `recording` fuzzer's seed): two threads of one process, 3 and 2 chunks,
+/// chunks appended out of order as the recorder's workers may. Returns
+/// the pcs each thread ran, in order.
+pub fn write_sample_recording(path: &Path) -> Vec<(i32, u64)> {
+    let info = crate::recording::Info {
+        writer: "test".into(),
+        hooks: crate::recording::Hooks::preset("pc"),
+        command: vec!["prog".into()],
+        guest: Some("mipsel".into()),
+        started_unix_ns: 1,
+    };
+    let w = crate::recording::Writer::create(path, &info, 1).unwrap();
+    let mut p = w.packer();
+    let mut expect = Vec::new();
+    for (tid, chunks) in [(10, 3u64), (11, 2)] {
+        let log = w.stream_start(&hello_line(tid), None);
+        let data: Vec<Vec<u8>> = (0..chunks)
+            .map(|c| exec_chunk(0x1000 * (tid as u64) + 0x100 * c, 50))
+            .collect();
+        for c in (0..chunks).rev() {
+            w.chunk(&log, c, &data[c as usize], &mut p);
+        }
+        for c in 0..chunks {
+            expect.extend((0..50).map(|i| (tid, 0x1000 * (tid as u64) + 0x100 * c + 4 * i)));
+        }
+        let end = crate::recording::StreamEnd {
+            goodbye: Some(crate::recording::Goodbye {
+                chunks,
+                lost_events: 0,
+                exec: false,
+            }),
+            published: chunks,
+            violation: None,
+            written: chunks,
+            end_ns: 5,
+        };
+        w.stream_end(&log, &end);
+    }
+    let exit = crate::recording::Exit {
+        status: Some(7),
+        refused_connections: 0,
+        missing_processes: 0,
+        strangers: 0,
+        end_ns: 9,
+    };
+    w.finish(&exit).unwrap();
+    expect
+}
+
+/// Counts what a replay hands to the callbacks.
+struct Count;
+
+impl Cannoli for Count {
+    type Trace = ();
+    type TidContext = ();
+    type PidContext = ();
+
+    fn init_pid(_: &ClientInfo) -> Arc<()> {
+        Arc::new(())
+    }
+
+    fn init_tid(_: &(), _: &ClientInfo) -> (Count, ()) {
+        (Count, ())
+    }
+}
+
+/// Opens and replays the recording at `path` as any tool would:
+/// `Ok((events, complete))`, or the one-line error of opening it.
+pub fn replay_recording(path: &Path) -> Result<(u64, bool), String> {
+    let r = crate::recording::replay::<Count>(path, 2).map_err(|e| e.to_string())?;
+    Ok((r.stats.events, r.stats.is_complete()))
 }

@@ -1,6 +1,6 @@
 //! Fuzzers for the parts of cannoli that read what another process wrote:
-//! the chunk decoder, the handshake and control-line parsers, and the ring
-//! consumer facing a hostile producer. Stable Rust: the inputs come from
+//! the chunk decoder, the handshake and control-line parsers, the ring
+//! consumer facing a hostile producer, and the recording reader. Stable Rust: the inputs come from
 //! `proptest`'s random bytes and from mutations of a corpus of real inputs
 //! (`corpus/<target>/`), interpreted through `arbitrary`; every target is a
 //! plain function of a byte slice that panics when a property fails.
@@ -15,6 +15,7 @@
 pub mod decode;
 pub mod driver;
 pub mod hello;
+pub mod recording;
 pub mod ring;
 pub mod seeds;
 
@@ -36,6 +37,7 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("decode", decode::run),
     ("hello", hello::run),
+    ("recording", recording::run),
     ("ring", ring::run),
 ];
 

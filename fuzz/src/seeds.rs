@@ -225,6 +225,13 @@ pub fn all() -> Vec<(&'static str, String, Vec<u8>)> {
         v.push(("hello", format!("seed-{name}"), b));
     }
 
+    // Recordings: as they are, and with checksums fixed after mutation.
+    for (name, mode) in [("sample", 0u8), ("sample-fixed", 1)] {
+        let mut b = vec![mode];
+        b.extend(crate::recording::seed());
+        v.push(("recording", format!("seed-{name}"), b));
+    }
+
     // Ring cases: a geometry byte, then bytes for `arbitrary`'s steps.
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for (i, g) in [0u8, 1, 3, 4, 8, 9].into_iter().enumerate() {

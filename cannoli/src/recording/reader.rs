@@ -342,9 +342,10 @@ impl Recording {
         serde_json::from_slice(&bytes).map_err(|w| Error::Format {
             path: self.path.clone(),
             what: format!(
-                "the {} frame at byte {} does not hold what it should ({w}): the file is damaged",
+                "the {} frame at byte {} does not hold what it should ({}): the file is damaged",
                 e.kind.name(),
-                e.offset
+                e.offset,
+                printable(&w.to_string())
             ),
         })
     }
@@ -470,4 +471,19 @@ impl Recording {
     pub fn totals(&self) -> &BTreeMap<Kind, (u64, u64, u64)> {
         &self.totals
     }
+}
+
+/// `s` with control characters escaped: a message quoting a damaged file
+/// stays one printable line.
+fn printable(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
 }

@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use super::format::{Exit, Info, StreamEnd, FORMAT_VERSION};
-use super::{replay, Goodbye, Hooks, Recording, Writer};
+use super::format::FORMAT_VERSION;
+use super::{replay, Recording};
 use crate::{Cannoli, ClientInfo};
 
 /// What the test tool saw: (tid, pc) in trace order, per test file.
@@ -50,83 +50,6 @@ impl Cannoli for ExecLog {
     }
 }
 
-fn hello_line(tid: i32) -> String {
-    let h = wire::Hello {
-        magic: wire::MAGIC.into(),
-        wire_version: wire::WIRE_VERSION,
-        jitter_version: "test".into(),
-        pid: 4242,
-        ppid: 1,
-        tid,
-        arch: "mipsel".into(),
-        big_endian: false,
-        guest_bits: 32,
-        ring: wire::RingRef::Attached,
-        nonce: String::new(),
-        proof: String::new(),
-        comm: None,
-        exe: None,
-        regs: wire::RegLayout::default(),
-        syscall_names: Default::default(),
-        blocks: None,
-    };
-    serde_json::to_string(&h).unwrap()
-}
-
-/// A chunk of exec events for pcs `from..from + n` (step 4).
-fn exec_chunk(from: u64, n: u64) -> Vec<u8> {
-    (0..n).flat_map(|i| (from + 4 * i).to_le_bytes()).collect()
-}
-
-/// Writes a recording of two threads of one process, 3 and 2 chunks,
-/// chunks appended out of order as the recorder's workers may. Returns
-/// the pcs each thread ran, in order.
-fn write_sample(path: &Path) -> Vec<(i32, u64)> {
-    let info = Info {
-        writer: "test".into(),
-        hooks: Hooks::preset("pc"),
-        command: vec!["prog".into()],
-        guest: Some("mipsel".into()),
-        started_unix_ns: 1,
-    };
-    let w = Writer::create(path, &info, 1).unwrap();
-    let mut p = w.packer();
-    let mut expect = Vec::new();
-    for (tid, chunks) in [(10, 3u64), (11, 2)] {
-        let log = w.stream_start(&hello_line(tid), None);
-        let data: Vec<Vec<u8>> = (0..chunks)
-            .map(|c| exec_chunk(0x1000 * (tid as u64) + 0x100 * c, 50))
-            .collect();
-        for c in (0..chunks).rev() {
-            w.chunk(&log, c, &data[c as usize], &mut p);
-        }
-        for c in 0..chunks {
-            expect.extend((0..50).map(|i| (tid, 0x1000 * (tid as u64) + 0x100 * c + 4 * i)));
-        }
-        let end = StreamEnd {
-            goodbye: Some(Goodbye {
-                chunks,
-                lost_events: 0,
-                exec: false,
-            }),
-            published: chunks,
-            violation: None,
-            written: chunks,
-            end_ns: 5,
-        };
-        w.stream_end(&log, &end);
-    }
-    let exit = Exit {
-        status: Some(7),
-        refused_connections: 0,
-        missing_processes: 0,
-        strangers: 0,
-        end_ns: 9,
-    };
-    w.finish(&exit).unwrap();
-    expect
-}
-
 /// What [`replay_file`] saw: (tid, pc) in order, whether the replay was
 /// complete, and the recorded status.
 type Seen = (Vec<(i32, u64)>, bool, Option<i32>);
@@ -163,7 +86,7 @@ fn temp(name: &str) -> std::path::PathBuf {
 #[test]
 fn a_recording_replays_every_stream_in_order_with_its_status() {
     let path = temp("whole.cnl");
-    let expect = write_sample(&path);
+    let expect = crate::fuzzing::write_sample_recording(&path);
     let (seen, complete, status) = replay_file(&path).unwrap();
     assert!(complete);
     assert_eq!(status, Some(7));
@@ -179,7 +102,7 @@ fn a_recording_replays_every_stream_in_order_with_its_status() {
 #[test]
 fn a_cut_recording_replays_what_it_holds_and_says_so() {
     let path = temp("cut-src.cnl");
-    let expect = write_sample(&path);
+    let expect = crate::fuzzing::write_sample_recording(&path);
     let bytes = std::fs::read(&path).unwrap();
     let cut = temp("cut.cnl");
     let mut complete_at = None;
@@ -210,7 +133,7 @@ fn a_cut_recording_replays_what_it_holds_and_says_so() {
 #[test]
 fn a_flipped_byte_is_caught() {
     let path = temp("flip-src.cnl");
-    let expect = write_sample(&path);
+    let expect = crate::fuzzing::write_sample_recording(&path);
     let bytes = std::fs::read(&path).unwrap();
     let flip = temp("flip.cnl");
     for at in 0..bytes.len() {
@@ -228,7 +151,7 @@ fn a_flipped_byte_is_caught() {
 #[test]
 fn another_version_or_not_a_recording_is_one_line() {
     let path = temp("v2.cnl");
-    write_sample(&path);
+    crate::fuzzing::write_sample_recording(&path);
     let mut b = std::fs::read(&path).unwrap();
     b[8..12].copy_from_slice(&(FORMAT_VERSION + 1).to_le_bytes());
     std::fs::write(&path, &b).unwrap();
