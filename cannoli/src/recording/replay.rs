@@ -98,9 +98,16 @@ impl Recording {
     /// naming a later one is then malformed, and counted).
     fn load_table(&self, process: u32, pid: i32, tid: i32) -> Vec<Entry> {
         let mut table: Vec<Entry> = Vec::new();
+        let mut words_read = 0usize;
         for f in self.table_frames(process) {
             if f.seq != table.len() as u64 {
                 break; // a gap: the entries after it cannot be placed
+            }
+            // No more than a live table's data, whatever a damaged file
+            // says.
+            words_read += f.raw_len as usize / 8;
+            if words_read > wire::blocks::DATA_WORDS + wire::blocks::CAPACITY {
+                break;
             }
             let words = match self.read_frame(f) {
                 Ok(b) if b.len() % 8 == 0 => b
@@ -354,6 +361,8 @@ fn push_entries(table: &mut Vec<Entry>, mut words: &[u64]) -> bool {
             pcs: pcs.to_vec(),
             exec: exec.to_vec(),
         });
+        // No more than a live table holds (its entries and data words),
+        // whatever a damaged file says.
         if table.len() > wire::blocks::CAPACITY {
             return false;
         }
