@@ -38,6 +38,7 @@ pub mod locate;
 pub mod pages;
 pub mod plugins;
 pub mod procs;
+pub mod recording;
 pub mod run;
 
 pub use compare::*;
