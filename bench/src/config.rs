@@ -1,6 +1,7 @@
 //! The configurations a workload runs under: plain QEMU, QEMU plugins (the
 //! peers cannoli is compared with: QEMU's own and our TB-level peer,
-//! `bench/plugins/tbpeer.c`) and cannoli with three hook modes.
+//! `bench/plugins/tbpeer.c`), cannoli with three hook modes, and
+//! `cannoli record` and the `benchmark` client replaying its recording.
 
 /// How QEMU is started.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,6 +16,14 @@ pub enum Kind {
     /// `hooks` (`CANNOLI_BENCH_HOOKS`), and the `benchmark` client with
     /// `workers` decoding threads.
     Cannoli { hooks: Hooks, workers: usize },
+    /// `cannoli record --hooks pc|mem [--level N] -o FILE` on the
+    /// workload (the recorder starts the patched QEMU itself): `hooks` is
+    /// `Pc` (`--hooks pc`) or `PcMem` (`--hooks mem`); `level` `None` is
+    /// the recorder's default.
+    Record { hooks: Hooks, level: Option<i32> },
+    /// `benchmark --threads workers --replay FILE` on the recording of
+    /// `record-pc` (of the same round, or one made for it): no QEMU.
+    Replay { workers: usize },
 }
 
 /// Which plugin library.
@@ -40,6 +49,15 @@ impl Hooks {
             Hooks::Never => "never",
             Hooks::Pc => "pc",
             Hooks::PcMem => "pcmem",
+        }
+    }
+
+    /// The `cannoli record --hooks` preset that traces the same.
+    pub fn record_preset(self) -> Option<&'static str> {
+        match self {
+            Hooks::Never => None,
+            Hooks::Pc => Some("pc"),
+            Hooks::PcMem => Some("mem"),
         }
     }
 }
@@ -195,6 +213,91 @@ pub const ALL: &[Config] = &[
         peer: Some("plugin-insn-mem"),
         best_peer: Some("plugin-tb-mem"),
     },
+    // `cannoli record` on the workload, the recorder's default level; the
+    // live rows it is compared with are cannoli-pc-2w and cannoli-pcmem-2w
+    // (the recorder compresses on 2 threads per guest thread by default).
+    Config {
+        name: "record-pc",
+        kind: Kind::Record {
+            hooks: Hooks::Pc,
+            level: None,
+        },
+        peer: None,
+        best_peer: None,
+    },
+    Config {
+        name: "record-pcmem",
+        kind: Kind::Record {
+            hooks: Hooks::PcMem,
+            level: None,
+        },
+        peer: None,
+        best_peer: None,
+    },
+    // The benchmark client folding record-pc's recording: after record-pc
+    // in this list, so that in every round it replays the file just made.
+    Config {
+        name: "replay-pc-2w",
+        kind: Kind::Replay { workers: 2 },
+        peer: None,
+        best_peer: None,
+    },
+    // The recorder at explicit zstd levels (`--level`), to choose its
+    // default: not in the default set (ask for them with --config).
+    Config {
+        name: "record-pc-l-3",
+        kind: Kind::Record {
+            hooks: Hooks::Pc,
+            level: Some(-3),
+        },
+        peer: None,
+        best_peer: None,
+    },
+    Config {
+        name: "record-pc-l1",
+        kind: Kind::Record {
+            hooks: Hooks::Pc,
+            level: Some(1),
+        },
+        peer: None,
+        best_peer: None,
+    },
+    Config {
+        name: "record-pc-l3",
+        kind: Kind::Record {
+            hooks: Hooks::Pc,
+            level: Some(3),
+        },
+        peer: None,
+        best_peer: None,
+    },
+    Config {
+        name: "record-pcmem-l-3",
+        kind: Kind::Record {
+            hooks: Hooks::PcMem,
+            level: Some(-3),
+        },
+        peer: None,
+        best_peer: None,
+    },
+    Config {
+        name: "record-pcmem-l1",
+        kind: Kind::Record {
+            hooks: Hooks::PcMem,
+            level: Some(1),
+        },
+        peer: None,
+        best_peer: None,
+    },
+    Config {
+        name: "record-pcmem-l3",
+        kind: Kind::Record {
+            hooks: Hooks::PcMem,
+            level: Some(3),
+        },
+        peer: None,
+        best_peer: None,
+    },
 ];
 
 pub fn by_name(name: &str) -> Option<&'static Config> {
@@ -205,6 +308,29 @@ impl Config {
     pub fn hooks(&self) -> Option<Hooks> {
         match self.kind {
             Kind::Cannoli { hooks, .. } => Some(hooks),
+            _ => None,
+        }
+    }
+
+    /// What the row's `benchmark` client folds: the live rows' hooks, and
+    /// for a replay the pc recording's instructions.
+    pub fn client_hooks(&self) -> Option<Hooks> {
+        match self.kind {
+            Kind::Replay { .. } => Some(Hooks::Pc),
+            _ => self.hooks(),
+        }
+    }
+
+    /// Whether the row runs without `--config` (the explicit zstd levels
+    /// do not).
+    pub fn in_default_set(&self) -> bool {
+        !matches!(self.kind, Kind::Record { level: Some(_), .. })
+    }
+
+    /// What `cannoli record` records: `pc` or `mem`.
+    pub fn record_hooks(&self) -> Option<Hooks> {
+        match self.kind {
+            Kind::Record { hooks, .. } => Some(hooks),
             _ => None,
         }
     }
@@ -256,5 +382,33 @@ mod tests {
         {
             assert!(c.peer.is_none() && c.best_peer.is_none(), "{}", c.name);
         }
+    }
+
+    /// The record rows record what a live row traces, and the replay row
+    /// comes after record-pc (it replays that row's file of the round).
+    #[test]
+    fn record_and_replay_rows() {
+        let at = |n: &str| ALL.iter().position(|c| c.name == n).unwrap();
+        assert!(at("record-pc") < at("replay-pc-2w"));
+        for c in ALL.iter().filter(|c| c.name.starts_with("record-")) {
+            let h = c.record_hooks().unwrap();
+            assert_eq!(
+                h.record_preset(),
+                Some(if c.name.starts_with("record-pcmem") {
+                    "mem"
+                } else {
+                    "pc"
+                }),
+                "{}",
+                c.name
+            );
+            assert_eq!(c.in_default_set(), !c.name.contains("-l"), "{}", c.name);
+        }
+        assert_eq!(
+            by_name("replay-pc-2w").unwrap().client_hooks(),
+            Some(Hooks::Pc)
+        );
+        assert_eq!(by_name("record-pc").unwrap().client_hooks(), None);
+        assert!(by_name("record-pc-l-3").is_some());
     }
 }

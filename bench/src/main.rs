@@ -11,6 +11,11 @@
 //! cargo run --release -p bench -- --runs 5 --plot docs/workers.png
 //! ```
 //!
+//! The `record-*` and `replay-*` rows measure `cannoli record` and the
+//! `benchmark` client replaying its recording (`--replay`); their own
+//! table (file size, bytes per event, time against the live trace, peak
+//! RSS) follows the main one.
+//!
 //! `--plot` also draws guest instructions per second against the client's
 //! worker threads as a PNG (`plot.rs`).
 //!
@@ -42,7 +47,18 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
   --config       plain, never, plugin-insn, plugin-mem, plugin-insn-mem, plugin-tb,
                  plugin-tb-mem, cannoli-pc-1w, cannoli-pc-2w, cannoli-pc-3w,
                  cannoli-pc-4w, cannoli-pcmem-1w, cannoli-pcmem-2w, cannoli-pcmem-3w,
-                 cannoli-pcmem-4w (default: all)
+                 cannoli-pcmem-4w, record-pc, record-pcmem, replay-pc-2w,
+                 record-pc-l-3, record-pc-l1, record-pc-l3, record-pcmem-l-3,
+                 record-pcmem-l1, record-pcmem-l3 (default: all but the record-*-lN)
+                 record-pc / record-pcmem: `cannoli record --hooks pc|mem -o FILE` on
+                 the workload (target/release/cannoli; wall = the recorder's start to
+                 exit; file size and bytes per event from `cannoli info --json`);
+                 record-*-lN the same with --level N (zstd); replay-pc-2w:
+                 `benchmark --threads 2 --replay FILE` of record-pc's recording (its
+                 checksum must equal the live rows'). A table of file sizes, bytes
+                 per event and instruction, time against cannoli-pc-2w /
+                 cannoli-pcmem-2w and peak RSS, and the issue's goals, follow the
+                 main table
   --timeout SECS kill a QEMU run after this long (default 900)
   --client PATH  the client of the cannoli rows (default target/release/benchmark):
                  one that takes --threads N, listens on $CANNOLI_ADDR and prints
@@ -225,6 +241,7 @@ fn bench(opts: &Options) -> Result<(), String> {
         timeout: Duration::from_secs(opts.timeout),
         tbpeer,
         client: opts.client.clone(),
+        recorded: Default::default(),
     };
     let host = setup::host_description(&ctx.qemu.binary(true, "mipsel"));
 

@@ -34,7 +34,9 @@ impl Cell {
     /// What the tool saw: the client's events, or the plugins' totals.
     fn events(&self) -> Option<u64> {
         match self.config.kind {
-            Kind::Cannoli { .. } => self.med(|s| s.events),
+            Kind::Cannoli { .. } | Kind::Record { .. } | Kind::Replay { .. } => {
+                self.med(|s| s.events)
+            }
             Kind::Plugins(_) => self.med(|s| match (s.insns, s.mem) {
                 (None, None) => None,
                 (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
@@ -114,7 +116,9 @@ fn check(cell: &Cell, truth: &Truth, reference_stdout: Option<&str>) -> Vec<Stri
     if let Some(e) = cell.errors.first() {
         warn.push(format!("{} of {runs} runs failed: {e}", cell.errors.len()));
     }
-    if let Some(want) = reference_stdout {
+    // A replay runs no guest.
+    let replay = matches!(cell.config.kind, Kind::Replay { .. });
+    if let (Some(want), false) = (reference_stdout, replay) {
         if let Some(s) = cell.samples.iter().find(|s| s.stdout != want) {
             warn.push(format!(
                 "guest stdout {:?} differs from {:?}",
@@ -185,7 +189,16 @@ fn check(cell: &Cell, truth: &Truth, reference_stdout: Option<&str>) -> Vec<Stri
             ));
         }
     }
-    if let Some(hooks) = cell.config.hooks() {
+    if cell.config.record_hooks().is_some() {
+        let lost: u64 = cell.samples.iter().filter_map(|s| s.lost).sum();
+        if lost > 0 {
+            warn.push(format!(
+                "the recording says {} events were lost",
+                table::count(lost)
+            ));
+        }
+    }
+    if let Some(hooks) = cell.config.client_hooks() {
         let expected = match hooks {
             Hooks::Never => Some((0, "no events with hooks that never trace".to_string())),
             Hooks::Pc => match truth.insns {
@@ -315,7 +328,7 @@ pub fn render(
                 speedup(peer_wall),
                 speedup(best_wall),
                 cell.med(|s| Some(s.qemu_rss_kb))
-                    .filter(|_| !cell.samples.is_empty())
+                    .filter(|_| !cell.samples.is_empty() && !replay_row(cell))
                     .map(table::mib)
                     .unwrap_or_else(dash),
                 cell.med(|s| s.client_rss_kb)
@@ -371,6 +384,11 @@ pub fn render(
         out += "\n\\* no plugin run for this workload: the instruction count is the client's event count.\n";
     }
 
+    if let Some(rec) = recording_table(workloads, cells) {
+        out += "\n";
+        out += &rec;
+    }
+
     if let Some(rss) = rss_comparison(workloads, cells) {
         out += "\n";
         out += &rss;
@@ -394,55 +412,342 @@ pub fn render(
     out
 }
 
+fn replay_row(cell: &Cell) -> bool {
+    matches!(cell.config.kind, Kind::Replay { .. })
+}
+
+/// The live row a record or replay row is compared with: the same hooks,
+/// 2 worker threads (the recorder compresses on 2 threads per guest thread).
+fn live_row(c: &Config) -> Option<&'static str> {
+    match c.kind {
+        Kind::Replay { .. }
+        | Kind::Record {
+            hooks: Hooks::Pc, ..
+        } => Some("cannoli-pc-2w"),
+        Kind::Record {
+            hooks: Hooks::PcMem,
+            ..
+        } => Some("cannoli-pcmem-2w"),
+        _ => None,
+    }
+}
+
+/// Bytes per event, to 3 significant digits.
+pub fn per_event(bytes: u64, events: u64) -> String {
+    if events == 0 {
+        return "-".into();
+    }
+    let b = bytes as f64 / events as f64;
+    if b >= 10.0 {
+        format!("{b:.1}")
+    } else if b >= 1.0 {
+        format!("{b:.2}")
+    } else {
+        format!("{b:.3}")
+    }
+}
+
+/// Megabytes (10^6 bytes), as `cannoli record` prints them.
+pub fn mb(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / 1e6)
+}
+
+/// A replay row's pc checksums against its live row's: "= live" if every
+/// run's equals the live row's first, else the first that differs.
+fn checksum_vs_live(cell: &Cell, live: Option<&&Cell>) -> String {
+    let mine: Vec<u64> = cell.samples.iter().filter_map(|s| s.pc_checksum).collect();
+    let want = live.and_then(|l| l.samples.iter().find_map(|s| s.pc_checksum));
+    match (mine.first(), want) {
+        (None, _) => "-".into(),
+        (Some(&h), None) => format!("{h:#018x}"),
+        (Some(_), Some(w)) => match mine.iter().find(|&&h| h != w) {
+            None => format!("= live ({} runs)", mine.len()),
+            Some(h) => format!("{h:#018x} != live {w:#018x}"),
+        },
+    }
+}
+
+/// "met" or "NOT met".
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "NOT met"
+    }
+}
+
+/// The record and replay rows: file sizes, bytes per event, time against
+/// the live trace and peak RSS, then the goals for record-pc,
+/// record-pcmem and replay-pc-2w.
+fn recording_table(workloads: &[Workload], cells: &[Cell]) -> Option<String> {
+    let headers = [
+        "workload",
+        "config",
+        "zstd level",
+        "wall s",
+        "vs live total",
+        "vs live QEMU wall",
+        "file MB",
+        "events",
+        "B/event",
+        "B/insn",
+        "recorder/client RSS MiB",
+        "QEMU RSS MiB",
+        "pc checksum",
+    ];
+    let mut align = vec![Align::Right; headers.len()];
+    align[0] = Align::Left;
+    align[1] = Align::Left;
+    align[headers.len() - 1] = Align::Left;
+    let mut rows = Vec::new();
+    let mut goals = Vec::new();
+    for (wi, w) in workloads.iter().enumerate() {
+        let wc: Vec<&Cell> = cells.iter().filter(|c| c.workload == wi).collect();
+        let find = |name: &str| {
+            wc.iter()
+                .find(|c| c.config.name == name && !c.samples.is_empty())
+        };
+        let truth = truth(&wc);
+        let insns = truth.insns.map(|(n, _)| n);
+        let file_of = |c: &Cell| c.med(|s| s.file_bytes);
+        for cell in wc.iter().filter(|c| {
+            matches!(c.config.kind, Kind::Record { .. } | Kind::Replay { .. })
+                && !c.samples.is_empty()
+        }) {
+            let dash = || "-".to_string();
+            let live = live_row(cell.config).and_then(find);
+            let wall = cell.wall();
+            let vs = |l: Option<f64>| match (wall, l) {
+                (Some(a), Some(b)) if b > 0.0 => table::ratio(a / b),
+                _ => dash(),
+            };
+            let file = match cell.config.kind {
+                Kind::Replay { .. } => find("record-pc").and_then(|c| file_of(c)),
+                _ => file_of(cell),
+            };
+            let events = cell.med(|s| s.events);
+            let recorded = cell.config.record_hooks().is_some();
+            rows.push(vec![
+                w.name.to_string(),
+                cell.config.name.to_string(),
+                match cell.config.kind {
+                    Kind::Record { level: Some(l), .. } => l.to_string(),
+                    Kind::Record { level: None, .. } => "default".into(),
+                    _ => dash(),
+                },
+                wall.map(table::secs).unwrap_or_else(dash),
+                vs(live.and_then(|l| l.total())),
+                vs(live.and_then(|l| l.wall())),
+                file.map(mb).unwrap_or_else(dash),
+                events.map(table::count).unwrap_or_else(dash),
+                match (recorded, file, events) {
+                    (true, Some(f), Some(e)) => per_event(f, e),
+                    _ => dash(),
+                },
+                match (recorded, file, insns) {
+                    (true, Some(f), Some(n)) => per_event(f, n),
+                    _ => dash(),
+                },
+                cell.med(|s| s.client_rss_kb)
+                    .map(table::mib)
+                    .unwrap_or_else(dash),
+                if recorded {
+                    cell.med(|s| Some(s.qemu_rss_kb))
+                        .map(table::mib)
+                        .unwrap_or_else(dash)
+                } else {
+                    dash()
+                },
+                checksum_vs_live(cell, live),
+            ]);
+        }
+        // The goals, where their rows ran.
+        let (pc, pcmem, replay) = (
+            find("record-pc"),
+            find("record-pcmem"),
+            find("replay-pc-2w"),
+        );
+        let live_pc = find("cannoli-pc-2w");
+        let against = |c: &Cell, live: Option<&&Cell>, limit: f64, goal: &str| {
+            let Some(live) = live else {
+                return format!("{goal}: no cannoli-pc-2w row to compare with");
+            };
+            let (a, t, q) = (
+                c.wall().unwrap_or(f64::NAN),
+                live.total().unwrap_or(f64::NAN),
+                live.wall().unwrap_or(f64::NAN),
+            );
+            let (rt, rq) = (a / t, a / q);
+            format!(
+                "{goal}: {} {} s = {} the live trace's total {} s (QEMU start to client exit), {} its QEMU wall {} s: {}",
+                c.config.name,
+                table::secs(a),
+                table::ratio(rt),
+                table::secs(t),
+                table::ratio(rq),
+                table::secs(q),
+                match (rt <= limit, rq <= limit) {
+                    (true, true) => "met".to_string(),
+                    (true, false) => "met against the total, not against QEMU's wall".to_string(),
+                    _ => "NOT met".to_string(),
+                }
+            )
+        };
+        if let Some(c) = pc {
+            goals.push(format!(
+                "{}: {}",
+                w.name,
+                against(
+                    c,
+                    live_pc,
+                    1.5,
+                    "(1) record-pc at most 1.5x the live PC trace"
+                )
+            ));
+            if let (Some(f), Some(n)) = (file_of(c), insns) {
+                let b = f as f64 / n as f64;
+                goals.push(format!(
+                    "{}: (2) PC only at most 1 byte per instruction: {} bytes / {} instructions = {} B/insn: {}",
+                    w.name,
+                    table::count(f),
+                    table::count(n),
+                    per_event(f, n),
+                    verdict(b <= 1.0)
+                ));
+            }
+        }
+        if let Some(c) = pcmem {
+            if let (Some(f), Some(e)) = (file_of(c), c.med(|s| s.events)) {
+                let b = f as f64 / e as f64;
+                goals.push(format!(
+                    "{}: (2) PC + memory at most 4 bytes per event: {} bytes / {} events (instructions + accesses) = {} B/event: {}",
+                    w.name,
+                    table::count(f),
+                    table::count(e),
+                    per_event(f, e),
+                    verdict(b <= 4.0)
+                ));
+            }
+        }
+        if let Some(c) = replay {
+            goals.push(format!(
+                "{}: {}",
+                w.name,
+                against(
+                    c,
+                    live_pc,
+                    1.0,
+                    "(3) replay-pc-2w at least as fast as the live PC trace"
+                )
+            ));
+        }
+        let rss: Vec<String> = [pc, pcmem, replay, live_pc]
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                c.med(|s| s.client_rss_kb)
+                    .map(|kb| format!("{} {} MiB", c.config.name, table::mib(kb)))
+            })
+            .collect();
+        if !rss.is_empty() {
+            goals.push(format!(
+                "{}: (4) peak RSS of the recorder / replaying client (live client for comparison): {}",
+                w.name,
+                rss.join(", ")
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    let mut out = String::from("Recording and replay:\n\n");
+    out += &table::render(&headers, &align, &rows);
+    out += "\n*wall s*: from starting `cannoli record` (or `benchmark --replay`) to its exit;";
+    out += " *vs live* = that / the live row's (cannoli-pc-2w for record-pc* and replay-pc-2w,";
+    out += " cannoli-pcmem-2w for record-pcmem*) *total s* (QEMU start to client exit, with";
+    out += " the client's 100 ms linger) and *QEMU wall s*; *file MB* the recording (10^6";
+    out += " bytes; a replay's is the record-pc file it replays); *B/event* = file bytes /";
+    out += " (instructions + memory accesses, from `cannoli info --json`), *B/insn* = file bytes";
+    out += " / guest instructions; RSS = peak (the recorder's and QEMU's VmHWM, read every 20 ms;";
+    out += " the replaying client's ru_maxrss), in MiB.\n";
+    if !goals.is_empty() {
+        out += "\nGoals:\n";
+        for g in goals {
+            out += &format!("- {g}\n");
+        }
+    }
+    Some(out)
+}
+
 /// Peak RSS of cannoli-pc-1w on the nop loop and on the 10x longer loop,
 /// side by side: the client's memory must not grow with the trace.
 fn rss_comparison(workloads: &[Workload], cells: &[Cell]) -> Option<String> {
-    let pick = |name: &str| {
+    let pick = |name: &str, config: &str| {
         cells.iter().find(|c| {
-            workloads[c.workload].name == name
-                && c.config.name == "cannoli-pc-1w"
-                && !c.samples.is_empty()
+            workloads[c.workload].name == name && c.config.name == config && !c.samples.is_empty()
         })
     };
-    let (short, long) = (pick("nop-loop")?, pick("rss-10x")?);
+    // The live client, the recorder and the replaying client.
+    let pairs: Vec<(&str, &Cell, &Cell)> = ["cannoli-pc-1w", "record-pc", "replay-pc-2w"]
+        .into_iter()
+        .filter_map(|c| Some((c, pick("nop-loop", c)?, pick("rss-10x", c)?)))
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
     let headers = [
-        "cannoli-pc-1w on",
-        "client events",
-        "QEMU wall s",
-        "client peak RSS MiB",
+        "config",
+        "on",
+        "events",
+        "wall s",
+        "client (recorder) peak RSS MiB",
         "QEMU peak RSS MiB",
     ];
     let mut align = vec![Align::Right; headers.len()];
     align[0] = Align::Left;
-    let row = |name: &str, c: &Cell| {
+    align[1] = Align::Left;
+    let row = |config: &str, name: &str, c: &Cell| {
         vec![
+            config.to_string(),
             name.to_string(),
             c.med(|s| s.events).map(table::count).unwrap_or_default(),
             c.wall().map(table::secs).unwrap_or_default(),
             c.med(|s| s.client_rss_kb)
                 .map(table::mib)
                 .unwrap_or_default(),
-            c.med(|s| Some(s.qemu_rss_kb))
-                .map(table::mib)
-                .unwrap_or_default(),
+            if replay_row(c) {
+                "-".into()
+            } else {
+                c.med(|s| Some(s.qemu_rss_kb))
+                    .map(table::mib)
+                    .unwrap_or_default()
+            },
         ]
     };
+    let rows: Vec<Vec<String>> = pairs
+        .iter()
+        .flat_map(|(c, short, long)| [row(c, "nop-loop", short), row(c, "rss-10x", long)])
+        .collect();
     let mut out = String::from("Peak RSS against trace length:\n\n");
-    out += &table::render(
-        &headers,
-        &align,
-        &[row("nop-loop", short), row("rss-10x", long)],
-    );
-    if let (Some(a), Some(b)) = (
-        short.med(|s| s.client_rss_kb),
-        long.med(|s| s.client_rss_kb),
-    ) {
-        let growth = (b as f64 / a.max(1) as f64 - 1.0) * 100.0;
-        out += &format!(
-            "\nThe client's peak RSS changed by {growth:+.1}% for 10x the events ({} vs {} MiB).\n",
-            table::mib(a),
-            table::mib(b)
-        );
+    out += &table::render(&headers, &align, &rows);
+    out += "\n";
+    for (c, short, long) in &pairs {
+        if let (Some(a), Some(b)) = (
+            short.med(|s| s.client_rss_kb),
+            long.med(|s| s.client_rss_kb),
+        ) {
+            let growth = (b as f64 / a.max(1) as f64 - 1.0) * 100.0;
+            let who = match c.split('-').next() {
+                Some("record") => "recorder",
+                Some("replay") => "replaying client",
+                _ => "client",
+            };
+            out += &format!(
+                "The {who}'s peak RSS ({c}) changed by {growth:+.1}% for 10x the events ({} vs {} MiB).\n",
+                table::mib(a),
+                table::mib(b)
+            );
+        }
     }
     Some(out)
 }
@@ -452,7 +757,13 @@ pub fn configs_for(w: &Workload, filter: &[String]) -> Vec<&'static Config> {
     config::ALL
         .iter()
         .filter(|c| w.runs_config(c.name))
-        .filter(|c| filter.is_empty() || filter.iter().any(|f| f == c.name))
+        .filter(|c| {
+            if filter.is_empty() {
+                c.in_default_set()
+            } else {
+                filter.iter().any(|f| f == c.name)
+            }
+        })
         .collect()
 }
 
@@ -577,5 +888,117 @@ mod tests {
         );
         assert!(!r.contains("cannoli-pc-1w: "), "{r}");
         assert!(row("never").contains("| ok "), "{r}");
+    }
+
+    #[test]
+    fn recording_table_and_goals() {
+        assert_eq!(per_event(38_173_566, 1_168_436_496), "0.033");
+        assert_eq!(per_event(5, 2), "2.50");
+        assert_eq!(per_event(25, 2), "12.5");
+        assert_eq!(per_event(1, 0), "-");
+        assert_eq!(mb(38_173_566), "38.2");
+        let root = std::path::Path::new("/nonexistent");
+        let mut ws = crate::workload::all(root, true);
+        ws.truncate(1);
+        ws[0].expect_stdout = Some("x\n".into());
+        let rec = |wall: f64, file: u64, insns: u64, mem: Option<u64>| Sample {
+            file_bytes: Some(file),
+            client_rss_kb: Some(10 * 1024),
+            mem,
+            events: Some(insns + mem.unwrap_or(0)),
+            ..sample(wall, None, Some(insns))
+        };
+        let cell = |name: &str, samples: Vec<Sample>| Cell {
+            workload: 0,
+            config: config::by_name(name).unwrap(),
+            samples,
+            errors: vec![],
+        };
+        let cells = vec![
+            cell("plugin-insn", vec![sample(10.0, None, Some(1000))]),
+            cell(
+                "plugin-mem",
+                vec![Sample {
+                    mem: Some(500),
+                    ..sample(10.0, None, None)
+                }],
+            ),
+            cell(
+                "cannoli-pc-2w",
+                vec![Sample {
+                    total: 2.1,
+                    ..checked(sample(2.0, Some(1000), None), 0xabc)
+                }],
+            ),
+            cell("record-pc", vec![rec(2.5, 100, 1000, None)]),
+            // 6100 bytes for 1500 events: over 4 bytes per event.
+            cell("record-pcmem", vec![rec(5.0, 6100, 1000, Some(500))]),
+            cell(
+                "replay-pc-2w",
+                vec![
+                    checked(sample(1.9, Some(1000), None), 0xabc),
+                    checked(sample(2.05, Some(1000), None), 0xabc),
+                    checked(sample(2.2, Some(1000), None), 0xabc),
+                ],
+            ),
+        ];
+        let r = render(&["- host".into()], 1, &ws, &cells, &[]);
+        let row = |name: &str| {
+            let t = r.split("Recording and replay:").nth(1).unwrap();
+            let l = t
+                .lines()
+                .find(|l| l.contains(&format!("| {name} ")))
+                .unwrap();
+            l.split('|')
+                .map(|c| c.trim().to_string())
+                .collect::<Vec<_>>()
+        };
+        // | workload | config | level | wall | vs total | vs QEMU wall | MB | events
+        // | B/event | B/insn | RSS | QEMU RSS | checksum |
+        let pc = row("record-pc");
+        assert_eq!(&pc[3..7], ["default", "2.500", "1.19x", "1.25x"], "{r}");
+        assert_eq!(&pc[8..11], ["1,000", "0.100", "0.100"], "{r}");
+        assert_eq!(pc[11], "10.0");
+        let mem = row("record-pcmem");
+        assert_eq!(&mem[8..11], ["1,500", "4.07", "6.10"], "{r}");
+        assert_eq!(mem[5], "-", "no cannoli-pcmem-2w row: {r}");
+        let replay = row("replay-pc-2w");
+        assert_eq!(replay[4], "2.050");
+        assert_eq!(replay[7], "0.0", "the record-pc file: {r}");
+        assert_eq!(replay[13], "= live (3 runs)", "{r}");
+        assert!(
+            r.contains("(1) record-pc at most 1.5x the live PC trace: record-pc 2.500 s = 1.19x"),
+            "{r}"
+        );
+        assert!(
+            r.contains("100 bytes / 1,000 instructions = 0.100 B/insn: met"),
+            "{r}"
+        );
+        assert!(
+            r.contains(
+                "6,100 bytes / 1,500 events (instructions + accesses) = 4.07 B/event: NOT met"
+            ),
+            "{r}"
+        );
+        assert!(r.contains("0.98x the live trace's total 2.100 s (QEMU start to client exit), 1.02x its QEMU wall 2.000 s: met against the total, not against QEMU's wall"), "{r}");
+        assert!(
+            r.contains("(4) peak RSS of the recorder / replaying client (live client for comparison): record-pc 10.0 MiB, record-pcmem 10.0 MiB\n"),
+            "{r}"
+        );
+        // The main table's checks: counts against the plugins, no guest
+        // output from a replay.
+        assert!(r.contains("All checks passed"), "{r}");
+        // A replay whose checksum differs is flagged in both tables.
+        let mut bad = cells;
+        bad[5].samples[1].pc_checksum = Some(0xabd);
+        let r = render(&["- host".into()], 1, &ws, &bad, &[]);
+        assert!(
+            r.contains("0x0000000000000abd != live 0x0000000000000abc"),
+            "{r}"
+        );
+        assert!(
+            r.contains("replay-pc-2w: pc checksum 0x0000000000000abd differs"),
+            "{r}"
+        );
     }
 }

@@ -1,14 +1,15 @@
 //! One measurement: a workload under a configuration, start to finish.
 
-use crate::config::{Config, Kind, Lib};
+use crate::config::{Config, Hooks, Kind, Lib};
 use crate::proc::{wait_any, Proc};
 use crate::setup::Qemu;
 use crate::workload::Workload;
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,10 @@ pub struct Ctx {
     /// The TB-level plugin peer (`setup::build_tbpeer`), or why there is
     /// none.
     pub tbpeer: Result<PathBuf, String>,
+    /// The recordings this process wrote (and kept) so far: a replay row
+    /// replays its workload's `record-pc` file if it is here, else makes
+    /// one first.
+    pub recorded: Mutex<HashSet<PathBuf>>,
 }
 
 /// The results of one run.
@@ -61,6 +66,8 @@ pub struct Sample {
     pub pc_checksum: Option<u64>,
     /// What the guest wrote to stdout.
     pub stdout: String,
+    /// A record row's file size in bytes.
+    pub file_bytes: Option<u64>,
 }
 
 /// Guests whose address layout depends on the host's ASLR unless QEMU
@@ -79,6 +86,11 @@ fn reserved_va(arch: &str) -> Option<&'static str> {
 /// looks at all of these, so any difference would change the instruction
 /// count between configurations.
 pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
+    match c.kind {
+        Kind::Record { hooks, level } => return run_record(ctx, w, c.name, hooks, level),
+        Kind::Replay { workers } => return run_replay(ctx, w, c.name, workers),
+        _ => {}
+    }
     let tag = format!("{}.{}", w.name, c.name);
     let stdout_path = ctx.out.join(format!("{tag}.stdout"));
     let stderr_path = ctx.out.join(format!("{tag}.stderr"));
@@ -98,7 +110,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
     }
     let mut client = None;
     match c.kind {
-        Kind::Plain => {}
+        Kind::Plain | Kind::Record { .. } | Kind::Replay { .. } => {}
         Kind::Plugins(plugins) => {
             for (lib, opts) in plugins {
                 let path = match lib {
@@ -130,7 +142,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
                     lib.display()
                 ));
             }
-            let cl = Client::start(ctx, workers)?;
+            let cl = Client::start(ctx, &["--threads", &workers.to_string()], true)?;
             // Ring geometry and other jitter knobs set for the benchmark reach
             // QEMU (which hides CANNOLI_* from the guest).
             for (k, v) in std::env::vars() {
@@ -231,6 +243,317 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
     Ok(sample)
 }
 
+/// Where a record row writes its recording (in `target/bench/out`).
+pub fn recording_path(ctx: &Ctx, w: &Workload, config: &str) -> PathBuf {
+    ctx.out.join(format!("{}.{config}.cnl", w.name))
+}
+
+/// The record row `name`: `cannoli record` on the workload, timed from
+/// starting the recorder to its exit (QEMU's start, the run, and finishing
+/// the file), then `cannoli info --json` on the file (not timed) for what
+/// it holds. Only `record-pc`'s file is kept, for the replay row.
+fn run_record(
+    ctx: &Ctx,
+    w: &Workload,
+    name: &str,
+    hooks: Hooks,
+    level: Option<i32>,
+) -> Result<Sample, String> {
+    let path = recording_path(ctx, w, name);
+    let r = record(ctx, w, name, hooks, level, &path);
+    let mut kept = ctx.recorded.lock().unwrap_or_else(|p| p.into_inner());
+    if name == "record-pc" && r.is_ok() {
+        kept.insert(path);
+    } else {
+        kept.remove(&path);
+        let _ = fs::remove_file(&path);
+    }
+    r
+}
+
+/// The `CANNOLI_*` variables of our environment that the recorder and the
+/// replaying client get (ring geometry and other knobs set for the
+/// benchmark), without those that would change what they run or where to.
+fn forward_cannoli_env(cmd: &mut Command) {
+    for (k, v) in std::env::vars() {
+        let skip = [
+            "CANNOLI_QEMU",
+            "CANNOLI_RECORD",
+            "CANNOLI_HOOKS",
+            "CANNOLI_ADDR",
+            "CANNOLI_TOKEN",
+        ];
+        if k.starts_with("CANNOLI_") && !skip.iter().any(|s| k.starts_with(s)) {
+            cmd.env(k, v);
+        }
+    }
+}
+
+/// Runs `cannoli record` on `w` into `path`: the same QEMU, `-seed 1`,
+/// empty environment, working directory and guest path as the other rows
+/// (through `CANNOLI_QEMU` and `CANNOLI_QEMU_ARGS`), so the guest runs the
+/// same instructions.
+fn record(
+    ctx: &Ctx,
+    w: &Workload,
+    name: &str,
+    hooks: Hooks,
+    level: Option<i32>,
+    path: &Path,
+) -> Result<Sample, String> {
+    let cannoli = ctx.release.join("cannoli");
+    if !cannoli.is_file() {
+        return Err(format!(
+            "{} is missing: cargo build --release -p cannoli-cli",
+            cannoli.display()
+        ));
+    }
+    let preset = hooks
+        .record_preset()
+        .ok_or("cannoli record has no preset that traces nothing")?;
+    let tag = format!("{}.{name}", w.name);
+    let stdout_path = ctx.out.join(format!("{tag}.stdout"));
+    let stderr_path = ctx.out.join(format!("{tag}.stderr"));
+    let create =
+        |p: &Path| File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()));
+    let _ = fs::remove_file(path);
+    let mut qemu_args = vec!["-seed", "1"];
+    if let Some(r) = reserved_va(w.arch) {
+        qemu_args.extend(["-R", r]);
+    }
+    let mut cmd = Command::new(&cannoli);
+    cmd.env_clear()
+        .current_dir(&ctx.out)
+        .stdin(Stdio::null())
+        .stdout(create(&stdout_path)?)
+        .stderr(create(&stderr_path)?);
+    forward_cannoli_env(&mut cmd);
+    cmd.env("CANNOLI_QEMU", ctx.qemu.binary(false, w.arch))
+        .env("CANNOLI_QEMU_ARGS", qemu_args.join(" "))
+        .args(["record", "--hooks", preset, "-o"])
+        .arg(path);
+    if let Some(l) = level {
+        cmd.arg(format!("--level={l}"));
+    }
+    cmd.arg(&w.guest).args(&w.args);
+
+    let start = Instant::now();
+    let mut rec = Proc::spawn("cannoli record", &mut cmd)?;
+    let (own_kb, qemu_kb) = wait_watching_rss(&mut rec, start + ctx.timeout)?;
+    let exit = rec.exit().expect("reaped");
+    if !exit.success() {
+        return Err(format!(
+            "cannoli record {}{}",
+            exit.describe(),
+            tail(&stderr_path)
+        ));
+    }
+    let wall = (exit.at - start).as_secs_f64();
+    let stdout = fs::read(&stdout_path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .map_err(|e| format!("cannot read {}: {e}", stdout_path.display()))?;
+
+    let out = Command::new(&cannoli)
+        .args(["info", "--json"])
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run cannoli info: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cannoli info {} failed: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let info = parse_info(&String::from_utf8_lossy(&out.stdout))?;
+    if !info.complete {
+        return Err(format!("{} is not complete (cannoli info)", path.display()));
+    }
+    let mem = (hooks == Hooks::PcMem).then_some(info.mem);
+    Ok(Sample {
+        wall,
+        total: wall,
+        // wait4's ru_maxrss is the larger of the recorder's and QEMU's
+        // (its waited-for child): each one's own peak comes from /proc.
+        qemu_rss_kb: qemu_kb.unwrap_or(exit.maxrss_kb),
+        client_rss_kb: Some(own_kb.unwrap_or(exit.maxrss_kb)),
+        events: Some(info.exec + mem.unwrap_or(0)),
+        lost: Some(info.lost),
+        insns: Some(info.exec),
+        mem,
+        pc_checksum: None,
+        stdout,
+        file_bytes: Some(info.file_bytes),
+    })
+}
+
+/// The replay row: `benchmark --threads N --replay FILE` on the workload's
+/// `record-pc` recording (made first, untimed, if no record-pc row has
+/// made it in this run), timed from starting the client to its exit.
+fn run_replay(ctx: &Ctx, w: &Workload, name: &str, workers: usize) -> Result<Sample, String> {
+    let path = recording_path(ctx, w, "record-pc");
+    let have = ctx
+        .recorded
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&path);
+    if !have {
+        eprint!("(recording {} first) ", path.display());
+        run_record(ctx, w, "record-pc", Hooks::Pc, None)?;
+    }
+    let start = Instant::now();
+    let file = path.to_string_lossy().into_owned();
+    let mut cl = Client::start(
+        ctx,
+        &["--threads", &workers.to_string(), "--replay", &file],
+        false,
+    )?;
+    let deadline = start + ctx.timeout;
+    while cl.proc.exit().is_none() {
+        if Instant::now() >= deadline {
+            cl.proc.kill();
+            return Err(format!(
+                "{name}: the client still ran after {} s: killed (raise --timeout?)",
+                ctx.timeout.as_secs()
+            ));
+        }
+        wait_any(&mut [&mut cl.proc], deadline)?;
+    }
+    let exit = cl.proc.exit().expect("reaped");
+    let out = cl.stdout.join().unwrap_or_default();
+    let mut errs = Vec::new();
+    while let Ok(l) = cl.lines.recv_timeout(Duration::from_secs(2)) {
+        errs.push(l);
+    }
+    if !exit.success() {
+        return Err(format!(
+            "the benchmark client (--replay) ended with {}: {}",
+            exit.describe(),
+            errs.last().map(String::as_str).unwrap_or("(no message)")
+        ));
+    }
+    let (events, lost) = parse_client_line(&out).ok_or_else(|| {
+        format!(
+            "unexpected output from the benchmark client: {:?}",
+            out.trim()
+        )
+    })?;
+    let wall = (exit.at - start).as_secs_f64();
+    Ok(Sample {
+        wall,
+        total: wall,
+        qemu_rss_kb: 0,
+        client_rss_kb: Some(exit.maxrss_kb),
+        events: Some(events),
+        lost: Some(lost),
+        pc_checksum: find_checksum(&out),
+        ..Sample::default()
+    })
+}
+
+/// Waits for `p` to end (killing it at `deadline`), reading every 20 ms
+/// while it runs the peak RSS (`VmHWM`) of it and of its child (QEMU):
+/// wait4's `ru_maxrss` of a process that reaped its children is the larger
+/// of its own peak and theirs, so it cannot tell the two apart. Returns
+/// the last values read (peaks only grow; the last 20 ms may be missed).
+fn wait_watching_rss(
+    p: &mut Proc,
+    deadline: Instant,
+) -> Result<(Option<u64>, Option<u64>), String> {
+    let pid = p.child.id();
+    let (mut own, mut kid, mut child) = (None, None, None);
+    while p.exit().is_none() {
+        if Instant::now() >= deadline {
+            p.kill();
+            return Err(format!(
+                "still running after {} s: killed (raise --timeout?)",
+                (deadline - Instant::now()).as_secs()
+            ));
+        }
+        if let Some(kb) = vm_hwm_kb(pid) {
+            own = Some(kb);
+        }
+        if child.is_none() {
+            child = first_child(pid);
+        }
+        if let Some(kb) = child.and_then(vm_hwm_kb) {
+            kid = Some(kb);
+        }
+        wait_any(
+            &mut [p],
+            (Instant::now() + Duration::from_millis(20)).min(deadline),
+        )?;
+    }
+    Ok((own, kid))
+}
+
+/// A child process of `pid` that has exec'd something other than `pid`'s
+/// own program (QEMU, not the fork before its exec).
+fn first_child(pid: u32) -> Option<u32> {
+    let own = fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+    for task in fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        let kids = fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        for kid in kids
+            .split_whitespace()
+            .filter_map(|k| k.parse::<u32>().ok())
+        {
+            match fs::read_link(format!("/proc/{kid}/exe")) {
+                Ok(exe) if exe != own => return Some(kid),
+                _ => {}
+            }
+        }
+    }
+    None
+}
+
+/// `VmHWM` of a running process, in KiB.
+fn vm_hwm_kb(pid: u32) -> Option<u64> {
+    parse_vm_hwm(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// The `VmHWM:` of a /proc/PID/status text, in KiB.
+pub fn parse_vm_hwm(status: &str) -> Option<u64> {
+    let v = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?;
+    v.trim().strip_suffix("kB")?.trim().parse().ok()
+}
+
+/// What `cannoli info --json` says a recording holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecInfo {
+    pub file_bytes: u64,
+    /// Exec events: instructions.
+    pub exec: u64,
+    /// Read and write events: memory accesses.
+    pub mem: u64,
+    /// Events the recorder's streams reported lost.
+    pub lost: u64,
+    /// The recording ended properly (not cut short).
+    pub complete: bool,
+}
+
+/// Parses `cannoli info --json`.
+pub fn parse_info(json: &str) -> Result<RecInfo, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| format!("cannoli info --json: {e}"))?;
+    let num = |v: &serde_json::Value, what: &str| {
+        v.as_u64()
+            .ok_or_else(|| format!("cannoli info --json: no number {what}"))
+    };
+    let events = &v["events"];
+    let lost = v["streams"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|s| s["lost_events"].as_u64()).sum())
+        .unwrap_or(0);
+    Ok(RecInfo {
+        file_bytes: num(&v["file_bytes"], "file_bytes")?,
+        exec: num(&events["exec"], "events.exec")?,
+        mem: num(&events["read"], "events.read")? + num(&events["write"], "events.write")?,
+        lost,
+        complete: v["complete"].as_bool().unwrap_or(false),
+    })
+}
+
 /// The `benchmark` client (examples/benchmark), started on a port of its own.
 struct Client {
     proc: Proc,
@@ -248,7 +571,8 @@ impl Client {
     /// Starts the client with `CANNOLI_ADDR=127.0.0.1:0`, so that the kernel
     /// picks a free port and no other run (or test) can take it between
     /// choosing and binding, and waits for it to say where it listens.
-    fn start(ctx: &Ctx, workers: usize) -> Result<Client, String> {
+    /// With `listens` false (a replay) it does not wait for that line.
+    fn start(ctx: &Ctx, args: &[&str], listens: bool) -> Result<Client, String> {
         let bin = ctx
             .client
             .clone()
@@ -265,7 +589,7 @@ impl Client {
         let mut proc = Proc::spawn(
             "benchmark client",
             Command::new(&bin)
-                .args(["--threads", &workers.to_string()])
+                .args(args)
                 .env("CANNOLI_ADDR", "127.0.0.1:0")
                 .env("CANNOLI_TOKEN", &token)
                 .stdin(Stdio::null())
@@ -287,6 +611,15 @@ impl Client {
                 }
             }
         });
+        if !listens {
+            return Ok(Client {
+                proc,
+                addr: String::new(),
+                token,
+                lines,
+                stdout,
+            });
+        }
         let until = Instant::now() + CLIENT_START;
         let mut seen = Vec::new();
         loop {
@@ -404,6 +737,7 @@ mod tests {
             out: out.clone(),
             timeout: Duration::from_secs(120),
             tbpeer: Ok(lib),
+            recorded: Mutex::default(),
         };
         let run = |name: &str| {
             let c = crate::config::by_name(name).unwrap();
@@ -428,6 +762,34 @@ mod tests {
         assert!(mem.mem.unwrap() > 0);
         assert_eq!(tb_mem.mem, mem.mem);
         assert_eq!(tb.mem, None);
+    }
+
+    #[test]
+    fn parses_recording_info_and_rss() {
+        let json = r#"{"file": "/x.cnl", "file_bytes": 38173566, "hooks": {"preset": "pc"},
+            "streams": [{"stream": 0, "lost_events": 0, "events": {"exec": 5}},
+                        {"stream": 1, "lost_events": 2, "events": {"exec": 7}}],
+            "events": {"block": 1124, "exec": 1168436496, "read": 10, "write": 5, "syscall": 4904},
+            "total_events": 1168442535, "bytes_per_event": 0.03, "complete": true}"#;
+        assert_eq!(
+            parse_info(json),
+            Ok(RecInfo {
+                file_bytes: 38173566,
+                exec: 1168436496,
+                mem: 15,
+                lost: 2,
+                complete: true
+            })
+        );
+        let cut = json.replace("\"complete\": true", "\"complete\": false");
+        assert!(!parse_info(&cut).unwrap().complete);
+        assert!(parse_info("{\"file_bytes\": 1}").is_err());
+        assert!(parse_info("not json").is_err());
+        let status = "Name:\tcannoli\nVmPeak:\t  20000 kB\nVmHWM:\t   14352 kB\nVmRSS:\t 9000 kB\n";
+        assert_eq!(parse_vm_hwm(status), Some(14352));
+        assert_eq!(parse_vm_hwm("Name:\tzombie\n"), None);
+        // Our own, while running.
+        assert!(vm_hwm_kb(std::process::id()).unwrap() > 0);
     }
 
     #[test]

@@ -69,7 +69,8 @@ pub fn qemu(root: &Path, arch: &str) -> Result<Qemu, String> {
     Ok(q)
 }
 
-/// Builds the client, the hook library and the guest programs. Every step is
+/// Builds the client, the hook library, `cannoli` (the record rows) and
+/// the guest programs. Every step is
 /// a no-op when up to date; their own output goes to our stderr.
 pub fn build(root: &Path) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -83,9 +84,11 @@ pub fn build(root: &Path) -> Result<(), String> {
                 "benchmark",
                 "-p",
                 "bench-hooks",
+                "-p",
+                "cannoli-cli",
             ])
             .current_dir(root),
-        "cargo build --release -p benchmark -p bench-hooks",
+        "cargo build --release -p benchmark -p bench-hooks -p cannoli-cli",
     )?;
     run_step(
         Command::new("bash")

@@ -87,9 +87,9 @@ pub fn all(root: &Path, quick: bool) -> Vec<Workload> {
             arch: "mipsel",
             guest: guests.join("nop_loop"),
             args: vec![(nops * 10).to_string()],
-            only: Some(&["cannoli-pc-1w"]),
+            only: Some(&["cannoli-pc-1w", "record-pc", "replay-pc-2w"]),
             about: format!(
-                "the nop loop 10x longer ({} x 100 nops), for peak RSS",
+                "the nop loop 10x longer ({} x 100 nops), for peak RSS (live, recording, replay)",
                 nops * 10
             ),
             expect_stdout: Some(format!("nop_loop: {} x 100 nops\n", nops * 10)),

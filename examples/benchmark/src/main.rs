@@ -9,6 +9,16 @@
 //! qemu-mipsel -cannoli target/release/libbenchmark.so ./nop_loop
 //! ```
 //!
+//! `--replay FILE` folds a recording made by `cannoli record --hooks pc`
+//! (or `mem`) instead, through the same callbacks and fold as a live run,
+//! so its line and checksum equal those of the live trace of the same run
+//! (the time counts from opening the file):
+//!
+//! ```sh
+//! cannoli record --hooks pc -o run.cnl ./nop_loop
+//! benchmark --threads 2 --replay run.cnl
+//! ```
+//!
 //! With a program, the time counts from just before QEMU starts. The line
 //! also gives host cycles per traced instruction: that time times the CPU's
 //! nominal clock (`cpu MHz` in /proc/cpuinfo; the time stamp counter's
@@ -195,11 +205,14 @@ impl<const FOLD: bool> Cannoli for Counter<FOLD> {
 /// Events that are neither instructions nor memory accesses.
 static OTHER: AtomicU64 = AtomicU64::new(0);
 
-const USAGE: &str = "usage: benchmark [--threads N] [--count-only] [PROGRAM [ARGS...]]
+const USAGE: &str =
+    "usage: benchmark [--threads N] [--count-only] [--replay FILE | PROGRAM [ARGS...]]
   with PROGRAM: runs it under the patched QEMU (-cannoli libbenchmark.so) and
   exits with its status; without: listens on $CANNOLI_ADDR for QEMU started
-  separately. --count-only (a diagnostic) counts instructions without
-  folding each pc, and prints no checksum";
+  separately. --replay FILE folds a recording of `cannoli record --hooks pc`
+  (or mem) instead, and exits with the recorded program's status.
+  --count-only (a diagnostic) counts instructions without folding each pc,
+  and prints no checksum";
 
 fn main() {
     let mut threads = 1;
@@ -207,6 +220,7 @@ fn main() {
     use lexopt::Arg::{Long, Short, Value};
     let mut args = lexopt::Parser::from_env();
     let mut program: Vec<OsString> = Vec::new();
+    let mut replay: Option<std::path::PathBuf> = None;
     let bad = |msg: String| -> ! {
         eprintln!("benchmark: {msg}");
         std::process::exit(2)
@@ -222,6 +236,13 @@ fn main() {
                     .unwrap_or_else(|| bad("--threads needs a number (at least 1)".into()))
             }
             Long("count-only") => fold = false,
+            Long("replay") => {
+                replay = Some(
+                    args.value()
+                        .unwrap_or_else(|_| bad("--replay needs a file".into()))
+                        .into(),
+                )
+            }
             Short('h') | Long("help") => {
                 println!("{USAGE}");
                 return;
@@ -234,15 +255,27 @@ fn main() {
             Long(l) => bad(format!("unknown option \"--{l}\"\n{USAGE}")),
         }
     }
+    if replay.is_some() && !program.is_empty() {
+        bad(format!(
+            "give --replay FILE or a program, not both\n{USAGE}"
+        ));
+    }
     let start = Instant::now();
     let launcher = launch::Launcher::new(launch::Options {
         hooks: "benchmark",
         threads,
     });
-    let report = if fold {
-        launcher.run::<Counter<true>>(program)
-    } else {
-        launcher.run::<Counter<false>>(program)
+    // Every instruction, as the hook library traces them live; memory
+    // accesses in the recording are fine (this client ignores them).
+    let needs = cannoli::recording::Needs {
+        exec: true,
+        ..Default::default()
+    };
+    let report = match (&replay, fold) {
+        (Some(path), true) => launcher.replay::<Counter<true>>(path, needs),
+        (Some(path), false) => launcher.replay::<Counter<false>>(path, needs),
+        (None, true) => launcher.run::<Counter<true>>(program),
+        (None, false) => launcher.run::<Counter<false>>(program),
     }
     .unwrap_or_else(|e| {
         eprintln!("benchmark: {e}");
@@ -271,7 +304,9 @@ fn main() {
         events,
         stats.chunks,
         secs,
-        if report.exit.is_some() {
+        if replay.is_some() {
+            "opening the recording"
+        } else if report.exit.is_some() {
             "starting QEMU"
         } else {
             "listening"
