@@ -447,6 +447,10 @@ pub struct Stats {
     /// Connections that were not this run's QEMU at all (another user, not
     /// a cannoli hello, nothing said within the deadline): ignored, not loss.
     pub strangers: u64,
+    /// Replays only: recordings that end before their run did (the
+    /// recorder was stopped before its end record), so whatever came after
+    /// is unknown.
+    pub cut_recordings: u64,
 }
 
 impl Stats {
@@ -461,15 +465,18 @@ impl Stats {
         self.refused_connections += o.refused_connections;
         self.missing_processes += o.missing_processes;
         self.strangers += o.strangers;
+        self.cut_recordings += o.cut_recordings;
     }
 
     /// True if every event of every stream arrived: nothing lost, no stream
-    /// cut short, no stream refused, no announced process missing.
+    /// cut short, no stream refused, no announced process missing, no
+    /// recording cut short.
     pub fn is_complete(&self) -> bool {
         self.lost_events == 0
             && self.incomplete_streams == 0
             && self.refused_connections == 0
             && self.missing_processes == 0
+            && self.cut_recordings == 0
     }
 
     /// What was lost, for a tool's summary line: `0 lost` only when
@@ -504,6 +511,9 @@ impl Stats {
                 "{n} announced process{} never connected (events lost: unknown)",
                 if n == 1 { "" } else { "es" }
             ));
+        }
+        if self.cut_recordings > 0 {
+            parts.push("the recording is cut short (events lost: unknown)".into());
         }
         format!("INCOMPLETE: {}", parts.join(", "))
     }

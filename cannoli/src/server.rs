@@ -797,7 +797,6 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
             incomplete = 1;
         }
     });
-    end_of_stream(&conn);
     // A chunk the ring refused (a producer that broke the ring protocol)
     // ended the stream early: what came after it is unknown.
     if let Some(v) = consumer.violation() {
@@ -807,6 +806,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         );
         incomplete = 1;
     }
+    end_of_stream(&conn, incomplete == 0);
     if let Some((w, log)) = &conn.record {
         w.stream_end(
             log,
@@ -949,9 +949,13 @@ fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> (bool, Option<Goo
 }
 
 /// Every chunk is delivered: the block the last one left open ran to its
-/// end (delivered as one last trace).
-fn end_of_stream<T: Cannoli>(conn: &Conn<'_, T>) {
+/// end (delivered as one last trace), if the stream is `complete`; if
+/// events are missing after it, nobody knows how far it ran.
+fn end_of_stream<T: Cannoli>(conn: &Conn<'_, T>, complete: bool) {
     let mut carry = conn.reseq.take_serial();
+    if !complete {
+        return;
+    }
     carry.buf.clear();
     let n = finish::<T>(conn.pid_ctx, conn.tid_ctx, &mut carry.open, &mut carry.buf);
     conn.events.fetch_add(n, Ordering::Relaxed);

@@ -117,6 +117,9 @@ pub struct Report {
     /// Launch mode: the program's exit status, 128 + N if it died of signal
     /// N. Classic mode: 0.
     pub status: i32,
+    /// Whether `status` is the program's (launch mode, or a replay of a
+    /// recording that has it), not a stand-in.
+    pub status_known: bool,
     /// QEMU's wait status (launch mode).
     pub exit: Option<ExitStatus>,
     /// The server's totals.
@@ -139,11 +142,15 @@ impl Report {
     /// the trace is incomplete, and returns [`Report::exit_code`].
     pub fn finish(&self, tool: &str) -> i32 {
         if !self.stats.is_complete() {
+            let program = if self.status_known {
+                format!(" (the program's was {})", self.status)
+            } else {
+                String::new()
+            };
             eprintln!(
-                "{tool}: the trace is incomplete ({}); exiting with status {} (the program's was {})",
+                "{tool}: the trace is incomplete ({}); exiting with status {}{program}",
                 self.stats.loss_summary(),
                 cannoli::EXIT_INCOMPLETE,
-                self.status
             );
         }
         self.exit_code()
@@ -227,6 +234,7 @@ impl Launcher {
             // Unknown (QEMU started by hand) as in classic mode; a cut
             // recording is incomplete, which decides the exit status.
             status: r.status.unwrap_or(0),
+            status_known: r.status.is_some(),
             exit: None,
             stats: r.stats,
         })
@@ -260,6 +268,7 @@ impl Launcher {
         let stats = server.run::<T>(self.threads).map_err(Error::Server)?;
         Ok(Report {
             status: 0,
+            status_known: false,
             exit: None,
             stats,
         })
@@ -444,6 +453,7 @@ impl Launcher {
         }
         Ok(Report {
             status: exit_code(status),
+            status_known: true,
             exit: Some(status),
             stats,
         })

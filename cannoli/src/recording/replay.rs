@@ -15,7 +15,7 @@
 //! chunk (the stream's events stop there).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use wire::blocks::{Entry, MAX_BLOCK_INSNS};
@@ -86,7 +86,7 @@ impl Recording {
                     self.path().display(),
                     self.cut().unwrap_or("the recording has no end record")
                 );
-                stats.incomplete_streams += 1;
+                stats.cut_recordings += 1;
                 None
             }
         };
@@ -158,20 +158,13 @@ impl Recording {
                  the events from there on are missing"
             );
         }
-        let stop = AtomicUsize::new(chunks.len());
         let next = AtomicUsize::new(0);
-        let reseq: Reseq<T::Trace, Seam, Carry<T::Trace>> = Reseq::new(0, 2 * threads + 4);
+        let reseq: Reseq<T::Trace, Result<Done, String>, Delivery<T::Trace>> =
+            Reseq::new(0, 2 * threads + 4);
         let tool = Mutex::new(tool);
-        let (events, bytes, lost, skipped) = (
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-        );
         let worker = || {
             let mut raw = Vec::new();
             let mut ctx = zstd::bulk::Decompressor::new().ok();
-            let (mut ev, mut by, mut lo, mut sk) = (0u64, 0u64, 0u64, 0u64);
             loop {
                 let mut buf = reseq.claim();
                 let i = next.fetch_add(1, Ordering::Relaxed);
@@ -179,9 +172,9 @@ impl Recording {
                     reseq.unclaim(buf);
                     break;
                 }
-                let mut seam = Seam::default();
-                match self.read_frame_into(&chunks[i], &mut raw, ctx.as_mut()) {
+                let done = match self.read_frame_into(&chunks[i], &mut raw, ctx.as_mut()) {
                     Ok(()) => {
+                        let mut seam = Seam::default();
                         let d = decode::<T>(
                             pid_ctx,
                             &tid_ctx,
@@ -191,38 +184,53 @@ impl Recording {
                             &mut buf,
                             &mut seam,
                         );
-                        by += raw.len() as u64;
-                        ev += d.events;
-                        sk += d.skipped;
-                        if let Some(m) = d.error {
-                            lo += m.lost_events();
+                        let lost = d.error.map_or(0, |m| {
                             eprintln!("cannoli: pid {pid} tid {tid}: malformed chunk {i}: {m}");
-                        }
+                            m.lost_events()
+                        });
+                        Ok(Done {
+                            seam,
+                            events: d.events,
+                            lost,
+                            skipped: d.skipped,
+                            bytes: raw.len() as u64,
+                        })
                     }
                     Err(e) => {
-                        // Chunk i and everything after it are not delivered
-                        // (`stop` is lowered before chunk i completes, and
-                        // the deliveries run in order after it).
-                        stop.fetch_min(i, Ordering::SeqCst);
-                        eprintln!(
-                            "cannoli: pid {pid} tid {tid}: the recording's chunk {i} (byte {}) is damaged ({e}); \
-                             the events from there on are missing",
-                            chunks[i].offset
-                        );
                         buf.clear();
+                        Err(format!(
+                            "the recording's chunk {i} (byte {}) is damaged ({e}); the events from there on are missing",
+                            chunks[i].offset
+                        ))
                     }
-                }
-                reseq.complete(i as u64, buf, seam, |trace, seam, carry| {
-                    if i >= stop.load(Ordering::SeqCst) {
+                };
+                // Delivered in chunk order: a damaged chunk stops the
+                // stream there, whatever the workers decoded after it.
+                reseq.complete(i as u64, buf, done, |trace, done, d| {
+                    if d.stopped {
                         return;
                     }
+                    let done = match done {
+                        Ok(done) => done,
+                        Err(m) => {
+                            eprintln!("cannoli: pid {pid} tid {tid}: {m}");
+                            d.stopped = true;
+                            return;
+                        }
+                    };
+                    d.chunks += 1;
+                    d.events += done.events;
+                    d.lost += done.lost;
+                    d.skipped += done.skipped;
+                    d.bytes += done.bytes;
+                    let carry = &mut d.carry;
                     carry.buf.clear();
-                    ev += stitch::<T>(
+                    d.events += stitch::<T>(
                         pid_ctx,
                         &tid_ctx,
                         &layout,
                         &mut carry.open,
-                        &seam,
+                        &done.seam,
                         &mut carry.buf,
                     );
                     if carry.buf.is_empty() && trace.is_empty() {
@@ -237,10 +245,6 @@ impl Recording {
                     }
                 });
             }
-            events.fetch_add(ev, Ordering::Relaxed);
-            bytes.fetch_add(by, Ordering::Relaxed);
-            lost.fetch_add(lo, Ordering::Relaxed);
-            skipped.fetch_add(sk, Ordering::Relaxed);
         };
         std::thread::scope(|sc| {
             for _ in 1..threads {
@@ -248,28 +252,65 @@ impl Recording {
             }
             worker();
         });
-        // The block the last chunk left open ran to its end.
-        let mut carry = reseq.take_serial();
-        carry.buf.clear();
-        let n = finish::<T>(pid_ctx, &tid_ctx, &mut carry.open, &mut carry.buf);
-        events.fetch_add(n, Ordering::Relaxed);
-        if !carry.buf.is_empty() {
-            lock(&tool).trace(pid_ctx, &tid_ctx, &carry.buf);
+        let mut d = reseq.take_serial();
+        let complete = stream_complete(s, d.chunks, pid, tid, &mut d.lost) && !d.stopped;
+        // The block the last chunk left open ran to its end, if the stream
+        // ended there; if events are missing after it, who knows.
+        if complete {
+            let carry = &mut d.carry;
+            carry.buf.clear();
+            d.events += finish::<T>(pid_ctx, &tid_ctx, &mut carry.open, &mut carry.buf);
+            if !carry.buf.is_empty() {
+                lock(&tool).trace(pid_ctx, &tid_ctx, &carry.buf);
+            }
         }
-        let delivered = stop.load(Ordering::SeqCst) as u64;
-        let mut lost = lost.into_inner();
-        let complete = stream_complete(s, delivered, pid, tid, &mut lost);
         drop(tool); // the tool's per-thread value: its Drop may report
         drop(tid_ctx);
         Stats {
             connections: 1,
-            events: events.into_inner(),
-            chunks: delivered,
-            bytes: bytes.into_inner(),
-            lost_events: lost,
+            events: d.events,
+            chunks: d.chunks,
+            bytes: d.bytes,
+            lost_events: d.lost,
             incomplete_streams: u64::from(!complete),
-            skipped_events: skipped.into_inner(),
+            skipped_events: d.skipped,
             ..Stats::default()
+        }
+    }
+}
+
+/// A chunk decoded on a worker, for its in-order delivery.
+struct Done {
+    seam: Seam,
+    events: u64,
+    lost: u64,
+    skipped: u64,
+    bytes: u64,
+}
+
+/// A stream's in-order delivery: the block left open, and what was
+/// delivered (a chunk counts once it is delivered, not when decoded).
+struct Delivery<Tr> {
+    carry: Carry<Tr>,
+    /// A damaged chunk was reached: nothing more is delivered.
+    stopped: bool,
+    chunks: u64,
+    events: u64,
+    lost: u64,
+    skipped: u64,
+    bytes: u64,
+}
+
+impl<Tr> Default for Delivery<Tr> {
+    fn default() -> Self {
+        Delivery {
+            carry: Carry::default(),
+            stopped: false,
+            chunks: 0,
+            events: 0,
+            lost: 0,
+            skipped: 0,
+            bytes: 0,
         }
     }
 }
