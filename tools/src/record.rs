@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use cannoli::recording::{Exit, Hooks, Info, Writer, DEFAULT_LEVEL};
+use cannoli::recording::{Exit, Hooks, Info, Writer};
 
 /// One line for `cannoli --help`.
 pub const ABOUT: &str = "Run a program under the patched QEMU and record its trace to a file";
@@ -39,6 +39,18 @@ pub enum Preset {
 }
 
 impl Preset {
+    /// The zstd level that records this preset fastest on a 2-core machine
+    /// (bench `record-*-lN`, busybox sha256sum of 20 MB): run events
+    /// shrink 40x at level 3, so less is written; memory and register
+    /// events hardly shrink more at higher levels, so the fastest level
+    /// wins.
+    pub fn level(self) -> i32 {
+        match self {
+            Preset::Pc => 3,
+            Preset::Mem | Preset::Branches | Preset::Regs => -3,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Preset::Pc => "pc",
@@ -57,10 +69,11 @@ pub struct Args {
     /// What to record
     #[arg(long, value_enum, default_value_t = Preset::Mem)]
     pub hooks: Preset,
-    /// zstd compression level of the chunks (negative: faster, larger)
-    #[arg(long, default_value_t = DEFAULT_LEVEL, allow_negative_numbers = true,
+    /// zstd compression level of the chunks (negative: faster, larger);
+    /// default 3 for `--hooks pc`, -3 for the others
+    #[arg(long, allow_negative_numbers = true,
           value_parser = clap::value_parser!(i32).range(-7..=19))]
-    pub level: i32,
+    pub level: Option<i32>,
     /// Compressing threads per traced guest thread
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
@@ -93,7 +106,8 @@ pub fn main(args: Args) -> i32 {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64),
     };
-    let writer = match Writer::create(&args.output, &info, args.level) {
+    let level = args.level.unwrap_or(args.hooks.level());
+    let writer = match Writer::create(&args.output, &info, level) {
         Ok(w) => Arc::new(w),
         Err(e) => {
             eprintln!("{tool}: cannot create {}: {e}", args.output.display());
