@@ -318,9 +318,10 @@ fn build(
         .exit()
         .map(|x| x.end_ns)
         .or_else(|| {
+            // Cut short: the last thing known to have happened.
             streams
                 .iter()
-                .filter_map(|s| s.end_s)
+                .map(|s| s.end_s.unwrap_or(s.start_s))
                 .reduce(f64::max)
                 .map(|s| (s * 1e9) as u64)
         })

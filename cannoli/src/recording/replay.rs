@@ -329,7 +329,7 @@ fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut
     else {
         eprintln!(
             "cannoli: pid {pid} tid {tid}: the recording ends before this stream did (the recorder was stopped); \
-             events after chunk {delivered} are missing"
+             events from chunk {delivered} on are missing"
         );
         return false;
     };
