@@ -24,7 +24,7 @@ APT_PKGS+=(
 # Debian architectures whose busybox-static the tests run (apt only knows a
 # foreign architecture's packages once dpkg has it).
 FOREIGN_ARCHES=(mipsel mips64el armhf arm64 i386 ppc64el)
-PIP_PKGS=("meson>=1.5" "pycotap==1.3.1")
+PIP_PKGS=("meson>=1.5" "pycotap==1.3.1" "duckdb>=1.1")
 
 log() { echo "deps: $*" >&2; }
 
@@ -86,7 +86,7 @@ else
 fi
 
 py=$(command -v python3)
-if ! "$py" -c 'import mesonbuild, pycotap, sys; from mesonbuild import coredata; v=tuple(int(x) for x in coredata.version.split(".")[:2]); sys.exit(0 if v>=(1,5) else 1)' 2>/dev/null; then
+if ! "$py" -c 'import mesonbuild, pycotap, duckdb, sys; from mesonbuild import coredata; v=tuple(int(x) for x in coredata.version.split(".")[:2]); sys.exit(0 if v>=(1,5) else 1)' 2>/dev/null; then
   for i in 1 2 3; do
     "$py" -m pip install --quiet "${PIP_PKGS[@]}" && break
     log "pip install failed (try $i)"; [ $i = 3 ] && exit 1; sleep 5

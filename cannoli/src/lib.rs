@@ -326,6 +326,10 @@ pub struct ClientInfo {
     pub pid: i32,
     pub ppid: i32,
     pub tid: i32,
+    /// This stream's number in the run, from 0 in the order the streams
+    /// connected; in a replay, its number in the recording (the `stream`
+    /// of `cannoli info` and of the exports).
+    pub stream: u64,
     /// QEMU's machine name for the guest, e.g. `mipsel`, `riscv64`.
     pub arch: String,
     pub big_endian: bool,
@@ -351,6 +355,7 @@ impl ClientInfo {
             pid: h.pid,
             ppid: h.ppid,
             tid: h.tid,
+            stream: 0,
             arch: h.arch.clone(),
             big_endian: h.big_endian,
             guest_bits: h.guest_bits,

@@ -722,8 +722,9 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
             return;
         }
     };
-    let ci = ClientInfo::from_hello(&hello);
+    let mut ci = ClientInfo::from_hello(&hello);
     let seq = lock(&shared.announced).connected(ci.pid);
+    ci.stream = seq - 1;
     if let (Some(writer), false) = (&shared.recorder, shared.decode) {
         let stream = Stream {
             consumer: &consumer,

@@ -30,6 +30,52 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum Export {
+    #[command(about = export_parquet::ABOUT)]
+    Parquet(export_parquet::Args),
+    #[command(about = export_tenet::ABOUT)]
+    Tenet(export_tenet::Args),
+    /// The coverage of a recording as a drcov file (Lighthouse, bncov,
+    /// Lightkeeper): the same bytes as a live `cannoli coverage` run
+    Drcov(DrcovArgs),
+}
+
+#[derive(clap::Args)]
+struct DrcovArgs {
+    /// The recording (made by `cannoli record`, any preset with every
+    /// instruction: pc or mem)
+    #[arg(value_name = "RUN")]
+    recording: std::path::PathBuf,
+    /// Where to write the drcov file
+    #[arg(short, long, value_name = "FILE", default_value = "coverage.drcov")]
+    output: std::path::PathBuf,
+}
+
+/// `cannoli export drcov RUN -o FILE` is `cannoli coverage --replay RUN
+/// -o FILE`: the same code, so the same bytes as a live run.
+fn drcov(a: DrcovArgs) -> i32 {
+    #[derive(Parser)]
+    struct Coverage {
+        #[command(flatten)]
+        args: tools::coverage::Args,
+    }
+    let argv: [std::ffi::OsString; 5] = [
+        "coverage".into(),
+        "--replay".into(),
+        a.recording.into(),
+        "-o".into(),
+        a.output.into(),
+    ];
+    match Coverage::try_parse_from(argv) {
+        Ok(c) => tools::coverage::main(c.args),
+        Err(e) => {
+            eprintln!("cannoli export drcov: {}", tools::cli::one_line(&e));
+            2
+        }
+    }
+}
+
+#[derive(Subcommand)]
 enum Command {
     #[command(about = tools::record::ABOUT)]
     Record(tools::record::Args),
@@ -43,6 +89,13 @@ enum Command {
     Regtrace(tools::regtrace::Args),
     #[command(about = tools::info::ABOUT)]
     Info(tools::info::Args),
+    /// Export a recording to the formats other tools read
+    Export {
+        #[command(subcommand)]
+        format: Export,
+    },
+    #[command(about = viz::ABOUT)]
+    Viz(viz::Args),
     /// Print a shell completion script (e.g. `cannoli completions bash >
     /// /etc/bash_completion.d/cannoli`)
     Completions {
@@ -60,6 +113,12 @@ fn main() {
         Command::Backtrace(a) => tools::backtrace::main(a),
         Command::Regtrace(a) => tools::regtrace::main(a),
         Command::Info(a) => tools::info::main(a),
+        Command::Export { format } => match format {
+            Export::Parquet(a) => export_parquet::main(a),
+            Export::Tenet(a) => export_tenet::main(a),
+            Export::Drcov(a) => drcov(a),
+        },
+        Command::Viz(a) => viz::main(a),
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "cannoli", &mut script);

@@ -75,6 +75,7 @@ impl Stream {
 
     fn client_info(&self) -> ClientInfo {
         ClientInfo {
+            stream: 0,
             pid: 1,
             ppid: 0,
             tid: 1,

@@ -60,7 +60,8 @@ impl Recording {
                     continue;
                 }
             };
-            let ci = ClientInfo::from_hello(&hello);
+            let mut ci = ClientInfo::from_hello(&hello);
+            ci.stream = s.number.into();
             let (pid_ctx, cache) = live
                 .entry(process)
                 .or_insert_with(|| {

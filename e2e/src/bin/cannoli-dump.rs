@@ -788,6 +788,7 @@ mod tests {
 
     fn ci() -> ClientInfo {
         ClientInfo {
+            stream: 0,
             pid: 1,
             ppid: 0,
             tid: 1,
