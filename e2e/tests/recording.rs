@@ -13,7 +13,8 @@
 //!   dynamically linked `/usr/bin/sha256sum` as the x86_64 guest). Ground
 //!   truth: each program's exit status, its stream count, and for
 //!   sha256sum the hash the host's `sha256sum` prints.
-//! * `tools::*`: `cannoli trace`, `coverage`, `backtrace` and `regtrace`
+//! * `tools::*`: `cannoli trace`, `coverage` (and `cannoli export drcov`),
+//!   `backtrace` and `regtrace`
 //!   traced live with `$CANNOLI_RECORD_TO`, then the same tool with
 //!   `--replay`: the same output byte for byte, and the program's exit
 //!   status from both. On busybox sha256sum (mipsel) and `signals` (arm,
@@ -444,6 +445,26 @@ fn tools_case(p: Prog) {
             &format!("{tool} replay: exit status (the program's)"),
             rep.expect_code(p.status),
         );
+        if tool == "coverage" {
+            // `cannoli export drcov` is the same file as a live run's.
+            let exported = dir.file("export.drcov");
+            let r = Tool::new("cannoli")
+                .args(["export", "drcov"])
+                .arg(&rec)
+                .arg("-o")
+                .arg(&exported)
+                .run(&dir, "export-drcov", QUICK);
+            match r {
+                Ok(r) => {
+                    f.check("export drcov: exit status", r.expect_code(p.status));
+                    f.check(
+                        "export drcov: the live run's drcov file",
+                        compare_files(&live_out, &exported),
+                    );
+                }
+                Err(e) => f.fail("export drcov", e),
+            }
+        }
         if !multi || tool == "coverage" {
             f.check(
                 &format!("{tool}: replay output"),
