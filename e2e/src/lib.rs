@@ -40,6 +40,7 @@ pub mod plugins;
 pub mod procs;
 pub mod recording;
 pub mod run;
+pub mod tenet;
 
 pub use compare::*;
 pub use dump::{
