@@ -36,6 +36,7 @@ pub mod ground;
 pub mod lines;
 pub mod locate;
 pub mod pages;
+pub mod parquet;
 pub mod plugins;
 pub mod procs;
 pub mod recording;

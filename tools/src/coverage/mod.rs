@@ -36,7 +36,7 @@
 
 mod drcov;
 mod isa;
-mod space;
+pub mod space;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;

@@ -208,6 +208,14 @@ impl Space {
         }
     }
 
+    /// Every range `[start, end)` that holds code of a module, with the
+    /// module, by start (exports resolve pcs from a copy of these).
+    pub fn code_regions(&self) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        self.regions
+            .iter()
+            .filter_map(|(&s, r)| Some((s, r.end, r.module?)))
+    }
+
     /// The module holding the code at `pc`.
     pub fn lookup(&self, pc: u64) -> Option<u32> {
         let (_, r) = self.regions.range(..=pc).next_back()?;

@@ -20,7 +20,7 @@
 //! Symbols are looked up in the worker threads (the parallel phase); the
 //! serial phase only formats and prints.
 
-mod symbols;
+pub mod symbols;
 
 use std::collections::HashMap;
 use std::ffi::OsString;

@@ -190,6 +190,12 @@ impl Symbols {
         }
     }
 
+    /// Every symbol as (name, start, exclusive end), sorted by start; the
+    /// i-th is the one [`Loc::Sym`] `idx` i names (exports list them).
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = (&str, u64, u64)> {
+        self.syms.iter().map(|r| (&*r.name, r.start, r.end))
+    }
+
     /// The symbol containing `addr`.
     #[inline]
     pub fn symbol(&self, addr: u64) -> Option<Loc> {

@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The tables' files: `DIR/<table>/part-NNNNN.parquet`, each written in
+//! row groups of at most [`ROW_GROUP`] rows and closed after
+//! [`ROWS_PER_FILE`] rows, so that memory stays bounded (a writer holds one
+//! encoded row group) and engines read a large run's files in parallel.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+
+/// Rows of a row group: large enough that engines scan fast, small enough
+/// that a writer's buffer stays a few MB.
+pub const ROW_GROUP: usize = 1 << 20;
+/// Rows of a file of the large tables (64 row groups).
+pub const ROWS_PER_FILE: usize = 64 * ROW_GROUP;
+
+fn field(name: &str, t: DataType, nullable: bool) -> Field {
+    Field::new(name, t, nullable)
+}
+
+use DataType::{Binary, Boolean, Int16, Int32, Int64, Int8, Utf8};
+
+pub fn insns() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("stream", Int32, false),
+        field("seq", Int64, false),
+        field("pc", Int64, false),
+        field("module", Int32, true),
+        field("offset", Int64, true),
+        field("symbol", Int32, true),
+    ]))
+}
+
+/// `kind` is dictionary-encoded `load`/`store`.
+pub fn mem() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("stream", Int32, false),
+        field("seq", Int64, false),
+        field("pc", Int64, false),
+        field("address", Int64, false),
+        field("size", Int8, false),
+        field(
+            "kind",
+            DataType::Dictionary(Box::new(Int8), Box::new(Utf8)),
+            false,
+        ),
+        field("value", Int64, false),
+        field("value_hi", Int64, true),
+    ]))
+}
+
+pub fn syscalls() -> SchemaRef {
+    let mut f = vec![
+        field("stream", Int32, false),
+        field("seq", Int64, false),
+        field("number", Int64, false),
+        field("name", Utf8, true),
+    ];
+    for i in 0..6 {
+        f.push(field(&format!("arg{i}"), Int64, false));
+    }
+    f.extend([
+        field("result", Int64, true),
+        field("data", Binary, true),
+        field("data_total", Int64, false),
+    ]);
+    Arc::new(Schema::new(f))
+}
+
+pub fn mappings() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("stream", Int32, false),
+        field("seq", Int64, false),
+        field("kind", Utf8, false),
+        field("base", Int64, false),
+        field("len", Int64, false),
+        field("prot", Utf8, true),
+        field("anon", Boolean, true),
+        field("path", Utf8, true),
+        field("offset", Int64, true),
+    ]))
+}
+
+pub fn signals() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("stream", Int32, false),
+        field("seq", Int64, false),
+        field("signo", Int32, false),
+        field("code", Int32, false),
+        field("fault_addr", Int64, false),
+        field("handler", Int64, true),
+    ]))
+}
+
+pub fn threads() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("stream", Int32, false),
+        field("process", Int32, false),
+        field("pid", Int32, false),
+        field("ppid", Int32, false),
+        field("tid", Int32, false),
+        field("arch", Utf8, false),
+        field("guest_bits", Int16, false),
+        field("exe", Utf8, true),
+        field("comm", Utf8, true),
+        field("events", Int64, false),
+    ]))
+}
+
+pub fn processes() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("process", Int32, false),
+        field("pid", Int32, false),
+        field("ppid", Int32, false),
+        field("exe", Utf8, true),
+        field("first_stream", Int32, false),
+        field("streams", Int32, false),
+    ]))
+}
+
+pub fn modules() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("id", Int32, false),
+        field("path", Utf8, true),
+        field("base", Int64, false),
+        field("start", Int64, false),
+        field("end", Int64, false),
+        field("file_offset", Int64, false),
+    ]))
+}
+
+pub fn symbols() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("id", Int32, false),
+        field("module", Int32, false),
+        field("name", Utf8, false),
+        field("address", Int64, false),
+        field("size", Int64, false),
+    ]))
+}
+
+/// Writer settings. The two large tables' integer columns are
+/// DELTA_BINARY_PACKED without dictionaries: their values move in small
+/// steps (seq by 1, pc by the instruction size, ids rarely), so deltas
+/// pack into a few bits at a fraction of a dictionary's hashing cost; zstd
+/// at level 1 then takes what repeats (a loop's pattern of pcs).
+fn properties(schema: &Schema, large: bool) -> WriterProperties {
+    let mut p = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1")))
+        .set_max_row_group_row_count(Some(ROW_GROUP))
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_write_batch_size(8192)
+        .set_created_by(format!(
+            "cannoli export parquet {}",
+            env!("CARGO_PKG_VERSION")
+        ));
+    if large {
+        p = p.set_dictionary_enabled(false);
+        for f in schema.fields() {
+            let col = ColumnPath::from(f.name().as_str());
+            if matches!(f.data_type(), Int8 | Int32 | Int64) {
+                p = p.set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
+            } else {
+                p = p.set_column_dictionary_enabled(col, true);
+            }
+        }
+    }
+    p.build()
+}
+
+/// One table's files: part numbers are shared by the table's writers.
+pub struct Table {
+    pub dir: PathBuf,
+    pub schema: SchemaRef,
+    large: bool,
+    next_part: AtomicU32,
+}
+
+impl Table {
+    /// Creates `DIR/<name>/`.
+    pub fn create(out: &Path, name: &str, schema: SchemaRef, large: bool) -> Result<Table, String> {
+        let dir = out.join(name);
+        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(Table {
+            dir,
+            schema,
+            large,
+            next_part: AtomicU32::new(0),
+        })
+    }
+}
+
+impl Table {
+    /// Writes an empty part if the table has none, so that
+    /// `DIR/<table>/*.parquet` matches a file with the schema.
+    pub fn ensure_file(&self) -> Result<(), String> {
+        if self.next_part.load(Ordering::Relaxed) > 0 {
+            return Ok(());
+        }
+        let path = self.dir.join("part-00000.parquet");
+        let f =
+            File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let props = properties(&self.schema, self.large);
+        ArrowWriter::try_new(f, self.schema.clone(), Some(props))
+            .and_then(|w| w.close().map(|_| ()))
+            .map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// Writes record batches of one table into part files, opening the next
+/// after [`ROWS_PER_FILE`] rows.
+pub struct PartWriter {
+    table: Arc<Table>,
+    cur: Option<(ArrowWriter<File>, usize)>,
+    /// Rows written in all parts.
+    pub rows: u64,
+}
+
+impl PartWriter {
+    pub fn new(table: Arc<Table>) -> PartWriter {
+        PartWriter {
+            table,
+            cur: None,
+            rows: 0,
+        }
+    }
+
+    pub fn schema(&self) -> SchemaRef {
+        self.table.schema.clone()
+    }
+
+    pub fn table(&self) -> &Table {
+        &self.table
+    }
+
+    pub fn write(&mut self, b: &RecordBatch) -> Result<(), String> {
+        if b.num_rows() == 0 {
+            return Ok(());
+        }
+        if self.cur.is_none() {
+            let n = self.table.next_part.fetch_add(1, Ordering::Relaxed);
+            let path = self.table.dir.join(format!("part-{n:05}.parquet"));
+            let f = File::create(&path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let props = properties(&self.table.schema, self.table.large);
+            let w = ArrowWriter::try_new(f, self.table.schema.clone(), Some(props))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            self.cur = Some((w, 0));
+        }
+        let (w, rows) = self.cur.as_mut().expect("opened above");
+        w.write(b)
+            .map_err(|e| format!("writing {}: {e}", self.table.dir.display()))?;
+        *rows += b.num_rows();
+        self.rows += b.num_rows() as u64;
+        if *rows >= ROWS_PER_FILE {
+            self.close()?;
+        }
+        Ok(())
+    }
+
+    /// Closes the current part (writes its footer).
+    pub fn close(&mut self) -> Result<(), String> {
+        if let Some((w, _)) = self.cur.take() {
+            w.close()
+                .map_err(|e| format!("writing {}: {e}", self.table.dir.display()))?;
+        }
+        Ok(())
+    }
+}
