@@ -27,7 +27,7 @@ pub const MIN_BAND_ROWS: u32 = 6;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Band {
     /// What is mapped there: a file's name, `[heap]`, `[stack]`, `[anon]`,
-    /// `NAME [bss]`, `[unmapped]`.
+    /// `NAME (data)`, `NAME (bss)`, `[unmapped]`.
     pub name: String,
     #[serde(serialize_with = "hex")]
     pub lo: u64,
@@ -271,12 +271,12 @@ mod tests {
             (0x400, "prog"),
             (0x401, "prog"),
             (0x401, "prog"),
-            (0x49f, "prog [bss]"),
-            (0x4a0, "prog [bss]"),
+            (0x49f, "prog (bss)"),
+            (0x4a0, "prog (bss)"),
             // 63 untouched pages later: the same span.
-            (0x4e0, "prog [bss]"),
+            (0x4e0, "prog (bss)"),
             // 64: a new one.
-            (0x521, "prog [bss]"),
+            (0x521, "prog (bss)"),
             (0x7fff0, "[stack]"),
         ]));
         let got: Vec<(&str, u64, u64)> = s
@@ -287,8 +287,8 @@ mod tests {
             got,
             vec![
                 ("prog", 0x400, 0x403),
-                ("prog [bss]", 0x49f, 0x4e0),
-                ("prog [bss]", 0x521, 0x521),
+                ("prog (bss)", 0x49f, 0x4e0),
+                ("prog (bss)", 0x521, 0x521),
                 ("[stack]", 0x7fff0, 0x7fff0),
             ]
         );

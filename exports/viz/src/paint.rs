@@ -62,15 +62,25 @@ fn push(t: &mut Vec<Item>, row: u32, kind: Access, n: u32) {
 pub struct Painter {
     stream: u64,
     grid: Grid,
+    /// Time: events so far; the column of `t`, and the first time of the
+    /// next column (so that a column is computed by division only when
+    /// the time crosses into it).
     t: u64,
+    col: u32,
+    next: u64,
     total: u64,
     in_accesses: bool,
 }
 
 impl Painter {
+    /// Moves the time to `t`.
     #[inline(always)]
-    fn col(&self, t: u64) -> u32 {
-        col_of(t, self.total, self.grid.cols)
+    fn set_time(&mut self, t: u64) {
+        self.t = t;
+        if t >= self.next {
+            self.col = col_of(t, self.total, self.grid.cols);
+            self.next = first_time_of(self.col + 1, self.total, self.grid.cols);
+        }
     }
 
     /// `n` events at the current time on `row`, spanning `n` time units
@@ -79,18 +89,27 @@ impl Painter {
     fn advance(&mut self, row: u32, kind: Access, n: u32, counts: bool) {
         if !counts {
             if row != NO_ROW {
-                let c = self.col(self.t);
-                self.grid.add(c, row, kind, n);
+                self.grid.add(self.col, row, kind, n);
             }
             return;
         }
+        let c0 = self.col;
+        self.set_time(self.t + n as u64 - 1);
         if row != NO_ROW {
-            let c0 = self.col(self.t);
-            let c1 = self.col(self.t + n as u64 - 1);
-            self.grid.add_span(c0, c1, row, kind, n as u64);
+            self.grid.add_span(c0, self.col, row, kind, n as u64);
         }
-        self.t += n as u64;
+        self.set_time(self.t + 1);
     }
+}
+
+/// The first time whose column is `col` or more: `ceil(col * total /
+/// width)` (`u64::MAX` past the last column).
+fn first_time_of(col: u32, total: u64, width: u32) -> u64 {
+    if col >= width {
+        return u64::MAX;
+    }
+    let w = width.max(1) as u128;
+    ((col as u128 * total.max(1) as u128).div_ceil(w)) as u64
 }
 
 impl Cannoli for Painter {
@@ -114,6 +133,8 @@ impl Cannoli for Painter {
                 stream: ci.stream,
                 grid: Grid::new(if rows == 0 { 0 } else { cols }, rows),
                 t: 0,
+                col: 0,
+                next: 0,
                 total: TIME_TOTAL.load(Ordering::Relaxed),
                 in_accesses: TIME_IN_ACCESSES.load(Ordering::Relaxed),
             },
@@ -126,16 +147,10 @@ impl Cannoli for Painter {
     }
 
     fn exec_run(_: &(), l: &Lane, pcs: &[u64], t: &mut Vec<Item>) {
-        let (Some(&a), Some(&b)) = (pcs.first(), pcs.last()) else {
-            return;
-        };
-        let ra = row(l, a);
-        if ra == row(l, b) {
-            push(t, ra, Access::Fetch, pcs.len() as u32);
-        } else {
-            for &pc in pcs {
-                push(t, row(l, pc), Access::Fetch, 1);
-            }
+        // The run's first pc stands for the whole run (a few instructions
+        // in a row, a pixel at most apart): one lookup per run.
+        if let Some(&a) = pcs.first() {
+            push(t, row(l, a), Access::Fetch, pcs.len() as u32);
         }
     }
 
@@ -163,6 +178,9 @@ impl Cannoli for Painter {
         if self.grid.rows == 0 {
             return;
         }
+        if self.next == 0 {
+            self.set_time(0);
+        }
         let acc = self.in_accesses;
         for it in trace {
             match it.kind {
@@ -186,5 +204,102 @@ impl Drop for Painter {
                 grids.insert(self.stream, g);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_by_boundaries_are_columns_by_division() {
+        for (total, width) in [
+            (1000u64, 100u32),
+            (7, 100),
+            (123_457, 1386),
+            (1, 3),
+            (u64::MAX / 3, 999),
+        ] {
+            let mut p = Painter {
+                stream: 0,
+                grid: Grid::new(width, 1),
+                t: 0,
+                col: 0,
+                next: 0,
+                total,
+                in_accesses: false,
+            };
+            p.set_time(0);
+            let mut t = 0u64;
+            for step in [1u64, 2, 3, 5, 8, 13, 21, 34, 55, 89, 1000, 12345]
+                .iter()
+                .cycle()
+                .take(400)
+            {
+                t = t.saturating_add(*step);
+                if t > total.saturating_mul(2) {
+                    break;
+                }
+                p.set_time(t);
+                assert_eq!(
+                    p.col,
+                    col_of(t, total, width),
+                    "t {t} total {total} width {width}"
+                );
+            }
+            // Not handed to GRIDS when dropped.
+            p.grid = Grid::new(0, 0);
+        }
+    }
+
+    #[test]
+    fn runs_spread_over_their_columns() {
+        let mut p = Painter {
+            stream: 0,
+            grid: Grid::new(10, 2),
+            t: 0,
+            col: 0,
+            next: 0,
+            total: 100,
+            in_accesses: false,
+        };
+        p.trace(
+            &(),
+            &Lane { bands: Vec::new() },
+            &[
+                Item {
+                    row: 1,
+                    kind: Access::Fetch,
+                    n: 25,
+                },
+                Item {
+                    row: 0,
+                    kind: Access::Store,
+                    n: 2,
+                },
+                Item {
+                    row: NO_ROW,
+                    kind: Access::Fetch,
+                    n: 50,
+                },
+                Item {
+                    row: 0,
+                    kind: Access::Load,
+                    n: 1,
+                },
+            ],
+        );
+        // Instructions 0..25: columns 0, 1, 2 (8 each, at least 1).
+        assert_eq!(
+            (0..4)
+                .map(|c| p.grid.get(c, 1, Access::Fetch))
+                .collect::<Vec<_>>(),
+            vec![8, 8, 8, 0]
+        );
+        // The stores after 25 instructions: column 2; the load after 75: 7.
+        assert_eq!(p.grid.get(2, 0, Access::Store), 2);
+        assert_eq!(p.grid.get(7, 0, Access::Load), 1);
+        assert_eq!(p.t, 75);
+        p.grid = Grid::new(0, 0);
     }
 }

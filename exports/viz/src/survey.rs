@@ -33,6 +33,8 @@ pub type SpaceKey = (i32, String);
 struct Mapping {
     end: u64,
     path: Option<Arc<str>>,
+    /// Mapped executable.
+    exec: bool,
     /// Made before the process's first instruction (by QEMU's loader).
     early: bool,
     /// Its `mmap`'s number in the process and length (the stack is the
@@ -55,7 +57,7 @@ pub struct Space {
 
 impl Space {
     /// `len` bytes at `base` are mapped (`path`: the file, if any).
-    pub fn map(&mut self, base: u64, len: u64, path: Option<Arc<str>>) {
+    pub fn map(&mut self, base: u64, len: u64, exec: bool, path: Option<Arc<str>>) {
         let end = base.saturating_add(len);
         if end <= base {
             return;
@@ -85,6 +87,7 @@ impl Space {
             Mapping {
                 end,
                 path,
+                exec,
                 early: !self.seen_insn,
                 id,
                 len,
@@ -123,9 +126,10 @@ impl Space {
             .map(|m| m.id)
     }
 
-    /// The name of the region holding `addr`: the file's name, `NAME
-    /// [bss]` (anonymous memory right after a file's mapping), `[heap]`
-    /// (the brk area), `[stack]`, `[anon]`, or `[unmapped]`.
+    /// The name of the region holding `addr`: the file's name (mapped
+    /// executable), `NAME (data)` (the file mapped otherwise), `NAME
+    /// (bss)` (anonymous memory mapped right after a file's mapping),
+    /// `[heap]` (the brk area), `[stack]`, `[anon]`, or `[unmapped]`.
     pub fn name_of(&self, addr: u64) -> String {
         let stack = self.stack_id();
         let Some((start, m)) = self.covering(addr) else {
@@ -136,7 +140,11 @@ impl Space {
             };
         };
         if let Some(p) = &m.path {
-            return basename(p).to_string();
+            return if m.exec {
+                basename(p).to_string()
+            } else {
+                format!("{} (data)", basename(p))
+            };
         }
         if self.in_brk(start, m.end) {
             return "[heap]".into();
@@ -148,7 +156,7 @@ impl Space {
             // Mapped after the file, right behind it: what a loader does
             // for .bss (not what is left of an earlier reservation).
             if let (true, true, Some(p)) = (below.end == start, below.id < m.id, &below.path) {
-                return format!("{} [bss]", basename(p));
+                return format!("{} (bss)", basename(p));
             }
         }
         "[anon]".into()
@@ -181,6 +189,7 @@ pub enum Item {
     Map {
         base: u64,
         len: u64,
+        exec: bool,
         path: Option<Arc<str>>,
     },
     Brk(u64),
@@ -277,13 +286,18 @@ impl Cannoli for Surveyor {
         anon: bool,
         _: bool,
         _: bool,
-        _: bool,
+        exec: bool,
         path: &str,
         _: u64,
         t: &mut Vec<Item>,
     ) {
         let path = (!anon && !path.is_empty()).then(|| Arc::from(path));
-        t.push(Item::Map { base, len, path });
+        t.push(Item::Map {
+            base,
+            len,
+            exec,
+            path,
+        });
     }
 
     fn syscall(_: &(), _: &(), sc: &Syscall<'_>, t: &mut Vec<Item>) {
@@ -310,7 +324,12 @@ impl Cannoli for Surveyor {
                     }
                     self.s.pages.insert(*page);
                 }
-                Item::Map { base, len, path } => space.map(*base, *len, path.clone()),
+                Item::Map {
+                    base,
+                    len,
+                    exec,
+                    path,
+                } => space.map(*base, *len, *exec, path.clone()),
                 Item::Brk(r) => space.brk(*r),
             }
         }
@@ -336,22 +355,22 @@ mod tests {
         // mipsel vizpattern, as recorded.
         let mut s = Space::default();
         let prog: Arc<str> = "/x/vizpattern".into();
-        s.map(0x400000, 0xb3000, None);
-        s.map(0x400000, 0x8a000, Some(prog.clone()));
-        s.map(0x499000, 0x6000, Some(prog.clone()));
-        s.map(0x49f000, 0x14000, None);
-        s.map(0x2aaab000, 0x801000, None);
-        s.map(0x2b2ac000, 0x1000, None);
+        s.map(0x400000, 0xb3000, false, None);
+        s.map(0x400000, 0x8a000, true, Some(prog.clone()));
+        s.map(0x499000, 0x6000, false, Some(prog.clone()));
+        s.map(0x49f000, 0x14000, false, None);
+        s.map(0x2aaab000, 0x801000, false, None);
+        s.map(0x2b2ac000, 0x1000, false, None);
         s.seen_insn = true;
-        s.map(0x4b3000, 0x1000, None);
+        s.map(0x4b3000, 0x1000, false, None);
         s.brk(0x4b3000);
         s.brk(0x4b3850);
-        s.map(0x4b4000, 0x21000, None);
+        s.map(0x4b4000, 0x21000, false, None);
         s.brk(0x4d5000);
-        s.map(0x7000_0000, 0x10000, None);
+        s.map(0x7000_0000, 0x10000, false, None);
         assert_eq!(s.name_of(0x400123), "vizpattern");
-        assert_eq!(s.name_of(0x49a000), "vizpattern");
-        assert_eq!(s.name_of(0x4a0000), "vizpattern [bss]");
+        assert_eq!(s.name_of(0x49a000), "vizpattern (data)");
+        assert_eq!(s.name_of(0x4a0000), "vizpattern (bss)");
         assert_eq!(s.name_of(0x4b3100), "[heap]");
         assert_eq!(s.name_of(0x4c0000), "[heap]");
         assert_eq!(s.name_of(0x2b2ab000), "[stack]");
@@ -361,7 +380,7 @@ mod tests {
         // What is left of the loader's reservation between text and data.
         assert_eq!(s.name_of(0x48b000), "[anon]");
         // Mapping over the middle of a region splits it.
-        s.map(0x7000_4000, 0x1000, Some("/lib/x.so".into()));
+        s.map(0x7000_4000, 0x1000, true, Some("/lib/x.so".into()));
         assert_eq!(s.name_of(0x7000_3fff), "[anon]");
         assert_eq!(s.name_of(0x7000_4000), "x.so");
         assert_eq!(s.name_of(0x7000_5000), "[anon]");
