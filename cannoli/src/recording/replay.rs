@@ -29,6 +29,16 @@ use crate::decode::{decode, finish, stitch, Carry, Layout, Seam};
 use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Stats};
 
+/// A line on stderr about what a replay lost, unless it is `quiet` (a
+/// second pass over the same recording has said it already).
+macro_rules! say {
+    ($quiet:expr, $($arg:tt)*) => {
+        if !$quiet {
+            eprintln!($($arg)*);
+        }
+    };
+}
+
 fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -37,6 +47,17 @@ impl Recording {
     /// Feeds every stream through `T` (see the module doc), with `threads`
     /// decoding workers per stream.
     pub fn replay<T: Cannoli>(&self, threads: usize) -> Result<Replayed, Error> {
+        self.replay_saying::<T>(threads, false)
+    }
+
+    /// [`Recording::replay`] without its lines on stderr about what the
+    /// recording lost (the returned totals still count it): for a tool's
+    /// second pass over a recording whose first pass said them.
+    pub fn replay_quietly<T: Cannoli>(&self, threads: usize) -> Result<Replayed, Error> {
+        self.replay_saying::<T>(threads, true)
+    }
+
+    fn replay_saying<T: Cannoli>(&self, threads: usize, quiet: bool) -> Result<Replayed, Error> {
         let threads = threads.max(1);
         let mut stats = Stats::default();
         // Streams left per process: its context goes after the last one.
@@ -50,7 +71,8 @@ impl Recording {
             let hello = match parse_hello(&s.start.hello) {
                 Ok(h) => h,
                 Err(e) => {
-                    eprintln!(
+                    say!(
+                        quiet,
                         "cannoli: {}: stream {}: its hello cannot be read ({e}); its events are missing",
                         self.path().display(),
                         s.number
@@ -65,11 +87,11 @@ impl Recording {
             let (pid_ctx, cache) = live
                 .entry(process)
                 .or_insert_with(|| {
-                    let table = self.load_table(process, ci.pid, ci.tid);
+                    let table = self.load_table(process, ci.pid, ci.tid, quiet);
                     (T::init_pid(&ci), Arc::new(BlockCache::new(Arc::new(table))))
                 })
                 .clone();
-            let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, threads);
+            let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, threads, quiet);
             stats.add(&totals);
             drop(pid_ctx);
             release(&mut left, &mut live, process);
@@ -82,7 +104,8 @@ impl Recording {
                 x.status
             }
             None => {
-                eprintln!(
+                say!(
+                    quiet,
                     "cannoli: {}: {}; the run's end and exit status are not in it, its last events may be missing",
                     self.path().display(),
                     self.cut().unwrap_or("the recording has no end record")
@@ -97,7 +120,7 @@ impl Recording {
     /// Process `process`'s block table, from its table frames: the entries
     /// from id 0 on, up to the first that is missing or damaged (a run
     /// naming a later one is then malformed, and counted).
-    fn load_table(&self, process: u32, pid: i32, tid: i32) -> Vec<Entry> {
+    fn load_table(&self, process: u32, pid: i32, tid: i32, quiet: bool) -> Vec<Entry> {
         let mut table: Vec<Entry> = Vec::new();
         let mut words_read = 0usize;
         for f in self.table_frames(process) {
@@ -116,7 +139,8 @@ impl Recording {
                     .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
                     .collect::<Vec<u64>>(),
                 Ok(_) | Err(_) => {
-                    eprintln!(
+                    say!(
+                        quiet,
                         "cannoli: pid {pid} tid {tid}: the recording's block table frame at byte {} is damaged; \
                          the blocks from id {} on are unknown",
                         f.offset,
@@ -141,6 +165,7 @@ impl Recording {
         pid_ctx: &T::PidContext,
         cache: &BlockCache,
         threads: usize,
+        quiet: bool,
     ) -> Stats {
         let (pid, tid) = (ci.pid, ci.tid);
         let (tool, tid_ctx) = T::init_tid(pid_ctx, ci);
@@ -154,7 +179,8 @@ impl Recording {
             .count();
         let chunks: &[IndexEntry] = &s.chunks[..dense];
         if dense < s.chunks.len() {
-            eprintln!(
+            say!(
+                quiet,
                 "cannoli: pid {pid} tid {tid}: the recording lacks chunk {dense} of this stream (or has it twice); \
                  the events from there on are missing"
             );
@@ -186,7 +212,10 @@ impl Recording {
                             &mut seam,
                         );
                         let lost = d.error.map_or(0, |m| {
-                            eprintln!("cannoli: pid {pid} tid {tid}: malformed chunk {i}: {m}");
+                            say!(
+                                quiet,
+                                "cannoli: pid {pid} tid {tid}: malformed chunk {i}: {m}"
+                            );
                             m.lost_events()
                         });
                         Ok(Done {
@@ -214,7 +243,7 @@ impl Recording {
                     let done = match done {
                         Ok(done) => done,
                         Err(m) => {
-                            eprintln!("cannoli: pid {pid} tid {tid}: {m}");
+                            say!(quiet, "cannoli: pid {pid} tid {tid}: {m}");
                             d.stopped = true;
                             return;
                         }
@@ -254,7 +283,7 @@ impl Recording {
             worker();
         });
         let mut d = reseq.take_serial();
-        let complete = stream_complete(s, d.chunks, pid, tid, &mut d.lost) && !d.stopped;
+        let complete = stream_complete(s, d.chunks, pid, tid, &mut d.lost, quiet) && !d.stopped;
         // The block the last chunk left open ran to its end, if the stream
         // ended there; if events are missing after it, who knows.
         if complete {
@@ -319,7 +348,14 @@ impl<Tr> Default for Delivery<Tr> {
 /// Whether stream `s` is whole, `delivered` of its chunks having been
 /// replayed: says on stderr what is missing (as a live run would, and what
 /// the file lost), and adds QEMU's lost events to `lost`.
-fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut u64) -> bool {
+fn stream_complete(
+    s: &StreamRec,
+    delivered: u64,
+    pid: i32,
+    tid: i32,
+    lost: &mut u64,
+    quiet: bool,
+) -> bool {
     let Some(StreamEnd {
         goodbye,
         published,
@@ -328,7 +364,8 @@ fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut
         ..
     }) = &s.end
     else {
-        eprintln!(
+        say!(
+            quiet,
             "cannoli: pid {pid} tid {tid}: the recording ends before this stream did (the recorder was stopped); \
              events from chunk {delivered} on are missing"
         );
@@ -336,7 +373,8 @@ fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut
     };
     let mut complete = true;
     if let Some(v) = violation {
-        eprintln!(
+        say!(
+            quiet,
             "cannoli: pid {pid} tid {tid}: the ring broke its protocol ({v}); the events after it are missing"
         );
         complete = false;
@@ -344,14 +382,16 @@ fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut
     match goodbye {
         Some(g) => {
             if g.chunks != *published {
-                eprintln!(
+                say!(
+                    quiet,
                     "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
                     g.chunks
                 );
                 complete = false;
             }
             if g.lost_events > 0 {
-                eprintln!(
+                say!(
+                    quiet,
                     "cannoli: pid {pid} tid {tid}: QEMU could not record {} events; the trace has gaps",
                     g.lost_events
                 );
@@ -359,7 +399,8 @@ fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut
             }
         }
         None => {
-            eprintln!(
+            say!(
+                quiet,
                 "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
                  events after chunk {} are missing",
                 published.saturating_sub(1)
@@ -369,7 +410,8 @@ fn stream_complete(s: &StreamRec, delivered: u64, pid: i32, tid: i32, lost: &mut
     }
     if delivered < *published {
         if delivered == s.chunks.len() as u64 && s.chunks.len() as u64 == *written {
-            eprintln!(
+            say!(
+                quiet,
                 "cannoli: pid {pid} tid {tid}: the recorder wrote {delivered} of the stream's {published} chunks; \
                  the events after them are missing"
             );

@@ -204,7 +204,7 @@ pub fn main(args: Args) -> i32 {
     paint::COLS.store(plot_width as u64, Ordering::Relaxed);
     paint::TIME_TOTAL.store(time_total, Ordering::Relaxed);
     paint::TIME_IN_ACCESSES.store(in_accesses, Ordering::Relaxed);
-    let second = match rec.replay::<paint::Painter>(threads) {
+    let second = match rec.replay_quietly::<paint::Painter>(threads) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{TOOL}: {e}");
