@@ -31,6 +31,34 @@ pub fn parse_from<P: Parser>(tool: &str, args: impl IntoIterator<Item = OsString
     }
 }
 
+/// `--threads N` of every tool: a number, at least 1.
+pub fn threads(v: &str) -> Result<usize, String> {
+    match v.parse() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err("needs a number (at least 1)".into()),
+    }
+}
+
+/// The words of `line`, as a command line's arguments (tests).
+#[cfg(test)]
+pub fn words(line: &str) -> Vec<OsString> {
+    line.split_whitespace().map(OsString::from).collect()
+}
+
+/// `line` (split at whitespace) as tool `tool`'s [`clap::Args`] `A`; `Err`
+/// is clap's one-line message (tests).
+#[cfg(test)]
+pub fn parse_line<A: clap::Args>(tool: &str, line: &str) -> Result<A, String> {
+    #[derive(Parser)]
+    struct Cli<A: clap::Args> {
+        #[command(flatten)]
+        args: A,
+    }
+    Cli::<A>::try_parse_from(std::iter::once(OsString::from(tool)).chain(words(line)))
+        .map(|c| c.args)
+        .map_err(|e| one_line(&e))
+}
+
 /// The first line of clap's message, without its `error: ` prefix.
 pub fn one_line(e: &clap::Error) -> String {
     let text = e.render().to_string();

@@ -92,7 +92,7 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
     /// Worker threads per traced thread
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = crate::cli::threads)]
     pub threads: usize,
     /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
     /// 127.0.0.1:11458); with a PROGRAM the client listens on a free port
@@ -112,14 +112,6 @@ pub struct Args {
     /// its own); without one, listens for a QEMU started separately
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     pub program: Vec<OsString>,
-}
-
-/// `--threads`: a number, at least 1.
-fn at_least_one(v: &str) -> Result<usize, String> {
-    match v.parse() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err("wants a number of at least 1".into()),
-    }
 }
 
 /// `--binary`, for [`Backtrace::init_tid`]; set once before the server
@@ -783,22 +775,9 @@ pub fn main(args: Args) -> i32 {
 mod tests {
     use super::*;
 
-    #[derive(clap::Parser, Debug)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
-
-    fn args(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
     /// `s` as backtrace's command line; `Err` is clap's one-line message.
     fn parse(s: &str) -> Result<Args, String> {
-        use clap::Parser;
-        Cli::try_parse_from(std::iter::once("backtrace".into()).chain(args(s)))
-            .map(|c| c.args)
-            .map_err(|e| crate::cli::one_line(&e))
+        crate::cli::parse_line("backtrace", s)
     }
 
     #[test]
@@ -822,9 +801,9 @@ mod tests {
         let o = parse("-q ./prog -o x --threads 3").unwrap();
         assert!(o.quiet);
         assert_eq!(o.output, None);
-        assert_eq!(o.program, args("./prog -o x --threads 3"));
+        assert_eq!(o.program, crate::cli::words("./prog -o x --threads 3"));
         let o = parse("-- --odd-name a").unwrap();
-        assert_eq!(o.program, args("--odd-name a"));
+        assert_eq!(o.program, crate::cli::words("--odd-name a"));
         assert!(parse("--listen 127.0.0.1:1 prog")
             .unwrap_err()
             .contains("--listen"));

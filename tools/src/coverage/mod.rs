@@ -599,7 +599,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Worker threads per guest thread
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = at_least_one)]
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = crate::cli::threads)]
     pub threads: usize,
     /// Read a recording made by `cannoli record` instead of running a
     /// program
@@ -609,14 +609,6 @@ pub struct Args {
     /// its own)
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     pub program: Vec<OsString>,
-}
-
-/// `--threads`: a number, at least 1.
-fn at_least_one(v: &str) -> Result<usize, String> {
-    match v.parse() {
-        Ok(n) if n > 0 => Ok(n),
-        _ => Err("needs a number (at least 1)".into()),
-    }
 }
 
 /// Where the drcov file goes without `-o`: PROGRAM's name + `.drcov` in
@@ -675,22 +667,9 @@ pub fn main(args: Args) -> i32 {
 mod tests {
     use super::*;
 
-    #[derive(clap::Parser, Debug)]
-    struct Cli {
-        #[command(flatten)]
-        args: Args,
-    }
-
-    fn args(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
-    }
-
     /// `s` as coverage's command line; `Err` is clap's one-line message.
     fn parse(s: &str) -> Result<Args, String> {
-        use clap::Parser;
-        Cli::try_parse_from(std::iter::once("coverage".into()).chain(args(s)))
-            .map(|c| c.args)
-            .map_err(|e| crate::cli::one_line(&e))
+        crate::cli::parse_line("coverage", s)
     }
 
     #[test]
@@ -700,8 +679,8 @@ mod tests {
         let o = parse("-o a.drcov --threads 3 ./prog -o x --threads").unwrap();
         assert_eq!(o.output.as_deref(), Some(Path::new("a.drcov")));
         assert_eq!(o.threads, 3);
-        assert_eq!(o.program, args("./prog -o x --threads"));
-        assert_eq!(parse("-- -odd").unwrap().program, args("-odd"));
+        assert_eq!(o.program, crate::cli::words("./prog -o x --threads"));
+        assert_eq!(parse("-- -odd").unwrap().program, crate::cli::words("-odd"));
         assert!(parse("--bogus").unwrap_err().contains("--bogus"));
         assert!(parse("-o").unwrap_err().contains("--output"));
         assert!(parse("--threads 0").unwrap_err().contains("at least 1"));
@@ -714,7 +693,10 @@ mod tests {
 
     #[test]
     fn the_file_is_named_after_the_program() {
-        assert_eq!(default_output(&args("/bin/ls -l")), Path::new("ls.drcov"));
+        assert_eq!(
+            default_output(&crate::cli::words("/bin/ls -l")),
+            Path::new("ls.drcov")
+        );
         assert_eq!(default_output(&[]), Path::new("coverage.drcov"));
     }
 

@@ -81,6 +81,11 @@ impl Modules {
         self.list.len()
     }
 
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (u32, &Module)> {
         self.list.iter().enumerate().map(|(i, m)| (i as u32, m))
     }

@@ -67,7 +67,7 @@ pub struct Args {
     #[arg(long)]
     pub changed: bool,
     /// Worker threads per guest thread
-    #[arg(long, value_name = "N", default_value = "2", value_parser = parse_threads)]
+    #[arg(long, value_name = "N", default_value = "2", value_parser = crate::cli::threads)]
     pub threads: usize,
     /// Read a recording made by `cannoli record` (with registers at every
     /// instruction) instead of running a program; --func then looks in the
@@ -404,13 +404,6 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
         .ok_or_else(|| "want LO-HI in hex, LO < HI".into())
 }
 
-fn parse_threads(s: &str) -> Result<usize, String> {
-    s.parse()
-        .ok()
-        .filter(|&n: &usize| n > 0)
-        .ok_or_else(|| "needs a number (at least 1)".into())
-}
-
 /// `[start, end)` of function `name` in the symbol table of `path`.
 fn func_range(path: &Path, name: &str) -> Result<(u64, u64), String> {
     let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -559,10 +552,9 @@ mod tests {
         args: Args,
     }
 
+    /// `s` as regtrace's command line; `Err` is clap's one-line message.
     fn parse(s: &str) -> Result<Args, String> {
-        Cli::try_parse_from(std::iter::once("regtrace").chain(s.split_whitespace()))
-            .map(|c| c.args)
-            .map_err(|e| crate::cli::one_line(&e))
+        crate::cli::parse_line("regtrace", s)
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", default_value = "0", value_parser = parse_num)]
     pub base: u64,
     /// Worker threads per traced thread
-    #[arg(long, value_name = "N", default_value = "2", value_parser = parse_threads)]
+    #[arg(long, value_name = "N", default_value = "2", value_parser = crate::cli::threads)]
     pub threads: usize,
     /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
     /// 127.0.0.1:11458)
@@ -108,13 +108,6 @@ fn parse_num(s: &str) -> Result<u64, String> {
         None => s.parse(),
     };
     r.map_err(|_| "wants a number".to_string())
-}
-
-fn parse_threads(s: &str) -> Result<usize, String> {
-    match parse_num(s)? {
-        0 => Err("must be at least 1".into()),
-        n => usize::try_from(n).map_err(|_| "too many".into()),
-    }
 }
 
 /// What the callbacks need of the command line.
@@ -499,14 +492,9 @@ mod tests {
         args: Args,
     }
 
+    /// `s` as symbolizer's command line; `Err` is clap's one-line message.
     fn parse(s: &str) -> Result<Args, String> {
-        Cli::try_parse_from(std::iter::once("symbolizer").chain(s.split_whitespace()))
-            .map(|c| c.args)
-            .map_err(|e| crate::cli::one_line(&e))
-    }
-
-    fn args(s: &str) -> Vec<OsString> {
-        s.split_whitespace().map(OsString::from).collect()
+        crate::cli::parse_line("symbolizer", s)
     }
 
     #[test]
@@ -537,9 +525,12 @@ mod tests {
         let o = parse("--no-mem ./prog --limit 3 -x").unwrap();
         assert!(o.no_mem);
         assert_eq!(o.limit, None);
-        assert_eq!(o.program, args("./prog --limit 3 -x"));
+        assert_eq!(o.program, crate::cli::words("./prog --limit 3 -x"));
         let o = parse("--threads 1 -- --weird-name a").unwrap();
-        assert_eq!((o.threads, o.program), (1, args("--weird-name a")));
+        assert_eq!(
+            (o.threads, o.program),
+            (1, crate::cli::words("--weird-name a"))
+        );
         let o = parse("-o /tmp/t.txt prog").unwrap();
         assert_eq!(
             o.output.as_deref(),
