@@ -645,6 +645,63 @@ impl ExeclogRegs {
     }
 }
 
+/// One line of libexeclog's log: `cpu, pc, opcode, "disassembly"`, then
+/// its annotations.
+pub struct ExeclogLine<'a> {
+    pub pc: u64,
+    pub disassembly: &'a str,
+    pub items: Vec<ExeclogItem<'a>>,
+}
+
+/// An annotation of an execlog line.
+pub enum ExeclogItem<'a> {
+    /// `name -> value` (with `reg=`): the value as written (hex, or wider).
+    Reg(&'a str, &'a str),
+    /// `load, ADDR` / `store, ADDR`.
+    Access(crate::dump::MemKind, u64),
+}
+
+/// Splits one libexeclog line (shared by every parser of that log).
+pub fn split_execlog_line(line: &str) -> Result<ExeclogLine<'_>, String> {
+    let mut it = line.splitn(3, ", ");
+    let _cpu = it.next().ok_or("no cpu")?;
+    let pc = parse_hex(it.next().ok_or("no pc")?)?;
+    let rest = it.next().ok_or("no opcode")?;
+    let open = rest.find('"').ok_or("no disassembly")?;
+    let close = rest
+        .rfind('"')
+        .filter(|&c| c > open)
+        .ok_or("unterminated disassembly")?;
+    let mut items = Vec::new();
+    let mut t = &rest[close + 1..];
+    while !t.is_empty() {
+        t = t.strip_prefix(", ").ok_or("bad annotation")?;
+        let end = t.find(", ").unwrap_or(t.len());
+        let item = &t[..end];
+        t = &t[end..];
+        if item == "load" || item == "store" {
+            // The address follows as its own item.
+            t = t.strip_prefix(", ").ok_or("access without address")?;
+            let end = t.find(", ").unwrap_or(t.len());
+            let kind = if item == "load" {
+                crate::dump::MemKind::Load
+            } else {
+                crate::dump::MemKind::Store
+            };
+            items.push(ExeclogItem::Access(kind, parse_hex(&t[..end])?));
+            t = &t[end..];
+            continue;
+        }
+        let (name, value) = item.split_once(" -> ").ok_or("bad annotation")?;
+        items.push(ExeclogItem::Reg(name, value));
+    }
+    Ok(ExeclogLine {
+        pc,
+        disassembly: &rest[open + 1..close],
+        items,
+    })
+}
+
 /// Parses libexeclog's log, keeping the changes of the registers for which
 /// `index(name)` gives an index.
 pub fn parse_execlog_regs(
@@ -656,35 +713,16 @@ pub fn parse_execlog_regs(
         if line.is_empty() || crate::pages::is_page_log_line(line) {
             return Ok(());
         }
-        let mut it = line.splitn(3, ", ");
-        let _cpu = it.next().ok_or("no cpu")?;
-        let pc = parse_hex(it.next().ok_or("no pc")?)?;
-        let rest = it.next().ok_or("no opcode")?;
-        let open = rest.find('"').ok_or("no disassembly")?;
-        let close = rest
-            .rfind('"')
-            .filter(|&c| c > open)
-            .ok_or("unterminated disassembly")?;
-        log.pcs.push(pc);
+        let l = split_execlog_line(line)?;
+        log.pcs.push(l.pc);
         log.disas
-            .entry(pc)
-            .or_insert_with(|| rest[open + 1..close].to_string());
+            .entry(l.pc)
+            .or_insert_with(|| l.disassembly.to_string());
         let mut changes = Vec::new();
-        let mut t = &rest[close + 1..];
-        while !t.is_empty() {
-            t = t.strip_prefix(", ").ok_or("bad annotation")?;
-            let end = t.find(", ").unwrap_or(t.len());
-            let item = &t[..end];
-            if item == "load" || item == "store" {
-                // The address follows as its own item.
-                t = &t[end..];
-                t = t.strip_prefix(", ").ok_or("access without address")?;
-                let end = t.find(", ").unwrap_or(t.len());
-                parse_hex(&t[..end])?;
-                t = &t[end..];
+        for item in l.items {
+            let ExeclogItem::Reg(name, value) = item else {
                 continue;
-            }
-            let (name, value) = item.split_once(" -> ").ok_or("bad annotation")?;
+            };
             let value = parse_hex(value)?;
             match index(name) {
                 Some(i) => changes.push((i, value)),
@@ -694,7 +732,6 @@ pub fn parse_execlog_regs(
                     }
                 }
             }
-            t = &t[end..];
         }
         log.changes.push(changes);
         Ok(())

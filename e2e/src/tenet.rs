@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::dump::{MemAccess, MemKind};
+use crate::ground::{split_execlog_line, ExeclogItem};
 use crate::lines::{for_lines, parse_hex};
 
 /// One libexeclog line: the instruction, the registers it changed (gdb's
@@ -50,46 +51,23 @@ pub fn parse_execlog_insns(path: &Path) -> Result<Vec<ExeclogInsn>, String> {
         if line.is_empty() || crate::pages::is_page_log_line(line) || is_libmem_line(line) {
             return Ok(());
         }
-        let mut it = line.splitn(3, ", ");
-        let _cpu = it.next().ok_or("no cpu")?;
-        let pc = parse_hex(it.next().ok_or("no pc")?)?;
-        let rest = it.next().ok_or("no opcode")?;
-        let open = rest.find('"').ok_or("no disassembly")?;
-        let close = rest
-            .rfind('"')
-            .filter(|&c| c > open)
-            .ok_or("unterminated disassembly")?;
+        let l = split_execlog_line(line)?;
         let mut insn = ExeclogInsn {
-            pc,
+            pc: l.pc,
             changes: Vec::new(),
             mem: Vec::new(),
         };
-        let mut t = &rest[close + 1..];
-        while !t.is_empty() {
-            t = t.strip_prefix(", ").ok_or("bad annotation")?;
-            let end = t.find(", ").unwrap_or(t.len());
-            let item = &t[..end];
-            if item == "load" || item == "store" {
-                t = t[end..]
-                    .strip_prefix(", ")
-                    .ok_or("access without address")?;
-                let end = t.find(", ").unwrap_or(t.len());
-                let kind = if item == "load" {
-                    MemKind::Load
-                } else {
-                    MemKind::Store
-                };
-                insn.mem.push((kind, parse_hex(&t[..end])?));
-                t = &t[end..];
-                continue;
+        for item in l.items {
+            match item {
+                ExeclogItem::Access(kind, addr) => insn.mem.push((kind, addr)),
+                // Registers wider than 64 bits (vector registers) are of
+                // no interest here.
+                ExeclogItem::Reg(name, value) => {
+                    if let Ok(v) = parse_hex(value) {
+                        insn.changes.push((name.to_string(), v));
+                    }
+                }
             }
-            let (name, value) = item.split_once(" -> ").ok_or("bad annotation")?;
-            // Registers wider than 64 bits (vector registers) are of no
-            // interest here.
-            if let Ok(v) = parse_hex(value) {
-                insn.changes.push((name.to_string(), v));
-            }
-            t = &t[end..];
         }
         out.push(insn);
         Ok(())
