@@ -12,7 +12,12 @@
 //! to modules and symbols ([`resolve`]) and encode. Memory stays bounded:
 //! a few chunks in flight and one row group per writer.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod columns;
+mod pages;
 mod resolve;
+mod sink;
 mod small;
 mod tables;
 
@@ -22,18 +27,14 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use arrow_array::{
-    ArrayRef, DictionaryArray, Int32Array, Int64Array, Int8Array, PrimitiveArray, RecordBatch,
-    StringArray,
-};
-use arrow_buffer::{BooleanBufferBuilder, NullBuffer, ScalarBuffer};
 use cannoli::recording::Recording;
 use cannoli::{Cannoli, ClientInfo, Signal, Syscall};
 use tools::coverage::space::{Modules, Space};
 
 use resolve::{ModInfo, Resolver, Snapshot};
 use small::Small;
-use tables::{PartWriter, Table};
+use columns::{Column, Layout, Part, Scratch};
+use tables::Table;
 
 /// One line for `cannoli --help`.
 pub const ABOUT: &str = "Export a recording as Parquet files for SQL (DuckDB, Spark, Trino)";
@@ -112,11 +113,46 @@ struct Batch {
 /// on to an encoder: `trace` only gets a shared slice, hence the cell.
 type Slot = Cell<Option<Box<Batch>>>;
 
+/// Batches the encoders are done with, kept for the next chunks: their
+/// vectors have grown to a chunk's size already, so filling them neither
+/// reallocates nor touches fresh memory.
+static SPARE: Mutex<Vec<Box<Batch>>> = Mutex::new(Vec::new());
+
+/// Spare batches kept: those in flight, about.
+const SPARES: usize = 16;
+
+impl Batch {
+    /// A spare batch, or a new one.
+    fn take() -> Box<Batch> {
+        let spare = SPARE.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        spare.unwrap_or_default()
+    }
+
+    /// Empties it and keeps it for another chunk.
+    fn give_back(mut self: Box<Batch>) {
+        self.events = 0;
+        self.insn_seq.clear();
+        self.insn_pc.clear();
+        self.mem_seq.clear();
+        self.mem_pc.clear();
+        self.mem_addr.clear();
+        self.mem_size.clear();
+        self.mem_kind.clear();
+        self.mem_val.clear();
+        self.mem_hi.clear();
+        self.other.clear();
+        let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < SPARES {
+            spare.push(self);
+        }
+    }
+}
+
 /// The chunk's batch: the one trace value, made on the first event.
 #[inline(always)]
 fn batch(t: &mut Vec<Slot>) -> &mut Batch {
     if t.is_empty() {
-        t.push(Cell::new(Some(Box::default())));
+        t.push(Cell::new(Some(Batch::take())));
     }
     t[0].get_mut()
         .as_mut()
@@ -432,9 +468,9 @@ impl Cannoli for Exporter {
             }
             drop(proc);
             if b.insn_pc.is_empty() && b.mem_pc.is_empty() {
+                b.give_back();
                 continue;
             }
-            b.other = Vec::new();
             let job = Job {
                 stream: self.stream,
                 base,
@@ -466,115 +502,232 @@ impl Drop for Exporter {
     }
 }
 
-/// The validity of a nullable column; none when every value is there.
-fn nulls(mut valid: BooleanBufferBuilder) -> Option<NullBuffer> {
-    let n = NullBuffer::new(valid.finish());
-    (n.null_count() > 0).then_some(n)
-}
-
-/// A nullable column from values and their validity.
-fn nullable<T: arrow_array::ArrowPrimitiveType>(
-    v: Vec<T::Native>,
-    nulls: Option<NullBuffer>,
-) -> PrimitiveArray<T> {
-    PrimitiveArray::new(ScalarBuffer::from(v), nulls)
-}
-
-/// An encoding thread: jobs to record batches to part files.
+/// An encoding thread: jobs to pages of its own part files.
 fn encoder(
     jobs: Arc<Mutex<Receiver<Job>>>,
     insns: Arc<Table>,
     mem: Arc<Table>,
+    layouts: (Arc<Layout>, Arc<Layout>),
 ) -> Result<(u64, u64), String> {
-    let mut wi = PartWriter::new(insns.clone());
-    let mut wm = PartWriter::new(mem.clone());
-    let kinds: ArrayRef = Arc::new(StringArray::from(vec!["load", "store"]));
+    let (li, lm) = layouts;
+    let mut wi = Part::new(insns, li.clone(), tables::insn_columns(&li))?;
+    let mut wm = Part::new(mem, lm.clone(), tables::mem_columns(&lm))?;
+    let mut e = InsnScratch::default();
     loop {
         let job = match jobs.lock().unwrap_or_else(|p| p.into_inner()).recv() {
             Ok(j) => j,
             Err(_) => break,
         };
-        let b = *job.batch;
-        let n = b.insn_pc.len();
-        if n > 0 {
-            let mut module = Vec::with_capacity(n);
-            let mut offset = Vec::with_capacity(n);
-            let mut symbol = Vec::with_capacity(n);
-            let mut mvalid = BooleanBufferBuilder::new(n);
-            let mut svalid = BooleanBufferBuilder::new(n);
-            for (i, (start, snap)) in job.snaps.iter().enumerate() {
-                let end = job.snaps.get(i + 1).map_or(n, |s| s.0);
-                let mut r = Resolver::new(snap);
-                for &pc in &b.insn_pc[*start..end] {
-                    let (m, o, s) = r.resolve(pc as u64);
-                    module.push(m.unwrap_or(0));
-                    offset.push(o.unwrap_or(0));
-                    symbol.push(s.unwrap_or(0));
-                    mvalid.append(m.is_some());
-                    svalid.append(s.is_some());
-                }
-            }
-            let mnulls = nulls(mvalid);
-            let cols: Vec<ArrayRef> = vec![
-                Arc::new(Int32Array::from(vec![job.stream; n])),
-                Arc::new(Int64Array::from(
-                    b.insn_seq
-                        .iter()
-                        .map(|&s| job.base + s as i64)
-                        .collect::<Vec<_>>(),
-                )),
-                Arc::new(Int64Array::from(b.insn_pc)),
-                Arc::new(nullable::<arrow_array::types::Int32Type>(
-                    module,
-                    mnulls.clone(),
-                )),
-                Arc::new(nullable::<arrow_array::types::Int64Type>(offset, mnulls)),
-                Arc::new(nullable::<arrow_array::types::Int32Type>(
-                    symbol,
-                    nulls(svalid),
-                )),
-            ];
-            let rb = RecordBatch::try_new(insns.schema.clone(), cols).map_err(|e| e.to_string())?;
-            wi.write(&rb)?;
+        if !job.batch.insn_pc.is_empty() {
+            insn_pages(&mut wi, &job, &mut e)?;
         }
-        let n = b.mem_pc.len();
-        if n > 0 {
-            let hi: ArrayRef = if b.mem_hi.is_empty() {
-                Arc::new(Int64Array::new_null(n))
-            } else {
-                let mut v = vec![0i64; n];
-                let mut valid = BooleanBufferBuilder::new(n);
-                valid.append_n(n, false);
-                for &(i, h) in &b.mem_hi {
-                    v[i] = h;
-                    valid.set_bit(i, true);
-                }
-                Arc::new(nullable::<arrow_array::types::Int64Type>(v, nulls(valid)))
-            };
-            let kind = DictionaryArray::try_new(Int8Array::from(b.mem_kind), kinds.clone())
-                .map_err(|e| e.to_string())?;
-            let cols: Vec<ArrayRef> = vec![
-                Arc::new(Int32Array::from(vec![job.stream; n])),
-                Arc::new(Int64Array::from(
-                    b.mem_seq
-                        .iter()
-                        .map(|&s| job.base + s as i64)
-                        .collect::<Vec<_>>(),
-                )),
-                Arc::new(Int64Array::from(b.mem_pc)),
-                Arc::new(Int64Array::from(b.mem_addr)),
-                Arc::new(Int8Array::from(b.mem_size)),
-                Arc::new(kind),
-                Arc::new(Int64Array::from(b.mem_val)),
-                hi,
-            ];
-            let rb = RecordBatch::try_new(mem.schema.clone(), cols).map_err(|e| e.to_string())?;
-            wm.write(&rb)?;
+        if !job.batch.mem_pc.is_empty() {
+            mem_pages(&mut wm, &job)?;
         }
+        job.batch.give_back();
     }
     wi.close()?;
     wm.close()?;
     Ok((wi.rows, wm.rows))
+}
+
+/// What a chunk's `module`, `offset` and `symbol` pages are built from.
+#[derive(Default)]
+struct InsnScratch {
+    /// Runs of instructions that resolve alike: `(module, base, symbol,
+    /// count)`.
+    runs: Vec<(Option<i32>, u64, Option<i32>, usize)>,
+    /// The pc page's blocks (the offset page's too, when one module holds
+    /// the chunk).
+    pc_blocks: Vec<u8>,
+    ids: Vec<i32>,
+    offsets: Vec<i64>,
+    levels: Vec<(bool, usize)>,
+}
+
+/// One page per `insns` column for a chunk's instructions.
+fn insn_pages(w: &mut Part, job: &Job, e: &mut InsnScratch) -> Result<(), String> {
+    let b = &*job.batch;
+    let n = b.insn_pc.len();
+    let (cols, s) = (&mut w.cols, &mut w.scratch);
+    let [stream, seq, pc, module, offset, symbol] = &mut cols[..] else {
+        unreachable!("insns has 6 columns")
+    };
+    s.raw.clear();
+    pages::delta_const(job.stream as i64, n, &mut s.raw);
+    stream.page(n, 0, 0, s)?;
+
+    s.raw.clear();
+    pages::delta(&b.insn_seq, job.base, &mut s.raw);
+    seq.stats(job.base + b.insn_seq[0] as i64, job.base + b.insn_seq[n - 1] as i64);
+    seq.page(n, 0, 0, s)?;
+
+    // The pc page's values are two zstd frames, the header's and the
+    // blocks', so that an offset page with the same blocks can reuse the
+    // second.
+    s.raw.clear();
+    pages::delta_header(n, b.insn_pc[0], &mut s.raw);
+    let header = s.raw.len();
+    pages::delta_blocks(&b.insn_pc, &mut s.raw);
+    e.pc_blocks.clear();
+    e.pc_blocks.extend_from_slice(&s.raw[header..]);
+    let blocks_z = Column::frame(s, &e.pc_blocks)?;
+    match &blocks_z {
+        Some(bz) => {
+            let head = s.raw[..header].to_vec();
+            let hz = zstd_frame(s, &head)?;
+            pc.page_from(n, 0, 0, &s.raw, Some(&[&hz, bz]))?;
+        }
+        None => pc.page_from(n, 0, 0, &s.raw, None)?,
+    }
+
+    e.runs.clear();
+    for (i, (start, snap)) in job.snaps.iter().enumerate() {
+        let end = job.snaps.get(i + 1).map_or(n, |s| s.0);
+        let mut r = Resolver::new(snap);
+        let mut pcs = &b.insn_pc[*start..end];
+        while !pcs.is_empty() {
+            let (k, m, base, sym) = r.resolve_run(pcs);
+            match e.runs.last_mut() {
+                Some(last) if (last.0, last.1, last.2) == (m, base, sym) => last.3 += k,
+                _ => e.runs.push((m, base, sym, k)),
+            }
+            pcs = &pcs[k..];
+        }
+    }
+
+    // module and offset: null where no module holds the pc.
+    e.levels.clear();
+    e.levels.extend(e.runs.iter().map(|r| (r.0.is_some(), r.3)));
+    s.raw.clear();
+    let nulls = pages::level_runs(&e.levels, &mut s.raw);
+    let levels = s.raw.len();
+    id_values(&e.runs, |r| r.0, &mut e.ids, &mut s.raw);
+    module.page(n, levels, nulls, s)?;
+
+    s.raw.truncate(levels);
+    match e.runs[..] {
+        [(Some(_), base, _, _)] => {
+            // One module: the pc page's deltas, compressed already.
+            pages::delta_header(n, b.insn_pc[0].wrapping_sub(base as i64), &mut s.raw);
+            let header = s.raw[levels..].to_vec();
+            s.raw.extend_from_slice(&e.pc_blocks);
+            match &blocks_z {
+                Some(bz) => {
+                    let hz = zstd_frame(s, &header)?;
+                    offset.page_from(n, levels, nulls, &s.raw, Some(&[&hz, bz]))?;
+                }
+                None => offset.page_from(n, levels, nulls, &s.raw, None)?,
+            }
+        }
+        _ => {
+            e.offsets.clear();
+            let mut at = 0;
+            for &(m, base, _, k) in &e.runs {
+                if m.is_some() {
+                    let pcs = &b.insn_pc[at..at + k];
+                    e.offsets
+                        .extend(pcs.iter().map(|&pc| pc.wrapping_sub(base as i64)));
+                }
+                at += k;
+            }
+            pages::delta(&e.offsets, 0, &mut s.raw);
+            offset.page(n, levels, nulls, s)?;
+        }
+    }
+
+    e.levels.clear();
+    e.levels.extend(e.runs.iter().map(|r| (r.2.is_some(), r.3)));
+    s.raw.clear();
+    let nulls = pages::level_runs(&e.levels, &mut s.raw);
+    let levels = s.raw.len();
+    id_values(&e.runs, |r| r.2, &mut e.ids, &mut s.raw);
+    symbol.page(n, levels, nulls, s)?;
+
+    w.paged(n)
+}
+
+/// `data` as a zstd frame, shrunk or not (a header's few bytes).
+fn zstd_frame(s: &mut Scratch, data: &[u8]) -> Result<Vec<u8>, String> {
+    s.compress(data)
+}
+
+/// The non-null values of an id column (module, symbol) that is constant
+/// over runs of rows.
+fn id_values(
+    runs: &[(Option<i32>, u64, Option<i32>, usize)],
+    id: impl Fn(&(Option<i32>, u64, Option<i32>, usize)) -> Option<i32>,
+    ids: &mut Vec<i32>,
+    out: &mut Vec<u8>,
+) {
+    let mut present = runs.iter().filter_map(|r| id(r).map(|v| (v, r.3)));
+    let first = present.clone().next();
+    let count: usize = present.clone().map(|p| p.1).sum();
+    if present.all(|p| Some(p.0) == first.map(|f| f.0)) {
+        pages::delta_const(first.map_or(0, |f| f.0 as i64), count, out);
+        return;
+    }
+    ids.clear();
+    for r in runs {
+        if let Some(v) = id(r) {
+            ids.resize(ids.len() + r.3, v);
+        }
+    }
+    pages::delta(ids, 0, out);
+}
+
+/// One page per `mem` column for a chunk's accesses.
+fn mem_pages(w: &mut Part, job: &Job) -> Result<(), String> {
+    let b = &*job.batch;
+    let n = b.mem_pc.len();
+    let (cols, s) = (&mut w.cols, &mut w.scratch);
+    let [stream, seq, pc, address, size, kind, value, value_hi] = &mut cols[..] else {
+        unreachable!("mem has 8 columns")
+    };
+    s.raw.clear();
+    pages::delta_const(job.stream as i64, n, &mut s.raw);
+    stream.page(n, 0, 0, s)?;
+
+    s.raw.clear();
+    pages::delta(&b.mem_seq, job.base, &mut s.raw);
+    seq.stats(job.base + b.mem_seq[0] as i64, job.base + b.mem_seq[n - 1] as i64);
+    seq.page(n, 0, 0, s)?;
+
+    for (col, vals) in [(pc, &b.mem_pc), (address, &b.mem_addr)] {
+        s.raw.clear();
+        pages::delta(vals, 0, &mut s.raw);
+        col.page(n, 0, 0, s)?;
+    }
+
+    s.raw.clear();
+    pages::delta(&b.mem_size, 0, &mut s.raw);
+    size.page(n, 0, 0, s)?;
+
+    s.raw.clear();
+    pages::indices_1bit(&b.mem_kind, &mut s.raw);
+    kind.page(n, 0, 0, s)?;
+
+    s.raw.clear();
+    pages::delta(&b.mem_val, 0, &mut s.raw);
+    value.page(n, 0, 0, s)?;
+
+    // value_hi: the high halves of the 16-byte accesses, null elsewhere.
+    s.raw.clear();
+    let mut levels = Vec::with_capacity(2 * b.mem_hi.len() + 1);
+    let mut row = 0;
+    for &(i, _) in &b.mem_hi {
+        levels.push((false, i - row));
+        levels.push((true, 1));
+        row = i + 1;
+    }
+    levels.push((false, n - row));
+    let nulls = pages::level_runs(&levels, &mut s.raw);
+    let level_bytes = s.raw.len();
+    let hi: Vec<i64> = b.mem_hi.iter().map(|h| h.1).collect();
+    pages::delta(&hi, 0, &mut s.raw);
+    value_hi.page(n, level_bytes, nulls, s)?;
+
+    w.paged(n)
 }
 
 /// Refuses to mix two exports: DIR must not hold one already.
@@ -613,12 +766,16 @@ fn run(args: &Args) -> Result<i32, String> {
     let insns = Arc::new(Table::create(out, "insns", tables::insns(), true)?);
     let mem = Arc::new(Table::create(out, "mem", tables::mem(), true)?);
     let small = Small::create(out)?;
-    let (tx, rx) = sync_channel::<Job>(2 * args.jobs as usize);
+    let (tx, rx) = sync_channel::<Job>(8 * args.jobs as usize);
     let rx = Arc::new(Mutex::new(rx));
+    let layouts = (
+        Arc::new(Layout::new(&tables::insns())?),
+        Arc::new(Layout::new(&tables::mem())?),
+    );
     let encoders: Vec<_> = (0..args.jobs)
         .map(|_| {
-            let (rx, i, m) = (rx.clone(), insns.clone(), mem.clone());
-            std::thread::spawn(move || encoder(rx, i, m))
+            let (rx, i, m, l) = (rx.clone(), insns.clone(), mem.clone(), layouts.clone());
+            std::thread::spawn(move || encoder(rx, i, m, l))
         })
         .collect();
     let shared = Arc::new(Shared {

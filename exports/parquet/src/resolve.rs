@@ -125,6 +125,23 @@ impl<'a> Resolver<'a> {
         )
     }
 
+    /// Resolves `pcs[0]` and says how many of the pcs from there resolve
+    /// to the same module and symbol: `(count, module, base, symbol)`,
+    /// where a pc's offset is `pc - base`.
+    #[inline(always)]
+    pub fn resolve_run(&mut self, pcs: &[i64]) -> (usize, Option<i32>, u64, Option<i32>) {
+        let first = pcs[0] as u64;
+        if first.wrapping_sub(self.lo) >= self.len {
+            self.miss(first);
+        }
+        let (lo, len) = (self.lo, self.len);
+        let n = pcs
+            .iter()
+            .position(|&pc| (pc as u64).wrapping_sub(lo) >= len)
+            .unwrap_or(pcs.len());
+        (n.max(1), self.module, self.base, self.sym)
+    }
+
     #[cold]
     fn miss(&mut self, pc: u64) {
         let r = &self.snap.regions;

@@ -16,6 +16,8 @@ use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
+use crate::columns::{Column, Layout};
+
 /// Rows of a row group: large enough that engines scan fast, small enough
 /// that a writer's buffer stays a few MB.
 pub const ROW_GROUP: usize = 1 << 20;
@@ -202,6 +204,12 @@ impl Table {
 }
 
 impl Table {
+    /// The path of the table's next part file.
+    pub fn next_path(&self) -> PathBuf {
+        let n = self.next_part.fetch_add(1, Ordering::Relaxed);
+        self.dir.join(format!("part-{n:05}.parquet"))
+    }
+
     /// Writes an empty part if the table has none, so that
     /// `DIR/<table>/*.parquet` matches a file with the schema.
     pub fn ensure_file(&self) -> Result<(), String> {
@@ -249,8 +257,7 @@ impl PartWriter {
             return Ok(());
         }
         if self.cur.is_none() {
-            let n = self.table.next_part.fetch_add(1, Ordering::Relaxed);
-            let path = self.table.dir.join(format!("part-{n:05}.parquet"));
+            let path = self.table.next_path();
             let f = File::create(&path)
                 .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
             let props = properties(&self.table.schema, self.table.large);
@@ -277,4 +284,24 @@ impl PartWriter {
         }
         Ok(())
     }
+}
+
+/// The `insns` table's columns, in [`insns`]'s order.
+pub fn insn_columns(l: &Layout) -> Vec<Column> {
+    (0..6)
+        .map(|i| Column::new(l.column(i), Encoding::DELTA_BINARY_PACKED))
+        .collect()
+}
+
+/// The words of `mem.kind`, by index.
+pub const KINDS: &[&str] = &["load", "store"];
+
+/// The `mem` table's columns, in [`mem`]'s order.
+pub fn mem_columns(l: &Layout) -> Vec<Column> {
+    (0..8)
+        .map(|i| match i {
+            5 => Column::dictionary(l.column(i), KINDS),
+            _ => Column::new(l.column(i), Encoding::DELTA_BINARY_PACKED),
+        })
+        .collect()
 }

@@ -1,0 +1,378 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The large tables' files (`insns`, `mem`), written column by column from
+//! pages encoded in `pages.rs`.
+//!
+//! A recording chunk's rows become one data page (v1) of each column,
+//! encoded straight from the decoded chunk: no column buffers, and a
+//! column that is constant over the chunk (`stream`, mostly `module` and
+//! `symbol`) costs a few bytes per 128 rows. Pages may differ in length;
+//! what Parquet asks is that a row group's columns have the same rows,
+//! which they do: a [`Part`] ends a row group after the chunk that brings
+//! it to [`ROW_GROUP`] rows.
+//!
+//! A page's values are compressed with zstd level 1, or not at all if that
+//! did not shrink them (random loaded values: a data page v2 says which).
+//! The `parquet`
+//! crate frames the pages (`SerializedPageWriter`), splices each column
+//! chunk into the file at the end of its row group (`append_column`) and
+//! writes the footer, with the Arrow schema in it as `ArrowWriter` would
+//! put it. Memory: one row group of compressed pages per table and writer.
+
+use std::sync::Arc;
+
+use arrow_schema::SchemaRef;
+use bytes::Bytes;
+use parquet::arrow::{add_encoded_arrow_schema_to_metadata, ArrowSchemaConverter};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::column::page::{CompressedPage, Page, PageWriter};
+use parquet::column::writer::ColumnCloseResult;
+use parquet::file::metadata::ColumnChunkMetaData;
+use parquet::file::properties::WriterProperties;
+use parquet::file::statistics::Statistics;
+use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite};
+use parquet::schema::types::{ColumnDescPtr, SchemaDescPtr};
+
+use crate::pages;
+use crate::sink::Sink;
+use crate::tables::Table;
+
+/// Rows of a row group, at least (it ends after the chunk that reaches
+/// this).
+pub const ROW_GROUP: usize = 1 << 20;
+/// Rows of a file, at least (64 row groups).
+pub const ROWS_PER_FILE: usize = 64 * ROW_GROUP;
+
+/// zstd's level for the pages: the fastest of the positive levels; the
+/// negative ones were slower overall here, their larger output costing
+/// more to write than they saved.
+pub const ZSTD_LEVEL: i32 = 1;
+
+/// The buffers a page is built in and compressed with, shared by a
+/// writer's columns.
+pub struct Scratch {
+    /// The page's uncompressed bytes (definition levels, then values).
+    pub raw: Vec<u8>,
+    z: zstd::bulk::Compressor<'static>,
+}
+
+impl Scratch {
+    /// `data` as one zstd frame.
+    pub fn compress(&mut self, data: &[u8]) -> Result<Vec<u8>, String> {
+        self.z.compress(data).map_err(|e| format!("zstd: {e}"))
+    }
+
+    pub fn new() -> Result<Scratch, String> {
+        let mut z = zstd::bulk::Compressor::new(std::env::var("CANNOLI_ZSTD").ok().and_then(|v| v.parse().ok()).unwrap_or(ZSTD_LEVEL)).map_err(|e| format!("zstd: {e}"))?;
+        if let Some(h) = std::env::var("CANNOLI_HLOG").ok().and_then(|v| v.parse().ok()) {
+            z.set_parameter(zstd::zstd_safe::CParameter::HashLog(h)).unwrap();
+        }
+        if let Some(h) = std::env::var("CANNOLI_MINMATCH").ok().and_then(|v| v.parse().ok()) {
+            z.set_parameter(zstd::zstd_safe::CParameter::MinMatch(h)).unwrap();
+        }
+        Ok(Scratch {
+            raw: Vec::new(),
+            z,
+        })
+    }
+}
+
+/// One column's open column chunk: the pages written so far.
+pub struct Column {
+    descr: ColumnDescPtr,
+    encoding: Encoding,
+    /// Whether the chunk starts with a dictionary page of these words.
+    dict: Option<&'static [&'static str]>,
+    out: Option<TrackedWrite<Vec<u8>>>,
+    rows: u64,
+    uncompressed: i64,
+    /// Pages to write without trying zstd: values that did not shrink.
+    skip: u32,
+    dict_len: Option<i64>,
+    /// Min/max of the values (`seq` only: engines skip row groups by it).
+    stats: Option<(i64, i64)>,
+}
+
+impl Column {
+    /// A column whose pages are `encoding`.
+    pub fn new(descr: ColumnDescPtr, encoding: Encoding) -> Column {
+        Column {
+            descr,
+            encoding,
+            dict: None,
+            out: None,
+            rows: 0,
+            uncompressed: 0,
+            skip: 0,
+            dict_len: None,
+            stats: None,
+        }
+    }
+
+    /// A column of indices into `words`.
+    pub fn dictionary(descr: ColumnDescPtr, words: &'static [&'static str]) -> Column {
+        Column {
+            dict: Some(words),
+            ..Column::new(descr, Encoding::RLE_DICTIONARY)
+        }
+    }
+
+    /// Widens the chunk's min/max statistics to `[min, max]`.
+    pub fn stats(&mut self, min: i64, max: i64) {
+        let (lo, hi) = self.stats.unwrap_or((min, max));
+        self.stats = Some((lo.min(min), hi.max(max)));
+    }
+
+    /// Writes `s.raw` as a data page (v2) of `rows` rows: its first
+    /// `levels` bytes the definition levels of a nullable column (as
+    /// `pages::level_runs` writes them, `nulls` of them 0), the rest the
+    /// values.
+    pub fn page(
+        &mut self,
+        rows: usize,
+        levels: usize,
+        nulls: usize,
+        s: &mut Scratch,
+    ) -> Result<(), String> {
+        if let (Some(words), None) = (self.dict, self.dict_len) {
+            let mut raw = Vec::new();
+            pages::plain_words(words, &mut raw);
+            let buf = Bytes::from(s.z.compress(&raw).map_err(|e| format!("zstd: {e}"))?);
+            let page = Page::DictionaryPage {
+                buf,
+                num_values: words.len() as u32,
+                encoding: Encoding::PLAIN,
+                is_sorted: false,
+            };
+            self.write(CompressedPage::new(page, raw.len()))?;
+            let len = self.out.as_ref().map_or(0, |o| o.bytes_written());
+            self.dict_len = Some(len as i64);
+        }
+        let values = &s.raw[levels..];
+        let mut compressed = None;
+        if self.skip == 0 {
+            let c = s.z.compress(values).map_err(|e| format!("zstd: {e}"))?;
+            if c.len() * 16 <= values.len() * 15 {
+                compressed = Some(c);
+            } else if values.len() >= 4096 {
+                // Random values: try again in a while.
+                self.skip = 64;
+            }
+        } else {
+            self.skip -= 1;
+        }
+        match &compressed {
+            Some(c) => self.page_from(rows, levels, nulls, &s.raw, Some(&[c])),
+            None => self.page_from(rows, levels, nulls, &s.raw, None),
+        }
+    }
+
+    /// Writes a data page (v2) of `rows` rows whose uncompressed bytes are
+    /// `raw` (levels, then values), its values compressed as `frames` if
+    /// given: zstd frames one after another, which a zstd decoder reads as
+    /// one stream (RFC 8878: compressed data is one or more frames).
+    pub fn page_from(
+        &mut self,
+        rows: usize,
+        levels: usize,
+        nulls: usize,
+        raw: &[u8],
+        frames: Option<&[&[u8]]>,
+    ) -> Result<(), String> {
+        let buf = match frames {
+            Some(frames) => {
+                let len = levels + frames.iter().map(|f| f.len()).sum::<usize>();
+                let mut buf = Vec::with_capacity(len);
+                buf.extend_from_slice(&raw[..levels]);
+                for f in frames {
+                    buf.extend_from_slice(f);
+                }
+                Bytes::from(buf)
+            }
+            None => Bytes::copy_from_slice(raw),
+        };
+        let page = Page::DataPageV2 {
+            buf,
+            num_values: rows as u32,
+            encoding: self.encoding,
+            num_nulls: nulls as u32,
+            num_rows: rows as u32,
+            def_levels_byte_len: levels as u32,
+            rep_levels_byte_len: 0,
+            is_compressed: frames.is_some(),
+            statistics: None,
+        };
+        self.write(CompressedPage::new(page, raw.len()))?;
+        self.rows += rows as u64;
+        Ok(())
+    }
+
+    /// Compresses `data` as one zstd frame, or says it did not shrink.
+    pub fn frame(s: &mut Scratch, data: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        let c = s.compress(data)?;
+        Ok((c.len() * 16 <= data.len() * 15).then_some(c))
+    }
+
+    fn write(&mut self, page: CompressedPage) -> Result<(), String> {
+        let out = self.out.get_or_insert_with(|| TrackedWrite::new(Vec::new()));
+        let spec = SerializedPageWriter::new(out)
+            .write_page(page)
+            .map_err(|e| e.to_string())?;
+        self.uncompressed += spec.uncompressed_size as i64;
+        Ok(())
+    }
+
+    /// Ends the column chunk: its bytes and metadata, for `append_column`.
+    fn finish_chunk(&mut self) -> Result<(Bytes, ColumnCloseResult), String> {
+        let bytes = match self.out.take() {
+            Some(o) => o.into_inner().map_err(|e| e.to_string())?,
+            None => Vec::new(),
+        };
+        let mut encodings = vec![Encoding::RLE, self.encoding];
+        if self.dict_len.is_some() {
+            encodings.push(Encoding::PLAIN);
+        }
+        let codec = Compression::ZSTD(ZstdLevel::try_new(ZSTD_LEVEL).expect("a valid level"));
+        let mut b = ColumnChunkMetaData::builder(self.descr.clone())
+            .set_encodings(encodings)
+            .set_compression(codec)
+            .set_num_values(self.rows as i64)
+            .set_total_compressed_size(bytes.len() as i64)
+            .set_total_uncompressed_size(self.uncompressed)
+            .set_data_page_offset(self.dict_len.unwrap_or(0))
+            .set_dictionary_page_offset(self.dict_len.map(|_| 0));
+        if let Some((min, max)) = self.stats {
+            b = b.set_statistics(Statistics::int64(Some(min), Some(max), None, Some(0), false));
+        }
+        let metadata = b.build().map_err(|e| e.to_string())?;
+        let close = ColumnCloseResult {
+            bytes_written: bytes.len() as u64,
+            rows_written: self.rows,
+            metadata,
+            bloom_filter: None,
+            column_index: None,
+            offset_index: None,
+        };
+        (self.rows, self.uncompressed, self.dict_len, self.stats) = (0, 0, None, None);
+        Ok((Bytes::from(bytes), close))
+    }
+}
+
+/// The Parquet schema of a table and the properties its files carry.
+pub struct Layout {
+    pub schema: SchemaDescPtr,
+    props: Arc<WriterProperties>,
+}
+
+impl Layout {
+    pub fn new(arrow: &SchemaRef) -> Result<Layout, String> {
+        let schema = ArrowSchemaConverter::new()
+            .convert(arrow)
+            .map_err(|e| e.to_string())?;
+        let mut props = WriterProperties::builder()
+            .set_created_by(format!(
+                "cannoli export parquet {}",
+                env!("CARGO_PKG_VERSION")
+            ))
+            .build();
+        add_encoded_arrow_schema_to_metadata(arrow, &mut props);
+        Ok(Layout {
+            schema: Arc::new(schema),
+            props: Arc::new(props),
+        })
+    }
+
+    pub fn column(&self, i: usize) -> ColumnDescPtr {
+        self.schema.column(i)
+    }
+}
+
+/// Writes one table's pages into part files (`part-NNNNN.parquet`),
+/// opening the next after [`ROWS_PER_FILE`] rows.
+pub struct Part {
+    table: Arc<Table>,
+    layout: Arc<Layout>,
+    /// The columns, in schema order.
+    pub cols: Vec<Column>,
+    pub scratch: Scratch,
+    file: Option<SerializedFileWriter<Sink>>,
+    /// Rows in pages of the open row group, and of the open file.
+    group_rows: usize,
+    file_rows: usize,
+    /// Rows written in all parts.
+    pub rows: u64,
+}
+
+impl Part {
+    pub fn new(table: Arc<Table>, layout: Arc<Layout>, cols: Vec<Column>) -> Result<Part, String> {
+        Ok(Part {
+            table,
+            layout,
+            cols,
+            scratch: Scratch::new()?,
+            file: None,
+            group_rows: 0,
+            file_rows: 0,
+            rows: 0,
+        })
+    }
+
+    /// After every column got a page of `rows` rows: ends the row group if
+    /// it is large enough.
+    pub fn paged(&mut self, rows: usize) -> Result<(), String> {
+        self.group_rows += rows;
+        if self.group_rows >= ROW_GROUP {
+            self.end_group()?;
+        }
+        Ok(())
+    }
+
+    fn end_group(&mut self) -> Result<(), String> {
+        if self.group_rows == 0 {
+            return Ok(());
+        }
+        if self.file.is_none() {
+            let path = self.table.next_path();
+            let f = Sink::create(&path)
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let w = SerializedFileWriter::new(
+                f,
+                self.layout.schema.root_schema_ptr(),
+                self.layout.props.clone(),
+            )
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+            self.file = Some(w);
+        }
+        let dir = self.table.dir.display();
+        let err = |e: parquet::errors::ParquetError| format!("writing {dir}: {e}");
+        let file = self.file.as_mut().expect("opened above");
+        let mut rg = file.next_row_group().map_err(err)?;
+        for c in &mut self.cols {
+            let (bytes, close) = c.finish_chunk()?;
+            rg.append_column(&bytes, close).map_err(err)?;
+        }
+        rg.close().map_err(err)?;
+        self.rows += self.group_rows as u64;
+        self.file_rows += self.group_rows;
+        self.group_rows = 0;
+        if self.file_rows >= ROWS_PER_FILE {
+            self.close_file()?;
+        }
+        Ok(())
+    }
+
+    fn close_file(&mut self) -> Result<(), String> {
+        if let Some(w) = self.file.take() {
+            let err = |e: String| format!("writing {}: {e}", self.table.dir.display());
+            let sink = w.into_inner().map_err(|e| err(e.to_string()))?;
+            sink.finish().map_err(|e| err(e.to_string()))?;
+        }
+        self.file_rows = 0;
+        Ok(())
+    }
+
+    /// Ends the open row group and writes the footer.
+    pub fn close(&mut self) -> Result<(), String> {
+        self.end_group()?;
+        self.close_file()
+    }
+}
