@@ -62,17 +62,28 @@ impl Scratch {
     }
 
     pub fn new() -> Result<Scratch, String> {
-        let mut z = zstd::bulk::Compressor::new(std::env::var("CANNOLI_ZSTD").ok().and_then(|v| v.parse().ok()).unwrap_or(ZSTD_LEVEL)).map_err(|e| format!("zstd: {e}"))?;
-        if let Some(h) = std::env::var("CANNOLI_HLOG").ok().and_then(|v| v.parse().ok()) {
-            z.set_parameter(zstd::zstd_safe::CParameter::HashLog(h)).unwrap();
+        let mut z = zstd::bulk::Compressor::new(
+            std::env::var("CANNOLI_ZSTD")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(ZSTD_LEVEL),
+        )
+        .map_err(|e| format!("zstd: {e}"))?;
+        if let Some(h) = std::env::var("CANNOLI_HLOG")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            z.set_parameter(zstd::zstd_safe::CParameter::HashLog(h))
+                .unwrap();
         }
-        if let Some(h) = std::env::var("CANNOLI_MINMATCH").ok().and_then(|v| v.parse().ok()) {
-            z.set_parameter(zstd::zstd_safe::CParameter::MinMatch(h)).unwrap();
+        if let Some(h) = std::env::var("CANNOLI_MINMATCH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            z.set_parameter(zstd::zstd_safe::CParameter::MinMatch(h))
+                .unwrap();
         }
-        Ok(Scratch {
-            raw: Vec::new(),
-            z,
-        })
+        Ok(Scratch { raw: Vec::new(), z })
     }
 }
 
@@ -83,6 +94,9 @@ pub struct Column {
     /// Whether the chunk starts with a dictionary page of these words.
     dict: Option<&'static [&'static str]>,
     out: Option<TrackedWrite<Vec<u8>>>,
+    /// The last chunk's buffer, back from the file, for the next chunk:
+    /// grown already, its memory touched already.
+    spare: Vec<u8>,
     rows: u64,
     uncompressed: i64,
     /// Pages to write without trying zstd: values that did not shrink.
@@ -100,6 +114,7 @@ impl Column {
             encoding,
             dict: None,
             out: None,
+            spare: Vec::new(),
             rows: 0,
             uncompressed: 0,
             skip: 0,
@@ -213,7 +228,10 @@ impl Column {
     }
 
     fn write(&mut self, page: CompressedPage) -> Result<(), String> {
-        let out = self.out.get_or_insert_with(|| TrackedWrite::new(Vec::new()));
+        let spare = &mut self.spare;
+        let out = self
+            .out
+            .get_or_insert_with(|| TrackedWrite::new(std::mem::take(spare)));
         let spec = SerializedPageWriter::new(out)
             .write_page(page)
             .map_err(|e| e.to_string())?;
@@ -241,7 +259,13 @@ impl Column {
             .set_data_page_offset(self.dict_len.unwrap_or(0))
             .set_dictionary_page_offset(self.dict_len.map(|_| 0));
         if let Some((min, max)) = self.stats {
-            b = b.set_statistics(Statistics::int64(Some(min), Some(max), None, Some(0), false));
+            b = b.set_statistics(Statistics::int64(
+                Some(min),
+                Some(max),
+                None,
+                Some(0),
+                false,
+            ));
         }
         let metadata = b.build().map_err(|e| e.to_string())?;
         let close = ColumnCloseResult {
@@ -349,6 +373,10 @@ impl Part {
         for c in &mut self.cols {
             let (bytes, close) = c.finish_chunk()?;
             rg.append_column(&bytes, close).map_err(err)?;
+            if let Ok(b) = bytes.try_into_mut() {
+                c.spare = Vec::from(b);
+                c.spare.clear();
+            }
         }
         rg.close().map_err(err)?;
         self.rows += self.group_rows as u64;

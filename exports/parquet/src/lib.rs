@@ -31,9 +31,9 @@ use cannoli::recording::Recording;
 use cannoli::{Cannoli, ClientInfo, Signal, Syscall};
 use tools::coverage::space::{Modules, Space};
 
+use columns::{Column, Layout, Part, Scratch};
 use resolve::{ModInfo, Resolver, Snapshot};
 use small::Small;
-use columns::{Column, Layout, Part, Scratch};
 use tables::Table;
 
 /// One line for `cannoli --help`.
@@ -95,7 +95,8 @@ enum Ev {
 #[derive(Default)]
 struct Batch {
     events: u32,
-    insn_seq: Vec<u32>,
+    /// The instructions' seqs: runs of `(first, count)`.
+    insn_seq: Vec<(u32, u32)>,
     insn_pc: Vec<i64>,
     mem_seq: Vec<u32>,
     mem_pc: Vec<i64>,
@@ -307,19 +308,23 @@ impl Cannoli for Exporter {
     }
 
     #[inline(always)]
-    fn exec(_: &Mutex<Proc>, _: &(), pc: u64, t: &mut Vec<Slot>) {
-        let b = batch(t);
-        let seq = next_seq(b);
-        b.insn_seq.push(seq);
-        b.insn_pc.push(pc as i64);
+    fn exec(p: &Mutex<Proc>, t: &(), pc: u64, tr: &mut Vec<Slot>) {
+        Self::exec_run(p, t, &[pc], tr)
     }
 
     #[inline(always)]
     fn exec_run(_: &Mutex<Proc>, _: &(), pcs: &[u64], t: &mut Vec<Slot>) {
+        if pcs.is_empty() {
+            return;
+        }
         let b = batch(t);
         let first = b.events;
-        b.events += pcs.len() as u32;
-        b.insn_seq.extend(first..b.events);
+        let n = pcs.len() as u32;
+        b.events += n;
+        match b.insn_seq.last_mut() {
+            Some((start, count)) if *start + *count == first => *count += n,
+            _ => b.insn_seq.push((first, n)),
+        }
         b.insn_pc.extend(pcs.iter().map(|&p| p as i64));
     }
 
@@ -558,8 +563,12 @@ fn insn_pages(w: &mut Part, job: &Job, e: &mut InsnScratch) -> Result<(), String
     stream.page(n, 0, 0, s)?;
 
     s.raw.clear();
-    pages::delta(&b.insn_seq, job.base, &mut s.raw);
-    seq.stats(job.base + b.insn_seq[0] as i64, job.base + b.insn_seq[n - 1] as i64);
+    pages::delta_runs(&b.insn_seq, job.base, &mut s.raw);
+    let (first, last) = (b.insn_seq[0], b.insn_seq[b.insn_seq.len() - 1]);
+    seq.stats(
+        job.base + first.0 as i64,
+        job.base + (last.0 + last.1 - 1) as i64,
+    );
     seq.page(n, 0, 0, s)?;
 
     // The pc page's values are two zstd frames, the header's and the
@@ -690,7 +699,10 @@ fn mem_pages(w: &mut Part, job: &Job) -> Result<(), String> {
 
     s.raw.clear();
     pages::delta(&b.mem_seq, job.base, &mut s.raw);
-    seq.stats(job.base + b.mem_seq[0] as i64, job.base + b.mem_seq[n - 1] as i64);
+    seq.stats(
+        job.base + b.mem_seq[0] as i64,
+        job.base + b.mem_seq[n - 1] as i64,
+    );
     seq.page(n, 0, 0, s)?;
 
     for (col, vals) in [(pc, &b.mem_pc), (address, &b.mem_addr)] {
@@ -842,4 +854,285 @@ fn run(args: &Args) -> Result<i32, String> {
         return Ok(cannoli::EXIT_INCOMPLETE);
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    //! The large tables' pages, read back by the `parquet` crate's own
+    //! reader: nulls, the dictionary, pages of any length, two zstd frames
+    //! in a page, values that do not compress, row groups and files.
+    use super::*;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Int32Type, Int64Type, Int8Type};
+    use arrow_array::{Array, RecordBatch};
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    fn lcg(seed: &mut u64) -> u64 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *seed >> 11
+    }
+
+    fn read(dir: &Path) -> Vec<RecordBatch> {
+        let mut parts: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        parts.sort();
+        let mut out = Vec::new();
+        for p in parts {
+            let f = std::fs::File::open(&p).unwrap();
+            let r = ParquetRecordBatchReaderBuilder::try_new(f)
+                .unwrap()
+                .build()
+                .unwrap();
+            out.extend(r.map(|b| b.unwrap()));
+        }
+        out
+    }
+
+    fn i64s(b: &[RecordBatch], col: &str) -> Vec<Option<i64>> {
+        b.iter()
+            .flat_map(|b| {
+                let a = b.column_by_name(col).unwrap().as_primitive::<Int64Type>();
+                (0..a.len())
+                    .map(|i| a.is_valid(i).then(|| a.value(i)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn i32s(b: &[RecordBatch], col: &str) -> Vec<Option<i32>> {
+        b.iter()
+            .flat_map(|b| {
+                let a = b.column_by_name(col).unwrap().as_primitive::<Int32Type>();
+                (0..a.len())
+                    .map(|i| a.is_valid(i).then(|| a.value(i)))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn tempdir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("cannoli-pq-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn mem_pages_read_back() {
+        let dir = tempdir("mem");
+        let table = Arc::new(Table::create(&dir, "mem", tables::mem(), true).unwrap());
+        let layout = Arc::new(Layout::new(&tables::mem()).unwrap());
+        let mut part = Part::new(table, layout.clone(), tables::mem_columns(&layout)).unwrap();
+        let mut seed = 7;
+        let mut want = Vec::new();
+        let mut base = 0i64;
+        // Chunks of many lengths; enough rows for two row groups.
+        for (k, len) in [1usize, 2, 127, 128, 129, 1000, 70_000, 600_000, 500_000, 3]
+            .into_iter()
+            .enumerate()
+        {
+            let mut b = Batch::take();
+            for i in 0..len {
+                let seq = (2 * i + (k % 2)) as u32;
+                let wide = lcg(&mut seed) % 17 == 0;
+                let (pc, addr) = (0x400000 + (i as i64 % 300) * 4, lcg(&mut seed) as i64);
+                // Random values in one chunk of two: pages that do not
+                // compress.
+                let val = if k % 2 == 0 {
+                    i as i64
+                } else {
+                    lcg(&mut seed) as i64
+                };
+                let size = if wide { 16 } else { 1 << (i % 4) };
+                let store = lcg(&mut seed) % 3 == 0;
+                if wide {
+                    b.mem_hi.push((i, -(i as i64)));
+                }
+                b.mem_seq.push(seq);
+                b.mem_pc.push(pc);
+                b.mem_addr.push(addr);
+                b.mem_size.push(size);
+                b.mem_kind.push(store as i8);
+                b.mem_val.push(val);
+                want.push((
+                    base + seq as i64,
+                    pc,
+                    addr,
+                    size,
+                    store,
+                    val,
+                    wide.then(|| -(i as i64)),
+                ));
+            }
+            let job = Job {
+                stream: k as i32,
+                base,
+                batch: b,
+                snaps: Vec::new(),
+            };
+            mem_pages(&mut part, &job).unwrap();
+            base += 10 * len as i64;
+        }
+        part.close().unwrap();
+        let got = read(&dir.join("mem"));
+        let n = want.len();
+        assert_eq!(got.iter().map(|b| b.num_rows()).sum::<usize>(), n);
+        assert_eq!(
+            i64s(&got, "seq"),
+            want.iter().map(|w| Some(w.0)).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            i64s(&got, "pc"),
+            want.iter().map(|w| Some(w.1)).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            i64s(&got, "address"),
+            want.iter().map(|w| Some(w.2)).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            i64s(&got, "value"),
+            want.iter().map(|w| Some(w.5)).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            i64s(&got, "value_hi"),
+            want.iter().map(|w| w.6).collect::<Vec<_>>()
+        );
+        let sizes: Vec<i8> = got
+            .iter()
+            .flat_map(|b| {
+                b.column_by_name("size")
+                    .unwrap()
+                    .as_primitive::<Int8Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect();
+        assert_eq!(sizes, want.iter().map(|w| w.3).collect::<Vec<_>>());
+        let kinds: Vec<String> = got
+            .iter()
+            .flat_map(|b| {
+                let d = b
+                    .column_by_name("kind")
+                    .unwrap()
+                    .as_dictionary::<Int8Type>();
+                let words = d.values().as_string::<i32>().clone();
+                d.keys()
+                    .values()
+                    .iter()
+                    .map(|&k| words.value(k as usize).to_string())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let want_kinds: Vec<&str> = want
+            .iter()
+            .map(|w| if w.4 { "store" } else { "load" })
+            .collect();
+        assert_eq!(kinds, want_kinds);
+        let streams = i32s(&got, "stream");
+        assert_eq!(streams[0], Some(0));
+        assert_eq!(streams[n - 1], Some(9));
+        // Two row groups: the first ends after the chunk that reaches 1 Mi
+        // rows.
+        let f = std::fs::File::open(dir.join("mem/part-00000.parquet")).unwrap();
+        let meta = ParquetRecordBatchReaderBuilder::try_new(f)
+            .unwrap()
+            .metadata()
+            .clone();
+        let groups: Vec<i64> = meta.row_groups().iter().map(|g| g.num_rows()).collect();
+        assert_eq!(groups, [1_171_387, 3]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn insn_pages_read_back_with_modules_and_nulls() {
+        let dir = tempdir("insns");
+        let table = Arc::new(Table::create(&dir, "insns", tables::insns(), true).unwrap());
+        let layout = Arc::new(Layout::new(&tables::insns()).unwrap());
+        let mut part = Part::new(table, layout.clone(), tables::insn_columns(&layout)).unwrap();
+        // Two modules (files that are not ELF files: no symbols) and
+        // memory outside both.
+        let mut modules = Modules::default();
+        let mut space = Space::new("x86_64", 64);
+        space.map(
+            0x10000,
+            0x1000,
+            true,
+            Some((Arc::from("/nonexistent/a"), 0)),
+            &mut modules,
+        );
+        space.map(
+            0x20000,
+            0x1000,
+            true,
+            Some((Arc::from("/nonexistent/b"), 0x3000)),
+            &mut modules,
+        );
+        let infos: Vec<_> = modules
+            .iter()
+            .map(|(_, m)| Arc::new(ModInfo::load(m, 0)))
+            .collect();
+        let bases: Vec<u64> = infos.iter().map(|m| m.base).collect();
+        let snap = Arc::new(Snapshot::new(&space, &infos));
+        let mut e = InsnScratch::default();
+        let mut want = Vec::new();
+        let mut seed = 3;
+        for (k, len) in [5usize, 1, 40_000, 300].into_iter().enumerate() {
+            let mut b = Batch::take();
+            for i in 0..len {
+                // Chunk 2: one module only (the offset page reuses the pc
+                // page's frames); the others jump around.
+                let pc: u64 = match (k, lcg(&mut seed) % 4) {
+                    (2, _) => 0x10000 + (i as u64 % 1000) * 4,
+                    (_, 0) => 0x10000 + i as u64,
+                    (_, 1) => 0x20000 + i as u64,
+                    _ => 0x90000 + i as u64,
+                };
+                b.insn_seq.push((i as u32 * 3, 1));
+                b.insn_pc.push(pc as i64);
+                let m = match pc >> 16 {
+                    1 => Some(0),
+                    2 => Some(1),
+                    _ => None,
+                };
+                want.push((
+                    i as i64 * 3 + 100 * k as i64,
+                    pc as i64,
+                    m,
+                    m.map(|m: i32| pc as i64 - bases[m as usize] as i64),
+                ));
+            }
+            let job = Job {
+                stream: 4,
+                base: 100 * k as i64,
+                batch: b,
+                snaps: vec![(0, snap.clone())],
+            };
+            insn_pages(&mut part, &job, &mut e).unwrap();
+        }
+        part.close().unwrap();
+        let got = read(&dir.join("insns"));
+        assert_eq!(
+            i64s(&got, "seq"),
+            want.iter().map(|w| Some(w.0)).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            i64s(&got, "pc"),
+            want.iter().map(|w| Some(w.1)).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            i32s(&got, "module"),
+            want.iter().map(|w| w.2).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            i64s(&got, "offset"),
+            want.iter().map(|w| w.3).collect::<Vec<_>>()
+        );
+        assert!(i32s(&got, "symbol").iter().all(|s| s.is_none()));
+        assert!(i32s(&got, "stream").iter().all(|&s| s == Some(4)));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -152,24 +152,98 @@ fn blocks<T: Int>(vals: &[T], out: &mut Vec<u8>) {
         for ((d, c), p) in deltas.iter_mut().zip(cur).zip(prev) {
             *d = c.delta(*p);
         }
-        let min = deltas[..n].iter().copied().min().unwrap_or(0);
-        zigzag(out, min);
-        let widths_at = out.len();
-        out.extend_from_slice(&[0; MINIBLOCKS]);
-        for (m, mini) in deltas[..n].chunks(MINI).enumerate() {
-            // The deltas less the minimum fit the type's width: both are
-            // sign-extended values of it. Padding is 0.
-            let mut packed = [0u64; MINI];
-            let mut or = 0u64;
-            for (p, &d) in packed.iter_mut().zip(mini) {
-                *p = d.wrapping_sub(min) as u64;
-                or |= *p;
-            }
-            let width = 64 - or.leading_zeros();
-            out[widths_at + m] = width as u8;
-            pack(&packed, width, out);
-        }
+        block(&deltas[..n], out);
         at += n;
+    }
+}
+
+/// Appends one block of at most [`BLOCK`] deltas.
+#[inline(always)]
+fn block(deltas: &[i64], out: &mut Vec<u8>) {
+    let min = deltas.iter().copied().min().unwrap_or(0);
+    zigzag(out, min);
+    let widths_at = out.len();
+    out.extend_from_slice(&[0; MINIBLOCKS]);
+    for (m, mini) in deltas.chunks(MINI).enumerate() {
+        // The deltas less the minimum fit the type's width: both are
+        // sign-extended values of it. Padding is 0.
+        let mut packed = [0u64; MINI];
+        let mut or = 0u64;
+        for (p, &d) in packed.iter_mut().zip(mini) {
+            *p = d.wrapping_sub(min) as u64;
+            or |= *p;
+        }
+        let width = 64 - or.leading_zeros();
+        out[widths_at + m] = width as u8;
+        pack(&packed, width, out);
+    }
+}
+
+/// Appends a `DELTA_BINARY_PACKED` run of the numbers of `runs`, each a
+/// first number and a count of numbers from it on, `add` added: `seq`
+/// for the instructions of a chunk, which come in runs between its other
+/// events. A block inside one run is all deltas of 1: five bytes, with no
+/// pass over it.
+pub fn delta_runs(runs: &[(u32, u32)], add: i64, out: &mut Vec<u8>) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2, checked just above.
+        unsafe { runs_avx2(runs, add, out) };
+        return;
+    }
+    runs_blocks(runs, add, out)
+}
+
+/// [`runs_blocks`] compiled for AVX2 (see [`blocks_avx2`]).
+///
+/// # Safety
+///
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn runs_avx2(runs: &[(u32, u32)], add: i64, out: &mut Vec<u8>) {
+    runs_blocks(runs, add, out)
+}
+
+#[inline(always)]
+fn runs_blocks(runs: &[(u32, u32)], add: i64, out: &mut Vec<u8>) {
+    let n: usize = runs.iter().map(|r| r.1 as usize).sum();
+    let mut runs = runs.iter().filter(|r| r.1 > 0);
+    let Some(&(first, count)) = runs.next() else {
+        delta_header(0, 0, out);
+        return;
+    };
+    delta_header(n, first as i64 + add, out);
+    // Every delta is 1 but the first of each run after the first: delta
+    // `at` (between numbers `at` and `at + 1`) is the next such.
+    let mut last = first as i64 + count as i64 - 1;
+    let mut at = count as usize - 1;
+    let mut next = runs.next();
+    let mut deltas = [1i64; BLOCK];
+    let mut from = 0;
+    while from < n - 1 {
+        let len = (n - 1 - from).min(BLOCK);
+        let mut boundary = false;
+        while let (Some(&(start, count)), true) = (next, at < from + len) {
+            if !boundary {
+                deltas.fill(1);
+                boundary = true;
+            }
+            deltas[at - from] = start as i64 - last;
+            last = start as i64 + count as i64 - 1;
+            at += count as usize;
+            next = runs.next();
+        }
+        if !boundary && len == BLOCK {
+            // Minimum 1 (zigzag 2), every width 0.
+            out.extend_from_slice(&[2, 0, 0, 0, 0]);
+        } else {
+            if !boundary {
+                deltas.fill(1);
+            }
+            block(&deltas[..len], out);
+        }
+        from += len;
     }
 }
 
@@ -356,6 +430,31 @@ mod tests {
     }
 
     #[test]
+    fn runs_encode_as_their_numbers_do() {
+        for case in 0..200 {
+            let mut runs = Vec::new();
+            let mut next = (lcg(1, case).next().unwrap() % 1000) as u32;
+            for x in lcg(case as usize % 40 + 1, case + 1) {
+                let count = if x % 7 == 0 { 300 } else { (x % 5 + 1) as u32 };
+                if x % 11 == 0 {
+                    runs.push((next, 0));
+                }
+                runs.push((next, count));
+                next += count + (x >> 60) as u32 * (case as u32 % 3);
+            }
+            let nums: Vec<u32> = runs.iter().flat_map(|&(s, c)| s..s + c).collect();
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            delta_runs(&runs, 1 << 40, &mut a);
+            delta(&nums, 1 << 40, &mut b);
+            assert_eq!(a, b, "case {case}: {runs:?}");
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        delta_runs(&[], 0, &mut a);
+        delta::<u32>(&[], 0, &mut b);
+        assert_eq!(a, b);
+    }
+
+    #[test]
     fn a_constant_page_is_a_few_bytes_per_block() {
         let mut out = Vec::new();
         delta(&vec![7i32; 1 + 4 * BLOCK], 0, &mut out);
@@ -397,28 +496,68 @@ mod speed {
         for i in 0..n {
             v.push(pc);
             pc += 4;
-            if i % 11 == 10 { pc -= 40; }
+            if i % 11 == 10 {
+                pc -= 40;
+            }
         }
         let c32 = vec![3i32; n];
         let seq: Vec<i64> = (0..n as i64).collect();
         let mut out = vec![0u8; 1 << 20];
         let t = std::time::Instant::now();
         let s: i64 = v.iter().fold(0i64, |a, &x| a.wrapping_add(x));
-        eprintln!("sum {s}: {:.2} ns/value", t.elapsed().as_secs_f64() * 1e9 / n as f64);
+        eprintln!(
+            "sum {s}: {:.2} ns/value",
+            t.elapsed().as_secs_f64() * 1e9 / n as f64
+        );
         let t = std::time::Instant::now();
         let mut mn = i64::MAX;
-        for c in v.chunks(128) { for &x in c { mn = mn.min(x); } }
-        eprintln!("min {mn}: {:.2} ns/value", t.elapsed().as_secs_f64() * 1e9 / n as f64);
+        for c in v.chunks(128) {
+            for &x in c {
+                mn = mn.min(x);
+            }
+        }
+        eprintln!(
+            "min {mn}: {:.2} ns/value",
+            t.elapsed().as_secs_f64() * 1e9 / n as f64
+        );
         let fs: Vec<(&str, Box<dyn Fn(&mut Vec<u8>) + '_>)> = vec![
-            ("pc", Box::new(|o: &mut Vec<u8>| for p in v.chunks(1 << 15) { o.clear(); delta(p, 0, o) })),
-            ("const32", Box::new(|o: &mut Vec<u8>| for p in c32.chunks(1 << 15) { o.clear(); delta(p, 0, o) })),
-            ("seq", Box::new(|o: &mut Vec<u8>| for p in seq.chunks(1 << 15) { o.clear(); delta(p, 0, o) })),
+            (
+                "pc",
+                Box::new(|o: &mut Vec<u8>| {
+                    for p in v.chunks(1 << 15) {
+                        o.clear();
+                        delta(p, 0, o)
+                    }
+                }),
+            ),
+            (
+                "const32",
+                Box::new(|o: &mut Vec<u8>| {
+                    for p in c32.chunks(1 << 15) {
+                        o.clear();
+                        delta(p, 0, o)
+                    }
+                }),
+            ),
+            (
+                "seq",
+                Box::new(|o: &mut Vec<u8>| {
+                    for p in seq.chunks(1 << 15) {
+                        o.clear();
+                        delta(p, 0, o)
+                    }
+                }),
+            ),
         ];
         for (name, f) in fs {
             let t = std::time::Instant::now();
             f(&mut out);
             let dt = t.elapsed().as_secs_f64();
-            eprintln!("{name}: {:.2} ns/value, {:.2} bits/value (last page)", dt * 1e9 / n as f64, out.len() as f64 * 8.0 / (1 << 15) as f64);
+            eprintln!(
+                "{name}: {:.2} ns/value, {:.2} bits/value (last page)",
+                dt * 1e9 / n as f64,
+                out.len() as f64 * 8.0 / (1 << 15) as f64
+            );
         }
     }
 }

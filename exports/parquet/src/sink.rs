@@ -9,7 +9,8 @@
 //! 6-18 s of system time buffered and 0.15 s with `oflag=direct`. The
 //! export reads its own output never, so the page cache buys nothing here.
 //! Where `O_DIRECT` is refused (tmpfs), the same aligned writes go through
-//! the page cache.
+//! the page cache. The last piece is padded to the alignment too, and the
+//! file then cut to its length.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -22,12 +23,10 @@ pub const BUF: usize = 4 << 20;
 const ALIGN: usize = 4096;
 
 /// A file written in aligned [`BUF`]-byte pieces; [`Sink::finish`] writes
-/// the rest.
+/// the rest, padded to [`ALIGN`] bytes, and cuts the file to its length.
 pub struct Sink {
-    /// The handle the full pieces go through (`O_DIRECT` if `direct`).
+    /// Opened with `O_DIRECT` where the filesystem allows it.
     file: File,
-    /// A plain handle of the same file, for the unaligned tail.
-    tail: File,
     /// `BUF + ALIGN` bytes, of which `BUF` from `start` are aligned.
     mem: Vec<u8>,
     start: usize,
@@ -48,12 +47,10 @@ impl Sink {
             Ok(f) => f,
             Err(_) => File::create(path)?,
         };
-        let tail = OpenOptions::new().write(true).open(path)?;
         let mem = vec![0u8; BUF + ALIGN];
         let start = mem.as_ptr().align_offset(ALIGN);
         Ok(Sink {
             file,
-            tail,
             mem,
             start,
             len: 0,
@@ -63,10 +60,14 @@ impl Sink {
 
     /// Writes what is buffered; returns the file.
     pub fn finish(mut self) -> io::Result<File> {
-        let rest = &self.mem[self.start..self.start + self.len];
-        self.tail.write_all_at(rest, self.written)?;
+        let padded = self.len.div_ceil(ALIGN) * ALIGN;
+        let (from, to) = (self.start + self.len, self.start + padded);
+        self.mem[from..to].fill(0);
+        let rest = &self.mem[self.start..to];
+        self.file.write_all_at(rest, self.written)?;
+        self.file.set_len(self.written + self.len as u64)?;
         self.len = 0;
-        Ok(self.tail)
+        Ok(self.file)
     }
 }
 

@@ -17,6 +17,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
 use crate::columns::{Column, Layout};
+use crate::sink::Sink;
 
 /// Rows of a row group: large enough that engines scan fast, small enough
 /// that a writer's buffer stays a few MB.
@@ -230,7 +231,7 @@ impl Table {
 /// after [`ROWS_PER_FILE`] rows.
 pub struct PartWriter {
     table: Arc<Table>,
-    cur: Option<(ArrowWriter<File>, usize)>,
+    cur: Option<(ArrowWriter<Sink>, usize)>,
     /// Rows written in all parts.
     pub rows: u64,
 }
@@ -258,7 +259,7 @@ impl PartWriter {
         }
         if self.cur.is_none() {
             let path = self.table.next_path();
-            let f = File::create(&path)
+            let f = Sink::create(&path)
                 .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
             let props = properties(&self.table.schema, self.table.large);
             let w = ArrowWriter::try_new(f, self.table.schema.clone(), Some(props))
@@ -279,8 +280,9 @@ impl PartWriter {
     /// Closes the current part (writes its footer).
     pub fn close(&mut self) -> Result<(), String> {
         if let Some((w, _)) = self.cur.take() {
-            w.close()
-                .map_err(|e| format!("writing {}: {e}", self.table.dir.display()))?;
+            let err = |e: String| format!("writing {}: {e}", self.table.dir.display());
+            let sink = w.into_inner().map_err(|e| err(e.to_string()))?;
+            sink.finish().map_err(|e| err(e.to_string()))?;
         }
         Ok(())
     }
