@@ -14,10 +14,14 @@
 //!   symbols) have the counts of the dump's `X` lines inside each
 //!   function's `[start, end)` as the ELF file says (`e2e::ground::Elf`,
 //!   read with `object`, not the exporter's symbol code), and every table
-//!   is readable.
+//!   is readable;
+//! * every row of `insns` and `mem`, by sums weighted with the row's seq,
+//!   is the dump's, and every `offset` is `pc` less its module's base
+//!   (the exporter writes these pages itself, so every value is checked).
 //!
 //! On `sortcrc 300` (not stripped, so it has symbols), mipsel and riscv64
-//! (a 32- and a 64-bit guest). Needs `cargo build --release --workspace`,
+//! (a 32- and a 64-bit guest), and the host's own `/usr/bin/sha256sum` as
+//! the x86_64 guest (shared libraries, 16-byte accesses). Needs `cargo build --release --workspace`,
 //! the QEMU builds and DuckDB's Python wheel (`scripts/deps.sh`).
 
 use std::collections::HashMap;
@@ -35,10 +39,10 @@ const LIMIT: Duration = Duration::from_secs(120);
 struct Dump {
     /// (line, pc) of every `X` line.
     exec: Vec<(u64, u64)>,
-    /// (line, pc, address, value) of every `L` line.
-    loads: Vec<(u64, u64, u64, u128)>,
-    /// (line, pc, address, value) of every `S` line.
-    stores: Vec<(u64, u64, u64, u128)>,
+    /// (line, pc, address, value, size) of every `L` line.
+    loads: Vec<(u64, u64, u64, u128, u64)>,
+    /// (line, pc, address, value, size) of every `S` line.
+    stores: Vec<(u64, u64, u64, u128, u64)>,
 }
 
 fn hex(s: &str) -> u64 {
@@ -58,7 +62,8 @@ fn read_dump(p: &Path) -> Dump {
             "X" => d.exec.push((n, hex(f[1]))),
             "L" | "S" => {
                 let v = u128::from_str_radix(f[4], 16).map_err(|e| e.to_string())?;
-                let row = (n, hex(f[1]), hex(f[2]), v);
+                let size = f[3].parse().map_err(|e| format!("size {}: {e}", f[3]))?;
+                let row = (n, hex(f[1]), hex(f[2]), v, size);
                 if f[0] == "L" {
                     d.loads.push(row)
                 } else {
@@ -74,12 +79,34 @@ fn read_dump(p: &Path) -> Dump {
     d
 }
 
+/// The input of the x86_64 run: some thousand lines of pseudo-random
+/// words.
+fn words(lines: usize) -> Vec<u8> {
+    let mut x = 0x2545_f491u32;
+    let mut out = Vec::new();
+    for i in 0..lines {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        out.extend_from_slice(format!("{:08x} line {i} {}\n", x, x % 977).as_bytes());
+    }
+    out
+}
+
+/// `sortcrc 300` (ours, with symbols: the top functions are checked), or
+/// on x86_64 the host's own dynamically linked `/usr/bin/sha256sum` (the
+/// loader and libc as modules, 16-byte accesses).
 fn case(arch: &str) {
     let start = Instant::now();
     let dir = RunDir::new();
-    let f = Failures::new(format!("export parquet: sortcrc on {arch}"));
-    let prog = guest(arch, "sortcrc");
-    let args = ["300"];
+    let host = arch == "x86_64";
+    let (prog, args) = if host {
+        std::fs::write(dir.file("in.txt"), words(3000)).expect("in.txt");
+        (std::path::PathBuf::from("/usr/bin/sha256sum"), ["in.txt"])
+    } else {
+        (guest(arch, "sortcrc"), ["300"])
+    };
+    let f = Failures::new(format!("export parquet: {} on {arch}", prog.display()));
 
     // Ground truth: QEMU's plugins.
     let (_, log) = run_plugin(&dir, "insn", arch, Plugin::Insn, &prog, &args);
@@ -138,9 +165,9 @@ fn case(arch: &str) {
     let mut samples = Vec::new();
     let mut si = 0;
     let step = (d.loads.len() / 40).max(1);
-    for (i, &(line, _, addr, _)) in d.loads.iter().enumerate() {
+    for (i, &(line, _, addr, _, _)) in d.loads.iter().enumerate() {
         while si < d.stores.len() && d.stores[si].0 < line {
-            let (l, pc, a, v) = d.stores[si];
+            let (l, pc, a, v, _) = d.stores[si];
             last_store.insert(a, (l, pc, v));
             si += 1;
         }
@@ -193,6 +220,28 @@ fn case(arch: &str) {
             q("threads"),
             q("modules"),
             q("signals")
+        ),
+        // Every row, by sums weighted with the row's place: a value in
+        // another row, or in another column, changes them.
+        format!(
+            "select count(*), sum(seq), sum(pc::hugeint * (seq + 1)) from {}",
+            q("insns")
+        ),
+        format!(
+            "select count(*), sum(seq), sum(pc::hugeint * (seq + 1)), \
+             sum(address::hugeint * (seq + 1)), sum(size::hugeint * (seq + 1)), \
+             sum(case when kind = 'store' then seq + 1 else 0 end), \
+             sum(value::hugeint * (seq + 1)), count(value_hi), \
+             sum(coalesce(value_hi, 0)::hugeint * (seq + 1)) from {}",
+            q("mem")
+        ),
+        // Offsets are from their module's base.
+        format!(
+            "select count(*), count(i.module), \
+             count(*) filter (where i.\"offset\" = i.pc - m.base) \
+             from {} i left join {} m on i.module = m.id",
+            q("insns"),
+            q("modules")
         ),
     ];
     let res = match duckdb(&out, &queries) {
@@ -252,10 +301,11 @@ fn case(arch: &str) {
         );
     }
 
-    // Top functions against the ELF file and the dump.
+    // Top functions against the ELF file and the dump (the program's own
+    // functions: sortcrc's).
     let elf = Elf::open(&prog).unwrap_or_else(|e| panic!("{e}"));
-    let top = &res[4];
-    if top.len() < 5 {
+    let top = if host { &[][..] } else { &res[4][..] };
+    if top.len() < 5 && !host {
         f.fail("top functions", format!("only {top:?}"));
     }
     let mut prev = u64::MAX;
@@ -280,6 +330,46 @@ fn case(arch: &str) {
         }
         prev = n;
     }
+    // Every row against the dump.
+    let w = |line: u64| line as i128 + 1;
+    let want_insns = [
+        d.exec.len() as i128,
+        d.exec.iter().map(|e| e.0 as i128).sum(),
+        d.exec.iter().map(|e| e.1 as i128 * w(e.0)).sum(),
+    ];
+    let mut acc: Vec<_> = d.loads.iter().map(|a| (a, false)).collect();
+    acc.extend(d.stores.iter().map(|a| (a, true)));
+    let as_i64 = |v: u128| v as u64 as i64 as i128;
+    let want_mem = [
+        acc.len() as i128,
+        acc.iter().map(|(a, _)| a.0 as i128).sum(),
+        acc.iter().map(|(a, _)| a.1 as i128 * w(a.0)).sum(),
+        acc.iter().map(|(a, _)| a.2 as i128 * w(a.0)).sum(),
+        acc.iter().map(|(a, _)| a.4 as i128 * w(a.0)).sum(),
+        acc.iter().filter(|(_, st)| *st).map(|(a, _)| w(a.0)).sum(),
+        acc.iter().map(|(a, _)| as_i64(a.3) * w(a.0)).sum(),
+        acc.iter().filter(|(a, _)| a.4 == 16).count() as i128,
+        acc.iter()
+            .filter(|(a, _)| a.4 == 16)
+            .map(|(a, _)| as_i64(a.3 >> 64) * w(a.0))
+            .sum(),
+    ];
+    for (what, row, want) in [
+        ("insns rows", &res[6][0], &want_insns[..]),
+        ("mem rows", &res[7][0], &want_mem[..]),
+    ] {
+        let got: Vec<i128> = row.iter().map(|v| v.parse().unwrap_or(i128::MIN)).collect();
+        if got != want {
+            f.fail(what, format!("DuckDB sums {got:?}, the dump's {want:?}"));
+        }
+    }
+    let offsets: Vec<u64> = res[8][0].iter().map(|v| v.parse().unwrap_or(0)).collect();
+    if offsets[1] == 0 || offsets[1] != offsets[2] {
+        f.fail(
+            "offsets",
+            format!("rows, with a module, with offset = pc - base: {offsets:?}"),
+        );
+    }
     let small: Vec<u64> = res[5][0].iter().map(|v| v.parse().unwrap_or(0)).collect();
     if small[0] == 0 || small[1] == 0 || small[2] != 1 || small[3] == 0 {
         f.fail(
@@ -288,7 +378,8 @@ fn case(arch: &str) {
         );
     }
     eprintln!(
-        "e2e: export parquet on {arch}: {insns} insns, {accesses} accesses, {} last writers, top {:?}; {:.1} s",
+        "e2e: export parquet on {arch}: {insns} insns, {accesses} accesses ({} of 16 bytes), {} last writers, top {:?}; {:.1} s",
+        want_mem[7],
         samples.len(),
         top.first(),
         start.elapsed().as_secs_f64()
@@ -304,4 +395,9 @@ fn sortcrc_mipsel() {
 #[test]
 fn sortcrc_riscv64() {
     case("riscv64");
+}
+
+#[test]
+fn host_sha256sum_x86_64() {
+    case("x86_64");
 }

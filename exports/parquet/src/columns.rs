@@ -34,13 +34,7 @@ use parquet::schema::types::{ColumnDescPtr, SchemaDescPtr};
 
 use crate::pages;
 use crate::sink::Sink;
-use crate::tables::Table;
-
-/// Rows of a row group, at least (it ends after the chunk that reaches
-/// this).
-pub const ROW_GROUP: usize = 1 << 20;
-/// Rows of a file, at least (64 row groups).
-pub const ROWS_PER_FILE: usize = 64 * ROW_GROUP;
+use crate::tables::{Table, ROWS_PER_FILE, ROW_GROUP};
 
 /// zstd's level for the pages: the fastest of the positive levels; the
 /// negative ones were slower overall here, their larger output costing
@@ -62,27 +56,7 @@ impl Scratch {
     }
 
     pub fn new() -> Result<Scratch, String> {
-        let mut z = zstd::bulk::Compressor::new(
-            std::env::var("CANNOLI_ZSTD")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(ZSTD_LEVEL),
-        )
-        .map_err(|e| format!("zstd: {e}"))?;
-        if let Some(h) = std::env::var("CANNOLI_HLOG")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            z.set_parameter(zstd::zstd_safe::CParameter::HashLog(h))
-                .unwrap();
-        }
-        if let Some(h) = std::env::var("CANNOLI_MINMATCH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-        {
-            z.set_parameter(zstd::zstd_safe::CParameter::MinMatch(h))
-                .unwrap();
-        }
+        let z = zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(|e| format!("zstd: {e}"))?;
         Ok(Scratch { raw: Vec::new(), z })
     }
 }

@@ -9,8 +9,15 @@
 //! counter per stream), applies mapping events to the process's address
 //! space and writes the small tables; the instruction and memory columns go
 //! to encoding threads, each writing its own part files, which resolve pcs
-//! to modules and symbols ([`resolve`]) and encode. Memory stays bounded:
-//! a few chunks in flight and one row group per writer.
+//! to modules and symbols ([`resolve`]) and turn each chunk into one page
+//! per column (`pages`, `columns`), written straight to the disk (`sink`).
+//! Memory stays bounded: a few chunks in flight and one row group of
+//! compressed pages per writer.
+//!
+//! Speed is the point of the large tables' code: a billion-instruction
+//! run is a billion rows of six columns, and the `parquet` crate's column
+//! writers took 7-9 ns per value on the project's machine (47 s for
+//! 1.3 G events). `pages.rs` says what replaces them and why.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -775,8 +782,8 @@ fn run(args: &Args) -> Result<i32, String> {
     let rec = Recording::open(&args.recording).map_err(|e| e.to_string())?;
     check_out(&args.out)?;
     let out = &args.out;
-    let insns = Arc::new(Table::create(out, "insns", tables::insns(), true)?);
-    let mem = Arc::new(Table::create(out, "mem", tables::mem(), true)?);
+    let insns = Arc::new(Table::create(out, "insns", tables::insns())?);
+    let mem = Arc::new(Table::create(out, "mem", tables::mem())?);
     let small = Small::create(out)?;
     let (tx, rx) = sync_channel::<Job>(8 * args.jobs as usize);
     let rx = Arc::new(Mutex::new(rx));
@@ -924,7 +931,7 @@ mod tests {
     #[test]
     fn mem_pages_read_back() {
         let dir = tempdir("mem");
-        let table = Arc::new(Table::create(&dir, "mem", tables::mem(), true).unwrap());
+        let table = Arc::new(Table::create(&dir, "mem", tables::mem()).unwrap());
         let layout = Arc::new(Layout::new(&tables::mem()).unwrap());
         let mut part = Part::new(table, layout.clone(), tables::mem_columns(&layout)).unwrap();
         let mut seed = 7;
@@ -1050,7 +1057,7 @@ mod tests {
     #[test]
     fn insn_pages_read_back_with_modules_and_nulls() {
         let dir = tempdir("insns");
-        let table = Arc::new(Table::create(&dir, "insns", tables::insns(), true).unwrap());
+        let table = Arc::new(Table::create(&dir, "insns", tables::insns()).unwrap());
         let layout = Arc::new(Layout::new(&tables::insns()).unwrap());
         let mut part = Part::new(table, layout.clone(), tables::insn_columns(&layout)).unwrap();
         // Two modules (files that are not ELF files: no symbols) and

@@ -7,8 +7,10 @@
 //! after each and hands it along with the instructions that ran under it.
 //! The encoders then resolve pcs without locks. A [`Resolver`] remembers
 //! the last range that resolved the same way (a symbol, or the gap between
-//! symbols of a region: the whole region for a stripped binary), so a pc
-//! costs one range check in the common case and a binary search on a miss.
+//! symbols of a region: the whole region for a stripped binary), and hands
+//! out runs of pcs in it: a pc costs one range check in the common case and
+//! a binary search on a miss, and a run is one value of the `module` and
+//! `symbol` pages.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -86,9 +88,6 @@ impl Snapshot {
     }
 }
 
-/// What a pc resolves to: module id, offset, symbol id.
-pub type Resolved = (Option<i32>, Option<i64>, Option<i32>);
-
 /// Resolves pcs under one snapshot, remembering the last range.
 pub struct Resolver<'a> {
     snap: &'a Snapshot,
@@ -111,18 +110,6 @@ impl<'a> Resolver<'a> {
             module: None,
             sym: None,
         }
-    }
-
-    #[inline(always)]
-    pub fn resolve(&mut self, pc: u64) -> Resolved {
-        if pc.wrapping_sub(self.lo) >= self.len {
-            self.miss(pc);
-        }
-        (
-            self.module,
-            self.module.map(|_| pc.wrapping_sub(self.base) as i64),
-            self.sym,
-        )
     }
 
     /// Resolves `pcs[0]` and says how many of the pcs from there resolve

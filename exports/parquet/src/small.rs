@@ -58,7 +58,7 @@ trait Columns: Default {
 
 impl<B: Columns> Out<B> {
     fn new(out: &Path, name: &str, schema: SchemaRef) -> Result<Out<B>, String> {
-        let t = Table::create(out, name, schema, false)?;
+        let t = Table::create(out, name, schema)?;
         Ok(Out {
             w: PartWriter::new(Arc::new(t)),
             b: B::default(),

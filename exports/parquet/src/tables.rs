@@ -14,15 +14,15 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
 
 use crate::columns::{Column, Layout};
 use crate::sink::Sink;
 
-/// Rows of a row group: large enough that engines scan fast, small enough
+/// Rows of a row group (of the large tables: at least this many, whole
+/// chunks): large enough that engines scan fast, small enough
 /// that a writer's buffer stays a few MB.
 pub const ROW_GROUP: usize = 1 << 20;
-/// Rows of a file of the large tables (64 row groups).
+/// Rows of a file (64 row groups).
 pub const ROWS_PER_FILE: usize = 64 * ROW_GROUP;
 
 fn field(name: &str, t: DataType, nullable: bool) -> Field {
@@ -150,55 +150,35 @@ pub fn symbols() -> SchemaRef {
     ]))
 }
 
-/// Writer settings. The two large tables' 64-bit columns are
-/// DELTA_BINARY_PACKED without dictionaries: their values move in small
-/// steps (seq by 1, pc by the instruction size), so deltas pack into a few
-/// bits at a fraction of a dictionary's hashing cost; their 8- and 32-bit
-/// columns (stream, ids, size) are nearly constant and PLAIN, which zstd
-/// (level 1) then shrinks to almost nothing at memcpy speed.
-fn properties(schema: &Schema, large: bool) -> WriterProperties {
-    let mut p = WriterProperties::builder()
+/// The small tables' writer settings (`ArrowWriter`'s own encoders; the
+/// large tables' pages are `columns.rs`'s).
+fn properties() -> WriterProperties {
+    WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("level 1")))
         .set_max_row_group_row_count(Some(ROW_GROUP))
         .set_statistics_enabled(EnabledStatistics::Chunk)
-        .set_write_batch_size(8192)
         .set_created_by(format!(
             "cannoli export parquet {}",
             env!("CARGO_PKG_VERSION")
-        ));
-    if large {
-        p = p.set_dictionary_enabled(false);
-        for f in schema.fields() {
-            let col = ColumnPath::from(f.name().as_str());
-            if matches!(f.data_type(), Int8 | Int32) {
-                p = p.set_column_encoding(col, Encoding::PLAIN);
-            } else if f.data_type() == &Int64 {
-                p = p.set_column_encoding(col, Encoding::DELTA_BINARY_PACKED);
-            } else {
-                p = p.set_column_dictionary_enabled(col, true);
-            }
-        }
-    }
-    p.build()
+        ))
+        .build()
 }
 
 /// One table's files: part numbers are shared by the table's writers.
 pub struct Table {
     pub dir: PathBuf,
     pub schema: SchemaRef,
-    large: bool,
     next_part: AtomicU32,
 }
 
 impl Table {
     /// Creates `DIR/<name>/`.
-    pub fn create(out: &Path, name: &str, schema: SchemaRef, large: bool) -> Result<Table, String> {
+    pub fn create(out: &Path, name: &str, schema: SchemaRef) -> Result<Table, String> {
         let dir = out.join(name);
         fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         Ok(Table {
             dir,
             schema,
-            large,
             next_part: AtomicU32::new(0),
         })
     }
@@ -220,7 +200,7 @@ impl Table {
         let path = self.dir.join("part-00000.parquet");
         let f =
             File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-        let props = properties(&self.schema, self.large);
+        let props = properties();
         ArrowWriter::try_new(f, self.schema.clone(), Some(props))
             .and_then(|w| w.close().map(|_| ()))
             .map_err(|e| format!("{}: {e}", path.display()))
@@ -261,7 +241,7 @@ impl PartWriter {
             let path = self.table.next_path();
             let f = Sink::create(&path)
                 .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-            let props = properties(&self.table.schema, self.table.large);
+            let props = properties();
             let w = ArrowWriter::try_new(f, self.table.schema.clone(), Some(props))
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             self.cur = Some((w, 0));
