@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! `cannoli export parquet RUN -o DIR`: a recording as Parquet tables, one
 //! directory per table (`DIR/insns/part-00000.parquet`, ...), for SQL with
-//! DuckDB, Spark or Trino. The schemas are in `tables.rs` and
-//! `docs/parquet.md`.
+//! DuckDB, Spark or Trino. The schemas are in `tables.rs` and the README
+//! ("Schemas").
 //!
 //! How it runs: the replay's parallel callbacks gather each chunk's events
 //! into columns ([`Batch`]); the serial phase numbers them (`seq`, one
@@ -124,6 +124,9 @@ type Slot = Cell<Option<Box<Batch>>>;
 /// Batches the encoders are done with, kept for the next chunks: their
 /// vectors have grown to a chunk's size already, so filling them neither
 /// reallocates nor touches fresh memory.
+// Boxed as they travel: a batch moves between the callbacks, the jobs
+// and this list as one pointer.
+#[allow(clippy::vec_box)]
 static SPARE: Mutex<Vec<Box<Batch>>> = Mutex::new(Vec::new());
 
 /// Spare batches kept: those in flight, about.
@@ -773,7 +776,7 @@ fn mem_pages(w: &mut Part, m: &MemRows) -> Result<(), String> {
         let all: Vec<i32> = m
             .stream
             .iter()
-            .flat_map(|&(v, k)| std::iter::repeat_n(v, k))
+            .flat_map(|&(v, k)| std::iter::repeat(v).take(k))
             .collect();
         pages::delta(&all, 0, &mut s.raw);
     }
