@@ -2,21 +2,22 @@
 //! The large tables' files (`insns`, `mem`), written column by column from
 //! pages encoded in `pages.rs`.
 //!
-//! A recording chunk's rows become one data page (v1) of each column,
-//! encoded straight from the decoded chunk: no column buffers, and a
-//! column that is constant over the chunk (`stream`, mostly `module` and
-//! `symbol`) costs a few bytes per 128 rows. Pages may differ in length;
-//! what Parquet asks is that a row group's columns have the same rows,
-//! which they do: a [`Part`] ends a row group after the chunk that brings
-//! it to [`ROW_GROUP`] rows.
+//! A recording chunk's instructions become one data page (v2) of each
+//! `insns` column, encoded straight from the decoded chunk: no column
+//! buffers, and a column that is constant over the chunk (`stream`, mostly
+//! `module` and `symbol`) costs a few bytes per 128 rows. `mem` pages
+//! gather the accesses of several chunks (`MEM_PAGE`). Pages may differ in
+//! length; what Parquet asks is that a row group's columns have the same
+//! rows, which they do: a [`Part`] ends a row group after the page that
+//! brings it to [`ROW_GROUP`] rows.
 //!
 //! A page's values are compressed with zstd level 1, or not at all if that
 //! did not shrink them (random loaded values: a data page v2 says which).
-//! The `parquet`
-//! crate frames the pages (`SerializedPageWriter`), splices each column
-//! chunk into the file at the end of its row group (`append_column`) and
-//! writes the footer, with the Arrow schema in it as `ArrowWriter` would
-//! put it. Memory: one row group of compressed pages per table and writer.
+//! The `parquet` crate frames the pages (`SerializedPageWriter`), splices
+//! each column chunk into the file at the end of its row group
+//! (`append_column`) and writes the footer, with the Arrow schema in it as
+//! `ArrowWriter` would put it. Memory: one row group of compressed pages
+//! per table and writer.
 
 use std::sync::Arc;
 
@@ -37,8 +38,7 @@ use crate::sink::Sink;
 use crate::tables::{Table, ROWS_PER_FILE, ROW_GROUP};
 
 /// zstd's level for the pages: the fastest of the positive levels; the
-/// negative ones were slower overall here, their larger output costing
-/// more to write than they saved.
+/// negative ones were no faster overall here and wrote up to 15 % more.
 pub const ZSTD_LEVEL: i32 = 1;
 
 /// The buffers a page is built in and compressed with, shared by a
@@ -49,7 +49,18 @@ pub struct Scratch {
     z: zstd::bulk::Compressor<'static>,
 }
 
+/// `data` as one zstd frame if that shrinks it by 1/16 at least.
+fn shrunk(z: &mut zstd::bulk::Compressor<'static>, data: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    let c = z.compress(data).map_err(|e| format!("zstd: {e}"))?;
+    Ok((c.len() * 16 <= data.len() * 15).then_some(c))
+}
+
 impl Scratch {
+    /// `data` as one zstd frame if that shrinks it by 1/16 at least.
+    pub fn frame(&mut self, data: &[u8]) -> Result<Option<Vec<u8>>, String> {
+        shrunk(&mut self.z, data)
+    }
+
     /// `data` as one zstd frame.
     pub fn compress(&mut self, data: &[u8]) -> Result<Vec<u8>, String> {
         self.z.compress(data).map_err(|e| format!("zstd: {e}"))
@@ -125,7 +136,7 @@ impl Column {
         if let (Some(words), None) = (self.dict, self.dict_len) {
             let mut raw = Vec::new();
             pages::plain_words(words, &mut raw);
-            let buf = Bytes::from(s.z.compress(&raw).map_err(|e| format!("zstd: {e}"))?);
+            let buf = Bytes::from(s.compress(&raw)?);
             let page = Page::DictionaryPage {
                 buf,
                 num_values: words.len() as u32,
@@ -137,18 +148,17 @@ impl Column {
             self.dict_len = Some(len as i64);
         }
         let values = &s.raw[levels..];
-        let mut compressed = None;
-        if self.skip == 0 {
-            let c = s.z.compress(values).map_err(|e| format!("zstd: {e}"))?;
-            if c.len() * 16 <= values.len() * 15 {
-                compressed = Some(c);
-            } else if values.len() >= 4096 {
+        let compressed = if self.skip > 0 {
+            self.skip -= 1;
+            None
+        } else {
+            let c = shrunk(&mut s.z, values)?;
+            if c.is_none() && values.len() >= 4096 {
                 // Random values: try again in a while.
                 self.skip = 64;
             }
-        } else {
-            self.skip -= 1;
-        }
+            c
+        };
         match &compressed {
             Some(c) => self.page_from(rows, levels, nulls, &s.raw, Some(&[c])),
             None => self.page_from(rows, levels, nulls, &s.raw, None),
@@ -193,12 +203,6 @@ impl Column {
         self.write(CompressedPage::new(page, raw.len()))?;
         self.rows += rows as u64;
         Ok(())
-    }
-
-    /// Compresses `data` as one zstd frame, or says it did not shrink.
-    pub fn frame(s: &mut Scratch, data: &[u8]) -> Result<Option<Vec<u8>>, String> {
-        let c = s.compress(data)?;
-        Ok((c.len() * 16 <= data.len() * 15).then_some(c))
     }
 
     fn write(&mut self, page: CompressedPage) -> Result<(), String> {

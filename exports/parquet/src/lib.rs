@@ -38,7 +38,7 @@ use cannoli::recording::Recording;
 use cannoli::{Cannoli, ClientInfo, Signal, Syscall};
 use tools::coverage::space::{Modules, Space};
 
-use columns::{Column, Layout, Part, Scratch};
+use columns::{Layout, Part};
 use resolve::{ModInfo, Resolver, Snapshot};
 use small::Small;
 use tables::Table;
@@ -552,12 +552,19 @@ fn encoder(
     Ok((wi.rows, wm.rows))
 }
 
+/// Instructions in a row that resolve alike.
+struct Run {
+    module: Option<i32>,
+    /// What the offsets count from.
+    base: u64,
+    symbol: Option<i32>,
+    count: usize,
+}
+
 /// What a chunk's `module`, `offset` and `symbol` pages are built from.
 #[derive(Default)]
 struct InsnScratch {
-    /// Runs of instructions that resolve alike: `(module, base, symbol,
-    /// count)`.
-    runs: Vec<(Option<i32>, u64, Option<i32>, usize)>,
+    runs: Vec<Run>,
     /// The pc page's blocks (the offset page's too, when one module holds
     /// the chunk).
     pc_blocks: Vec<u8>,
@@ -596,11 +603,11 @@ fn insn_pages(w: &mut Part, job: &Job, e: &mut InsnScratch) -> Result<(), String
     pages::delta_blocks(&b.insn_pc, &mut s.raw);
     e.pc_blocks.clear();
     e.pc_blocks.extend_from_slice(&s.raw[header..]);
-    let blocks_z = Column::frame(s, &e.pc_blocks)?;
+    let blocks_z = s.frame(&e.pc_blocks)?;
     match &blocks_z {
         Some(bz) => {
             let head = s.raw[..header].to_vec();
-            let hz = zstd_frame(s, &head)?;
+            let hz = s.compress(&head)?;
             pc.page_from(n, 0, 0, &s.raw, Some(&[&hz, bz]))?;
         }
         None => pc.page_from(n, 0, 0, &s.raw, None)?,
@@ -612,34 +619,47 @@ fn insn_pages(w: &mut Part, job: &Job, e: &mut InsnScratch) -> Result<(), String
         let mut r = Resolver::new(snap);
         let mut pcs = &b.insn_pc[*start..end];
         while !pcs.is_empty() {
-            let (k, m, base, sym) = r.resolve_run(pcs);
+            let (count, module, base, symbol) = r.resolve_run(pcs);
+            let run = Run {
+                module,
+                base,
+                symbol,
+                count,
+            };
             match e.runs.last_mut() {
-                Some(last) if (last.0, last.1, last.2) == (m, base, sym) => last.3 += k,
-                _ => e.runs.push((m, base, sym, k)),
+                Some(l) if (l.module, l.base, l.symbol) == (module, base, symbol) => {
+                    l.count += count
+                }
+                _ => e.runs.push(run),
             }
-            pcs = &pcs[k..];
+            pcs = &pcs[count..];
         }
     }
 
     // module and offset: null where no module holds the pc.
     e.levels.clear();
-    e.levels.extend(e.runs.iter().map(|r| (r.0.is_some(), r.3)));
+    e.levels
+        .extend(e.runs.iter().map(|r| (r.module.is_some(), r.count)));
     s.raw.clear();
     let nulls = pages::level_runs(&e.levels, &mut s.raw);
     let levels = s.raw.len();
-    id_values(&e.runs, |r| r.0, &mut e.ids, &mut s.raw);
+    id_values(&e.runs, |r| r.module, &mut e.ids, &mut s.raw);
     module.page(n, levels, nulls, s)?;
 
     s.raw.truncate(levels);
     match e.runs[..] {
-        [(Some(_), base, _, _)] => {
+        [Run {
+            module: Some(_),
+            base,
+            ..
+        }] => {
             // One module: the pc page's deltas, compressed already.
             pages::delta_header(n, b.insn_pc[0].wrapping_sub(base as i64), &mut s.raw);
             let header = s.raw[levels..].to_vec();
             s.raw.extend_from_slice(&e.pc_blocks);
             match &blocks_z {
                 Some(bz) => {
-                    let hz = zstd_frame(s, &header)?;
+                    let hz = s.compress(&header)?;
                     offset.page_from(n, levels, nulls, &s.raw, Some(&[&hz, bz]))?;
                 }
                 None => offset.page_from(n, levels, nulls, &s.raw, None)?,
@@ -648,13 +668,14 @@ fn insn_pages(w: &mut Part, job: &Job, e: &mut InsnScratch) -> Result<(), String
         _ => {
             e.offsets.clear();
             let mut at = 0;
-            for &(m, base, _, k) in &e.runs {
-                if m.is_some() {
-                    let pcs = &b.insn_pc[at..at + k];
+            for r in &e.runs {
+                if r.module.is_some() {
+                    let pcs = &b.insn_pc[at..at + r.count];
+                    let base = r.base as i64;
                     e.offsets
-                        .extend(pcs.iter().map(|&pc| pc.wrapping_sub(base as i64)));
+                        .extend(pcs.iter().map(|&pc| pc.wrapping_sub(base)));
                 }
-                at += k;
+                at += r.count;
             }
             pages::delta(&e.offsets, 0, &mut s.raw);
             offset.page(n, levels, nulls, s)?;
@@ -662,30 +683,26 @@ fn insn_pages(w: &mut Part, job: &Job, e: &mut InsnScratch) -> Result<(), String
     }
 
     e.levels.clear();
-    e.levels.extend(e.runs.iter().map(|r| (r.2.is_some(), r.3)));
+    e.levels
+        .extend(e.runs.iter().map(|r| (r.symbol.is_some(), r.count)));
     s.raw.clear();
     let nulls = pages::level_runs(&e.levels, &mut s.raw);
     let levels = s.raw.len();
-    id_values(&e.runs, |r| r.2, &mut e.ids, &mut s.raw);
+    id_values(&e.runs, |r| r.symbol, &mut e.ids, &mut s.raw);
     symbol.page(n, levels, nulls, s)?;
 
     w.paged(n)
 }
 
-/// `data` as a zstd frame, shrunk or not (a header's few bytes).
-fn zstd_frame(s: &mut Scratch, data: &[u8]) -> Result<Vec<u8>, String> {
-    s.compress(data)
-}
-
 /// The non-null values of an id column (module, symbol) that is constant
 /// over runs of rows.
 fn id_values(
-    runs: &[(Option<i32>, u64, Option<i32>, usize)],
-    id: impl Fn(&(Option<i32>, u64, Option<i32>, usize)) -> Option<i32>,
+    runs: &[Run],
+    id: impl Fn(&Run) -> Option<i32>,
     ids: &mut Vec<i32>,
     out: &mut Vec<u8>,
 ) {
-    let mut present = runs.iter().filter_map(|r| id(r).map(|v| (v, r.3)));
+    let mut present = runs.iter().filter_map(|r| id(r).map(|v| (v, r.count)));
     let first = present.clone().next();
     let count: usize = present.clone().map(|p| p.1).sum();
     if present.all(|p| Some(p.0) == first.map(|f| f.0)) {
@@ -695,7 +712,7 @@ fn id_values(
     ids.clear();
     for r in runs {
         if let Some(v) = id(r) {
-            ids.resize(ids.len() + r.3, v);
+            ids.resize(ids.len() + r.count, v);
         }
     }
     pages::delta(ids, 0, out);
