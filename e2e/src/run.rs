@@ -250,6 +250,20 @@ impl GuestRun {
     }
 }
 
+/// An input file for programs that read text (`sha256sum`, `sort`):
+/// `lines` lines of pseudo-random words, the same on every run.
+pub fn words(lines: usize) -> Vec<u8> {
+    let mut x = 0x2545_f491u32;
+    let mut out = Vec::new();
+    for i in 0..lines {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        out.extend_from_slice(format!("{:08x} line {i} {}\n", x, x % 977).as_bytes());
+    }
+    out
+}
+
 /// Last `n` lines of `s`.
 pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();

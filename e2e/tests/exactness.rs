@@ -106,20 +106,6 @@ fn ours(arch: &'static str, name: &str, args: &[&str], client_threads: &'static 
     });
 }
 
-/// Input of the busybox and host program cases: some hundred lines of
-/// pseudo-random words, the same on every run.
-fn words(lines: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491u32;
-    let mut out = Vec::new();
-    for i in 0..lines {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        out.extend_from_slice(format!("{:08x} line {i} {}\n", x, x % 977).as_bytes());
-    }
-    out
-}
-
 fn busybox_case(arch: &'static str, applet_args: &[&str]) {
     program_case(arch, busybox(arch), "busybox", applet_args);
 }

@@ -79,20 +79,6 @@ fn read_dump(p: &Path) -> Dump {
     d
 }
 
-/// The input of the x86_64 run: some thousand lines of pseudo-random
-/// words.
-fn words(lines: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491u32;
-    let mut out = Vec::new();
-    for i in 0..lines {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        out.extend_from_slice(format!("{:08x} line {i} {}\n", x, x % 977).as_bytes());
-    }
-    out
-}
-
 /// `sortcrc 300` (ours, with symbols: the top functions are checked), or
 /// on x86_64 the host's own dynamically linked `/usr/bin/sha256sum` (the
 /// loader and libc as modules, 16-byte accesses).

@@ -67,20 +67,6 @@ const WORK: &str = "5000";
 const SIGNALS_EXIT: i32 = 7;
 const FORKEXEC_EXIT: i32 = 3;
 
-/// The input of the sha256sum runs: some hundred lines of pseudo-random
-/// words (as in exactness.rs).
-fn words(lines: usize) -> Vec<u8> {
-    let mut x = 0x2545_f491u32;
-    let mut out = Vec::new();
-    for i in 0..lines {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        out.extend_from_slice(format!("{:08x} line {i} {}\n", x, x % 977).as_bytes());
-    }
-    out
-}
-
 /// One program to run.
 struct Prog {
     arch: &'static str,
