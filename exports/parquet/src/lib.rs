@@ -961,7 +961,7 @@ mod tests {
     use super::*;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Int32Type, Int64Type, Int8Type};
-    use arrow_array::{Array, RecordBatch};
+    use arrow_array::{Array, ArrowPrimitiveType, RecordBatch};
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     fn lcg(seed: &mut u64) -> u64 {
@@ -989,10 +989,11 @@ mod tests {
         out
     }
 
-    fn i64s(b: &[RecordBatch], col: &str) -> Vec<Option<i64>> {
+    /// A column of every batch, nulls as `None`.
+    fn ints<T: ArrowPrimitiveType>(b: &[RecordBatch], col: &str) -> Vec<Option<T::Native>> {
         b.iter()
             .flat_map(|b| {
-                let a = b.column_by_name(col).unwrap().as_primitive::<Int64Type>();
+                let a = b.column_by_name(col).unwrap().as_primitive::<T>();
                 (0..a.len())
                     .map(|i| a.is_valid(i).then(|| a.value(i)))
                     .collect::<Vec<_>>()
@@ -1000,15 +1001,17 @@ mod tests {
             .collect()
     }
 
+    fn i64s(b: &[RecordBatch], col: &str) -> Vec<Option<i64>> {
+        ints::<Int64Type>(b, col)
+    }
+
     fn i32s(b: &[RecordBatch], col: &str) -> Vec<Option<i32>> {
-        b.iter()
-            .flat_map(|b| {
-                let a = b.column_by_name(col).unwrap().as_primitive::<Int32Type>();
-                (0..a.len())
-                    .map(|i| a.is_valid(i).then(|| a.value(i)))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
+        ints::<Int32Type>(b, col)
+    }
+
+    /// What a column must hold: `f` of every expected row.
+    fn expect<W, T>(want: &[W], f: impl Fn(&W) -> T) -> Vec<T> {
+        want.iter().map(f).collect()
     }
 
     fn tempdir(name: &str) -> PathBuf {
@@ -1087,26 +1090,11 @@ mod tests {
         let got = read(&dir.join("mem"));
         let n = want.len();
         assert_eq!(got.iter().map(|b| b.num_rows()).sum::<usize>(), n);
-        assert_eq!(
-            i64s(&got, "seq"),
-            want.iter().map(|w| Some(w.0)).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            i64s(&got, "pc"),
-            want.iter().map(|w| Some(w.1)).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            i64s(&got, "address"),
-            want.iter().map(|w| Some(w.2)).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            i64s(&got, "value"),
-            want.iter().map(|w| Some(w.5)).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            i64s(&got, "value_hi"),
-            want.iter().map(|w| w.6).collect::<Vec<_>>()
-        );
+        assert_eq!(i64s(&got, "seq"), expect(&want, |w| Some(w.0)));
+        assert_eq!(i64s(&got, "pc"), expect(&want, |w| Some(w.1)));
+        assert_eq!(i64s(&got, "address"), expect(&want, |w| Some(w.2)));
+        assert_eq!(i64s(&got, "value"), expect(&want, |w| Some(w.5)));
+        assert_eq!(i64s(&got, "value_hi"), expect(&want, |w| w.6));
         let sizes: Vec<i8> = got
             .iter()
             .flat_map(|b| {
@@ -1117,7 +1105,7 @@ mod tests {
                     .to_vec()
             })
             .collect();
-        assert_eq!(sizes, want.iter().map(|w| w.3).collect::<Vec<_>>());
+        assert_eq!(sizes, expect(&want, |w| w.3));
         let kinds: Vec<String> = got
             .iter()
             .flat_map(|b| {
@@ -1219,22 +1207,10 @@ mod tests {
         }
         part.close().unwrap();
         let got = read(&dir.join("insns"));
-        assert_eq!(
-            i64s(&got, "seq"),
-            want.iter().map(|w| Some(w.0)).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            i64s(&got, "pc"),
-            want.iter().map(|w| Some(w.1)).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            i32s(&got, "module"),
-            want.iter().map(|w| w.2).collect::<Vec<_>>()
-        );
-        assert_eq!(
-            i64s(&got, "offset"),
-            want.iter().map(|w| w.3).collect::<Vec<_>>()
-        );
+        assert_eq!(i64s(&got, "seq"), expect(&want, |w| Some(w.0)));
+        assert_eq!(i64s(&got, "pc"), expect(&want, |w| Some(w.1)));
+        assert_eq!(i32s(&got, "module"), expect(&want, |w| w.2));
+        assert_eq!(i64s(&got, "offset"), expect(&want, |w| w.3));
         assert!(i32s(&got, "symbol").iter().all(|s| s.is_none()));
         assert!(i32s(&got, "stream").iter().all(|&s| s == Some(4)));
         let _ = std::fs::remove_dir_all(&dir);
