@@ -22,6 +22,19 @@ cache=${CANNOLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cannoli}
 targets=${CANNOLI_QEMU_TARGETS:-mipsel-linux-user,mips-linux-user,mips64el-linux-user,arm-linux-user,aarch64-linux-user,riscv64-linux-user,x86_64-linux-user,i386-linux-user,ppc64le-linux-user}
 jobs=${JOBS:-$(nproc)}
 log() { echo "build-qemu: $*" >&2; }
+# Progress (ninja's "[N/M]" status line, apt's download lines) only on a
+# terminal; elsewhere the build is quiet but for these log lines, and a
+# failure shows the end of its log.
+tty=0; [ -t 2 ] && tty=1
+# ninja, with its status line on a terminal and its output in $dir/ninja.log
+# otherwise.
+run_ninja() {
+  if [ $tty = 1 ]; then
+    ninja "$@" >&2
+  else
+    ninja "$@" >"$dir/ninja.log" 2>&1 || { tail -n 40 "$dir/ninja.log" >&2; die "ninja failed; full log in $dir/ninja.log"; }
+  fi
+}
 die() { echo "build-qemu: error: $*" >&2; exit 1; }
 
 # Debian's orig tarball we have verified the patch against.
@@ -44,16 +57,23 @@ fetch_tarball() {
   t=$(ls "$dl"/qemu_10.0.*+ds.orig.tar.xz 2>/dev/null | sort -V | tail -n1 || true)
   if [ -z "$t" ]; then
     command -v apt-get >/dev/null || die "no QEMU source: set QEMU_SRC or QEMU_TARBALL"
-    if ! grep -rqs "deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-      [ "$(id -u)" = 0 ] || die "no deb-src entry for Debian trixie; run as root: sudo bash scripts/deps.sh"
-      bash "$repo/scripts/deps.sh"
-    fi
+    # Debian's source package, through the project's private apt
+    # configuration (scripts/lib/private-apt.sh): the host's sources stay
+    # as they are, and no root is needed.
+    # shellcheck source=lib/private-apt.sh
+    . "$repo/scripts/lib/private-apt.sh"
     log "fetching Debian's qemu source package (trixie)"
-    local ok=0
+    local ok=0 i
     for i in 1 2 3; do
-      (cd "$dl" && apt-get source --download-only qemu/trixie >&2) && { ok=1; break; }
-      log "apt-get source failed (try $i); refreshing indexes"
-      apt-get update >&2 || true; sleep 5
+      [ $i = 1 ] && [ -n "$(ls "$private_apt_dir"/lists/*trixie*Sources* 2>/dev/null)" ] || private_apt_update
+      if [ $tty = 1 ]; then
+        (cd "$dl" && private_apt source --download-only qemu/trixie >&2) && { ok=1; break; }
+      else
+        (cd "$dl" && private_apt -qq source --download-only qemu/trixie >/dev/null 2>"$dl/.apt-source.log") && { ok=1; break; }
+        tail -n 3 "$dl/.apt-source.log" >&2
+      fi
+      log "apt-get source failed (try $i); refreshing the indexes"
+      sleep $((i * 3))
     done
     [ $ok = 1 ] || die "could not fetch the qemu source package; set QEMU_SRC or QEMU_TARBALL"
     t=$(ls "$dl"/qemu_10.0.*+ds.orig.tar.xz | sort -V | tail -n1)
@@ -124,6 +144,7 @@ else
   cp "$repo/qemu_patches.patch" "$dir/applied.patch"
   if [ ! -f "$dir/.configured" ]; then
     for variant in cannoli plain; do
+      log "configuring the $variant build"
       extra=(); [ $variant = cannoli ] && extra=(--with-cannoli="$dir/cannoli")
       mkdir -p "$dir/build-$variant"
       (cd "$dir/build-$variant" && ../src/configure "${conf_common[@]}" "${extra[@]}" >configure.log 2>&1) \
@@ -135,7 +156,8 @@ else
   for t in "${tl[@]}"; do bins+=("qemu-${t%-linux-user}"); done
   plugins=(tests/tcg/plugins/libinsn.so tests/tcg/plugins/libmem.so contrib/plugins/libexeclog.so
            contrib/plugins/libdrcov.so)
-  ninja -C "$dir/build-cannoli" -j "$jobs" "${bins[@]}" "${plugins[@]}" >&2
+  log "compiling the patched QEMU (${#bins[@]} guests) and its plugins on $jobs cores"
+  run_ninja -C "$dir/build-cannoli" -j "$jobs" "${bins[@]}" "${plugins[@]}"
   # The plain build is the reference for "tracing changes nothing" (layout
   # tests) and for the benchmark: a 32-bit and three 64-bit guests suffice,
   # and halve the build time of a fresh machine.
@@ -143,7 +165,10 @@ else
   for b in "${bins[@]}"; do
     case " ${CANNOLI_PLAIN_TARGETS:-mipsel x86_64 aarch64 riscv64} " in *" ${b#qemu-} "*) plain+=("$b") ;; esac
   done
-  [ ${#plain[@]} -eq 0 ] || ninja -C "$dir/build-plain" -j "$jobs" "${plain[@]}" >&2
+  if [ ${#plain[@]} -gt 0 ]; then
+    log "compiling the plain reference QEMU (${plain[*]})"
+    run_ninja -C "$dir/build-plain" -j "$jobs" "${plain[@]}"
+  fi
   echo "$key" > "$dir/.done"
 fi
 

@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# Installs the Debian and PyPI packages the build and the tests need.
+# SPDX-License-Identifier: GPL-2.0-or-later
+#
+# Installs the Debian and PyPI packages the build and the tests need, and
+# nothing else: the host's apt sources and dpkg architectures are left as
+# they are. (What the project fetches for itself, QEMU's source and each
+# guest's busybox-static, goes through a private apt configuration in its
+# cache: scripts/lib/private-apt.sh.)
+#
 # Safe to run again: it installs only what is missing. Needs root for apt;
-# without root it prints the command to run instead.
+# without root it prints the command to run instead. A mirror mid-sync (one
+# broken index) does not stop it: it retries, installs what it can, and says
+# in one line what it skipped and why.
 set -uo pipefail
 
 APT_PKGS=(
   build-essential ninja-build pkg-config libglib2.0-dev libfdt-dev libpixman-1-dev
   zlib1g-dev flex bison python3-venv dpkg-dev xz-utils ca-certificates
-  nix-bin
+  debian-archive-keyring nix-bin
 )
 # Debian's cross compilers and C libraries, one pair per guest of the matrix
-# (x86_64 uses the host's gcc). Keep in step with scripts/guests.sh.
+# (x86_64 uses the host's gcc). Keep in step with scripts/build-guests.sh.
 APT_PKGS+=(
   gcc-mipsel-linux-gnu libc6-dev-mipsel-cross
   gcc-mips-linux-gnu libc6-dev-mips-cross
@@ -21,67 +30,68 @@ APT_PKGS+=(
   gcc-i686-linux-gnu libc6-dev-i386-cross
   gcc-powerpc64le-linux-gnu libc6-dev-ppc64el-cross
 )
-# Debian architectures whose busybox-static the tests run (apt only knows a
-# foreign architecture's packages once dpkg has it).
-FOREIGN_ARCHES=(mipsel mips64el armhf arm64 i386 ppc64el)
 PIP_PKGS=("meson>=1.5" "pycotap==1.3.1" "duckdb>=1.1")
 
 log() { echo "deps: $*" >&2; }
 
-missing=()
-for p in "${APT_PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
+# An earlier version of this script added a deb-src entry of its own to the
+# host's apt sources; it is ours, so it goes (QEMU's source now comes through
+# the private configuration). dpkg's architectures it added are left alone:
+# the user may use them by now.
+old_src=/etc/apt/sources.list.d/cannoli-trixie-src.sources
+if [ -f "$old_src" ] && [ "$(id -u)" -eq 0 ]; then
+  rm -f "$old_src" && log "removed $old_src (added by an earlier version of cannoli)"
+fi
 
-# Debian's deb-src entry for trixie, so `apt-get source qemu` can fetch QEMU 10.0.
-add_deb_src() {
-  local f=/etc/apt/sources.list.d/cannoli-trixie-src.sources
-  [ -f "$f" ] && return 1
-  cat >"$f" <<'SRC'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: trixie
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-  return 0
+missing_pkgs() {
+  local p
+  for p in "${APT_PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
 }
+mapfile -t missing < <(missing_pkgs)
 
 apt_update() {
-  # Mirrors are sometimes mid-sync: one broken index must not stop us, so retry
-  # and carry on even if an unrelated index still fails.
+  # apt exits non-zero when any one index fails (a mirror mid-sync), yet
+  # keeps and uses every other: go on with what we have after a few tries.
+  local i
   for i in 1 2 3; do
-    apt-get update -o Acquire::Retries=3 && return 0
-    log "apt-get update failed (try $i), retrying"; sleep 5
+    apt-get update -q -o Acquire::Retries=3 >/dev/null 2>"$tmp/update.err" && return 0
+    log "apt-get update failed (try $i): $(grep -m1 -E '^(E|W):' "$tmp/update.err" || tail -n1 "$tmp/update.err")"
+    sleep $((i * 3))
   done
-  log "apt-get update still reports errors; continuing with the indexes we have"
+  log "apt-get update still reports errors; installing from the indexes we have"
 }
 
-need_src=0
-[ "${CANNOLI_NEED_DEB_SRC:-1}" = 1 ] && need_src=1
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@" \
+    >"$tmp/install.log" 2>&1
+}
 
-if [ "$(id -u)" -ne 0 ]; then
-  [ ${#missing[@]} -gt 0 ] && { log "missing packages; run as root: apt-get install -y ${missing[*]}"; exit 1; }
-else
-  updated=0
-  # Debian's busybox-static for each guest is fetched with `apt-get download`
-  # (scripts/fetch-busybox.sh).
-  # Read the list once: `dpkg ... | grep -q` under pipefail fails when grep
-  # exits before dpkg has written everything (SIGPIPE).
-  foreign="$(dpkg --print-foreign-architectures)"
-  for a in "${FOREIGN_ARCHES[@]}"; do
-    if ! grep -qx "$a" <<<"$foreign"; then
-      dpkg --add-architecture "$a" && updated=2
-    fi
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    log "missing packages; run as root: apt-get install -y ${missing[*]}"
+    exit 1
+  fi
+  tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+  log "installing ${#missing[@]} Debian packages: ${missing[*]}"
+  apt_update
+  ok=0
+  for i in 1 2 3; do
+    if apt_install "${missing[@]}"; then ok=1; break; fi
+    log "apt-get install failed (try $i): $(grep -m1 -E '^E:' "$tmp/install.log" || tail -n1 "$tmp/install.log")"
+    sleep $((i * 5)); apt_update
   done
-  if [ $need_src = 1 ] && add_deb_src; then updated=2; fi
-  if [ $updated = 2 ]; then apt_update; updated=1; fi
-  if [ ${#missing[@]} -gt 0 ]; then
-    [ $updated = 1 ] || apt_update
-    for i in 1 2 3; do
-      DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" && break
-      log "apt-get install failed (try $i)"; [ $i = 3 ] && exit 1; apt_update; sleep 5
+  if [ $ok = 0 ]; then
+    # One package that cannot be had must not keep the others out: install
+    # them one at a time and name the ones that failed.
+    skipped=()
+    for p in "${missing[@]}"; do
+      apt_install "$p" || skipped+=("$p: $(grep -m1 -E '^E:' "$tmp/install.log" || tail -n1 "$tmp/install.log")")
     done
+    if [ ${#skipped[@]} -gt 0 ]; then
+      log "skipped ${#skipped[@]} packages apt could not install: $(printf '%s; ' "${skipped[@]}")"
+    fi
   fi
 fi
 
@@ -91,5 +101,10 @@ if ! "$py" -c 'import mesonbuild, pycotap, duckdb, sys; from mesonbuild import c
     "$py" -m pip install --quiet "${PIP_PKGS[@]}" && break
     log "pip install failed (try $i)"; [ $i = 3 ] && exit 1; sleep 5
   done
+fi
+mapfile -t still < <(missing_pkgs)
+if [ ${#still[@]} -gt 0 ]; then
+  log "still missing: ${still[*]}"
+  exit 1
 fi
 log "all build and test dependencies present"

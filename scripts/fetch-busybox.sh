@@ -13,12 +13,13 @@
 # no busybox-static for big-endian mips nor riscv64.
 #
 # Each .deb is fetched once with `apt-get download busybox-static:<debarch>`
-# into ${CANNOLI_CACHE:-$HOME/.cache/cannoli}/dl and unpacked with
-# `dpkg-deb -x`; a download that fails (a mirror error, a stale index) is
-# retried, after `apt-get update` when run as root. An architecture whose
-# binary is already installed is a no-op. Needs the architecture as a dpkg
-# foreign architecture (scripts/deps.sh adds them when run as root), except
-# the host's own.
+# through the project's private apt configuration (scripts/lib/private-apt.sh:
+# its own lists and architectures in the cache, so the host's apt sources and
+# dpkg architectures are never changed, and no root is needed) into
+# ${CANNOLI_CACHE:-$HOME/.cache/cannoli}/dl, and unpacked with `dpkg-deb -x`.
+# A download that fails (a mirror error, a stale index) is retried after the
+# private lists are refreshed. An architecture whose binary is already
+# installed is a no-op.
 #
 # Exits 1, naming every architecture that failed, if any did; the others
 # are installed anyway.
@@ -28,7 +29,9 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
-dl="${CANNOLI_CACHE:-$HOME/.cache/cannoli}/dl"
+dl="${CANNOLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cannoli}/dl"
+# shellcheck source=lib/private-apt.sh
+. "$here/lib/private-apt.sh"
 all_arches=(x86_64 aarch64 arm i386 mips64el mipsel ppc64le)
 
 quiet=0
@@ -74,17 +77,18 @@ download() {
     # temporary directory keeps a half-downloaded file out of the cache.
     tmp="$(mktemp -d "$dl/.busybox.XXXXXX")"
     local ok=0
+    # A first try with the lists we have; a fresh machine has none yet.
+    [ -n "$(ls "$private_apt_dir"/lists/*_binary-"$debarch"_Packages* 2>/dev/null)" ] || private_apt_update
     for i in 1 2 3 4; do
       # Only the download's own exit status counts: apt may also complain
       # about unrelated broken indexes. The timeout keeps an offline machine
       # from stalling the test suite for minutes.
-      if (cd "$tmp" && apt-get download -o Acquire::Retries=3 -o Acquire::http::Timeout=20 "$pkg") >"$tmp/log" 2>&1; then
+      if (cd "$tmp" && private_apt download "$pkg") >"$tmp/log" 2>&1; then
         ok=1; break
       fi
       log "apt-get download $pkg failed (try $i): $(grep -m1 -E '^(E|W):' "$tmp/log" || tail -n1 "$tmp/log")"
-      # A stale package index (a 404 from the mirror) is the usual cause;
-      # refresh it if we may.
-      if [ "$(id -u)" = 0 ]; then apt-get update -o Acquire::Retries=3 >/dev/null 2>&1 || true; fi
+      # A stale package index (a 404 from the mirror) is the usual cause.
+      private_apt_update
       sleep $((i * 3))
     done
     if [ $ok = 0 ]; then
@@ -117,13 +121,6 @@ install_one() {
   esac
   out="$root/target/guests/$arch/busybox"
   [ -x "$out" ] && return 0
-  # Not `dpkg ... | grep -q`: under pipefail an early grep exit (SIGPIPE
-  # to dpkg) would fail the test.
-  if [ "$debarch" != "$(dpkg --print-architecture)" ] &&
-     ! grep -qx "$debarch" <<<"$(dpkg --print-foreign-architectures)"; then
-    err "$debarch is not a dpkg foreign architecture: run 'bash scripts/deps.sh' as root (or: dpkg --add-architecture $debarch && apt-get update)"
-    return 1
-  fi
   deb="$(download "$debarch")" || return 1
   x="$(mktemp -d "$dl/.busybox-x.XXXXXX")"
   if ! dpkg-deb -x "$deb" "$x"; then
