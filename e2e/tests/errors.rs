@@ -177,7 +177,7 @@ fn dump_client_address_in_use() {
     let mut stderr = guard.child_mut().stderr.take().unwrap();
     let mut stdout = guard.child_mut().stdout.take().unwrap();
     let status = guard
-        .wait_timeout(Duration::from_secs(30))
+        .wait_timeout(Duration::from_secs(120))
         .expect("cannoli-dump hung on a taken port");
     let mut err = String::new();
     let mut out = String::new();
@@ -393,7 +393,7 @@ fn dump_client_with_stdout_on_a_full_disk() {
         .spawn()
         .expect("start cannoli-dump");
     let status = ChildGuard::new(child, "cannoli-dump")
-        .wait_timeout(Duration::from_secs(30))
+        .wait_timeout(Duration::from_secs(120))
         .expect("cannoli-dump with stdout on a full disk hung");
     let err = std::fs::read_to_string(&err_path).unwrap_or_default();
     assert_eq!(status.code(), Some(1), "{status}\n{err}");

@@ -54,10 +54,11 @@ use e2e::procs::{run_traced, traced_cmd, Streams, Traced};
 use e2e::recording::*;
 use e2e::*;
 
-/// Limit on one replay or `cannoli info`: they take milliseconds.
-const QUICK: Duration = Duration::from_secs(30);
-/// Limit on one live tool run.
-const LIVE: Duration = Duration::from_secs(120);
+/// Hang guard on one replay or `cannoli info` (they take milliseconds):
+/// generous, so that a loaded machine never trips it.
+const QUICK: Duration = Duration::from_secs(300);
+/// Hang guard on one live tool run.
+const LIVE: Duration = Duration::from_secs(600);
 
 /// Worker threads of the `threads` guest, and its work unit.
 const WORKERS: usize = 3;

@@ -3,9 +3,9 @@
 //!
 //! `tests/programs/storm.c` runs a deterministic loop (`storm_loop`, one
 //! call of `storm_tick` per iteration) while an interval timer (SIGALRM
-//! every 50 us) and a second thread (tgkill SIGUSR1 every ~20 us, and a
-//! fork every 256 kills, which makes QEMU kick the main vCPU with
-//! `cpu_exit`) interrupt it thousands of times a second: host signals reach
+//! every 50 us) and a second thread (tgkill SIGUSR1, and a fork every
+//! [`FORK_EVERY`] kills, which makes QEMU kick the main vCPU with
+//! `cpu_exit`) interrupt it again and again: host signals reach
 //! QEMU while the vCPU is in translated code, in the jitter's event code,
 //! in helpers, in the prologue and epilogue and in syscalls. The tests
 //! trace the section that holds the loop and both handlers
@@ -23,12 +23,15 @@
 //!   guest's handler counted and as many `G` events name that handler; each
 //!   `G` line is followed by the first instruction of its handler (of the
 //!   last one, when several are delivered at once);
-//! * the guest's stdout equals an untraced run's, except for the numbers of
-//!   signals sent and handled and of forks, which vary from run to run;
-//! * the storm was one: at least [`MIN_SIGNALS`] signals were handled (a
-//!   run without a storm proves nothing and is run again, at most
-//!   [`STORM_ATTEMPTS`] times in all: a loaded machine delivers fewer timer
-//!   signals).
+//! * the guest's stdout equals an untraced run's, except for the numbers
+//!   that depend on timing (iterations, ticks and the result, the timer's
+//!   SIGALRMs).
+//!
+//! The storm is driven by count, never by time: the guest's killer thread
+//! sends exactly [`SIGNALS`] SIGUSR1s, each once the previous one was
+//! handled, and the loop runs until then (at least [`MIN_ITERATIONS`], at
+//! most [`MAX_ITERATIONS`]). So a busy or a fast machine gets the same
+//! storm, only spread over more or fewer iterations.
 //!
 //! Each guest runs twice traced: with a fast client, and with a slow one
 //! (`--delay-us`), so that QEMU also waits for free chunks while signals
@@ -42,15 +45,14 @@ use e2e::ground::Elf;
 use e2e::lines::for_each_line;
 use e2e::*;
 
-/// Loop iterations and arithmetic rounds per iteration (storm.c's argv).
-const ITERATIONS: u64 = 150_000;
+/// SIGUSR1s the guest sends itself, one at a time (storm.c's argv).
+const SIGNALS: u64 = 600;
+/// Arithmetic rounds per iteration, and the bounds on iterations.
 const WORK: u64 = 4;
-
-/// Fewer handled signals than this is no storm: the test would prove
-/// nothing.
-const MIN_SIGNALS: u64 = 500;
-/// Runs of one client mode, at most, until one has a storm.
-const STORM_ATTEMPTS: u32 = 3;
+const MIN_ITERATIONS: u64 = 100_000;
+const MAX_ITERATIONS: u64 = 50_000_000;
+/// storm.c forks a child every this many SIGUSR1s.
+const FORK_EVERY: u64 = 100;
 
 /// `cannoli-dump --delay-us` of the slow-client runs: long enough that the
 /// ring fills and QEMU waits for chunks.
@@ -114,6 +116,7 @@ impl Storm {
 struct GuestCounts {
     iterations: u64,
     ticks: u64,
+    sent: u64,
     usr1: u64,
     alrm: u64,
     forks: u64,
@@ -144,28 +147,38 @@ fn guest_counts(stdout: &str) -> GuestCounts {
     GuestCounts {
         iterations: first_words[1].parse().expect("iterations"),
         ticks: number_after(first, "iterations"),
+        sent: number_after(line("storm: SIGUSR1"), "sent"),
         usr1: number_after(line("storm: SIGUSR1"), "handled"),
         alrm: number_after(line("storm: SIGALRM"), "handled"),
         forks: number_after(line("storm: forks"), "forks"),
     }
 }
 
-/// The guest's stdout with the numbers that vary from run to run (after
-/// `sent`, `handled` and `forks`) replaced by `#`.
-fn without_signal_counts(stdout: &str) -> String {
+/// The guest's stdout with the numbers that depend on timing replaced by
+/// `#`: the iterations, ticks and result of the first line, and the
+/// SIGALRMs handled.
+fn without_timing(stdout: &str) -> String {
     let mut out = String::new();
     for line in stdout.lines() {
-        let mut prev = "";
-        let words: Vec<String> = line
+        let timed = |w: &str| -> bool {
+            if line.starts_with("storm: SIGALRM") {
+                return w.chars().all(|c| c.is_ascii_digit());
+            }
+            line.contains(" iterations, ")
+                && (w.chars().all(|c| c.is_ascii_digit()) || w.starts_with("0x"))
+        };
+        let words: Vec<&str> = line
             .split(' ')
             .map(|w| {
-                let masked = matches!(prev, "sent" | "handled" | "forks")
-                    && w.chars().all(|c| c.is_ascii_digit());
-                prev = w;
-                if masked {
-                    "#".to_string()
+                let bare = w.trim_end_matches(',');
+                if !bare.is_empty() && timed(bare) {
+                    if w.ends_with(',') {
+                        "#,"
+                    } else {
+                        "#"
+                    }
                 } else {
-                    w.to_string()
+                    w
                 }
             })
             .collect();
@@ -257,8 +270,8 @@ fn storm(arch: &str) {
     let prog = guest(arch, "storm");
     let s = Storm::read(arch, &prog);
     let (lo, hi) = s.range();
-    let (n, work) = (ITERATIONS.to_string(), WORK.to_string());
-    let args = [n.as_str(), work.as_str()];
+    let counts = [SIGNALS, WORK, MIN_ITERATIONS, MAX_ITERATIONS].map(|n| n.to_string());
+    let args = counts.each_ref().map(|n| n.as_str());
 
     let bare = run_bare(
         &dir,
@@ -285,116 +298,96 @@ fn storm(arch: &str) {
             ],
         ),
     ] {
-        for attempt in 1..=STORM_ATTEMPTS {
-            let tag = format!("{mode}-{arch}-{attempt}");
-            let what = format!("{arch}, {mode} client");
-            let mut client = DumpClient::start_args(&dir, &tag, &client_args);
-            let cmd = GuestCmd::new(arch, q.qemu(arch), &prog, &args)
-                .qemu_arg("-cannoli")
-                .qemu_arg(e2e::ground::hooks_lib())
-                .env("CANNOLI_ADDR", &client.addr)
-                .env("CANNOLI_TOKEN", &client.token)
-                .env("CANNOLI_TEST_HOOKS", "always")
-                .env("CANNOLI_TEST_RANGE", &format!("{lo:x}-{hi:x}"));
-            let run = run_guest(&dir, &tag, &cmd);
-            let (client_status, client_stderr) = client.finish(&run);
-            assert_traced_success(&run, &client_status, &client_stderr);
+        let tag = format!("{mode}-{arch}");
+        let what = format!("{arch}, {mode} client");
+        let mut client = DumpClient::start_args(&dir, &tag, &client_args);
+        let cmd = GuestCmd::new(arch, q.qemu(arch), &prog, &args)
+            .qemu_arg("-cannoli")
+            .qemu_arg(e2e::ground::hooks_lib())
+            .env("CANNOLI_ADDR", &client.addr)
+            .env("CANNOLI_TOKEN", &client.token)
+            .env("CANNOLI_TEST_HOOKS", "always")
+            .env("CANNOLI_TEST_RANGE", &format!("{lo:x}-{hi:x}"));
+        let run = run_guest(&dir, &tag, &cmd);
+        let (client_status, client_stderr) = client.finish(&run);
+        assert_traced_success(&run, &client_status, &client_stderr);
 
-            // The guest's own view, and the same output as untraced.
-            let out = String::from_utf8_lossy(&run.stdout).into_owned();
-            let g = guest_counts(&out);
-            assert_eq!(
-                without_signal_counts(&out),
-                without_signal_counts(&bare_out),
-                "{what}: the traced guest's output differs from the untraced one's beyond the signal counts"
-            );
-            assert_eq!(
-                (g.iterations, g.ticks),
-                (ITERATIONS, ITERATIONS),
-                "{what}: the guest's loop miscounted:\n{out}"
-            );
-            let rate = run
-                .stderr_text()
-                .lines()
-                .find(|l| l.starts_with("storm: ") && l.contains("per second"))
-                .unwrap_or("")
-                .to_string();
-            eprintln!(
-                "storm {what}: SIGUSR1 handled {}, SIGALRM handled {}, forks {}; {rate}",
-                g.usr1, g.alrm, g.forks
-            );
-            if g.usr1 + g.alrm < MIN_SIGNALS {
-                // No storm: this run proves nothing, which is no verdict on
-                // the trace (a loaded machine delivers fewer timer signals).
-                assert!(
-                    attempt < STORM_ATTEMPTS,
-                    "{what}: only {} signals handled in each of {STORM_ATTEMPTS} runs; no storm, the test proves nothing:\n{out}",
-                    g.usr1 + g.alrm
-                );
-                eprintln!(
-                    "storm {what}: only {} signals handled, no storm; running again",
-                    g.usr1 + g.alrm
-                );
-                continue;
-            }
+        // The guest's own view, and the same output as untraced.
+        let out = String::from_utf8_lossy(&run.stdout).into_owned();
+        let g = guest_counts(&out);
+        assert_eq!(
+            without_timing(&out),
+            without_timing(&bare_out),
+            "{what}: the traced guest's output differs from the untraced one's beyond the timing"
+        );
+        assert_eq!(
+            (g.sent, g.usr1, g.forks),
+            (SIGNALS, SIGNALS, SIGNALS / FORK_EVERY),
+            "{what}: the guest's storm miscounted:\n{out}"
+        );
+        assert!(
+            g.iterations >= MIN_ITERATIONS && g.ticks == g.iterations,
+            "{what}: the guest's loop miscounted:\n{out}"
+        );
+        eprintln!(
+            "storm {what}: {} iterations, SIGUSR1 handled {}, SIGALRM handled {}, forks {}",
+            g.iterations, g.usr1, g.alrm, g.forks
+        );
+        // Complete: nothing lost, one stream per thread and child.
+        let sum = Summary::parse(&client_stderr).unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(
+            (sum.lost, sum.incomplete),
+            (0, 0),
+            "{what}: the trace is not complete:\n{}",
+            tail(&client_stderr, 10)
+        );
+        assert_eq!(
+            sum.connections,
+            2 + g.forks,
+            "{what}: streams: expected the main thread, the killer thread and {} forked children",
+            g.forks
+        );
 
-            // Complete: nothing lost, one stream per thread and child.
-            let sum = Summary::parse(&client_stderr).unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(
-                (sum.lost, sum.incomplete),
-                (0, 0),
-                "{what}: the trace is not complete:\n{}",
-                tail(&client_stderr, 10)
+        // Exact.
+        let t = read_trace(&client.out, &s, arch);
+        assert_eq!(
+                t.tick, g.iterations,
+                "{what}: storm_tick's first instruction ({:#x}) ran {} times in the trace, the loop iterated {} times",
+                s.tick.0, t.tick, g.iterations
             );
-            assert_eq!(
-                sum.connections,
-                2 + g.forks,
-                "{what}: streams: expected the main thread, the killer thread and {} forked children",
-                g.forks
-            );
-
-            // Exact.
-            let t = read_trace(&client.out, &s, arch);
-            assert_eq!(
-                t.tick, ITERATIONS,
-                "{what}: storm_tick's first instruction ({:#x}) ran {} times in the trace, the loop iterated {ITERATIONS} times",
-                s.tick.0, t.tick
-            );
-            assert!(
-                t.odd_count == 0,
-                "{what}: {} iterations executed another instruction sequence than the first one \
+        assert!(
+            t.odd_count == 0,
+            "{what}: {} iterations executed another instruction sequence than the first one \
                  ({} pcs: {:x?}); the first of them: {:x?}",
-                t.odd_count,
-                t.first_iteration.len(),
-                t.first_iteration,
-                t.odd_iterations
-            );
-            let g_usr1 = t.signals.get(&Some(s.usr1_value)).copied();
-            let g_alrm = t.signals.get(&Some(s.alrm_value)).copied();
-            assert_eq!(
-                (t.usr1, g_usr1.unwrap_or(0)),
-                (g.usr1, g.usr1),
-                "{what}: SIGUSR1: (handler entries, G events) in the trace vs. the guest's count"
-            );
-            assert_eq!(
-                (t.alrm, g_alrm.unwrap_or(0)),
-                (g.alrm, g.alrm),
-                "{what}: SIGALRM: (handler entries, G events) in the trace vs. the guest's count"
-            );
-            let other: u64 = t.signals.values().sum::<u64>() - g.usr1 - g.alrm;
-            assert_eq!(
-                other, 0,
-                "{what}: G events for other handlers: {:x?}",
-                t.signals
-            );
-            assert!(
-                t.misplaced.is_empty(),
-                "{what}: {} G lines are not followed by their handler's first instruction, e.g. {:?}",
-                t.misplaced.len(),
-                &t.misplaced[..t.misplaced.len().min(3)]
-            );
-            break;
-        }
+            t.odd_count,
+            t.first_iteration.len(),
+            t.first_iteration,
+            t.odd_iterations
+        );
+        let g_usr1 = t.signals.get(&Some(s.usr1_value)).copied();
+        let g_alrm = t.signals.get(&Some(s.alrm_value)).copied();
+        assert_eq!(
+            (t.usr1, g_usr1.unwrap_or(0)),
+            (g.usr1, g.usr1),
+            "{what}: SIGUSR1: (handler entries, G events) in the trace vs. the guest's count"
+        );
+        assert_eq!(
+            (t.alrm, g_alrm.unwrap_or(0)),
+            (g.alrm, g.alrm),
+            "{what}: SIGALRM: (handler entries, G events) in the trace vs. the guest's count"
+        );
+        let other: u64 = t.signals.values().sum::<u64>() - g.usr1 - g.alrm;
+        assert_eq!(
+            other, 0,
+            "{what}: G events for other handlers: {:x?}",
+            t.signals
+        );
+        assert!(
+            t.misplaced.is_empty(),
+            "{what}: {} G lines are not followed by their handler's first instruction, e.g. {:?}",
+            t.misplaced.len(),
+            &t.misplaced[..t.misplaced.len().min(3)]
+        );
     }
 }
 

@@ -478,7 +478,9 @@ fn io_error(context: impl fmt::Display, e: io::Error) -> Error {
 
 /// `FUTEX_WAIT` (shared) on `word` while it equals `expected`, for at most `timeout`.
 /// Spurious returns (EINTR, EAGAIN, ETIMEDOUT) are fine: callers re-check.
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+/// Returns true if the sleep ran out its time instead of being woken
+/// (ETIMEDOUT): counted, so that tests see a lost wake-up by count.
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) -> bool {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -486,7 +488,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     // SAFETY: `word` is a live, 4-byte aligned u32 (in the shared mapping),
     // which the kernel only reads; `ts` outlives the call; the remaining
     // arguments are unused by FUTEX_WAIT.
-    unsafe {
+    let r = unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
@@ -495,8 +497,9 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
             &ts as *const libc::timespec,
             ptr::null::<u32>(),
             0u32,
-        );
-    }
+        )
+    };
+    r == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
 }
 
 /// `FUTEX_WAKE` (shared) of up to `n` waiters on `word`.
@@ -588,6 +591,9 @@ pub struct Producer {
     /// The slot for `next` was found free by `acquire` and not yet published.
     acquired: bool,
     closed: bool,
+    /// Waits for a free slot that ran out their time slice instead of being
+    /// woken (see [`Producer::sleeps_timed_out`]).
+    slept_out: u64,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -717,8 +723,15 @@ impl Producer {
             next: 0,
             acquired: false,
             closed: false,
+            slept_out: 0,
             _not_sync: PhantomData,
         }
+    }
+
+    /// Waits for a free slot that ran out their whole time slice instead of
+    /// being woken by the consumer. A lost wake-up shows here, by count.
+    pub fn sleeps_timed_out(&self) -> u64 {
+        self.slept_out
     }
 
     /// Maps the sized ring `file` (at `at` if given) and writes its header.
@@ -885,7 +898,7 @@ impl Producer {
     /// Slow path of acquire: waits until slot `idx` is free. Ok(false) on timeout.
     #[cold]
     #[inline(never)]
-    fn wait_for_slot(&self, idx: usize, timeout: Option<Duration>) -> Result<bool, Error> {
+    fn wait_for_slot(&mut self, idx: usize, timeout: Option<Duration>) -> Result<bool, Error> {
         let slot = self.ring.slot(idx);
         for round in 0..SPIN_ROUNDS {
             spin(round);
@@ -923,7 +936,9 @@ impl Producer {
                     (d - now).min(MAX_SLICE)
                 }
             };
-            futex_wait(&slot.state, SLOT_FULL | SLOT_WAITER, slice);
+            if futex_wait(&slot.state, SLOT_FULL | SLOT_WAITER, slice) && slice == MAX_SLICE {
+                self.slept_out += 1;
+            }
             if slot.state.load(Ordering::Acquire) == SLOT_FREE {
                 return Ok(true);
             }
@@ -1217,6 +1232,9 @@ pub struct Consumer {
     refused: AtomicU64,
     /// The first protocol violation seen.
     violation: OnceLock<Violation>,
+    /// Sleeps that ran out their time slice (see
+    /// [`Consumer::sleeps_timed_out`]).
+    slept_out: AtomicU64,
 }
 
 /// `Consumer::end` while the stream's end is not known.
@@ -1542,7 +1560,15 @@ impl Consumer {
             closed: AtomicBool::new(false),
             refused: AtomicU64::new(0),
             violation: OnceLock::new(),
+            slept_out: AtomicU64::new(0),
         })
+    }
+
+    /// Sleeps of this consumer's threads that ran out their whole time
+    /// slice instead of being woken (by a publish, close or abandon). A
+    /// lost wake-up shows here, by count.
+    pub fn sleeps_timed_out(&self) -> u64 {
+        self.slept_out.load(Ordering::Relaxed)
     }
 
     /// Path the ring was opened from (already unlinked); empty for a memfd
@@ -1720,8 +1746,8 @@ impl Consumer {
             || self.end.load(Ordering::SeqCst) != NO_END
             || self.abandoned.load(Ordering::SeqCst)
             || self.closed.load(Ordering::SeqCst);
-        if !ready {
-            futex_wait(&wait.wake, word, MAX_SLICE);
+        if !ready && futex_wait(&wait.wake, word, MAX_SLICE) {
+            self.slept_out.fetch_add(1, Ordering::Relaxed);
         }
         wait.sleepers.fetch_sub(1, Ordering::SeqCst);
     }

@@ -2,32 +2,39 @@
  *
  * storm: a signal storm over a deterministic loop, for e2e/tests/storm.rs.
  *
- * The main thread runs storm_loop: ITERATIONS (argv[1], default 200000)
- * calls of storm_tick, with WORK (argv[2], default 16) rounds of
- * arithmetic between them, while
+ * usage: storm SIGNALS [WORK [MIN_ITERATIONS [MAX_ITERATIONS]]]
  *
- *   - an ITIMER_REAL fires every 50 us (SIGALRM, handler on_alrm), and
+ * The storm is driven by count, not by time, so that it is the same storm
+ * on a fast, slow or busy machine:
+ *
  *   - a second thread ("killer", SIGUSR1 and SIGALRM blocked, so every
  *     signal goes to the main thread) tgkill()s the main thread with
- *     SIGUSR1 (handler on_usr1) every ~20 us, and every FORK_EVERY kills
- *     forks a child that exits at once: under QEMU linux-user a fork takes
- *     the exclusive lock, which kicks the main thread's vCPU (cpu_exit)
- *     wherever it is.
+ *     SIGUSR1 (handler on_usr1) exactly SIGNALS times, each time waiting
+ *     until the handler has run before the next (so no two are merged into
+ *     one pending signal), and every FORK_EVERY kills forks a child that
+ *     exits at once: under QEMU linux-user a fork takes the exclusive lock,
+ *     which kicks the main thread's vCPU (cpu_exit) wherever it is;
+ *   - an ITIMER_REAL fires every 50 us (SIGALRM, handler on_alrm) on top,
+ *     as often as the machine manages: those are counted, not required.
  *
- * Host signals thus reach QEMU while the main vCPU is in translated code,
- * in helpers, in the prologue/epilogue and in syscalls. The program then
- * stops the timer and the killer, blocks both signals (so the counts are
- * final) and prints:
+ * Meanwhile the main thread runs storm_loop: calls of storm_tick with WORK
+ * rounds of arithmetic between them, at least MIN_ITERATIONS times and
+ * until the killer is done, but never more than MAX_ITERATIONS times (a
+ * bound, so that a machine that delivers no signal at all still ends: the
+ * program then says so and exits 2). Host signals thus reach QEMU while the
+ * main vCPU is in translated code, in helpers, in the prologue/epilogue and
+ * in syscalls. The program then stops the timer, blocks both signals (so
+ * the counts are final) and prints:
  *
- *   storm: <N> iterations, <T> ticks, result <hex>    (the same on every run)
- *   storm: SIGUSR1 sent <S> handled <H1>              (vary from run to run)
- *   storm: SIGALRM handled <H2>
- *   storm: forks <F>
+ *   storm: <N> iterations, <T> ticks, result <hex>
+ *   storm: SIGUSR1 sent <S> handled <H1>              (H1 = S = SIGNALS)
+ *   storm: SIGALRM handled <H2>                       (varies)
+ *   storm: forks <F>                                  (SIGNALS / FORK_EVERY)
  *
- * and on stderr the rate of handled signals during the loop. The tests find
+ * N, and so T and the result, vary with the timing too. The tests find
  * storm_loop, storm_tick, on_usr1 and on_alrm by their symbols: they live
- * together in the section .text.storm (so one address range covers them), and
- * storm_tick's first instruction runs exactly once per iteration.
+ * together in the section .text.storm (so one address range covers them),
+ * and storm_tick's first instruction runs exactly once per iteration.
  * storm_loop is there too: the tests also check that each iteration
  * executes the same instruction sequence.
  */
@@ -44,16 +51,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FORK_EVERY 256
+#define FORK_EVERY 100
 
 #define STORM __attribute__((section(".text.storm"), noinline, noclone, used))
 
 static volatile sig_atomic_t usr1_count, alrm_count;
 /* storm_tick's own count of its calls. */
 volatile unsigned long ticks;
-static volatile int done;
+/* Set by the killer once it has sent (and seen handled) all its signals. */
+static volatile int killer_done;
 static pid_t main_tid;
-static unsigned long sent, forks;
+static unsigned long signals, sent, forks;
 
 STORM void on_usr1(int sig)
 {
@@ -73,13 +81,20 @@ STORM unsigned long storm_tick(unsigned long x, unsigned long i)
     return x * 2654435761UL + i;
 }
 
-/* The loop. The tests trace only .text.storm (which keeps the trace
- * small) and check that the loop's instructions form the same sequence in
- * every iteration, however many signals interrupted it. */
-STORM unsigned long storm_loop(unsigned long n, unsigned long work)
+/* The loop: at least min iterations, and on until the killer is done, but
+ * at most max. Every iteration compares i with one volatile bound (max
+ * until the killer is done, then min), so that every iteration but the
+ * last runs the same instructions: the tests trace only .text.storm
+ * (which keeps the trace small) and check that the loop's instructions
+ * form the same sequence in every iteration, however many signals
+ * interrupted it. Returns the iterations run in *iterations. */
+static volatile unsigned long bound;
+static unsigned long min_iterations;
+
+STORM unsigned long storm_loop(unsigned long work, unsigned long *iterations)
 {
-    unsigned long x = 1;
-    for (unsigned long i = 0; i < n; i++) {
+    unsigned long x = 1, i;
+    for (i = 0; i < bound; i++) {
         x = storm_tick(x, i);
         for (unsigned long k = 0; k < work; k++) {
             x ^= x >> 7;
@@ -87,6 +102,7 @@ STORM unsigned long storm_loop(unsigned long n, unsigned long work)
             __asm__ volatile("" : "+r"(x));
         }
     }
+    *iterations = i;
     return x;
 }
 
@@ -94,12 +110,15 @@ static void *killer(void *arg)
 {
     struct timespec pause = {0, 20000};
     pid_t pid = getpid();
-    while (!done) {
+    while (sent < signals) {
         if (syscall(SYS_tgkill, pid, main_tid, SIGUSR1) != 0) {
             perror("storm: tgkill");
             _exit(1);
         }
         sent++;
+        /* The next signal only once this one was handled: every one counts. */
+        while ((unsigned long)usr1_count < sent)
+            nanosleep(&pause, NULL);
         if (sent % FORK_EVERY == 0) {
             pid_t child = fork();
             if (child == 0)
@@ -112,6 +131,8 @@ static void *killer(void *arg)
         }
         nanosleep(&pause, NULL);
     }
+    killer_done = 1;
+    bound = min_iterations;
     return NULL;
 }
 
@@ -128,17 +149,12 @@ static void handle(int sig, void (*fn)(int))
     }
 }
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-
 int main(int argc, char **argv)
 {
-    unsigned long n = argc > 1 ? strtoul(argv[1], NULL, 0) : 200000;
-    unsigned long work = argc > 2 ? strtoul(argv[2], NULL, 0) : 16;
+    signals = argc > 1 ? strtoul(argv[1], NULL, 0) : 1000;
+    unsigned long work = argc > 2 ? strtoul(argv[2], NULL, 0) : 4;
+    min_iterations = argc > 3 ? strtoul(argv[3], NULL, 0) : 100000;
+    bound = argc > 4 ? strtoul(argv[4], NULL, 0) : 1000000000UL;
     main_tid = (pid_t)syscall(SYS_gettid);
     handle(SIGUSR1, on_usr1);
     handle(SIGALRM, on_alrm);
@@ -163,13 +179,16 @@ int main(int argc, char **argv)
         perror("storm: setitimer");
         return 1;
     }
-    double t0 = now();
-    unsigned long r = storm_loop(n, work);
-    double secs = now() - t0;
-    int during = usr1_count + alrm_count;
+    unsigned long n;
+    unsigned long r = storm_loop(work, &n);
 
     setitimer(ITIMER_REAL, &off, NULL);
-    done = 1;
+    if (!killer_done) {
+        /* The bound: no storm came. Say so; the killer is left behind. */
+        fprintf(stderr, "storm: only %lu of %lu signals handled in %lu iterations\n",
+                (unsigned long)usr1_count, signals, n);
+        _exit(2);
+    }
     pthread_join(t, NULL);
     pthread_sigmask(SIG_BLOCK, &both, NULL);
 
@@ -177,7 +196,5 @@ int main(int argc, char **argv)
     printf("storm: SIGUSR1 sent %lu handled %d\n", sent, (int)usr1_count);
     printf("storm: SIGALRM handled %d\n", (int)alrm_count);
     printf("storm: forks %lu\n", forks);
-    fprintf(stderr, "storm: %d signals handled during the %.3f s loop (%.0f per second)\n",
-            during, secs, during / (secs > 0 ? secs : 1e-9));
     return 0;
 }

@@ -22,7 +22,6 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 use e2e::{guest, qemu_builds, qemu_common_args, tail, workspace_root, RunDir};
 use object::{Object, ObjectSegment, ObjectSymbol};
@@ -305,7 +304,6 @@ struct Run {
     stdout: String,
     stderr: String,
     drcov: Drcov,
-    secs: f64,
 }
 
 /// One summary row: (id, blocks, insns, path).
@@ -367,9 +365,7 @@ fn run_coverage(dir: &RunDir, tag: &str, arch: &str, prog: &Path, args: &[&str])
         .stdin(Stdio::null())
         .stdout(fs::File::create(&stdout).unwrap())
         .stderr(Stdio::piped());
-    let t = Instant::now();
     let o = cmd.output().unwrap();
-    let secs = t.elapsed().as_secs_f64();
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     assert!(
         o.status.success(),
@@ -396,7 +392,6 @@ fn run_coverage(dir: &RunDir, tag: &str, arch: &str, prog: &Path, args: &[&str])
         stdout: fs::read_to_string(&stdout).unwrap(),
         stderr,
         drcov,
-        secs,
     }
 }
 
@@ -943,27 +938,9 @@ fn busybox_sha256sum_mipsel() {
         d.modules
     );
 
-    // Low overhead: compared with the same QEMU running busybox untraced.
-    let q = qemu_builds();
-    let t = Instant::now();
-    let o = Command::new(q.qemu("mipsel"))
-        .args(qemu_common_args("mipsel"))
-        .arg(&bb)
-        .args(args)
-        .env_clear()
-        .current_dir(dir.path())
-        .stderr(Stdio::inherit())
-        .output()
-        .unwrap();
-    let bare = t.elapsed().as_secs_f64();
-    assert!(String::from_utf8_lossy(&o.stdout).starts_with(&want));
-    // Generous for a loaded 2-core machine: the client, its listening
-    // socket and the launcher start-up cost a fixed few tens of ms.
-    assert!(
-        run.secs < 3.0 * bare + 0.5,
-        "coverage took {:.3} s, the untraced run {bare:.3} s",
-        run.secs
-    );
+    // Low overhead is the bench's to measure, never a timed test's: what
+    // makes it low shows here by count (each block reported about once,
+    // `events < 2 * insns` above, however long the run took).
 
     // Against QEMU's drcov plugin, on the whole of busybox.
     let ours = d.bytes(m);
