@@ -61,6 +61,7 @@ use std::{fmt, io};
 
 mod announce;
 mod blocks;
+mod crew;
 mod decode;
 mod event;
 #[doc(hidden)]
@@ -70,6 +71,7 @@ pub mod recording;
 mod reseq;
 mod server;
 
+pub use crew::default_workers;
 pub use event::{Signal, Syscall};
 pub use recording::{replay, Recording, Replayed};
 pub use server::Server;

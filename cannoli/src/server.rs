@@ -11,7 +11,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ use wire::{parse_control, Control, Token};
 
 use crate::announce::Announced;
 use crate::blocks::{cache_for, BlockCache};
+use crate::crew::{Crew, Machine};
 use crate::decode::{decode, finish, stitch, Carry, Layout, Seam};
 use crate::handshake::{handshake, Accepted, Refusal, Tables};
 use crate::recording::{Goodbye, StreamEnd, StreamLog, Writer};
@@ -294,6 +295,7 @@ impl Server {
             tables: Tables::default(),
             recorder,
             decode,
+            machine: Machine::new(),
         });
         let mut next_id = 0u64;
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
@@ -485,6 +487,8 @@ struct Shared<T: Cannoli> {
     /// well (a tee).
     recorder: Option<Arc<Writer>>,
     decode: bool,
+    /// The cores the crews share (`crew.rs`).
+    machine: Machine,
 }
 
 impl<T: Cannoli> Shared<T> {
@@ -614,7 +618,6 @@ struct Conn<'a, T: Cannoli> {
 /// One stream's ring and control connection, decoded or recorded.
 struct Stream<'a> {
     consumer: &'a Consumer,
-    relay: Relay,
     announced: &'a Mutex<Announced>,
     /// This connection's number among the run's connections (`Announced`).
     seq: u64,
@@ -622,59 +625,6 @@ struct Stream<'a> {
     tid: i32,
     /// Events known lost: QEMU's (its goodbye), and a worker's.
     lost: AtomicU64,
-}
-
-/// How the first worker of a connection calls the others in.
-///
-/// On two cores QEMU needs one of them; more workers than the ring's
-/// producer can keep busy only compete with it and with each other. So the
-/// first worker alone waits on the ring (briefly spinning, then a futex);
-/// the others sleep here and are woken only when that worker finds chunks
-/// piling up behind the one it took (the ring full: QEMU is waiting), and
-/// take chunks only while that lasts. A second worker thus never costs
-/// anything when one keeps up, and helps as soon as one does not.
-struct Relay {
-    lock: Mutex<()>,
-    wake: Condvar,
-    /// Helpers asleep in `wait` (so the first worker can skip the wake-up
-    /// syscall when nobody sleeps).
-    sleeping: AtomicU32,
-    done: AtomicBool,
-}
-
-impl Relay {
-    fn new() -> Relay {
-        Relay {
-            lock: Mutex::new(()),
-            wake: Condvar::new(),
-            sleeping: AtomicU32::new(0),
-            done: AtomicBool::new(false),
-        }
-    }
-
-    /// A helper worker sleeps until called in (or a timeout, to re-check).
-    fn wait(&self, backlog: impl Fn() -> bool) {
-        let g = lock(&self.lock);
-        self.sleeping.fetch_add(1, Ordering::SeqCst);
-        if !self.done.load(Ordering::SeqCst) && !backlog() {
-            let _ = self.wake.wait_timeout(g, Duration::from_millis(50));
-        }
-        self.sleeping.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// The first worker saw a backlog: call one helper in.
-    fn call_in(&self) {
-        if self.sleeping.load(Ordering::SeqCst) > 0 {
-            let _g = lock(&self.lock);
-            self.wake.notify_one();
-        }
-    }
-
-    fn finish(&self) {
-        self.done.store(true, Ordering::SeqCst);
-        let _g = lock(&self.lock);
-        self.wake.notify_all();
-    }
 }
 
 fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id: u64) {
@@ -728,14 +678,19 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
     if let (Some(writer), false) = (&shared.recorder, shared.decode) {
         let stream = Stream {
             consumer: &consumer,
-            relay: Relay::new(),
             announced: &shared.announced,
             seq,
             pid: ci.pid,
             tid: ci.tid,
             lost: AtomicU64::new(0),
         };
-        let st = record_stream(writer, &stream, &line, blocks, shared.threads, &mut reader);
+        let crew = Crew::new(
+            &consumer,
+            &shared.machine,
+            shared.threads,
+            Some((ci.pid, ci.tid)),
+        );
+        let st = record_stream(writer, &stream, &crew, &line, blocks, &mut reader);
         lock(&shared.stats).add(&st);
         return;
     }
@@ -756,7 +711,6 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         layout: Layout::new(&ci),
         stream: Stream {
             consumer: &consumer,
-            relay: Relay::new(),
             announced: &shared.announced,
             seq,
             pid: ci.pid,
@@ -774,30 +728,25 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
     };
 
     let mut incomplete = 0;
-    let mut goodbye = None;
-    std::thread::scope(|s| {
-        for index in 0..threads {
-            let conn = &conn;
-            let spawned = std::thread::Builder::new()
-                .name(format!("cannoli-{}", ci.tid))
-                .spawn_scoped(s, move || {
-                    if catch_unwind(AssertUnwindSafe(|| worker(conn, index))).is_err() {
-                        die_after_panic(&format!("pid {} tid {}", conn.pid, conn.tid));
-                    }
-                });
-            if let Err(e) = spawned {
-                eprintln!(
-                    "cannoli: pid {} tid {}: cannot start a worker thread: {e}",
-                    ci.pid, ci.tid
-                );
+    let crew = Crew::new(&consumer, &shared.machine, threads, Some((ci.pid, ci.tid)));
+    let (complete, goodbye) = crew.run(
+        |_, next| {
+            if catch_unwind(AssertUnwindSafe(|| worker(&conn, next))).is_err() {
+                die_after_panic(&format!("pid {} tid {}", conn.pid, conn.tid));
             }
-        }
-        let (complete, g) = control(&mut reader, &conn.stream);
-        goodbye = g;
-        if !complete {
-            incomplete = 1;
-        }
-    });
+        },
+        || control(&mut reader, &conn.stream),
+    );
+    if !complete {
+        incomplete = 1;
+    }
+    if let Some(e) = crew.failure() {
+        eprintln!(
+            "cannoli: pid {} tid {}: {e}; the stream's events are missing",
+            ci.pid, ci.tid
+        );
+        incomplete = 1;
+    }
     // A chunk the ring refused (a producer that broke the ring protocol)
     // ended the stream early: what came after it is unknown.
     if let Some(v) = consumer.violation() {
@@ -967,14 +916,14 @@ fn end_of_stream<T: Cannoli>(conn: &Conn<'_, T>, complete: bool) {
 
 /// One worker: claim a chunk, decode it into a trace buffer, release it,
 /// hand the buffer to the resequencer. Until the ring is finished.
-fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
+fn worker<'a, T: Cannoli>(conn: &Conn<'a, T>, next: &mut dyn FnMut() -> Option<Chunk<'a>>) {
     let (mut events, mut chunks, mut bytes, mut lost, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
     // The process's block cache (shared by its streams, as the table is).
     let cache: Option<Arc<BlockCache>> = conn.blocks.clone().map(|t| cache_for(t));
     let mut packer = conn.record.as_ref().map(|(w, _)| w.packer());
     loop {
         let mut buf = conn.reseq.claim();
-        let chunk = conn.stream.next_chunk(index);
+        let chunk = next();
         let Some(chunk) = chunk else {
             conn.reseq.unclaim(buf);
             break;
@@ -1045,40 +994,6 @@ fn worker<T: Cannoli>(conn: &Conn<'_, T>, index: usize) {
     conn.skipped.fetch_add(skipped, Ordering::Relaxed);
 }
 
-impl Stream<'_> {
-    /// The next chunk for worker `index`, `None` once the ring is finished.
-    ///
-    /// A full ring means QEMU waits for us and its core is idle: only then
-    /// can a helper run without taking CPU from QEMU (on a 2-core machine
-    /// anything earlier slows both down). So worker 0 waits on the ring and
-    /// calls a helper in when it sees the ring (nearly) full; a helper
-    /// takes chunks only while that lasts.
-    fn next_chunk(&self, index: usize) -> Option<Chunk<'_>> {
-        let call_in_at = (self.consumer.chunk_count() as u64 - 1).max(1);
-        let full = || self.consumer.backlog() >= call_in_at;
-        if index == 0 {
-            let c = self.consumer.recv();
-            match c {
-                Some(_) if full() => self.relay.call_in(),
-                None => self.relay.finish(),
-                _ => {}
-            }
-            return c;
-        }
-        loop {
-            if full() {
-                if let Some(c) = self.consumer.try_recv() {
-                    return Some(c);
-                }
-            }
-            if self.consumer.is_finished() {
-                return None;
-            }
-            self.relay.wait(full);
-        }
-    }
-}
-
 /// The `Cannoli` of a recording run: never called (streams go to the
 /// recording instead), it only gives the server its types.
 struct Recorder;
@@ -1103,37 +1018,32 @@ impl Cannoli for Recorder {
 fn record_stream(
     writer: &Writer,
     stream: &Stream<'_>,
+    crew: &Crew<'_>,
     line: &str,
     blocks: Option<Arc<TableReader>>,
-    threads: usize,
     reader: &mut BufReader<Sock>,
 ) -> Stats {
     let log = writer.stream_start(line, blocks);
     let (chunks, bytes) = (AtomicU64::new(0), AtomicU64::new(0));
-    let mut end = (false, None);
-    std::thread::scope(|s| {
-        for index in 0..threads.max(1) {
-            let (log, chunks, bytes) = (&log, &chunks, &bytes);
-            let spawned = std::thread::Builder::new()
-                .name(format!("cannoli-rec-{}", stream.tid))
-                .spawn_scoped(s, move || {
-                    let mut packer = writer.packer();
-                    while let Some(chunk) = stream.next_chunk(index) {
-                        writer.chunk(log, chunk.seq(), chunk.data(), &mut packer);
-                        chunks.fetch_add(1, Ordering::Relaxed);
-                        bytes.fetch_add(chunk.data().len() as u64, Ordering::Relaxed);
-                    }
-                });
-            if let Err(e) = spawned {
-                eprintln!(
-                    "cannoli: pid {} tid {}: cannot start a recording thread: {e}",
-                    stream.pid, stream.tid
-                );
+    let end = crew.run(
+        |_, next| {
+            let mut packer = writer.packer();
+            while let Some(chunk) = next() {
+                writer.chunk(&log, chunk.seq(), chunk.data(), &mut packer);
+                chunks.fetch_add(1, Ordering::Relaxed);
+                bytes.fetch_add(chunk.data().len() as u64, Ordering::Relaxed);
             }
-        }
-        end = control(reader, stream);
-    });
+        },
+        || control(reader, stream),
+    );
+    if let Some(e) = crew.failure() {
+        eprintln!(
+            "cannoli: pid {} tid {}: {e}; the stream's events are missing",
+            stream.pid, stream.tid
+        );
+    }
     let (mut complete, goodbye) = end;
+    complete &= crew.failure().is_none();
     let violation = stream.consumer.violation().map(|v| v.to_string());
     if let Some(v) = &violation {
         eprintln!(

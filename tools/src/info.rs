@@ -28,8 +28,8 @@ pub struct Args {
     /// Skip counting the events (reads only the file's metadata)
     #[arg(long)]
     pub no_events: bool,
-    /// Decoding threads
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    /// Decoding threads: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, default_value_t = cannoli::default_workers() as u64, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
 }
 

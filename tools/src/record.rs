@@ -74,8 +74,8 @@ pub struct Args {
     #[arg(long, allow_negative_numbers = true,
           value_parser = clap::value_parser!(i32).range(-7..=19))]
     pub level: Option<i32>,
-    /// Compressing threads per traced guest thread
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    /// Compressing threads per traced guest thread: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, default_value_t = cannoli::default_workers() as u64, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
     /// The program to run, and its arguments
     #[arg(

@@ -26,7 +26,7 @@ mod replay;
 mod writer;
 
 pub use format::{Exit, Goodbye, Info, Kind, StreamEnd, StreamStart};
-pub use reader::{FrameError, Recording, StreamRec};
+pub use reader::{FrameError, Progress, Recording, StreamRec};
 pub(crate) use writer::StreamLog;
 pub use writer::{Writer, Written, DEFAULT_LEVEL};
 

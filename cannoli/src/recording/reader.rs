@@ -14,6 +14,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::format::{
     Codec, Exit, FrameHeader, IndexEntry, Info, Kind, StreamEnd, StreamStart, FORMAT_VERSION,
@@ -35,6 +37,41 @@ pub struct Recording {
     cut: Option<String>,
     /// Frames by kind: count, stored bytes, raw bytes.
     totals: BTreeMap<Kind, (u64, u64, u64)>,
+    /// How far the current replay has come.
+    progress: Arc<Progress>,
+}
+
+/// How far a replay has come, for a progress display: it may be read from
+/// any thread while the replay runs. Each replay starts it again from 0.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Decompressed chunk bytes delivered to the tool.
+    bytes: AtomicU64,
+    /// Events delivered to the tool.
+    events: AtomicU64,
+}
+
+impl Progress {
+    /// Decompressed chunk bytes delivered so far; the total is
+    /// [`Recording::chunk_bytes`].
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Events delivered so far.
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn add(&self, bytes: u64, events: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.events.fetch_add(events, Ordering::Relaxed);
+    }
+
+    pub(super) fn restart(&self) {
+        self.bytes.store(0, Ordering::Relaxed);
+        self.events.store(0, Ordering::Relaxed);
+    }
 }
 
 /// One stream of a recording.
@@ -134,6 +171,7 @@ impl Recording {
             exit: None,
             cut: None,
             totals: BTreeMap::new(),
+            progress: Arc::default(),
         };
         let entries = match rec.read_index() {
             Some(e) => e,
@@ -470,6 +508,17 @@ impl Recording {
     /// Frames by kind: (count, stored bytes, raw bytes).
     pub fn totals(&self) -> &BTreeMap<Kind, (u64, u64, u64)> {
         &self.totals
+    }
+
+    /// The chunks' decompressed bytes: what a whole replay delivers, for
+    /// [`Progress::bytes`].
+    pub fn chunk_bytes(&self) -> u64 {
+        self.totals.get(&Kind::Chunk).map_or(0, |t| t.2)
+    }
+
+    /// How far the current (or last) replay has come.
+    pub fn progress(&self) -> Arc<Progress> {
+        Arc::clone(&self.progress)
     }
 }
 

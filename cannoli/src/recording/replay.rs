@@ -59,6 +59,7 @@ impl Recording {
 
     fn replay_saying<T: Cannoli>(&self, threads: usize, quiet: bool) -> Result<Replayed, Error> {
         let threads = threads.max(1);
+        self.progress().restart();
         let mut stats = Stats::default();
         // Streams left per process: its context goes after the last one.
         let mut left: HashMap<u32, usize> = HashMap::new();
@@ -255,7 +256,7 @@ impl Recording {
                     d.bytes += done.bytes;
                     let carry = &mut d.carry;
                     carry.buf.clear();
-                    d.events += stitch::<T>(
+                    let stitched = stitch::<T>(
                         pid_ctx,
                         &tid_ctx,
                         &layout,
@@ -263,6 +264,8 @@ impl Recording {
                         &done.seam,
                         &mut carry.buf,
                     );
+                    d.events += stitched;
+                    self.progress().add(done.bytes, done.events + stitched);
                     if carry.buf.is_empty() && trace.is_empty() {
                         return;
                     }

@@ -1,5 +1,5 @@
 //! The seed's throughput client: consumes every exec event on `--threads`
-//! worker threads (default 1) and reports guest instructions per second from
+//! worker threads (by default `cannoli::default_workers()`) and reports guest instructions per second from
 //! the first connection to the last event.
 //!
 //! ```sh
@@ -215,7 +215,7 @@ const USAGE: &str =
   and prints no checksum";
 
 fn main() {
-    let mut threads = 1;
+    let mut threads = cannoli::default_workers();
     let mut fold = true;
     use lexopt::Arg::{Long, Short, Value};
     let mut args = lexopt::Parser::from_env();

@@ -54,8 +54,8 @@ pub struct Args {
     /// The output directory: one subdirectory of Parquet files per table
     #[arg(short, long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Decoding threads
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    /// Decoding threads: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, default_value_t = cannoli::default_workers() as u64, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
     /// Encoding threads, each writing its own files of `insns` and `mem`
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
@@ -899,7 +899,9 @@ fn run(args: &Args) -> Result<i32, String> {
         jobs: tx,
     });
     *SHARED.lock().unwrap_or_else(|p| p.into_inner()) = Some(shared);
+    let bar = tools::progress::Bar::new(&rec, TOOL);
     let replayed = rec.replay::<Exporter>(args.threads as usize);
+    drop(bar);
     // Every stream's sender is gone with its exporter: this was the last.
     let shared = SHARED.lock().unwrap_or_else(|p| p.into_inner()).take();
     let serial = shared

@@ -60,8 +60,8 @@ pub struct Args {
     /// AArch64: write x29 and x30 as `fp` and `lr`
     #[arg(long)]
     pub fp_lr: bool,
-    /// Decoding threads
-    #[arg(long, value_name = "N", default_value_t = 2,
+    /// Decoding threads: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers() as u64,
           value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
 }

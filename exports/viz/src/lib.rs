@@ -54,8 +54,8 @@ pub struct Args {
     /// and their bands (address ranges and pixel rows), the colours
     #[arg(long, value_name = "FILE")]
     pub layout_json: Option<PathBuf>,
-    /// Decoding threads
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    /// Decoding threads: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, default_value_t = cannoli::default_workers() as u64, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub threads: u64,
 }
 
@@ -86,6 +86,7 @@ pub fn main(args: Args) -> i32 {
     let threads = args.threads as usize;
 
     // Pass 1: extents and names.
+    let bar = tools::progress::Bar::new(&rec, "cannoli viz (pass 1 of 2)");
     let first = match rec.replay::<survey::Surveyor>(threads) {
         Ok(r) => r,
         Err(e) => {
@@ -204,6 +205,7 @@ pub fn main(args: Args) -> i32 {
     paint::COLS.store(plot_width as u64, Ordering::Relaxed);
     paint::TIME_TOTAL.store(time_total, Ordering::Relaxed);
     paint::TIME_IN_ACCESSES.store(in_accesses, Ordering::Relaxed);
+    bar.next_pass("cannoli viz (pass 2 of 2)");
     let second = match rec.replay_quietly::<paint::Painter>(threads) {
         Ok(r) => r,
         Err(e) => {
@@ -211,6 +213,7 @@ pub fn main(args: Args) -> i32 {
             return 1;
         }
     };
+    drop(bar);
     let grids = std::mem::take(&mut *paint::GRIDS.lock().unwrap_or_else(|p| p.into_inner()));
     *paint::SETUP.lock().unwrap_or_else(|p| p.into_inner()) = None;
 

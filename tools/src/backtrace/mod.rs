@@ -91,8 +91,8 @@ pub struct Args {
     /// Guest ELF to read symbols from (default: the guest's exe)
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
-    /// Worker threads per traced thread
-    #[arg(long, value_name = "N", default_value_t = 2, value_parser = crate::cli::threads)]
+    /// Worker threads per traced thread: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
     pub threads: usize,
     /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
     /// 127.0.0.1:11458); with a PROGRAM the client listens on a free port

@@ -598,8 +598,8 @@ pub struct Args {
     /// directory, coverage.drcov without PROGRAM)
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Worker threads per guest thread
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = crate::cli::threads)]
+    /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
     pub threads: usize,
     /// Read a recording made by `cannoli record` instead of running a
     /// program

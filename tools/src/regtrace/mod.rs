@@ -66,8 +66,8 @@ pub struct Args {
     /// Only instructions that changed a register
     #[arg(long)]
     pub changed: bool,
-    /// Worker threads per guest thread
-    #[arg(long, value_name = "N", default_value = "2", value_parser = crate::cli::threads)]
+    /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
     pub threads: usize,
     /// Read a recording made by `cannoli record` (with registers at every
     /// instruction) instead of running a program; --func then looks in the

@@ -49,8 +49,8 @@ pub struct Args {
     /// Load address to add to the symbols (PIE binaries)
     #[arg(long, value_name = "ADDR", default_value = "0", value_parser = parse_num)]
     pub base: u64,
-    /// Worker threads per traced thread
-    #[arg(long, value_name = "N", default_value = "2", value_parser = crate::cli::threads)]
+    /// Worker threads per traced thread: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
     pub threads: usize,
     /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
     /// 127.0.0.1:11458)

@@ -1,0 +1,412 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The workers of one stream, and when they take chunks: the worker
+//! policy.
+//!
+//! One QEMU thread produces a stream's chunks; its *crew* of workers takes
+//! them off the ring and decodes (or records) them in parallel, and the
+//! resequencer puts them back in order. The first worker always waits on
+//! the ring (a short spin, then a futex that QEMU wakes only while someone
+//! sleeps there). The others, *helpers*, never wait on the ring, so QEMU
+//! never pays a wake-up for them: they park on the crew's own condition
+//! variable, and a worker that finds chunks waiting behind the one it took
+//! calls one in (a wake-up of a few microseconds, against a chunk's work of
+//! a hundred or more). A helper that finds more waiting calls the next, so
+//! the crew grows to what the backlog needs within a chunk or two, and
+//! shrinks as helpers find the ring empty and park. Nothing spins while the
+//! ring is empty. Helper threads are started only when first called in, so
+//! a stream that one worker keeps up with costs one thread.
+//!
+//! When helpers are called in depends on whether a core is free for them:
+//!
+//! - **Eager** (a spare core: the machine's usable cores, from the affinity
+//!   mask and the cgroup quota, leave room beyond QEMU's thread and the
+//!   first worker): helpers are called in as soon as one chunk waits.
+//! - **Relay** (two cores, a restricted affinity mask, or a loaded machine
+//!   on which QEMU's thread waits for a CPU): a helper would take QEMU's
+//!   core, so helpers are called in only while the ring is full (QEMU waits
+//!   for us, its core is idle) and take chunks only while that lasts.
+//!
+//! The first worker re-decides every [`RECHECK`]: the usable cores can
+//! change (affinity, cgroups), and so can the load. A loaded machine shows
+//! in QEMU's own thread: `/proc/PID/task/TID/schedstat` gives the time it
+//! spent runnable but waiting for a CPU. If that is more than
+//! [`STARVED_SHARE`] of a window while helpers were eager, the crew relays
+//! for [`RELAY_HOLD`], then tries eager again.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock};
+use std::thread::Scope;
+use std::time::{Duration, Instant};
+
+use mempipe::{Chunk, Consumer};
+
+/// How often the first worker re-decides the policy.
+pub(crate) const RECHECK: Duration = Duration::from_millis(100);
+/// QEMU's thread waiting for a CPU more than this share of a window means
+/// the helpers (or someone else) take its core.
+pub(crate) const STARVED_SHARE: f64 = 0.2;
+/// How long a starved stream relays before it tries eager helpers again.
+pub(crate) const RELAY_HOLD: Duration = Duration::from_secs(1);
+/// How often the machine's usable cores are read again.
+const CORES_RECHECK: Duration = Duration::from_secs(1);
+/// A parked helper re-checks on its own this often (its wake-up is the
+/// normal path; this bounds a missed one).
+const PARK_SLICE: Duration = Duration::from_millis(100);
+/// The most worker threads the default gives a stream.
+const MAX_DEFAULT_WORKERS: usize = 16;
+
+/// Workers per stream by default: one for each core beyond QEMU's thread,
+/// at least 2 (on two cores the second one relays) and at most
+/// 16. `--threads N` of every tool overrides it.
+pub fn default_workers() -> usize {
+    usable_cores()
+        .saturating_sub(1)
+        .clamp(2, MAX_DEFAULT_WORKERS)
+}
+
+/// The cores this process may run on: its affinity mask and cgroup quota
+/// (what `available_parallelism` reads), 1 if unknown.
+fn usable_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// What the machine offers every stream's crew: its usable cores (read
+/// again now and then), and a bound on the helper threads of all streams
+/// together, so that a program with thousands of threads does not get
+/// thousands of idle helpers.
+pub(crate) struct Machine {
+    cores: AtomicUsize,
+    cores_read: Mutex<Instant>,
+    helper_threads: AtomicUsize,
+    max_helper_threads: usize,
+}
+
+impl Machine {
+    pub fn new() -> Machine {
+        let cores = usable_cores();
+        Machine {
+            cores: AtomicUsize::new(cores),
+            cores_read: Mutex::new(Instant::now()),
+            helper_threads: AtomicUsize::new(0),
+            max_helper_threads: 4 * cores.max(2),
+        }
+    }
+
+    /// The usable cores, read again at most every [`CORES_RECHECK`].
+    fn cores(&self) -> usize {
+        if let Ok(mut at) = self.cores_read.try_lock() {
+            if at.elapsed() >= CORES_RECHECK {
+                self.cores.store(usable_cores(), Ordering::Relaxed);
+                *at = Instant::now();
+            }
+        }
+        self.cores.load(Ordering::Relaxed)
+    }
+
+    /// A core beyond QEMU's thread and the first worker.
+    fn has_spare_core(&self) -> bool {
+        self.cores() >= 3
+    }
+
+    /// Takes a place for one more helper thread, if the bound allows.
+    fn take_helper_place(&self) -> bool {
+        self.helper_threads
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_helper_threads).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_helper_place(&self) {
+        self.helper_threads.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The policy in force (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Eager,
+    Relay,
+}
+
+/// One stream's workers: see the module doc.
+pub(crate) struct Crew<'a> {
+    consumer: &'a Consumer,
+    machine: &'a Machine,
+    /// Workers wanted, the first included (the stream's `threads`).
+    wanted: usize,
+    /// QEMU's thread of this stream (pid, tid), for its schedstat.
+    qemu: Option<(i32, i32)>,
+    eager: AtomicBool,
+    /// Helper threads started (they keep their index: 1, 2, ...).
+    helpers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+    /// Helpers parked (so that a call-in skips the wake-up when none is).
+    parked: AtomicU32,
+    done: AtomicBool,
+    /// The first worker could not be started: nothing drains the ring.
+    failed: OnceLock<String>,
+    /// Chunks taken by helpers (for the stats and the tests).
+    helped: AtomicU64,
+}
+
+/// What the first worker keeps between its re-decisions.
+struct Watch {
+    next: Instant,
+    /// QEMU's run delay (ns) and when it was read.
+    delay: Option<(u64, Instant)>,
+    relay_until: Option<Instant>,
+}
+
+impl<'a> Crew<'a> {
+    /// The crew of `threads` workers of the ring `consumer`, whose producer
+    /// is QEMU's thread `qemu` (pid, tid) when known.
+    pub fn new(
+        consumer: &'a Consumer,
+        machine: &'a Machine,
+        threads: usize,
+        qemu: Option<(i32, i32)>,
+    ) -> Crew<'a> {
+        Crew {
+            consumer,
+            machine,
+            wanted: threads.max(1),
+            qemu,
+            eager: AtomicBool::new(machine.has_spare_core()),
+            helpers: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            parked: AtomicU32::new(0),
+            done: AtomicBool::new(false),
+            failed: OnceLock::new(),
+            helped: AtomicU64::new(0),
+        }
+    }
+
+    /// Runs the crew: `work(index, next)` on each worker thread, where
+    /// `next()` hands out the worker's next chunk (`None`: the ring is
+    /// finished), and `control` on the calling thread meanwhile. Returns
+    /// what `control` returned, once every worker is done.
+    ///
+    /// If the first worker cannot be started, the ring is closed (QEMU
+    /// goes on untraced instead of waiting for a reader) and
+    /// [`Crew::failure`] says why.
+    pub fn run<W, R>(&self, work: W, control: impl FnOnce() -> R) -> R
+    where
+        W: Fn(usize, &mut dyn FnMut() -> Option<Chunk<'a>>) + Sync,
+    {
+        std::thread::scope(|s| {
+            let spawner = Spawner {
+                scope: s,
+                crew: self,
+                work: &work,
+            };
+            if let Err(e) = spawner.spawn(0) {
+                let _ = self.failed.set(format!("cannot start a worker thread: {e}"));
+                self.consumer.close();
+            }
+            control()
+        })
+    }
+
+    /// Why the crew could not drain the ring, if it could not.
+    pub fn failure(&self) -> Option<&str> {
+        self.failed.get().map(String::as_str)
+    }
+
+    /// Chunks the helpers took.
+    #[allow(dead_code)]
+    pub fn helped(&self) -> u64 {
+        self.helped.load(Ordering::Relaxed)
+    }
+
+    /// The next chunk for worker `index`, `None` once the ring is finished.
+    fn next_chunk<W>(
+        &self,
+        index: usize,
+        spawner: &Spawner<'_, '_, 'a, W>,
+        watch: &mut Watch,
+    ) -> Option<Chunk<'a>>
+    where
+        W: Fn(usize, &mut dyn FnMut() -> Option<Chunk<'a>>) + Sync,
+    {
+        if index == 0 {
+            self.redecide(watch);
+            let c = self.consumer.recv();
+            match c {
+                Some(_) => self.maybe_call_in(spawner),
+                None => self.finish(),
+            }
+            return c;
+        }
+        loop {
+            if self.helper_may_take() {
+                if let Some(c) = self.consumer.try_recv() {
+                    self.helped.fetch_add(1, Ordering::Relaxed);
+                    self.maybe_call_in(spawner);
+                    return Some(c);
+                }
+            }
+            if self.consumer.is_finished() {
+                return None;
+            }
+            self.park();
+        }
+    }
+
+    fn mode(&self) -> Mode {
+        if self.eager.load(Ordering::Relaxed) {
+            Mode::Eager
+        } else {
+            Mode::Relay
+        }
+    }
+
+    /// Chunks waiting that justify another worker: one in eager mode; in
+    /// relay mode the ring (nearly) full, i.e. QEMU waiting.
+    fn call_in_at(&self) -> u64 {
+        match self.mode() {
+            Mode::Eager => 1,
+            Mode::Relay => (self.consumer.chunk_count() as u64 - 1).max(1),
+        }
+    }
+
+    fn helper_may_take(&self) -> bool {
+        match self.mode() {
+            Mode::Eager => true,
+            Mode::Relay => self.consumer.backlog() >= self.call_in_at(),
+        }
+    }
+
+    /// Chunks are waiting: wake a parked helper, or start one if the crew
+    /// and the machine have room.
+    fn maybe_call_in<W>(&self, spawner: &Spawner<'_, '_, 'a, W>)
+    where
+        W: Fn(usize, &mut dyn FnMut() -> Option<Chunk<'a>>) + Sync,
+    {
+        if self.wanted < 2 || self.consumer.backlog() < self.call_in_at() {
+            return;
+        }
+        if self.parked.load(Ordering::SeqCst) > 0 {
+            let _g = lock(&self.lock);
+            self.wake.notify_one();
+            return;
+        }
+        // Start another helper, if fewer than wanted are running.
+        let n = self.helpers.load(Ordering::Acquire);
+        if n + 1 >= self.wanted
+            || self
+                .helpers
+                .compare_exchange(n, n + 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            return;
+        }
+        if !self.machine.take_helper_place() {
+            self.helpers.fetch_sub(1, Ordering::AcqRel);
+            return;
+        }
+        if spawner.spawn(n + 1).is_err() {
+            // No thread for a helper: the others go on without it.
+            self.machine.give_helper_place();
+        }
+    }
+
+    /// A helper waits to be called in (or for the end).
+    fn park(&self) {
+        let g = lock(&self.lock);
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        let ready = self.done.load(Ordering::SeqCst)
+            || self.consumer.is_finished()
+            || (self.helper_may_take() && self.consumer.backlog() >= self.call_in_at());
+        if !ready {
+            let _ = self.wake.wait_timeout(g, PARK_SLICE);
+        }
+        self.parked.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn finish(&self) {
+        self.done.store(true, Ordering::SeqCst);
+        let _g = lock(&self.lock);
+        self.wake.notify_all();
+    }
+
+    /// The first worker's periodic re-decision (see the module doc).
+    fn redecide(&self, w: &mut Watch) {
+        let now = Instant::now();
+        if now < w.next {
+            return;
+        }
+        w.next = now + RECHECK;
+        let was_eager = self.eager.load(Ordering::Relaxed);
+        let delay = self.qemu.and_then(|(pid, tid)| run_delay_ns(pid, tid));
+        let starved = match (w.delay, delay) {
+            (Some((d0, t0)), Some(d1)) if was_eager => {
+                let wall = now.duration_since(t0).as_nanos() as f64;
+                wall > 0.0 && (d1.saturating_sub(d0) as f64) / wall > STARVED_SHARE
+            }
+            _ => false,
+        };
+        w.delay = delay.map(|d| (d, now));
+        if starved {
+            w.relay_until = Some(now + RELAY_HOLD);
+        }
+        let holding = w.relay_until.is_some_and(|t| now < t);
+        self.eager
+            .store(self.machine.has_spare_core() && !holding, Ordering::Relaxed);
+    }
+}
+
+/// Starts worker threads of one crew in its scope (helpers on demand).
+struct Spawner<'scope, 'env, 'a, W> {
+    scope: &'scope Scope<'scope, 'env>,
+    crew: &'env Crew<'a>,
+    work: &'env W,
+}
+
+impl<W> Clone for Spawner<'_, '_, '_, W> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<W> Copy for Spawner<'_, '_, '_, W> {}
+
+impl<'scope, 'env, 'a, W> Spawner<'scope, 'env, 'a, W>
+where
+    W: Fn(usize, &mut dyn FnMut() -> Option<Chunk<'a>>) + Sync,
+    'a: 'env,
+{
+    fn spawn(&self, index: usize) -> io::Result<()> {
+        let me = *self;
+        std::thread::Builder::new()
+            .name(format!("cannoli-w{index}"))
+            .spawn_scoped(self.scope, move || {
+                let mut watch = Watch {
+                    next: Instant::now(),
+                    delay: None,
+                    relay_until: None,
+                };
+                let mut next = || me.crew.next_chunk(index, &me, &mut watch);
+                (me.work)(index, &mut next);
+                if index > 0 {
+                    me.crew.machine.give_helper_place();
+                }
+            })
+            .map(|_| ())
+    }
+}
+
+/// The time QEMU's thread `tid` of process `pid` spent runnable but
+/// waiting for a CPU, in ns (the second field of its schedstat), if the
+/// kernel says.
+fn run_delay_ns(pid: i32, tid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    s.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
