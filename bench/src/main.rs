@@ -8,6 +8,7 @@
 //! cargo run --release -p bench                  # full run, 3 runs per row
 //! cargo run --release -p bench -- --quick       # smoke test: 1 run, small inputs
 //! cargo run --release -p bench -- --workload nop-loop --config plain,cannoli-pc-1w
+//! cargo run --release -p bench -- --workers 1,2,4,8,14   # the cannoli rows' worker threads
 //! cargo run --release -p bench -- --runs 5 --plot docs/workers.png
 //! ```
 //!
@@ -15,6 +16,10 @@
 //! `benchmark` client replaying its recording (`--replay`); their own
 //! table (file size, bytes per event, time against the live trace, peak
 //! RSS) follows the main one.
+//!
+//! The cannoli rows `cannoli-pc-<N>w` and `cannoli-pcmem-<N>w` are generated
+//! for each N of `--workers` (default: up to the machine's CPUs less one,
+//! see `config::default_workers`).
 //!
 //! `--plot` also draws guest instructions per second against the client's
 //! worker threads as a PNG (`plot.rs`).
@@ -39,17 +44,20 @@ use std::time::Duration;
 
 const USAGE: &str = "\
 usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]]
-             [--timeout SECS] [--client PATH] [--no-build] [--markdown]
-             [--plot PATH.png]
+             [--workers N[,N]] [--timeout SECS] [--client PATH] [--no-build]
+             [--markdown] [--plot PATH.png]
   --quick        1 run per row and small inputs (a smoke test)
   --runs N       runs per row, the table shows medians (default 3)
   --workload     nop-loop, busybox-sha256, sortcrc, rss-10x (default: all)
   --config       plain, never, plugin-insn, plugin-mem, plugin-insn-mem, plugin-tb,
-                 plugin-tb-mem, cannoli-pc-1w, cannoli-pc-2w, cannoli-pc-3w,
-                 cannoli-pc-4w, cannoli-pcmem-1w, cannoli-pcmem-2w, cannoli-pcmem-3w,
-                 cannoli-pcmem-4w, record-pc, record-pcmem, replay-pc-2w,
-                 record-pc-l-3, record-pc-l1, record-pc-l3, record-pcmem-l-3,
-                 record-pcmem-l1, record-pcmem-l3 (default: all but the record-*-lN)
+                 plugin-tb-mem, cannoli-pc-<N>w, cannoli-pcmem-<N>w, record-pc,
+                 record-pcmem, replay-pc-2w, record-pc-l-3, record-pc-l1, record-pc-l3,
+                 record-pcmem-l-3, record-pcmem-l1, record-pcmem-l3 (default: all but
+                 the record-*-lN, with the cannoli rows of --workers)
+                 cannoli-pc-<N>w / cannoli-pcmem-<N>w: cannoli tracing every pc /
+                 every pc and memory access, the client with N worker threads
+                 (--threads N); these rows are generated, one of each per N of
+                 --workers, and any N > 0 may be named here (cannoli-pc-12w)
                  record-pc / record-pcmem: `cannoli record --hooks pc|mem -o FILE` on
                  the workload (target/release/cannoli; wall = the recorder's start to
                  exit; file size and bytes per event from `cannoli info --json`);
@@ -57,8 +65,11 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
                  `benchmark --threads 2 --replay FILE` of record-pc's recording (its
                  checksum must equal the live rows'). A table of file sizes, bytes
                  per event and instruction, time against cannoli-pc-2w /
-                 cannoli-pcmem-2w and peak RSS, and the issue's goals, follow the
-                 main table
+                 cannoli-pcmem-2w and peak RSS, and the goals, follow the main table
+  --workers N[,N] the worker threads of the generated cannoli rows, e.g. 1,2,4,8,14
+                 (default: from the machine's CPUs, one of them left to QEMU: 1, 2,
+                 4, 8, ... below CPUs - 1, and CPUs - 1; at least 1,2; 16 CPUs give
+                 1,2,4,8,15; --help shows this machine's)
   --timeout SECS kill a QEMU run after this long (default 900)
   --client PATH  the client of the cannoli rows (default target/release/benchmark):
                  one that takes --threads N, listens on $CANNOLI_ADDR and prints
@@ -69,7 +80,8 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
                  (median QEMU wall time, libinsn.so's count) against the client's
                  worker threads: cannoli PC and PC+mem per workload, plain QEMU as
                  a dashed line. Without --workload it runs nop-loop,busybox-sha256;
-                 without --config plain,plugin-insn,cannoli-pc-1w..4w,cannoli-pcmem-1w..4w.
+                 without --config plain, plugin-insn and the cannoli-pc-<N>w and
+                 cannoli-pcmem-<N>w of --workers.
                  The README's chart: bench --runs 5 --plot docs/workers.png";
 
 struct Options {
@@ -77,6 +89,9 @@ struct Options {
     runs: Option<usize>,
     workloads: Vec<String>,
     configs: Vec<String>,
+    /// The worker counts of the generated cannoli rows: sorted, no
+    /// duplicates.
+    workers: Vec<usize>,
     timeout: u64,
     build: bool,
     client: Option<std::path::PathBuf>,
@@ -90,6 +105,7 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
         runs: None,
         workloads: vec![],
         configs: vec![],
+        workers: vec![],
         timeout: 900,
         build: true,
         client: None,
@@ -151,35 +167,50 @@ fn parse_args(args: impl Iterator<Item = String>) -> Result<Options, String> {
                     o.workloads.push(w.to_string());
                 }
             }
+            "--workers" => o.workers.extend(config::parse_workers(&value()?)?),
             "--config" => {
                 for c in value()?.split(',').filter(|s| !s.is_empty()) {
                     if config::by_name(c).is_none() {
-                        let known: Vec<&str> = config::ALL.iter().map(|c| c.name).collect();
                         return Err(format!(
-                            "unknown configuration {c:?} (known: {})",
-                            known.join(", ")
+                            "unknown configuration {c:?} (known: {}; N > 0)",
+                            config::known_names().join(", ")
                         ));
                     }
                     o.configs.push(c.to_string());
                 }
             }
             "-h" | "--help" => {
-                println!("{USAGE}");
+                let here: Vec<String> = machine_workers().iter().map(|n| n.to_string()).collect();
+                println!(
+                    "{USAGE}\n\nOn this machine --workers defaults to {}.",
+                    here.join(",")
+                );
                 std::process::exit(0);
             }
             _ => return Err(format!("unknown argument {a:?}\n{USAGE}")),
         }
     }
+    if o.workers.is_empty() {
+        o.workers = machine_workers();
+    }
+    o.workers.sort_unstable();
+    o.workers.dedup();
     // The chart's rows, unless the user chose others.
     if o.plot.is_some() {
         if o.workloads.is_empty() {
             o.workloads = plot::WORKLOADS.iter().map(|s| s.to_string()).collect();
         }
         if o.configs.is_empty() {
-            o.configs = plot::CONFIGS.iter().map(|s| s.to_string()).collect();
+            o.configs = plot::configs(&o.workers);
         }
     }
     Ok(o)
+}
+
+/// The default `--workers` of this machine.
+fn machine_workers() -> Vec<usize> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    config::default_workers(cores)
 }
 
 fn main() {
@@ -213,6 +244,13 @@ fn bench(opts: &Options) -> Result<(), String> {
         eprintln!("bench: warning: {e}");
     }
     let runs = opts.runs.unwrap_or(if opts.quick { 1 } else { 3 });
+    if opts.configs.is_empty() {
+        let w: Vec<String> = opts.workers.iter().map(|n| n.to_string()).collect();
+        eprintln!(
+            "bench: cannoli rows with {} client worker threads (--workers)",
+            w.join(", ")
+        );
+    }
 
     let mut workloads = workload::all(&root, opts.quick);
     workloads.retain(|w| opts.workloads.is_empty() || opts.workloads.iter().any(|n| n == w.name));
@@ -247,7 +285,7 @@ fn bench(opts: &Options) -> Result<(), String> {
 
     let mut cells: Vec<report::Cell> = Vec::new();
     for (wi, w) in workloads.iter().enumerate() {
-        for c in report::configs_for(w, &opts.configs) {
+        for c in report::configs_for(w, &opts.configs, &opts.workers) {
             cells.push(report::Cell {
                 workload: wi,
                 config: c,
@@ -334,6 +372,20 @@ mod tests {
         assert!(parse("--config").is_err());
         assert!(parse("--frobnicate").is_err());
         assert_eq!(o.plot, None);
+        // The machine's worker counts unless given.
+        assert_eq!(o.workers, machine_workers());
+        assert!(o.workers.starts_with(&[1, 2]), "{:?}", o.workers);
+        let w = parse("--workers 8,1,2 --workers=14,8").unwrap();
+        assert_eq!(w.workers, [1, 2, 8, 14]);
+        assert!(parse("--workers 0").is_err());
+        assert!(parse("--workers=").is_err());
+        assert!(parse("--workers x").is_err());
+        assert!(parse("--workers").is_err());
+        // A generated row by name, whatever --workers says.
+        let c = parse("--workers 1,2 --config cannoli-pc-12w,cannoli-pcmem-3w").unwrap();
+        assert_eq!(c.configs, ["cannoli-pc-12w", "cannoli-pcmem-3w"]);
+        assert!(parse("--config cannoli-pc-0w").is_err());
+        assert!(parse("--config cannoli-pc-<N>w").is_err());
     }
 
     #[test]
@@ -341,7 +393,20 @@ mod tests {
         let o = parse("--plot=/tmp/w.png").unwrap();
         assert_eq!(o.plot.as_deref(), Some(std::path::Path::new("/tmp/w.png")));
         assert_eq!(o.workloads, plot::WORKLOADS);
-        assert_eq!(o.configs, plot::CONFIGS);
+        assert_eq!(o.configs, plot::configs(&o.workers));
+        // Every worker count of the list, wherever --workers comes.
+        let o = parse("--plot=/tmp/w.png --workers 15,1").unwrap();
+        assert_eq!(
+            o.configs,
+            [
+                "plain",
+                "plugin-insn",
+                "cannoli-pc-1w",
+                "cannoli-pc-15w",
+                "cannoli-pcmem-1w",
+                "cannoli-pcmem-15w"
+            ]
+        );
         // Chosen rows stay chosen.
         let o = parse("--plot x.PNG --workload sortcrc --config plain,cannoli-pc-3w").unwrap();
         assert_eq!(o.workloads, ["sortcrc"]);
@@ -350,7 +415,8 @@ mod tests {
         assert!(parse("--plot").is_err());
     }
 
-    /// The usage text lists every configuration, and nothing else.
+    /// The usage text lists every configuration, and nothing else: the
+    /// fixed ones by name, the generated ones by their pattern.
     #[test]
     fn usage_names_every_config() {
         let listed: String = USAGE
@@ -365,7 +431,15 @@ mod tests {
             .split(|c: char| c == ',' || c.is_whitespace())
             .filter(|w| !w.is_empty())
             .collect();
-        let all: Vec<&str> = config::ALL.iter().map(|c| c.name).collect();
-        assert_eq!(listed, all);
+        assert_eq!(listed, config::known_names());
+        let fixed: Vec<&str> = config::fixed().map(|c| c.name).collect();
+        for p in config::PATTERNS {
+            assert!(listed.contains(&p), "{p}");
+        }
+        assert_eq!(listed.len(), fixed.len() + config::PATTERNS.len());
+        for c in fixed {
+            assert!(listed.contains(&c), "{c}");
+        }
+        assert!(USAGE.contains("\n  --workers N[,N] "));
     }
 }

@@ -1,6 +1,7 @@
 //! `--plot PATH.png`: guest instructions per second against the client's
-//! worker threads, one line per workload and trace kind (cannoli-pc-Nw,
-//! cannoli-pcmem-Nw), and plain QEMU's rate as a dashed reference line.
+//! worker threads, one line per workload and trace kind (cannoli-pc-<N>w,
+//! cannoli-pcmem-<N>w, for every N that ran: `--workers`), and plain QEMU's
+//! rate as a dashed reference line.
 //!
 //! [`chart`] gathers the points from the bench's medians, [`draw`] renders
 //! them: a pure function of a [`Chart`], so that a test can draw made-up
@@ -13,7 +14,7 @@
 //! on the system at run time, so a machine without fonts would draw a chart
 //! with no labels or fail. This way the chart looks the same everywhere.
 
-use crate::config::{Hooks, Kind};
+use crate::config::{self, Hooks, Kind};
 use crate::report::{self, Cell};
 use crate::workload::Workload;
 use plotters::prelude::*;
@@ -28,19 +29,19 @@ pub const WORKLOADS: &[&str] = &["nop-loop", "busybox-sha256"];
 /// The configurations `--plot` runs when `--config` is not given: plain
 /// QEMU for the reference lines, libinsn.so for the instruction count (which
 /// checks the cannoli rows' event counts too), and cannoli tracing pcs, and
-/// pcs and memory accesses, with 1 to 4 worker threads.
-pub const CONFIGS: &[&str] = &[
-    "plain",
-    "plugin-insn",
-    "cannoli-pc-1w",
-    "cannoli-pc-2w",
-    "cannoli-pc-3w",
-    "cannoli-pc-4w",
-    "cannoli-pcmem-1w",
-    "cannoli-pcmem-2w",
-    "cannoli-pcmem-3w",
-    "cannoli-pcmem-4w",
-];
+/// pcs and memory accesses, with each worker count of `workers`
+/// (`--workers`), in table order.
+pub fn configs(workers: &[usize]) -> Vec<String> {
+    config::all(workers)
+        .into_iter()
+        .filter(|c| match c.kind {
+            Kind::Plain => true,
+            Kind::Cannoli { hooks, .. } => hooks != Hooks::Never,
+            _ => c.name == "plugin-insn",
+        })
+        .map(|c| c.name.to_string())
+        .collect()
+}
 
 /// What the hooks trace, for the legend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,13 +214,20 @@ fn draw_png(
     }
     let color_of = |w: &str| color(names.iter().position(|n| *n == w).unwrap_or(0));
 
-    let max_workers = chart
+    // The x axis: 0 to one past the most worker threads, ticks and labels
+    // at the worker counts that were run (1, 2, 4, 8, 15 on 16 CPUs: not
+    // every integer, which would crowd the axis on a machine with 64).
+    let mut ticks: Vec<i32> = chart
         .lines
         .iter()
-        .flat_map(|l| l.points.iter().map(|p| p.0))
-        .max()
-        .unwrap_or(1)
-        .max(1) as i32;
+        .flat_map(|l| l.points.iter().map(|p| p.0 as i32))
+        .collect();
+    ticks.sort_unstable();
+    ticks.dedup();
+    if ticks.is_empty() {
+        ticks.push(1);
+    }
+    let max_workers = ticks[ticks.len() - 1].max(1);
     let max_rate = chart
         .lines
         .iter()
@@ -255,7 +263,7 @@ fn draw_png(
         .margin(10)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(0..max_workers + 1, 0.0..top)?;
+        .build_cartesian_2d((0..max_workers + 1).with_key_points(ticks), 0.0..top)?;
     let x_label = |x: &i32| {
         if (1..=max_workers).contains(x) {
             x.to_string()
@@ -267,7 +275,6 @@ fn draw_png(
     ch.configure_mesh()
         .x_desc("client worker threads")
         .y_desc(format!("guest instructions per second ({unit})"))
-        .x_labels(max_workers as usize + 2)
         .x_label_formatter(&x_label)
         .y_label_formatter(&y_label)
         .axis_desc_style(("sans-serif", 18))
@@ -495,8 +502,87 @@ mod tests {
         for w in WORKLOADS {
             assert!(crate::workload::NAMES.contains(w), "{w}");
         }
-        for c in CONFIGS {
-            assert!(config::by_name(c).is_some(), "{c}");
+        for workers in [&[1, 2][..], &[1, 2, 4, 8, 15], &[1, 2, 4, 8, 16, 32, 63]] {
+            let c = configs(workers);
+            for c in &c {
+                assert!(config::by_name(c).is_some(), "{c}");
+            }
+            // plain, plugin-insn, and a pc and a pcmem row per count.
+            assert_eq!(c.len(), 2 + 2 * workers.len(), "{c:?}");
+            assert_eq!(c[..2], ["plain", "plugin-insn"]);
+            for n in workers {
+                assert!(c.contains(&format!("cannoli-pc-{n}w")), "{c:?}");
+                assert!(c.contains(&format!("cannoli-pcmem-{n}w")), "{c:?}");
+            }
         }
+        assert_eq!(
+            configs(&[1, 2]),
+            [
+                "plain",
+                "plugin-insn",
+                "cannoli-pc-1w",
+                "cannoli-pc-2w",
+                "cannoli-pcmem-1w",
+                "cannoli-pcmem-2w"
+            ]
+        );
+    }
+
+    /// The chart of a 16- and a 64-CPU machine's worker counts: the x axis
+    /// reaches the most workers, and the points come from generated rows.
+    #[test]
+    fn plot_covers_every_worker_count() {
+        let root = Path::new("/nonexistent");
+        let ws: Vec<Workload> = crate::workload::all(root, true)
+            .into_iter()
+            .filter(|w| w.name == "nop-loop")
+            .collect();
+        let dir =
+            std::env::temp_dir().join(format!("cannoli-bench-plot-workers-{}", std::process::id()));
+        for workers in [&[1, 2, 4, 8, 15][..], &[1, 2, 4, 8, 16, 32, 63]] {
+            let wall = |n: usize| 10.0 / (1.0 + (n as f64).ln());
+            let mut cells = vec![Cell {
+                workload: 0,
+                config: config::by_name("plugin-insn").unwrap(),
+                samples: vec![Sample {
+                    wall: 50.0,
+                    insns: Some(1_000_000_000),
+                    ..Sample::default()
+                }],
+                errors: vec![],
+            }];
+            for name in configs(workers)
+                .iter()
+                .filter(|c| c.starts_with("cannoli-"))
+            {
+                let c = config::by_name(name).unwrap();
+                let Kind::Cannoli { workers: n, .. } = c.kind else {
+                    unreachable!()
+                };
+                cells.push(Cell {
+                    workload: 0,
+                    config: c,
+                    samples: vec![Sample {
+                        wall: wall(n),
+                        ..Sample::default()
+                    }],
+                    errors: vec![],
+                });
+            }
+            let host = vec!["- Date: today".to_string()];
+            let (chart, notes) = chart(&host, 1, &ws, &cells);
+            // No plain row: no reference line, with a note.
+            assert_eq!(notes.len(), 1, "{notes:?}");
+            assert_eq!(chart.lines.len(), 2);
+            for l in &chart.lines {
+                let xs: Vec<usize> = l.points.iter().map(|p| p.0 as usize).collect();
+                assert_eq!(xs, workers, "{:?}", l.trace);
+                assert_eq!(l.points[0].1, 1e8);
+            }
+            let path = dir.join(format!("{}.png", workers.len()));
+            draw(&chart, &path, SIZE).unwrap();
+            assert_eq!(png_size(&std::fs::read(&path).unwrap()), Some(SIZE));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -477,7 +477,7 @@ fn verdict(ok: bool) -> &'static str {
 }
 
 /// The record and replay rows: file sizes, bytes per event, time against
-/// the live trace and peak RSS, then the goals for record-pc,
+/// the live trace and peak RSS, then the goals for record-pc,
 /// record-pcmem and replay-pc-2w.
 fn recording_table(workloads: &[Workload], cells: &[Cell]) -> Option<String> {
     let headers = [
@@ -752,10 +752,23 @@ fn rss_comparison(workloads: &[Workload], cells: &[Cell]) -> Option<String> {
     Some(out)
 }
 
-/// The configurations `w` runs under, after the `--config` filter.
-pub fn configs_for(w: &Workload, filter: &[String]) -> Vec<&'static Config> {
-    config::ALL
-        .iter()
+/// The configurations `w` runs under, in table order: without a `--config`
+/// filter the default set, with the cannoli rows of `workers`
+/// (`--workers`); with one the rows it names (a generated cannoli row for
+/// any worker count, in `workers` or not).
+pub fn configs_for(w: &Workload, filter: &[String], workers: &[usize]) -> Vec<&'static Config> {
+    // With a filter, the worker counts of the generated rows it names.
+    let workers: Vec<usize> = if filter.is_empty() {
+        workers.to_vec()
+    } else {
+        filter
+            .iter()
+            .filter_map(|f| config::parse_generated(f))
+            .map(|(_, n)| n)
+            .collect()
+    };
+    config::all(&workers)
+        .into_iter()
         .filter(|c| w.runs_config(c.name))
         .filter(|c| {
             if filter.is_empty() {
@@ -844,6 +857,16 @@ mod tests {
                 samples: vec![checked(sample(5.0, Some(999), None), 0xabd)],
                 errors: vec![],
             },
+            // A generated row of a large machine: checked as the others.
+            Cell {
+                workload: 0,
+                config: config::by_name("cannoli-pc-15w").unwrap(),
+                samples: vec![
+                    checked(sample(2.0, Some(1000), None), 0xabc),
+                    checked(sample(2.0, Some(1000), None), 0xabe),
+                ],
+                errors: vec![],
+            },
         ];
         let r = render(&["- host".into()], 3, &ws, &cells, &[]);
         let row = |name: &str| {
@@ -886,6 +909,12 @@ mod tests {
             r.contains("cannoli-pc-2w: pc checksum 0x0000000000000abd differs from plugin-tb's 0x0000000000000abc"),
             "{r}"
         );
+        assert!(
+            r.contains("cannoli-pc-15w: pc checksum 0x0000000000000abe differs from plugin-tb's 0x0000000000000abc"),
+            "{r}"
+        );
+        assert!(row("cannoli-pc-15w").contains("WARN"), "{r}");
+        assert_eq!(speedups("cannoli-pc-15w"), ("5.00x".into(), "3.00x".into()));
         assert!(!r.contains("cannoli-pc-1w: "), "{r}");
         assert!(row("never").contains("| ok "), "{r}");
     }
@@ -999,6 +1028,60 @@ mod tests {
         assert!(
             r.contains("replay-pc-2w: pc checksum 0x0000000000000abd differs"),
             "{r}"
+        );
+    }
+
+    #[test]
+    fn rows_of_the_worker_list_and_of_the_filter() {
+        let root = std::path::Path::new("/nonexistent");
+        let ws = crate::workload::all(root, true);
+        let w = |name: &str| ws.iter().find(|w| w.name == name).unwrap();
+        let names = |w: &Workload, filter: &[&str], workers: &[usize]| {
+            let filter: Vec<String> = filter.iter().map(|s| s.to_string()).collect();
+            configs_for(w, &filter, workers)
+                .iter()
+                .map(|c| c.name)
+                .collect::<Vec<_>>()
+        };
+        // The default set: every generated row of the list, no explicit
+        // zstd levels.
+        let all = names(w("nop-loop"), &[], &[1, 2, 15]);
+        for n in [
+            "plain",
+            "cannoli-pc-1w",
+            "cannoli-pc-2w",
+            "cannoli-pc-15w",
+            "cannoli-pcmem-15w",
+            "record-pc",
+            "replay-pc-2w",
+        ] {
+            assert!(all.contains(&n), "{n}: {all:?}");
+        }
+        assert!(!all.contains(&"cannoli-pc-4w"), "{all:?}");
+        assert!(!all.contains(&"record-pc-l1"), "{all:?}");
+        // Named rows run whatever the list, in table order.
+        assert_eq!(
+            names(
+                w("nop-loop"),
+                &[
+                    "cannoli-pcmem-12w",
+                    "plain",
+                    "cannoli-pc-12w",
+                    "record-pc-l1"
+                ],
+                &[1, 2]
+            ),
+            [
+                "plain",
+                "cannoli-pc-12w",
+                "cannoli-pcmem-12w",
+                "record-pc-l1"
+            ]
+        );
+        // rss-10x runs only its rows.
+        assert_eq!(
+            names(w("rss-10x"), &[], &[1, 2, 15]),
+            ["cannoli-pc-1w", "record-pc", "replay-pc-2w"]
         );
     }
 }

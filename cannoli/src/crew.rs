@@ -84,7 +84,12 @@ pub(crate) struct Machine {
 
 impl Machine {
     pub fn new() -> Machine {
-        let cores = usable_cores();
+        Machine::with_cores(usable_cores())
+    }
+
+    /// A machine of `cores` usable cores (read again from the system after
+    /// [`CORES_RECHECK`]).
+    fn with_cores(cores: usize) -> Machine {
         Machine {
             cores: AtomicUsize::new(cores),
             cores_read: Mutex::new(Instant::now()),
@@ -204,7 +209,9 @@ impl<'a> Crew<'a> {
                 work: &work,
             };
             if let Err(e) = spawner.spawn(0) {
-                let _ = self.failed.set(format!("cannot start a worker thread: {e}"));
+                let _ = self
+                    .failed
+                    .set(format!("cannot start a worker thread: {e}"));
                 self.consumer.close();
             }
             control()
@@ -409,4 +416,122 @@ fn run_delay_ns(pid: i32, tid: i32) -> Option<u64> {
 
 fn lock<X>(m: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The policy with a real ring: chunks published faster than one worker
+    //! takes them call helpers in (eager), or only while the ring is full
+    //! (relay); every chunk is taken exactly once, in either mode.
+
+    use super::*;
+    use mempipe::Producer;
+    use std::os::fd::AsFd;
+
+    const CHUNKS: u64 = 200;
+
+    fn ring() -> (Producer, Consumer) {
+        let p = Producer::create_memfd(4096, 8).unwrap();
+        let fd = p.fd().unwrap().as_fd().try_clone_to_owned().unwrap();
+        (p, Consumer::from_fd(fd).unwrap())
+    }
+
+    /// Publishes CHUNKS chunks (the first eight, a full ring, before the
+    /// crew starts, so that a backlog is there when the first worker takes
+    /// its first chunk)
+    /// while a crew of `threads` takes them, each worker spending `work` per
+    /// chunk; with `wait_for_help`, the first worker holds its first chunk
+    /// until a helper took one. Returns the chunks each worker index took,
+    /// and the crew's count of helped chunks.
+    fn crew_run(
+        machine: &Machine,
+        threads: usize,
+        work: Duration,
+        wait_for_help: bool,
+    ) -> (Vec<u64>, u64) {
+        let (mut p, c) = ring();
+        let crew = Crew::new(&c, machine, threads, None);
+        let taken: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
+        let seen = Mutex::new(vec![0u32; CHUNKS as usize]);
+        let mut publish = |p: &mut Producer| {
+            p.acquire().unwrap();
+            p.publish(64).unwrap();
+        };
+        for _ in 0..8 {
+            publish(&mut p);
+        }
+        crew.run(
+            |index, next| {
+                while let Some(chunk) = next() {
+                    if wait_for_help && index == 0 && chunk.seq() == 0 {
+                        let since = Instant::now();
+                        while crew.helped() == 0 && since.elapsed() < Duration::from_secs(120) {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
+                    std::thread::sleep(work);
+                    lock(&seen)[chunk.seq() as usize] += 1;
+                    taken[index].fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            || {
+                for _ in 8..CHUNKS {
+                    publish(&mut p);
+                }
+                p.close();
+            },
+        );
+        assert!(
+            lock(&seen).iter().all(|&n| n == 1),
+            "every chunk exactly once"
+        );
+        (
+            taken.iter().map(|t| t.load(Ordering::Relaxed)).collect(),
+            crew.helped(),
+        )
+    }
+
+    #[test]
+    fn eager_helpers_share_a_backlog() {
+        let machine = Machine::with_cores(16);
+        let (taken, helped) = crew_run(&machine, 4, Duration::from_micros(100), true);
+        assert_eq!(taken.iter().sum::<u64>(), CHUNKS);
+        assert_eq!(helped, CHUNKS - taken[0]);
+        // Chunks were waiting when the first worker took its first one: a
+        // helper was called in and took some (the first worker held on
+        // until one did; by count, not by time).
+        assert!(helped > 0, "{taken:?}");
+        assert_eq!(machine.helper_threads.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn one_worker_takes_everything() {
+        let machine = Machine::with_cores(16);
+        let (taken, helped) = crew_run(&machine, 1, Duration::ZERO, false);
+        assert_eq!((taken, helped), (vec![CHUNKS], 0));
+    }
+
+    #[test]
+    fn relay_helpers_take_only_from_a_full_ring() {
+        // Two cores: the relay. The ring is full (seven chunks waiting
+        // behind the first) when the first worker takes its first chunk:
+        // QEMU waits, so the helper is called in.
+        let machine = Machine::with_cores(2);
+        let (p, c) = ring();
+        let crew = Crew::new(&c, &machine, 2, None);
+        assert_eq!(crew.mode(), Mode::Relay);
+        assert_eq!(crew.call_in_at(), 7);
+        drop(p);
+        let (taken, helped) = crew_run(&machine, 2, Duration::from_micros(100), true);
+        assert_eq!(taken.iter().sum::<u64>(), CHUNKS);
+        assert_eq!(helped, taken[1]);
+        assert!(helped > 0, "{taken:?}");
+    }
+
+    #[test]
+    fn the_default_leaves_qemu_a_core() {
+        let n = default_workers();
+        assert!((2..=MAX_DEFAULT_WORKERS).contains(&n));
+        assert!(n >= usable_cores().saturating_sub(1).min(MAX_DEFAULT_WORKERS));
+    }
 }

@@ -161,7 +161,10 @@ fn a_killed_qemu_leaves_nothing_behind_and_is_counted() {
         .unwrap_or_default()
         .contains("cannoli-dump: thread tid ")
     {
-        assert!(start.elapsed() < Duration::from_secs(120), "no stream began");
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no stream began"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     // SAFETY: plain kill of our own child.

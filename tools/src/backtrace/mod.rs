@@ -788,7 +788,7 @@ mod tests {
         assert_eq!((o.threads, o.quiet), (4, true));
         assert!(o.program.is_empty() && o.replay.is_none());
         let o = parse("").unwrap();
-        assert_eq!((o.threads, o.quiet), (2, false));
+        assert_eq!((o.threads, o.quiet), (cannoli::default_workers(), false));
         let o = parse("--listen=127.0.0.1:5").unwrap();
         assert_eq!(o.listen.as_deref(), Some("127.0.0.1:5"));
         assert!(parse("--threads").unwrap_err().contains("--threads"));

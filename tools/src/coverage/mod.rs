@@ -675,7 +675,10 @@ mod tests {
     #[test]
     fn options_and_the_program() {
         let o = parse("").unwrap();
-        assert_eq!((o.threads, o.output, o.replay), (1, None, None));
+        assert_eq!(
+            (o.threads, o.output, o.replay),
+            (cannoli::default_workers(), None, None)
+        );
         let o = parse("-o a.drcov --threads 3 ./prog -o x --threads").unwrap();
         assert_eq!(o.output.as_deref(), Some(Path::new("a.drcov")));
         assert_eq!(o.threads, 3);
