@@ -23,8 +23,10 @@
 //!   first worker): helpers are called in as soon as one chunk waits.
 //! - **Relay** (two cores, a restricted affinity mask, or a loaded machine
 //!   on which QEMU's thread waits for a CPU): a helper would take QEMU's
-//!   core, so helpers are called in only while the ring is full (QEMU waits
-//!   for us, its core is idle) and take chunks only while that lasts.
+//!   core, so helpers are called in only while QEMU waits for a free slot
+//!   (the ring is full: its core is idle; the ring shows it, see
+//!   `mempipe::Consumer::producer_waiting`) and take chunks only while
+//!   that lasts.
 //!
 //! The first worker re-decides every [`RECHECK`]: the usable cores can
 //! change (affinity, cgroups), and so can the load. A loaded machine shows
@@ -271,20 +273,18 @@ impl<'a> Crew<'a> {
         }
     }
 
-    /// Chunks waiting that justify another worker: one in eager mode; in
-    /// relay mode the ring (nearly) full, i.e. QEMU waiting.
-    fn call_in_at(&self) -> u64 {
-        match self.mode() {
-            Mode::Eager => 1,
-            Mode::Relay => (self.consumer.chunk_count() as u64 - 1).max(1),
-        }
-    }
-
+    /// Whether a chunk waiting justifies another worker now: always in
+    /// eager mode; in relay mode only while QEMU waits for a free slot.
     fn helper_may_take(&self) -> bool {
         match self.mode() {
             Mode::Eager => true,
-            Mode::Relay => self.consumer.backlog() >= self.call_in_at(),
+            Mode::Relay => self.consumer.producer_waiting(),
         }
+    }
+
+    /// Chunks wait, and a helper may take them.
+    fn help_wanted(&self) -> bool {
+        self.consumer.backlog() > 0 && self.helper_may_take()
     }
 
     /// Chunks are waiting: wake a parked helper, or start one if the crew
@@ -293,7 +293,7 @@ impl<'a> Crew<'a> {
     where
         W: Fn(usize, &mut dyn FnMut() -> Option<Chunk<'a>>) + Sync,
     {
-        if self.wanted < 2 || self.consumer.backlog() < self.call_in_at() {
+        if self.wanted < 2 || !self.help_wanted() {
             return;
         }
         if self.parked.load(Ordering::SeqCst) > 0 {
@@ -325,9 +325,8 @@ impl<'a> Crew<'a> {
     fn park(&self) {
         let g = lock(&self.lock);
         self.parked.fetch_add(1, Ordering::SeqCst);
-        let ready = self.done.load(Ordering::SeqCst)
-            || self.consumer.is_finished()
-            || (self.helper_may_take() && self.consumer.backlog() >= self.call_in_at());
+        let ready =
+            self.done.load(Ordering::SeqCst) || self.consumer.is_finished() || self.help_wanted();
         if !ready {
             let _ = self.wake.wait_timeout(g, PARK_SLICE);
         }
@@ -453,7 +452,7 @@ mod tests {
         let crew = Crew::new(&c, machine, threads, None);
         let taken: Vec<AtomicU64> = (0..threads).map(|_| AtomicU64::new(0)).collect();
         let seen = Mutex::new(vec![0u32; CHUNKS as usize]);
-        let mut publish = |p: &mut Producer| {
+        let publish = |p: &mut Producer| {
             p.acquire().unwrap();
             p.publish(64).unwrap();
         };
@@ -512,20 +511,49 @@ mod tests {
     }
 
     #[test]
-    fn relay_helpers_take_only_from_a_full_ring() {
-        // Two cores: the relay. The ring is full (seven chunks waiting
-        // behind the first) when the first worker takes its first chunk:
-        // QEMU waits, so the helper is called in.
+    fn relay_helpers_only_while_qemu_waits() {
+        // Two cores: the relay. Help is wanted only while chunks wait and
+        // the producer waits for a free slot.
         let machine = Machine::with_cores(2);
-        let (p, c) = ring();
+        let (mut p, c) = ring();
         let crew = Crew::new(&c, &machine, 2, None);
         assert_eq!(crew.mode(), Mode::Relay);
-        assert_eq!(crew.call_in_at(), 7);
-        drop(p);
-        let (taken, helped) = crew_run(&machine, 2, Duration::from_micros(100), true);
+        assert!(!crew.help_wanted(), "nothing published");
+        for _ in 0..8 {
+            p.acquire().unwrap();
+            p.publish(64).unwrap();
+        }
+        assert!(
+            !crew.help_wanted(),
+            "chunks wait, but the producer does not"
+        );
+        std::thread::scope(|s| {
+            let held = c.try_recv().unwrap();
+            // The ninth chunk: the ring is full, the producer waits.
+            let producer = s.spawn(move || {
+                p.acquire().unwrap();
+                p.publish(64).unwrap();
+                p
+            });
+            while !c.producer_waiting() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(
+                crew.help_wanted(),
+                "seven chunks wait, and so does the producer"
+            );
+            drop(held);
+            let mut p = producer.join().unwrap();
+            p.close();
+        });
+        // Eager on the same ring wants help whenever a chunk waits.
+        let many = Machine::with_cores(16);
+        let eager = Crew::new(&c, &many, 2, None);
+        assert!(eager.help_wanted());
+        // And a whole run delivers every chunk once.
+        let (taken, helped) = crew_run(&machine, 2, Duration::from_micros(100), false);
         assert_eq!(taken.iter().sum::<u64>(), CHUNKS);
         assert_eq!(helped, taken[1]);
-        assert!(helped > 0, "{taken:?}");
     }
 
     #[test]

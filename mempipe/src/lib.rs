@@ -1643,6 +1643,23 @@ impl Consumer {
             .min(self.ring.geo.chunk_count as u64)
     }
 
+    /// Whether the producer is waiting for a free slot right now: the ring
+    /// is full and its chunks are all published or held by consumer
+    /// threads, so its core is idle until one is released. (The waiter bit
+    /// of the slot its next chunk goes to; a producer still spinning before
+    /// it sleeps does not count yet.) A hint for a consumer's policy, read
+    /// from memory the producer writes: never trusted for anything else.
+    pub fn producer_waiting(&self) -> bool {
+        let p = self
+            .ring
+            .header()
+            .producer
+            .published
+            .load(Ordering::Relaxed);
+        let slot = self.ring.slot(self.ring.slot_index(p));
+        slot.state.load(Ordering::Relaxed) & SLOT_WAITER != 0
+    }
+
     /// Whether `recv` would return `None`: the stream's end is known (the
     /// producer closed the ring, or it was abandoned, or a chunk refused) and
     /// every chunk before it has been claimed; or the consumer was closed.
