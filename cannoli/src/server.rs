@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mempipe::{Chunk, Consumer, TableReader};
+use mempipe::{Chunk, ChunkBuf, Consumer, TableReader};
 use wire::channel::{private_dir, read_line, runtime_dir, Addr, Sock};
 use wire::{parse_control, Control, Token};
 
@@ -921,6 +921,8 @@ fn worker<'a, T: Cannoli>(conn: &Conn<'a, T>, next: &mut dyn FnMut() -> Option<C
     // The process's block cache (shared by its streams, as the table is).
     let cache: Option<Arc<BlockCache>> = conn.blocks.clone().map(|t| cache_for(t));
     let mut packer = conn.record.as_ref().map(|(w, _)| w.packer());
+    // The chunk's bytes in this worker's own memory (`Chunk::copy_into`).
+    let mut copy = ChunkBuf::new();
     loop {
         let mut buf = conn.reseq.claim();
         let chunk = next();
@@ -929,7 +931,11 @@ fn worker<'a, T: Cannoli>(conn: &Conn<'a, T>, next: &mut dyn FnMut() -> Option<C
             break;
         };
         let seq = chunk.seq();
-        let data = chunk.data();
+        chunk.copy_into(&mut copy);
+        // The slot goes back to QEMU at once: what is decoded is the copy.
+        drop(chunk);
+        chunks += 1;
+        let data = copy.bytes();
         if let (Some((w, log)), Some(p)) = (&conn.record, packer.as_mut()) {
             w.chunk(log, seq, data, p);
         }
@@ -944,8 +950,6 @@ fn worker<'a, T: Cannoli>(conn: &Conn<'a, T>, next: &mut dyn FnMut() -> Option<C
             &mut seam,
         );
         bytes += data.len() as u64;
-        drop(chunk); // give the slot back to QEMU before the serial phase
-        chunks += 1;
         events += d.events;
         if let Some(t) = d.skipped_tag {
             skipped += d.skipped;
@@ -1028,10 +1032,14 @@ fn record_stream(
     let end = crew.run(
         |_, next| {
             let mut packer = writer.packer();
+            let mut copy = ChunkBuf::new();
             while let Some(chunk) = next() {
-                writer.chunk(&log, chunk.seq(), chunk.data(), &mut packer);
+                let seq = chunk.seq();
+                chunk.copy_into(&mut copy);
+                drop(chunk); // the slot goes back to QEMU; the copy is stored
+                writer.chunk(&log, seq, copy.bytes(), &mut packer);
                 chunks.fetch_add(1, Ordering::Relaxed);
-                bytes.fetch_add(chunk.data().len() as u64, Ordering::Relaxed);
+                bytes.fetch_add(copy.len() as u64, Ordering::Relaxed);
             }
         },
         || control(reader, stream),
