@@ -364,6 +364,7 @@ fn stream_complete(
         published,
         violation,
         written,
+        control,
         ..
     }) = &s.end
     else {
@@ -382,12 +383,31 @@ fn stream_complete(
         );
         complete = false;
     }
+    if let Some(v) = control {
+        say!(
+            quiet,
+            "cannoli: pid {pid} tid {tid}: QEMU's side broke the control protocol ({}); \
+             the stream counts as incomplete",
+            wire::tame(v, 200)
+        );
+        complete = false;
+    }
     match goodbye {
         Some(g) => {
             if g.chunks != *published {
                 say!(
                     quiet,
                     "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
+                    g.chunks
+                );
+                complete = false;
+            } else if complete && delivered > g.chunks {
+                // More chunks than the goodbye counts: not what the ring
+                // held (fewer is said below).
+                say!(
+                    quiet,
+                    "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the recording \
+                     holds {delivered}; the stream counts as incomplete",
                     g.chunks
                 );
                 complete = false;
