@@ -1148,6 +1148,115 @@ fn a_flood_of_silent_tcp_connections_cannot_keep_qemu_out() {
     }
 }
 
+/// Threads of user `uid`, all processes together (what RLIMIT_NPROC counts).
+fn threads_of_user(uid: u32) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        // Processes only (not `self`, `thread-self`).
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(st) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let field = |k: &str| {
+            st.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if field("Uid:") == Some(uid as u64) {
+            n += field("Threads:").unwrap_or(0);
+        }
+    }
+    n
+}
+
+#[test]
+fn a_worker_that_cannot_start_ends_its_stream_counted() {
+    // In a child process (this test again) whose user may start no more
+    // threads than the server's connection thread: the stream's first
+    // worker cannot start, the crew closes the ring (QEMU goes on
+    // untraced), and the stream is counted incomplete.
+    const CHILD: &str = "CANNOLI_TEST_NPROC_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_worker_that_cannot_start_ends_its_stream_counted",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the child failed: {}\n{err}",
+            out.status
+        );
+        assert!(
+            err.contains("cannot start a worker thread") && err.contains("events are missing"),
+            "{err}"
+        );
+        return;
+    }
+    // SAFETY: plain system calls; as root, a uid nobody uses (so that
+    // RLIMIT_NPROC, which root ignores, applies and counts only us).
+    unsafe {
+        if libc::geteuid() == 0 {
+            assert_eq!(libc::setgid(54_321), 0);
+            assert_eq!(libc::setuid(54_321), 0);
+        }
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = std::env::temp_dir().join(format!("cannoli-nproc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = Server::bind(&format!("unix:{}", dir.join("s.sock").display()))
+        .unwrap()
+        .trust_hello_pids();
+    let addr = peer(&server);
+    let (go, wait) = mpsc::channel::<()>();
+    let fake = std::thread::spawn(move || {
+        wait.recv().unwrap();
+        let mut p = Producer::create_memfd(4096, 2).unwrap();
+        let hello = fake_hello(7700, 7700, WIRE_VERSION, fake_regs());
+        let mut s = connect_fake(&addr, hello, &p).expect("welcomed");
+        p.release_fd();
+        // The client closes the ring when it cannot read it: publishing
+        // then fails, as it does for QEMU, which goes on untraced.
+        let mut published = 0;
+        for _ in 0..3 {
+            let ok = p.acquire_slice().is_ok() && p.publish(8).is_ok();
+            published += u64::from(ok);
+        }
+        p.close();
+        let g = format!("{{\"chunks\":{published},\"lost_events\":0}}\n");
+        let _ = s.write_all(g.as_bytes());
+    });
+    // The threads there are now, and one more: the connection's.
+    let lim = libc::rlimit {
+        rlim_cur: threads_of_user(uid) + 1,
+        rlim_max: threads_of_user(uid) + 1,
+    };
+    // SAFETY: setrlimit reads `lim`.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &lim) }, 0);
+    go.send(()).unwrap();
+    let stats = server.run::<Rec>(2).expect("the server runs");
+    fake.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(stats.connections, 1, "{}", stats.loss_summary());
+    assert_eq!(stats.incomplete_streams, 1, "{}", stats.loss_summary());
+    assert!(!stats.is_complete());
+}
+
 /// Streams `chunks` on `p` (connected as `s`), then says goodbye.
 fn stream_and_say_goodbye(mut p: Producer, mut s: Sock, chunks: &[Vec<u64>]) {
     for words in chunks {
