@@ -242,6 +242,7 @@ pub fn write_sample_recording(path: &Path) -> Vec<(i32, u64)> {
             violation: None,
             written: chunks,
             end_ns: 5,
+            control: None,
         };
         w.stream_end(&log, &end);
     }

@@ -93,20 +93,20 @@ fn file_id(m: &std::fs::Metadata) -> (u64, u64) {
     (m.dev(), m.ino())
 }
 
-/// Runs the handshake on a fresh connection; `peer` names it in messages.
-/// `timeout` bounds each read and write; `trust_pid`: take the hello's pid
-/// without checking it against the connecting process. A block table comes
-/// from `tables` when its process's other streams already mapped it.
-pub(crate) fn handshake(
-    sock: &mut Sock,
-    peer: &str,
-    token: &Token,
-    timeout: Duration,
-    trust_pid: bool,
-    tables: &Tables,
-) -> Result<Accepted, Refusal> {
-    let _ = sock.set_read_timeout(Some(timeout));
-    let _ = sock.set_write_timeout(Some(timeout));
+/// A connection we challenged: what the rest of the handshake needs.
+pub(crate) struct Opened {
+    /// Our nonce, which the hello's proof must cover.
+    nonce: String,
+    /// Who connected (Unix sockets).
+    cred: Option<libc::ucred>,
+}
+
+/// The first half of the handshake, on the accept loop: checks who
+/// connected (Unix sockets: our uid) and sends our challenge, without ever
+/// waiting (a fresh socket's send buffer takes it at once). QEMU answers it
+/// with its hello at once, so a connection that has said nothing after it
+/// is the one to drop when too many wait (`server.rs`).
+pub(crate) fn challenge(sock: &Sock, peer: &str) -> Result<Opened, Refusal> {
     let cred =
         match sock {
             Sock::Unix(_) => Some(peer_cred(sock).map_err(|e| {
@@ -124,17 +124,53 @@ pub(crate) fn handshake(
             )));
         }
     }
-
-    let ours = nonce().map_err(|e| Refusal::Stranger(format!("{peer}: no random nonce: {e}")))?;
+    let nonce = nonce().map_err(|e| Refusal::Stranger(format!("{peer}: no random nonce: {e}")))?;
     let challenge = Challenge {
         magic: MAGIC.into(),
         wire_version: WIRE_VERSION,
-        nonce: ours.clone(),
+        nonce: nonce.clone(),
     };
     let line = serde_json::to_string(&challenge).expect("a Challenge serializes") + "\n";
-    sock.write_all(line.as_bytes())
-        .map_err(|e| Refusal::Stranger(format!("{peer}: closed before the handshake ({e})")))?;
+    // SAFETY: send of a live buffer on a socket we own; MSG_DONTWAIT never
+    // blocks, MSG_NOSIGNAL turns a closed peer into EPIPE.
+    let sent = unsafe {
+        libc::send(
+            sock.as_raw_fd(),
+            line.as_ptr().cast(),
+            line.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if sent != line.len() as isize {
+        let why = if sent < 0 {
+            io::Error::last_os_error().to_string()
+        } else {
+            "its socket took only part of our challenge".into()
+        };
+        return Err(Refusal::Stranger(format!(
+            "{peer}: closed before the handshake ({why})"
+        )));
+    }
+    Ok(Opened { nonce, cred })
+}
 
+/// The rest of the handshake, once the challenged connection has something
+/// to say; `peer` names it in messages. `timeout` bounds each read and
+/// write; `trust_pid`: take the hello's pid without checking it against the
+/// connecting process. A block table comes from `tables` when its
+/// process's other streams already mapped it.
+pub(crate) fn handshake(
+    sock: &mut Sock,
+    peer: &str,
+    opened: Opened,
+    token: &Token,
+    timeout: Duration,
+    trust_pid: bool,
+    tables: &Tables,
+) -> Result<Accepted, Refusal> {
+    let _ = sock.set_read_timeout(Some(timeout));
+    let _ = sock.set_write_timeout(Some(timeout));
+    let Opened { nonce: ours, cred } = opened;
     let (line, fds) = recv_line(sock).map_err(|e| {
         Refusal::Stranger(match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => format!(
@@ -286,8 +322,14 @@ fn peer_cred(sock: &Sock) -> io::Result<libc::ucred> {
     Ok(c)
 }
 
-/// Most descriptors a hello may bring; any beyond are closed unread.
+/// Most descriptors one message before the welcome may bring; any beyond
+/// are closed by the kernel (and the hello refused).
 const MAX_FDS: usize = 4;
+/// Most descriptors a hello brings in all: its ring and its block table.
+/// A peer that has not proven anything yet sends no more, across however
+/// many messages: beyond that the connection is refused and every one of
+/// them closed, so a stranger cannot pile up descriptors here.
+const MAX_HELLO_FDS: usize = 2;
 
 /// Reads the hello line and the descriptors that came with it. QEMU sends
 /// nothing after its hello until our welcome, so the line is all there is;
@@ -335,10 +377,11 @@ fn recv_line(sock: &Sock) -> io::Result<(String, Vec<OwnedFd>)> {
                 c = libc::CMSG_NXTHDR(&msg, c);
             }
         }
-        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 || fds.len() > MAX_HELLO_FDS {
+            // `fds` (those received so far) are closed as the error returns.
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "more file descriptors than a hello brings",
+                format!("more file descriptors than a hello brings (at most {MAX_HELLO_FDS})"),
             ));
         }
         if n == 0 {
@@ -446,15 +489,98 @@ mod tests {
         let (addr, t) = (l.addr(), token.clone());
         let q = std::thread::spawn(move || qemu(addr, t));
         let mut s = l.accept();
-        let r = handshake(
-            &mut s,
-            "test",
-            &token,
-            Duration::from_secs(10),
-            false,
-            tables,
-        );
+        let r = challenge(&s, "test").and_then(|o| {
+            handshake(
+                &mut s,
+                "test",
+                o,
+                &token,
+                Duration::from_secs(10),
+                false,
+                tables,
+            )
+        });
         (r, q.join().unwrap())
+    }
+
+    /// This process's open descriptors of `file`.
+    fn open_of(file: &std::path::Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::read_link(e.path()).is_ok_and(|l| l == file))
+            .count()
+    }
+
+    #[test]
+    fn a_peer_that_piles_up_descriptors_before_its_hello_is_refused() {
+        let l = Listener::unix();
+        let tables = Tables::default();
+        let Addr::Unix(path) = l.addr() else {
+            unreachable!()
+        };
+        // Held by the "peer" until the end, so that only our copies count.
+        let file = std::env::temp_dir().join(format!("cannoli-hs-fds-{}", std::process::id()));
+        std::fs::write(&file, b"x").unwrap();
+        let files: Vec<std::fs::File> = (0..12)
+            .map(|_| std::fs::File::open(&file).unwrap())
+            .collect();
+        let before = open_of(&file);
+        assert_eq!(before, 12);
+        let peer = std::thread::spawn(move || {
+            let s = std::os::unix::net::UnixStream::connect(path).unwrap();
+            let mut line = String::new();
+            use std::io::BufRead;
+            std::io::BufReader::new(&s).read_line(&mut line).unwrap();
+            let mut sock = Sock::Unix(s);
+            // Messages of one byte and two descriptors each, no newline:
+            // what a hello never is.
+            for chunk in files.chunks(2) {
+                let fds: Vec<_> = chunk.iter().map(|f| f.as_fd()).collect();
+                if sock.send_with_fds(b"{", &fds).is_err() {
+                    break; // refused already
+                }
+            }
+            // Hold the connection (and our files) until the server is done.
+            let mut buf = [0u8; 1];
+            let _ = std::io::Read::read(&mut sock_reader(&sock), &mut buf);
+            drop(files);
+        });
+        let mut s = l.accept();
+        let r = challenge(&s, "test").and_then(|o| {
+            handshake(
+                &mut s,
+                "test",
+                o,
+                &Token::generate().unwrap(),
+                Duration::from_secs(10),
+                false,
+                &tables,
+            )
+        });
+        match r {
+            Err(Refusal::Stranger(m)) => {
+                assert!(
+                    m.contains("more file descriptors than a hello brings"),
+                    "{m}"
+                )
+            }
+            Err(Refusal::Refused(m)) => panic!("refused as QEMU: {m}"),
+            Ok(_) => panic!("accepted"),
+        }
+        // Every descriptor it passed is closed again: only the peer's own
+        // are open.
+        assert_eq!(open_of(&file), before);
+        drop(s);
+        peer.join().unwrap();
+        let _ = std::fs::remove_file(&file);
+    }
+
+    fn sock_reader(s: &Sock) -> std::os::unix::net::UnixStream {
+        match s {
+            Sock::Unix(u) => u.try_clone().unwrap(),
+            Sock::Tcp(_) => unreachable!(),
+        }
     }
 
     fn accepted(r: Result<Accepted, Refusal>) -> Accepted {

@@ -74,7 +74,7 @@ mod server;
 pub use crew::default_workers;
 pub use event::{Signal, Syscall};
 pub use recording::{replay, Recording, Replayed};
-pub use server::Server;
+pub use server::{original_fd_limit, raise_fd_limit, Server};
 
 /// Re-export of the wire format crate (event tags, handshake messages).
 pub use wire;

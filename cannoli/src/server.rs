@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use mempipe::{Chunk, Consumer, TableReader};
+use mempipe::{Chunk, ChunkBuf, Consumer, TableReader};
 use wire::channel::{private_dir, read_line, runtime_dir, Addr, Sock};
 use wire::{parse_control, Control, Token};
 
@@ -23,17 +23,11 @@ use crate::announce::Announced;
 use crate::blocks::{cache_for, BlockCache};
 use crate::crew::{Crew, Machine};
 use crate::decode::{decode, finish, stitch, Carry, Layout, Seam};
-use crate::handshake::{handshake, Accepted, Refusal, Tables};
+use crate::handshake::{challenge, handshake, Accepted, Opened, Refusal, Tables};
 use crate::recording::{Goodbye, StreamEnd, StreamLog, Writer};
 use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Error, Stats};
 
-/// Connections in their handshake at once. At the cap the oldest is closed
-/// to make room: a stranger that opens connections and says nothing (it
-/// needs TCP for that; the Unix socket's directory keeps strangers out)
-/// cannot make the run wait, nor keep QEMU's next connection out, since
-/// QEMU's own handshake takes microseconds.
-const MAX_PENDING: usize = 64;
 /// Streams served at once (guest threads of the traced tree).
 const MAX_STREAMS: usize = 8192;
 /// How long [`Server::run`] keeps listening after the last connection ended,
@@ -108,6 +102,7 @@ impl Server {
     /// one, see [`Server::addr`]). The server makes up a fresh secret
     /// ([`Server::token`]) that QEMU must prove it holds.
     pub fn bind(addr: &str) -> Result<Server, Error> {
+        raise_fd_limit();
         let parsed = Addr::parse(addr);
         let bind_err = |e: io::Error| {
             if e.kind() == io::ErrorKind::AddrInUse {
@@ -288,7 +283,6 @@ impl Server {
             wake: wake_tx,
             announced: Mutex::new(Announced::default()),
             token: self.token.clone(),
-            pending: Mutex::new(VecDeque::new()),
             handshake_timeout: self.handshake_timeout,
             trust_hello_pids: self.trust_hello_pids,
             seen_qemu: AtomicBool::new(false),
@@ -297,8 +291,8 @@ impl Server {
             decode,
             machine: Machine::new(),
         });
-        let mut next_id = 0u64;
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
+        let mut pending = Waiting::new(max_pending());
 
         loop {
             // Only a QEMU counts as the start of the run: a stranger that
@@ -319,51 +313,81 @@ impl Server {
                 None if expecting => Some(DONE_POLL),
                 None => None,
             };
-            let ready =
-                poll2(self.listener.as_raw_fd(), wake_rx.as_raw_fd(), timeout).map_err(|e| {
-                    Error::Io {
-                        what: "waiting for connections (poll)",
-                        source: e,
-                    }
-                })?;
-            if ready == [false, false] && (idle || (finishing && none_live)) {
+            // ... and wake for the first connection whose hello is due.
+            let timeout = match (timeout, pending.next_deadline(self.handshake_timeout)) {
+                (Some(t), Some(d)) => Some(t.min(d)),
+                (t, d) => t.or(d),
+            };
+            let ready = poll_all(
+                self.listener.as_raw_fd(),
+                wake_rx.as_raw_fd(),
+                &mut pending,
+                timeout,
+            )
+            .map_err(|e| Error::Io {
+                what: "waiting for connections (poll)",
+                source: e,
+            })?;
+            if ready == [false, false] && pending.is_empty() && (idle || (finishing && none_live)) {
                 break; // lingered long enough, or done with nothing pending
             }
             if ready[1] {
                 let mut buf = [0u8; 64];
                 while matches!((&wake_rx).read(&mut buf), Ok(n) if n > 0) {}
             }
+            // Connections that said something go on to their thread.
+            for w in pending.take_ready() {
+                let sh = shared.clone();
+                let peer = w.peer.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("cannoli-conn".into())
+                    .spawn(move || connection_thread(&sh, w.sock, w.peer, w.opened));
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        *lock(&shared.live) -= 1;
+                        lock(&shared.stats).refused_connections += 1;
+                        eprintln!("cannoli: cannot start a thread for {peer}: {e}; dropping it");
+                    }
+                }
+            }
+            // Those that said nothing in time are strangers.
+            for w in pending.take_expired(self.handshake_timeout) {
+                eprintln!(
+                    "cannoli: ignored {}: sent no hello within {:.1} s",
+                    w.peer,
+                    self.handshake_timeout.as_secs_f64()
+                );
+                *lock(&shared.live) -= 1;
+                lock(&shared.stats).strangers += 1;
+            }
             if ready[0] {
-                loop {
+                // A bounded burst, so that a flood of connections cannot
+                // keep this loop from handing out the ones that spoke.
+                for _ in 0..ACCEPT_BURST {
                     match self.listener.accept() {
                         Ok((stream, peer)) => {
-                            next_id += 1;
-                            let id = next_id;
-                            {
-                                let mut pending = lock(&shared.pending);
-                                if pending.len() >= MAX_PENDING {
-                                    if let Some((_, old)) = pending.pop_front() {
-                                        old.shutdown();
-                                    }
+                            let opened = match challenge(&stream, &peer) {
+                                Ok(o) => o,
+                                Err(Refusal::Stranger(m) | Refusal::Refused(m)) => {
+                                    eprintln!("cannoli: ignored {m}");
+                                    lock(&shared.stats).strangers += 1;
+                                    continue;
                                 }
-                                if let Ok(c) = stream.try_clone() {
-                                    pending.push_back((id, c));
-                                }
-                            }
+                            };
                             *lock(&shared.live) += 1;
-                            let sh = shared.clone();
-                            let name = peer.clone();
-                            let spawned = std::thread::Builder::new()
-                                .name("cannoli-conn".into())
-                                .spawn(move || connection_thread(&sh, stream, name, id));
-                            match spawned {
-                                Ok(h) => handles.push(h),
-                                Err(e) => {
-                                    *lock(&shared.live) -= 1;
-                                    shared.handshake_done(id);
-                                    lock(&shared.stats).refused_connections += 1;
-                                    eprintln!("cannoli: cannot start a thread for {peer}: {e}; dropping it");
-                                }
+                            if pending
+                                .push(Waiting1 {
+                                    sock: stream,
+                                    peer,
+                                    opened,
+                                    since: Instant::now(),
+                                })
+                                .is_some()
+                            {
+                                // The oldest silent one made room.
+                                *lock(&shared.live) -= 1;
+                                lock(&shared.stats).strangers += 1;
                             }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -390,10 +414,164 @@ impl Server {
         for h in handles {
             let _ = h.join();
         }
+        if pending.dropped > 0 {
+            eprintln!(
+                "cannoli: dropped {} connections that had said nothing while {} others waited \
+                 for their hello (the oldest went first); counted as strangers",
+                pending.dropped, pending.cap
+            );
+        }
         let mut stats = lock(&shared.stats).clone();
         stats.missing_processes += shared.never_connected();
         Ok(stats)
     }
+}
+
+/// Connections accepted at most per wake-up of the accept loop.
+const ACCEPT_BURST: usize = 64;
+
+/// Connections that were challenged and have said nothing yet: the accept
+/// loop polls them (no thread each), and hands one to a thread of its own
+/// as soon as it has something to say. QEMU answers the challenge at once,
+/// so a connection that stays silent is a stranger: it is dropped at its
+/// deadline, or, when [`Waiting::cap`] of them wait, the oldest is dropped
+/// for a new one. A flood of silent connections (TCP: anyone on the
+/// machine can connect) thus costs a descriptor each, at most `cap`, and
+/// cannot keep QEMU out: QEMU's connection is handed on the moment its
+/// hello arrives, and would only be dropped if `cap` others connected
+/// before QEMU could answer.
+struct Waiting {
+    /// Oldest first.
+    list: VecDeque<Waiting1>,
+    cap: usize,
+    /// Dropped for newer ones.
+    dropped: u64,
+    /// Which of `list` the last poll found readable.
+    ready: Vec<bool>,
+}
+
+/// One connection waiting for its hello.
+struct Waiting1 {
+    sock: Sock,
+    peer: String,
+    opened: Opened,
+    since: Instant,
+}
+
+impl Waiting {
+    fn new(cap: usize) -> Waiting {
+        Waiting {
+            list: VecDeque::new(),
+            cap: cap.max(1),
+            dropped: 0,
+            ready: Vec::new(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Adds `w`; returns the oldest, dropped, if the cap was reached.
+    fn push(&mut self, w: Waiting1) -> Option<Waiting1> {
+        let old = if self.list.len() >= self.cap {
+            self.dropped += 1;
+            self.ready.clear();
+            self.list.pop_front()
+        } else {
+            None
+        };
+        self.list.push_back(w);
+        old
+    }
+
+    /// How long until the oldest one's deadline.
+    fn next_deadline(&self, timeout: Duration) -> Option<Duration> {
+        self.list
+            .front()
+            .map(|w| (w.since + timeout).saturating_duration_since(Instant::now()))
+    }
+
+    /// Those the last poll found readable (data, or their end).
+    fn take_ready(&mut self) -> Vec<Waiting1> {
+        let ready = std::mem::take(&mut self.ready);
+        if !ready.iter().any(|&r| r) {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut keep = VecDeque::with_capacity(self.list.len());
+        for (i, w) in std::mem::take(&mut self.list).into_iter().enumerate() {
+            if ready.get(i).copied().unwrap_or(false) {
+                out.push(w);
+            } else {
+                keep.push_back(w);
+            }
+        }
+        self.list = keep;
+        out
+    }
+
+    /// Those whose deadline has passed.
+    fn take_expired(&mut self, timeout: Duration) -> Vec<Waiting1> {
+        let now = Instant::now();
+        let mut out = Vec::new();
+        while self.list.front().is_some_and(|w| w.since + timeout <= now) {
+            out.extend(self.list.pop_front());
+            self.ready.clear();
+        }
+        out
+    }
+}
+
+/// How many silent connections may wait at once: 1024, or a quarter of
+/// this process's descriptor limit if that is less (at least 16).
+fn max_pending() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into `lim`.
+    let cur = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    ((cur / 4).min(1024) as usize).max(16)
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit
+/// (as servers do): a stream costs the client a descriptor (its control
+/// connection), and a program may have thousands of threads. Once per
+/// process; the limit before is kept for the processes this one starts
+/// ([`original_fd_limit`]), since a program that uses `select` needs
+/// the usual one.
+pub fn raise_fd_limit() {
+    ORIGINAL_FD_LIMIT.get_or_init(|| {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into `lim`.
+        if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+            return None;
+        }
+        let before = lim.rlim_cur;
+        if lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            // SAFETY: setrlimit reads `lim`; raising the soft limit up to
+            // the hard one needs no privilege.
+            unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
+        }
+        Some(before)
+    });
+}
+
+static ORIGINAL_FD_LIMIT: std::sync::OnceLock<Option<libc::rlim_t>> = std::sync::OnceLock::new();
+
+/// This process's soft descriptor limit before [`raise_fd_limit`] raised
+/// it (`None` if it did not run): give it back to a child before it execs.
+pub fn original_fd_limit() -> Option<u64> {
+    ORIGINAL_FD_LIMIT.get().copied().flatten()
 }
 
 /// Binds a Unix socket at `path`, mode 0600. A socket file left there by a
@@ -423,31 +601,32 @@ fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Waits until `a` or `b` is readable, or the timeout passes. Returns which
-/// are readable.
-fn poll2(a: i32, b: i32, timeout: Option<Duration>) -> io::Result<[bool; 2]> {
+/// Waits until `a` or `b` is readable, or one of the waiting connections
+/// is (or ends), or the timeout passes. Returns which of `a` and `b` are
+/// readable; the waiting ones' are left in `w.ready`.
+fn poll_all(a: i32, b: i32, w: &mut Waiting, timeout: Option<Duration>) -> io::Result<[bool; 2]> {
     let ms: libc::c_int = match timeout {
         None => -1,
-        Some(t) => t.as_millis().min(i32::MAX as u128) as libc::c_int,
+        // Rounded up: a deadline 0.3 ms away must not poll 0 ms in a loop.
+        Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int,
     };
-    let mut fds = [
-        libc::pollfd {
-            fd: a,
+    let mut fds: Vec<libc::pollfd> = [a, b]
+        .into_iter()
+        .chain(w.list.iter().map(|x| x.sock.as_raw_fd()))
+        .map(|fd| libc::pollfd {
+            fd,
             events: libc::POLLIN,
             revents: 0,
-        },
-        libc::pollfd {
-            fd: b,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
+        })
+        .collect();
     loop {
-        // SAFETY: `fds` is a valid array of 2 pollfd for the whole call.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        // SAFETY: `fds` is a valid array of fds.len() pollfd for the call.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         if rc >= 0 {
-            let r =
-                |p: &libc::pollfd| p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP) != 0;
+            let r = |p: &libc::pollfd| {
+                p.revents & (libc::POLLIN | libc::POLLERR | libc::POLLHUP | libc::POLLRDHUP) != 0
+            };
+            w.ready = fds[2..].iter().map(r).collect();
             return Ok([r(&fds[0]), r(&fds[1])]);
         }
         let e = io::Error::last_os_error();
@@ -473,8 +652,6 @@ struct Shared<T: Cannoli> {
     announced: Mutex<Announced>,
     /// The run's secret.
     token: Token,
-    /// Connections in their handshake, oldest first, by accept number.
-    pending: Mutex<VecDeque<(u64, Sock)>>,
     handshake_timeout: Duration,
     trust_hello_pids: bool,
     /// A QEMU has connected (a stream, or a cannoli hello refused). Set by
@@ -509,11 +686,6 @@ impl<T: Cannoli> Shared<T> {
             );
         }
         missing.len() as u64
-    }
-
-    /// Connection `id` is out of its handshake (or failed it).
-    fn handshake_done(&self, id: u64) {
-        lock(&self.pending).retain(|(i, _)| *i != id);
     }
 
     fn pid_acquire(&self, ci: &ClientInfo) -> Arc<T::PidContext> {
@@ -571,10 +743,10 @@ fn process_alive(pid: i32) -> bool {
     }
 }
 
-fn connection_thread<T: Cannoli>(shared: &Shared<T>, stream: Sock, peer: String, id: u64) {
+fn connection_thread<T: Cannoli>(shared: &Shared<T>, stream: Sock, peer: String, opened: Opened) {
     let _live = LiveGuard(shared);
     let r = catch_unwind(AssertUnwindSafe(|| {
-        connection::<T>(shared, stream, peer.clone(), id)
+        connection::<T>(shared, stream, peer.clone(), opened)
     }));
     if r.is_err() {
         die_after_panic(&format!("the connection from {peer}"));
@@ -627,16 +799,16 @@ struct Stream<'a> {
     lost: AtomicU64,
 }
 
-fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id: u64) {
+fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, opened: Opened) {
     let accepted = handshake(
         &mut stream,
         &peer,
+        opened,
         &shared.token,
         shared.handshake_timeout,
         shared.trust_hello_pids,
         &shared.tables,
     );
-    shared.handshake_done(id);
     if !matches!(accepted, Err(Refusal::Stranger(_))) {
         shared.seen_qemu.store(true, Ordering::Release);
     }
@@ -664,14 +836,9 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
             return;
         }
     };
-    let mut reader = match stream.try_clone() {
-        Ok(r) => BufReader::new(r),
-        Err(e) => {
-            eprintln!("cannoli: {peer}: {e}; dropping it");
-            lock(&shared.stats).refused_connections += 1;
-            return;
-        }
-    };
+    // The stream's one descriptor: its ring and block table are mapped
+    // and their descriptors closed (`mempipe`).
+    let mut reader = BufReader::new(stream);
     let mut ci = ClientInfo::from_hello(&hello);
     let seq = lock(&shared.announced).connected(ci.pid);
     ci.stream = seq - 1;
@@ -727,9 +894,8 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         record,
     };
 
-    let mut incomplete = 0;
     let crew = Crew::new(&consumer, &shared.machine, threads, Some((ci.pid, ci.tid)));
-    let (complete, goodbye) = crew.run(
+    let end = crew.run(
         |_, next| {
             if catch_unwind(AssertUnwindSafe(|| worker(&conn, next))).is_err() {
                 die_after_panic(&format!("pid {} tid {}", conn.pid, conn.tid));
@@ -737,35 +903,24 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
         },
         || control(&mut reader, &conn.stream),
     );
-    if !complete {
-        incomplete = 1;
-    }
-    if let Some(e) = crew.failure() {
-        eprintln!(
-            "cannoli: pid {} tid {}: {e}; the stream's events are missing",
-            ci.pid, ci.tid
-        );
-        incomplete = 1;
-    }
-    // A chunk the ring refused (a producer that broke the ring protocol)
-    // ended the stream early: what came after it is unknown.
-    if let Some(v) = consumer.violation() {
-        eprintln!(
-            "cannoli: pid {} tid {}: the ring broke its protocol ({v}); the events after it are missing",
-            ci.pid, ci.tid
-        );
-        incomplete = 1;
-    }
-    end_of_stream(&conn, incomplete == 0);
+    let complete = stream_complete(
+        &conn.stream,
+        &end,
+        crew.failure(),
+        conn.chunks.load(Ordering::Relaxed),
+    );
+    let incomplete = u64::from(!complete);
+    end_of_stream(&conn, complete);
     if let Some((w, log)) = &conn.record {
         w.stream_end(
             log,
             &StreamEnd {
-                goodbye,
+                goodbye: end.goodbye,
                 published: consumer.published(),
                 violation: consumer.violation().map(|v| v.to_string()),
                 written: conn.chunks.load(Ordering::Relaxed),
                 end_ns: w.now_ns(),
+                control: end.violation.clone(),
             },
         );
     }
@@ -813,10 +968,26 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, id
     });
 }
 
+/// How long the control connection is read after the goodbye for its end:
+/// QEMU shuts it down right after saying goodbye, so only a peer that
+/// breaks the protocol makes this wait.
+const AFTER_GOODBYE: Duration = Duration::from_secs(30);
+
+/// How a stream's control connection ended.
+struct ControlEnd {
+    /// QEMU's goodbye (the first one), if it said one.
+    goodbye: Option<Goodbye>,
+    /// How the connection broke the protocol, if it did (a second goodbye,
+    /// a goodbye before the ring was closed, anything after the goodbye):
+    /// the stream is then incomplete, whatever the counts say.
+    violation: Option<String>,
+}
+
 /// Watches the control socket until the goodbye or EOF, and ends the ring
-/// accordingly. Returns false when the stream is incomplete, and the
-/// goodbye if there was one.
-fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> (bool, Option<Goodbye>) {
+/// accordingly. After the goodbye it reads on until the connection's end
+/// (at most [`AFTER_GOODBYE`]): the goodbye is the last word of a stream,
+/// said once.
+fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> ControlEnd {
     let (pid, tid) = (conn.pid, conn.tid);
     // No deadline here: the stream lasts as long as its guest thread. The
     // peer is this run's QEMU (the handshake proved it), and its end closes
@@ -824,12 +995,7 @@ fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> (bool, Option<Goo
     let goodbye = loop {
         match read_line(reader) {
             Ok(Some(line)) => match parse_control(&line) {
-                Ok(Control::Goodbye(g)) => {
-                    if g.exec {
-                        lock(conn.announced).exec(pid, conn.seq);
-                    }
-                    break Some(g);
-                }
+                Ok(Control::Goodbye(g)) => break Some(g),
                 Ok(Control::Expect(e)) => lock(conn.announced).forked(e.expect_pid),
                 Err(e) => {
                     eprintln!("cannoli: pid {pid} tid {tid}: ignoring a control message: {e}");
@@ -849,53 +1015,129 @@ fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> (bool, Option<Goo
         }
     };
     let consumer = conn.consumer;
-    match goodbye {
-        Some(g) => {
-            // QEMU closed the ring before saying goodbye; if it somehow did
-            // not, nothing more will come either way.
-            if !consumer.closed_by_producer() {
-                consumer.abandon();
-            }
-            let published = consumer.published();
-            let all_there = g.chunks == published;
-            if !all_there {
-                eprintln!(
-                    "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
-                    g.chunks
-                );
-            }
-            if g.lost_events > 0 {
-                eprintln!(
-                    "cannoli: pid {pid} tid {tid}: QEMU could not record {} events; the trace has gaps",
-                    g.lost_events
-                );
-                conn.lost.fetch_add(g.lost_events, Ordering::Relaxed);
-            }
-            let g = Goodbye {
-                chunks: g.chunks,
-                lost_events: g.lost_events,
-                exec: g.exec,
-            };
-            (all_there, Some(g))
+    let Some(g) = goodbye else {
+        consumer.abandon();
+        let published = consumer.published();
+        if published == 0 {
+            eprintln!(
+                "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
+                 no chunk arrived, all of its events are missing"
+            );
+        } else {
+            eprintln!(
+                "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
+                 events after chunk {} are missing",
+                published - 1
+            );
         }
-        None => {
-            consumer.abandon();
-            let published = consumer.published();
-            if published == 0 {
-                eprintln!(
-                    "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
-                     no chunk arrived, all of its events are missing"
-                );
-            } else {
-                eprintln!(
-                    "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
-                     events after chunk {} are missing",
-                    published - 1
-                );
-            }
-            (false, None)
-        }
+        return ControlEnd {
+            goodbye: None,
+            violation: None,
+        };
+    };
+    // QEMU closes its ring before it says goodbye. If it did not, the
+    // goodbye is not QEMU's last word: end the ring where it is.
+    let mut violation = None;
+    if !consumer.closed_by_producer() {
+        consumer.abandon();
+        violation = Some("its goodbye came before its ring was closed".to_string());
     }
+    let after = after_goodbye(reader);
+    violation = violation.or(after);
+    if g.exec {
+        lock(conn.announced).exec(pid, conn.seq);
+    }
+    if g.lost_events > 0 {
+        eprintln!(
+            "cannoli: pid {pid} tid {tid}: QEMU could not record {} events; the trace has gaps",
+            g.lost_events
+        );
+        conn.lost.fetch_add(g.lost_events, Ordering::Relaxed);
+    }
+    ControlEnd {
+        goodbye: Some(Goodbye {
+            chunks: g.chunks,
+            lost_events: g.lost_events,
+            exec: g.exec,
+        }),
+        violation,
+    }
+}
+
+/// Reads the control connection after the goodbye until its end: anything
+/// there breaks the protocol (says what), as does a connection left open.
+fn after_goodbye(reader: &mut BufReader<Sock>) -> Option<String> {
+    let _ = reader.get_ref().set_read_timeout(Some(AFTER_GOODBYE));
+    match read_line(reader) {
+        Ok(None) => None,
+        Ok(Some(line)) => Some(match parse_control(&line) {
+            Ok(Control::Goodbye(_)) => "it said goodbye twice".to_string(),
+            _ => "its control connection went on after its goodbye".to_string(),
+        }),
+        Err(e) => match e.kind() {
+            io::ErrorKind::ConnectionReset => None,
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => Some(format!(
+                "its control connection stayed open {} s after its goodbye",
+                AFTER_GOODBYE.as_secs()
+            )),
+            _ => Some("its control connection went on after its goodbye".to_string()),
+        },
+    }
+}
+
+/// Whether a stream whose control connection ended as `end`, after
+/// `delivered` chunks were taken from its ring, is whole; says on stderr
+/// why not (one line). A stream is whole when its ring kept the protocol,
+/// its workers ran, and QEMU closed its ring, then said goodbye once with
+/// the number of chunks the ring holds and this client took: the client's
+/// own count, which nothing in QEMU's process can change.
+fn stream_complete(
+    conn: &Stream<'_>,
+    end: &ControlEnd,
+    crew_failure: Option<&str>,
+    delivered: u64,
+) -> bool {
+    let (pid, tid) = (conn.pid, conn.tid);
+    let consumer = conn.consumer;
+    if let Some(e) = crew_failure {
+        eprintln!("cannoli: pid {pid} tid {tid}: {e}; the stream's events are missing");
+        return false;
+    }
+    // A chunk the ring refused (a producer that broke the ring protocol)
+    // ended the stream early: what came after it is unknown.
+    if let Some(v) = consumer.violation() {
+        eprintln!(
+            "cannoli: pid {pid} tid {tid}: the ring broke its protocol ({v}); the events after it are missing"
+        );
+        return false;
+    }
+    if let Some(v) = &end.violation {
+        eprintln!(
+            "cannoli: pid {pid} tid {tid}: QEMU's side broke the control protocol ({v}); \
+             the stream counts as incomplete"
+        );
+        return false;
+    }
+    let Some(g) = &end.goodbye else {
+        return false; // said in `control`
+    };
+    let published = consumer.published();
+    if g.chunks != published {
+        eprintln!(
+            "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
+            g.chunks
+        );
+        return false;
+    }
+    if g.chunks != delivered {
+        eprintln!(
+            "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but {delivered} were \
+             taken from its ring; the stream counts as incomplete",
+            g.chunks
+        );
+        return false;
+    }
+    true
 }
 
 /// Every chunk is delivered: the block the last one left open ran to its
@@ -921,6 +1163,8 @@ fn worker<'a, T: Cannoli>(conn: &Conn<'a, T>, next: &mut dyn FnMut() -> Option<C
     // The process's block cache (shared by its streams, as the table is).
     let cache: Option<Arc<BlockCache>> = conn.blocks.clone().map(|t| cache_for(t));
     let mut packer = conn.record.as_ref().map(|(w, _)| w.packer());
+    // The chunk's bytes in this worker's own memory (`Chunk::copy_into`).
+    let mut copy = ChunkBuf::new();
     loop {
         let mut buf = conn.reseq.claim();
         let chunk = next();
@@ -929,7 +1173,11 @@ fn worker<'a, T: Cannoli>(conn: &Conn<'a, T>, next: &mut dyn FnMut() -> Option<C
             break;
         };
         let seq = chunk.seq();
-        let data = chunk.data();
+        chunk.copy_into(&mut copy);
+        // The slot goes back to QEMU at once: what is decoded is the copy.
+        drop(chunk);
+        chunks += 1;
+        let data = copy.bytes();
         if let (Some((w, log)), Some(p)) = (&conn.record, packer.as_mut()) {
             w.chunk(log, seq, data, p);
         }
@@ -944,8 +1192,6 @@ fn worker<'a, T: Cannoli>(conn: &Conn<'a, T>, next: &mut dyn FnMut() -> Option<C
             &mut seam,
         );
         bytes += data.len() as u64;
-        drop(chunk); // give the slot back to QEMU before the serial phase
-        chunks += 1;
         events += d.events;
         if let Some(t) = d.skipped_tag {
             skipped += d.skipped;
@@ -1028,39 +1274,29 @@ fn record_stream(
     let end = crew.run(
         |_, next| {
             let mut packer = writer.packer();
+            let mut copy = ChunkBuf::new();
             while let Some(chunk) = next() {
-                writer.chunk(&log, chunk.seq(), chunk.data(), &mut packer);
+                let seq = chunk.seq();
+                chunk.copy_into(&mut copy);
+                drop(chunk); // the slot goes back to QEMU; the copy is stored
+                writer.chunk(&log, seq, copy.bytes(), &mut packer);
                 chunks.fetch_add(1, Ordering::Relaxed);
-                bytes.fetch_add(chunk.data().len() as u64, Ordering::Relaxed);
+                bytes.fetch_add(copy.len() as u64, Ordering::Relaxed);
             }
         },
         || control(reader, stream),
     );
-    if let Some(e) = crew.failure() {
-        eprintln!(
-            "cannoli: pid {} tid {}: {e}; the stream's events are missing",
-            stream.pid, stream.tid
-        );
-    }
-    let (mut complete, goodbye) = end;
-    complete &= crew.failure().is_none();
-    let violation = stream.consumer.violation().map(|v| v.to_string());
-    if let Some(v) = &violation {
-        eprintln!(
-            "cannoli: pid {} tid {}: the ring broke its protocol ({v}); the events after it are missing",
-            stream.pid, stream.tid
-        );
-        complete = false;
-    }
     let written = chunks.into_inner();
+    let complete = stream_complete(stream, &end, crew.failure(), written);
     writer.stream_end(
         &log,
         &StreamEnd {
-            goodbye,
+            goodbye: end.goodbye,
             published: stream.consumer.published(),
-            violation,
+            violation: stream.consumer.violation().map(|v| v.to_string()),
             written,
             end_ns: writer.now_ns(),
+            control: end.violation,
         },
     );
     Stats {

@@ -314,6 +314,13 @@ enum Ending {
     Goodbye { lost: u64 },
     /// Just drop the socket, as a crashed QEMU would (ring left open).
     Crash,
+    /// What a guest that forges QEMU's control lines could send: these
+    /// lines (`{n}` is replaced by the chunks published), the ring closed
+    /// first or not.
+    Forged {
+        close: bool,
+        lines: &'static [&'static str],
+    },
 }
 
 struct Fake {
@@ -372,6 +379,19 @@ impl Fake {
             Ending::Crash => {
                 drop(s);
                 // A dead QEMU never closes its ring: keep it open.
+                std::mem::forget(p);
+            }
+            Ending::Forged { close, lines } => {
+                if close {
+                    p.close();
+                }
+                let n = p.published().to_string();
+                for l in lines {
+                    s.write_all(l.replace("{n}", &n).as_bytes()).unwrap();
+                    s.write_all(b"\n").unwrap();
+                }
+                drop(s);
+                // An unclosed ring stays so (dropping it would close it).
                 std::mem::forget(p);
             }
         }
@@ -562,6 +582,49 @@ fn goodbye_lost_events_and_malformed_chunks_are_counted() {
     // 7 from the goodbye, 3 words of chunk 1, 2 words of chunk 2.
     assert_eq!(stats.lost_events, 7 + 3 + 2);
     assert_eq!(stats.incomplete_streams, 0);
+}
+
+#[test]
+fn what_a_guest_could_forge_on_its_control_socket_is_an_incomplete_stream() {
+    // Each forgery against an honest ending: the events all arrive, but
+    // the stream is not called complete.
+    const GOODBYE: &str = r#"{"chunks":{n},"lost_events":0}"#;
+    let cases: [(&str, bool, &'static [&'static str]); 6] = [
+        ("honest", true, &[GOODBYE]),
+        ("twice", true, &[GOODBYE, GOODBYE]),
+        (
+            "a line after it",
+            true,
+            &[GOODBYE, r#"{"expect_pid":77777}"#],
+        ),
+        ("before the ring is closed", false, &[GOODBYE]),
+        ("another count", true, &[r#"{"chunks":99,"lost_events":0}"#]),
+        (
+            "a second one with another count",
+            true,
+            &[GOODBYE, r#"{"chunks":99,"lost_events":0}"#],
+        ),
+    ];
+    for (i, (what, close, lines)) in cases.into_iter().enumerate() {
+        let server = bind();
+        let addr = peer(&server);
+        let (pid, tid) = (9100 + i as i32, 9100 + i as i32);
+        let (chunks, want) = make_stream(4, 4096, 17 + i as u64);
+        let fake = std::thread::spawn(move || {
+            Fake::new(pid, tid).play(addr, &chunks, Ending::Forged { close, lines })
+        });
+        let stats = run_with_timeout(server, 2);
+        assert_eq!(fake.join().unwrap(), None, "{what}");
+        assert_eq!(stats.chunks, 4, "{what}");
+        assert!(take_result(pid, tid).unwrap() == want, "{what}");
+        let honest = what == "honest";
+        assert_eq!(
+            (stats.is_complete(), stats.incomplete_streams),
+            (honest, u64::from(!honest)),
+            "{what}: {}",
+            stats.loss_summary()
+        );
+    }
 }
 
 /// Little-endian words of `b`, zero-padded.
@@ -976,6 +1039,222 @@ fn tcp_streams_name_the_ring_through_proc() {
     assert_eq!(stats.connections, 1);
     assert!(stats.is_complete(), "{}", stats.loss_summary());
     assert!(take_result(pid, pid + 7).unwrap() == want);
+}
+
+#[test]
+fn a_flood_of_silent_tcp_connections_cannot_keep_qemu_out() {
+    // Over TCP anyone on the machine can connect. A flood thread keeps
+    // more silent connections open than the client lets wait, opening a
+    // new one as fast as it can (each one the client drops is replaced),
+    // while QEMU's threads connect: every one of them gets in.
+    use std::net::TcpStream;
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::AtomicBool;
+    let server = Server::bind("127.0.0.1:0").unwrap();
+    let (addr, token) = peer(&server);
+    let Addr::Tcp(tcp) = addr.clone() else {
+        unreachable!()
+    };
+    let pid = std::process::id() as i32;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (opened_tx, opened_rx) = mpsc::channel::<u64>();
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut conns: std::collections::VecDeque<TcpStream> = Default::default();
+            let (mut opened, mut dropped) = (0u64, 0u64);
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(s) = TcpStream::connect(&tcp) else {
+                    continue;
+                };
+                s.set_nonblocking(true).unwrap();
+                conns.push_back(s);
+                opened += 1;
+                if opened % 256 == 0 {
+                    // Those the client dropped (end of file after its
+                    // challenge) are replaced by the next ones.
+                    conns.retain(|c| {
+                        let mut buf = [0u8; 512];
+                        loop {
+                            match std::io::Read::read(&mut &*c, &mut buf) {
+                                Ok(0) => {
+                                    dropped += 1;
+                                    return false;
+                                }
+                                Ok(_) => continue,
+                                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                                    return true
+                                }
+                                Err(_) => {
+                                    dropped += 1;
+                                    return false;
+                                }
+                            }
+                        }
+                    });
+                    let _ = opened_tx.send(opened);
+                }
+                // Our own descriptors stay bounded: the oldest (long
+                // dropped by the client) go.
+                while conns.len() > 3000 {
+                    conns.pop_front();
+                }
+            }
+            (opened, dropped)
+        })
+    };
+    let served = std::thread::spawn(move || run_with_timeout(server, 1));
+    // The flood is at the client's cap (1024 waiting) and beyond.
+    while opened_rx.recv().unwrap() < 4096 {}
+    let mut wants = Vec::new();
+    let mut fakes = Vec::new();
+    for i in 0..8 {
+        let (chunks, want) = make_stream(3, 4096, 40 + i);
+        wants.push(want);
+        let (addr, token) = (addr.clone(), token.clone());
+        fakes.push(std::thread::spawn(move || {
+            let mut p = Producer::create_memfd(4096, 4).unwrap();
+            let fd = p.fd().unwrap().as_raw_fd();
+            let s = dial(
+                &addr,
+                Ok(&token),
+                0,
+                fake_hello(pid, pid + 100 + i as i32, WIRE_VERSION, fake_regs()),
+                &RingOffer::ProcFd(fd),
+                None,
+            )
+            .unwrap_or_else(|e| panic!("QEMU thread {i} was kept out: {e}"));
+            p.release_fd();
+            stream_and_say_goodbye(p, s, &chunks);
+        }));
+        // Each one connects while the flood goes on.
+        let _ = opened_rx.recv();
+    }
+    for f in fakes {
+        f.join().unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (opened, dropped) = flood.join().unwrap();
+    let stats = served.join().unwrap();
+    assert!(
+        opened > 4096 && dropped > 1024,
+        "the flood never filled the client's wait list ({opened} opened, {dropped} dropped)"
+    );
+    assert_eq!(stats.connections, 8, "{}", stats.loss_summary());
+    assert!(stats.is_complete(), "{}", stats.loss_summary());
+    assert!(stats.strangers > 1024, "{} strangers", stats.strangers);
+    for (i, want) in wants.iter().enumerate() {
+        assert!(take_result(pid, pid + 100 + i as i32).unwrap() == *want);
+    }
+}
+
+/// Threads of user `uid`, all processes together (what RLIMIT_NPROC counts).
+fn threads_of_user(uid: u32) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        // Processes only (not `self`, `thread-self`).
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(st) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        let field = |k: &str| {
+            st.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if field("Uid:") == Some(uid as u64) {
+            n += field("Threads:").unwrap_or(0);
+        }
+    }
+    n
+}
+
+#[test]
+fn a_worker_that_cannot_start_ends_its_stream_counted() {
+    // In a child process (this test again) whose user may start no more
+    // threads than the server's connection thread: the stream's first
+    // worker cannot start, the crew closes the ring (QEMU goes on
+    // untraced), and the stream is counted incomplete.
+    const CHILD: &str = "CANNOLI_TEST_NPROC_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_worker_that_cannot_start_ends_its_stream_counted",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the child failed: {}\n{err}",
+            out.status
+        );
+        assert!(
+            err.contains("cannot start a worker thread") && err.contains("events are missing"),
+            "{err}"
+        );
+        return;
+    }
+    // SAFETY: plain system calls; as root, a uid nobody uses (so that
+    // RLIMIT_NPROC, which root ignores, applies and counts only us).
+    unsafe {
+        if libc::geteuid() == 0 {
+            assert_eq!(libc::setgid(54_321), 0);
+            assert_eq!(libc::setuid(54_321), 0);
+        }
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = std::env::temp_dir().join(format!("cannoli-nproc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = Server::bind(&format!("unix:{}", dir.join("s.sock").display()))
+        .unwrap()
+        .trust_hello_pids();
+    let addr = peer(&server);
+    let (go, wait) = mpsc::channel::<()>();
+    let fake = std::thread::spawn(move || {
+        wait.recv().unwrap();
+        let mut p = Producer::create_memfd(4096, 2).unwrap();
+        let hello = fake_hello(7700, 7700, WIRE_VERSION, fake_regs());
+        let mut s = connect_fake(&addr, hello, &p).expect("welcomed");
+        p.release_fd();
+        // The client closes the ring when it cannot read it: publishing
+        // then fails, as it does for QEMU, which goes on untraced.
+        let mut published = 0;
+        for _ in 0..3 {
+            let ok = p.acquire_slice().is_ok() && p.publish(8).is_ok();
+            published += u64::from(ok);
+        }
+        p.close();
+        let g = format!("{{\"chunks\":{published},\"lost_events\":0}}\n");
+        let _ = s.write_all(g.as_bytes());
+    });
+    // The threads there are now, and one more: the connection's.
+    let lim = libc::rlimit {
+        rlim_cur: threads_of_user(uid) + 1,
+        rlim_max: threads_of_user(uid) + 1,
+    };
+    // SAFETY: setrlimit reads `lim`.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &lim) }, 0);
+    go.send(()).unwrap();
+    let stats = server.run::<Rec>(2).expect("the server runs");
+    fake.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(stats.connections, 1, "{}", stats.loss_summary());
+    assert_eq!(stats.incomplete_streams, 1, "{}", stats.loss_summary());
+    assert!(!stats.is_complete());
 }
 
 /// Streams `chunks` on `p` (connected as `s`), then says goodbye.

@@ -12,6 +12,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod bounds;
 pub mod decode;
 pub mod driver;
 pub mod hello;

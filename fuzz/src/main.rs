@@ -4,6 +4,7 @@
 //! cargo run --release -p cannoli-fuzz -- <target>|all [--minutes N] [--cases N] [--seed N] [--max-len N]
 //! cargo run --release -p cannoli-fuzz -- replay <target> FILE...
 //! cargo run --release -p cannoli-fuzz -- seed-corpus
+//! cargo run --release -p cannoli-fuzz -- open-replay FILE   # a recording: exit 0, 3 or 1
 //! ```
 //!
 //! A failing input is shrunk and written to `fuzz/findings/` (or
@@ -18,7 +19,7 @@ use cannoli_fuzz::{seeds, target, TARGETS};
 
 const USAGE: &str =
     "usage: cannoli-fuzz <decode|hello|ring|all> [--minutes N] [--cases N] [--seed N] \
-[--max-len N] [--findings DIR] | replay <target> FILE... | seed-corpus";
+[--max-len N] [--findings DIR] | replay <target> FILE... | seed-corpus | open-replay FILE";
 
 fn main() -> ExitCode {
     match real_main() {
@@ -92,6 +93,13 @@ fn real_main() -> Result<ExitCode, String> {
         return Err(USAGE.into());
     };
     match cmd.as_str() {
+        "open-replay" => {
+            // The child of `bounds::check` (fuzz/tests/recording_bounds.rs).
+            let file = positional.get(1).ok_or(USAGE)?;
+            Ok(ExitCode::from(
+                cannoli_fuzz::bounds::open_replay(std::path::Path::new(file)) as u8,
+            ))
+        }
         "seed-corpus" => {
             for p in seeds::write_all().map_err(|e| format!("writing the corpus: {e}"))? {
                 println!("{}", p.display());

@@ -284,16 +284,16 @@ impl State {
         self.next += 1;
         if ch.is_refused() {
             assert!(self.scribbled, "refused without a scribble");
-            assert!(ch.data().is_empty());
+            assert!(ch.copy().bytes().is_empty());
             assert!(c.violation().is_some_and(|v| v.seq() == ch.seq()));
             self.refused_seen = true;
         } else {
-            assert!(ch.len() <= self.chunk_size && ch.data().len() == ch.len());
+            assert!(ch.len() <= self.chunk_size && ch.copy().bytes().len() == ch.len());
             if !self.scribbled {
                 let want = self.sent[ch.seq() as usize];
                 assert_eq!(ch.len(), want, "length of seq {}", ch.seq());
                 if want >= 8 && !self.data_scribbled {
-                    assert_eq!(ch.data()[..8], ch.seq().to_le_bytes());
+                    assert_eq!(ch.copy().bytes()[..8], ch.seq().to_le_bytes());
                 }
             }
         }

@@ -54,9 +54,11 @@ fn main() {
             .map(|_| {
                 s.spawn(|| {
                     let mut sum = 0u64;
+                    let mut buf = mempipe::ChunkBuf::new();
                     while let Some(ch) = c.recv() {
                         if touch {
-                            for w in ch.data().chunks_exact(8) {
+                            ch.copy_into(&mut buf);
+                            for w in buf.bytes().chunks_exact(8) {
                                 sum = sum.wrapping_add(u64::from_ne_bytes(w.try_into().unwrap()));
                             }
                         } else {

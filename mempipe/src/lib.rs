@@ -41,8 +41,10 @@
 //! check is handed out as a refused, empty chunk ([`Chunk::is_refused`]),
 //! counted in [`Consumer::refused_chunks`], described by
 //! [`Consumer::violation`], and ends the stream. The bytes of a chunk can
-//! still change while the consumer reads them: readers of [`Chunk::data`]
-//! must treat them as untrusted input.
+//! still change while the consumer reads them, so they are never handed
+//! out as a slice of the shared mapping: [`Chunk::copy_into`] reads them
+//! with atomic loads into the consumer's own memory ([`ChunkBuf`]), which
+//! the caller then parses as untrusted input.
 //!
 //! The [`table`] module holds the other shared file QEMU's side hands the
 //! client: a process's block table ([`TableWriter`], [`TableReader`]), a
@@ -2014,25 +2016,49 @@ impl Chunk<'_> {
         self.seq
     }
 
-    /// The published bytes: exactly the `len` given to `publish`, starting at
-    /// a page-aligned (hence 8-byte aligned) address. Empty for a refused
-    /// chunk.
+    /// Copies the published bytes (exactly the `len` given to `publish`)
+    /// into `buf`, replacing what it held; nothing for a refused chunk.
     ///
-    /// The producer of an honest ring does not write them while the chunk
-    /// is claimed; a hostile one can, so parse them as untrusted input that
-    /// may even change while being read (never read a value twice and
-    /// assume it is the same).
+    /// The chunk is shared memory the producer can write at any time (an
+    /// honest one does not while the chunk is claimed; a hostile one can),
+    /// so it is never handed out as a `&[u8]`: that would let safe code
+    /// read memory that changes under it, which Rust's rules forbid. It is
+    /// read with one relaxed 64-bit atomic load per word (the chunk is
+    /// page-aligned and a whole number of pages long, so the last word
+    /// read is inside it), as the block table is read. What comes out is
+    /// this process's own memory, still untrusted input: it may mix bytes
+    /// from before and after a hostile producer's write.
     #[inline]
-    pub fn data(&self) -> &[u8] {
+    pub fn copy_into(&self, buf: &mut ChunkBuf) {
+        buf.words.clear();
+        buf.len = 0;
         if self.refused {
-            return &[];
+            return;
         }
-        // SAFETY: we own seq `self.seq`, whose slot stays "full" until this
-        // Chunk is dropped, so the producer does not write the chunk meanwhile;
-        // the bytes were published before our Acquire load of `published`;
-        // len <= chunk_size (checked when claimed) keeps the slice inside the
-        // chunk, in the mapping, which outlives 'a (the Consumer is borrowed).
-        unsafe { std::slice::from_raw_parts(self.consumer.ring.chunk_ptr(self.idx), self.len) }
+        let n = self.len.div_ceil(8);
+        let src = self.consumer.ring.chunk_ptr(self.idx).cast::<u64>();
+        buf.words.reserve(n);
+        let dst = &mut buf.words.spare_capacity_mut()[..n];
+        for (i, d) in dst.iter_mut().enumerate() {
+            // SAFETY: i < n <= chunk_size / 8 (len <= chunk_size, checked
+            // when claimed; chunk_size is a multiple of 4096), so the word
+            // is inside this chunk, in the mapping, which outlives `self`
+            // (the Consumer is borrowed); it is 8-aligned (the data area
+            // and chunk_size are page multiples); this process only ever
+            // reads it atomically.
+            let w = unsafe { AtomicU64::from_ptr(src.add(i)) }.load(Ordering::Relaxed);
+            d.write(w);
+        }
+        // SAFETY: the first n elements were just written.
+        unsafe { buf.words.set_len(n) };
+        buf.len = self.len;
+    }
+
+    /// [`Chunk::copy_into`] a new buffer.
+    pub fn copy(&self) -> ChunkBuf {
+        let mut b = ChunkBuf::new();
+        self.copy_into(&mut b);
+        b
     }
 
     /// Number of valid bytes.
@@ -2053,6 +2079,46 @@ impl Chunk<'_> {
     #[inline]
     pub fn is_refused(&self) -> bool {
         self.refused
+    }
+}
+
+/// A chunk's bytes, copied into this process's memory by
+/// [`Chunk::copy_into`]: reuse one per worker to copy without allocating.
+/// Stored as 64-bit words, so [`ChunkBuf::bytes`] is 8-byte aligned (the
+/// decoder reads it as words in place).
+#[derive(Debug, Clone, Default)]
+pub struct ChunkBuf {
+    words: Vec<u64>,
+    /// Valid bytes (the last word may hold fewer).
+    len: usize,
+}
+
+impl ChunkBuf {
+    pub fn new() -> ChunkBuf {
+        ChunkBuf::default()
+    }
+
+    /// The bytes, as the ring held them.
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        debug_assert!(self.len <= self.words.len() * 8);
+        // SAFETY: `words` holds at least `len` bytes (len <= 8 * words,
+        // set together in copy_into), every byte of a u64 is an
+        // initialised u8, and u8 needs no alignment; the borrow of `self`
+        // keeps the Vec alive and unchanged.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    /// Number of valid bytes.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 }
 

@@ -79,7 +79,7 @@ fn roundtrip_close_and_drain() {
     for seq in 0..3 {
         let ch = c.recv().unwrap();
         assert_eq!(ch.seq(), seq);
-        check(seq, ch.data(), CS);
+        check(seq, ch.copy().bytes(), CS);
     }
     assert!(c.recv().is_none());
     assert!(c.recv().is_none());
@@ -115,7 +115,7 @@ fn acquire_twice_same_chunk_and_publish_errors() {
     assert_eq!(p.publish(CS).unwrap(), 0);
     assert!(matches!(p.publish(0), Err(Error::NotAcquired)));
     let ch = c.recv().unwrap();
-    assert_eq!(ch.data().len(), CS);
+    assert_eq!(ch.copy().bytes().len(), CS);
     // Zero-length chunks are fine.
     p.acquire().unwrap();
     assert_eq!(p.publish(0).unwrap(), 1);
@@ -137,7 +137,7 @@ fn ordering_and_integrity_single_consumer() {
     let mut expect = 0;
     while let Some(ch) = c.recv() {
         assert_eq!(ch.seq(), expect);
-        check(ch.seq(), ch.data(), 2 * CS);
+        check(ch.seq(), ch.copy().bytes(), 2 * CS);
         expect += 1;
     }
     assert_eq!(expect, N);
@@ -166,7 +166,7 @@ fn several_consumers_out_of_order_release() {
                     // Claimed in increasing order, as seen by one thread.
                     assert!(last < Some(ch.seq()));
                     last = Some(ch.seq());
-                    check(ch.seq(), ch.data(), CS);
+                    check(ch.seq(), ch.copy().bytes(), CS);
                     mine.push(ch.seq());
                 };
                 // Blocking recv only while holding nothing (holding a chunk while
@@ -223,7 +223,7 @@ fn release_from_other_thread() {
     thread::scope(|s| {
         for ch in chunks {
             s.spawn(move || {
-                check(ch.seq(), ch.data(), CS);
+                check(ch.seq(), ch.copy().bytes(), CS);
                 drop(ch);
             });
         }
@@ -266,7 +266,7 @@ fn backpressure_blocks_until_the_right_slot_is_released() {
     let mut got = Vec::new();
     while got.len() < 8 {
         let ch = c.recv().unwrap();
-        check(ch.seq(), ch.data(), CS);
+        check(ch.seq(), ch.copy().bytes(), CS);
         got.push(ch.seq());
     }
     assert_eq!(got, (4..12).collect::<Vec<_>>());
@@ -285,7 +285,7 @@ fn blocked_consumers_wake_on_publish_and_close() {
                 s.spawn(|| {
                     let mut n = 0;
                     while let Some(ch) = c.recv() {
-                        check(ch.seq(), ch.data(), CS);
+                        check(ch.seq(), ch.copy().bytes(), CS);
                         n += 1;
                     }
                     n
@@ -425,7 +425,7 @@ fn create_in_dir_and_dir_env() {
         (p, c)
     };
     send_pattern(&mut p, 0);
-    check(0, c.recv().unwrap().data(), CS);
+    check(0, c.recv().unwrap().copy().bytes(), CS);
     std::fs::remove_dir(&dir).unwrap(); // empty: the ring was unlinked
     assert_eq!(dir_from(None), PathBuf::from("/dev/shm"));
     assert_eq!(dir_from(Some("".into())), PathBuf::from("/dev/shm"));

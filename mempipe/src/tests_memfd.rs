@@ -109,7 +109,7 @@ fn memfd_round_trip_sealed() {
         assert_eq!(ch.seq(), seq);
         assert!(!ch.is_refused());
         assert_eq!(ch.len(), if seq < 3 { 8 + seq as usize } else { 100 });
-        assert_eq!(ch.data()[..8], seq.to_le_bytes());
+        assert_eq!(ch.copy().bytes()[..8], seq.to_le_bytes());
     }
     assert!(c.recv().is_none());
     assert!(c.is_finished());
@@ -157,7 +157,7 @@ fn a_hostile_producer_cannot_resize_a_sealed_ring() {
     assert!(buf.iter().all(|&b| b == 0));
     p.publish(CS).unwrap();
     let ch = c.recv().unwrap();
-    assert!(ch.data().iter().all(|&b| b == 0) && ch.len() == CS);
+    assert!(ch.copy().bytes().iter().all(|&b| b == 0) && ch.len() == CS);
 }
 
 #[test]
@@ -352,7 +352,7 @@ fn forget_in_forked_child_leaves_the_parents_ring_alone() {
     while seqs.len() < 50 {
         let ch = c.recv().unwrap();
         if ch.seq() != 1 {
-            assert_eq!(ch.data()[..8], ch.seq().to_le_bytes());
+            assert_eq!(ch.copy().bytes()[..8], ch.seq().to_le_bytes());
         }
         seqs.push(ch.seq());
     }
@@ -373,7 +373,7 @@ fn hdr(p: &Producer) -> &Header {
 fn expect_refused(c: &Consumer, seq: u64, v: Violation) {
     let ch = c.recv().expect("the refused chunk is handed out");
     assert_eq!(ch.seq(), seq);
-    assert!(ch.is_refused() && ch.is_empty() && ch.data().is_empty());
+    assert!(ch.is_refused() && ch.is_empty() && ch.copy().bytes().is_empty());
     drop(ch);
     assert_eq!(c.violation(), Some(v));
     assert_eq!(c.refused_chunks(), 1);
@@ -608,4 +608,34 @@ fn violations_display_one_line() {
     }
     let e = Error::Refused("x".into()).to_string();
     assert!(e.starts_with("mempipe: refused the ring: "));
+}
+
+#[test]
+fn a_chunk_is_copied_exactly_into_private_memory() {
+    let (mut p, c) = memfd_pair(CS, 4);
+    // Lengths of no whole word, one word, a whole chunk, and nothing.
+    let lens = [13usize, 8, CS, 0];
+    for (seq, &len) in lens.iter().enumerate() {
+        let buf = p.acquire_slice().unwrap();
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(7).wrapping_add(seq as u8);
+        }
+        p.publish(len).unwrap();
+    }
+    p.close();
+    let mut copy = crate::ChunkBuf::new();
+    for (seq, &len) in lens.iter().enumerate() {
+        let ch = c.recv().unwrap();
+        ch.copy_into(&mut copy);
+        // The slot goes back at once; the copy stays.
+        drop(ch);
+        assert_eq!(copy.len(), len);
+        let want: Vec<u8> = (0..len)
+            .map(|i| (i as u8).wrapping_mul(7).wrapping_add(seq as u8))
+            .collect();
+        assert_eq!(copy.bytes(), &want[..], "chunk {seq}");
+        // Aligned for the decoder's in-place word view.
+        assert_eq!(copy.bytes().as_ptr() as usize % 8, 0);
+    }
+    assert!(c.recv().is_none());
 }

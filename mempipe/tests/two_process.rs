@@ -158,7 +158,7 @@ fn two_process_stream_three_consumer_threads() {
             s.spawn(|| {
                 let mut mine = Vec::new();
                 while let Some(ch) = consumer.recv() {
-                    verify(ch.seq(), ch.data());
+                    verify(ch.seq(), ch.copy().bytes());
                     mine.push(ch.seq());
                 }
                 assert!(

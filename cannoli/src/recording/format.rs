@@ -326,6 +326,12 @@ pub struct StreamEnd {
     pub written: u64,
     /// Nanoseconds since recording began.
     pub end_ns: u64,
+    /// QEMU's side broke the control protocol (a second goodbye, a goodbye
+    /// before its ring was closed, anything after the goodbye): the stream
+    /// is incomplete whatever its counts say. Absent when it did not (and
+    /// in recordings made before the field existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<String>,
 }
 
 /// The [`Kind::Exit`] frame.

@@ -197,15 +197,23 @@ impl Recording {
         let data_end = len - TRAILER_BYTES as u64;
         let mut at = u64::from_le_bytes(t[..8].try_into().unwrap());
         let mut segments = Vec::new();
-        // Each segment points at an earlier one: at most one per frame.
+        // Each segment points at an earlier one, and ends before the one
+        // that pointed at it begins: the segments never overlap, so
+        // together they are at most the file's size, however a damaged
+        // trailer chains them.
+        let mut below = data_end;
         while at != 0 {
-            if at < HEADER_BYTES as u64 || at >= data_end || segments.len() as u64 > len / 32 {
+            if at < HEADER_BYTES as u64 || at >= below {
                 return None;
             }
             let h = self.header_at(at).ok()?;
             if h.kind != Kind::Index || h.codec != Codec::Stored {
                 return None;
             }
+            if at + FRAME_HEADER_BYTES as u64 + h.stored_len as u64 > below {
+                return None;
+            }
+            below = at;
             let p = self.payload(at, &h).ok()?;
             if p.len() < 8 || (p.len() - 8) % INDEX_ENTRY_BYTES != 0 {
                 return None;
@@ -301,7 +309,32 @@ impl Recording {
             what: format!("{what}: the file is damaged"),
         };
         let mut first = true;
+        // Decompressed metadata kept so far (see META_BUDGET).
+        let mut meta: u64 = 0;
         for e in entries {
+            if let Some(most) = meta_frame_max(e.kind) {
+                if e.raw_len as usize > most {
+                    return Err(damaged(format!(
+                        "the {} frame at byte {} holds {} bytes, more than such a frame ever does ({most})",
+                        e.kind.name(),
+                        e.offset,
+                        e.raw_len
+                    )));
+                }
+                meta += e.raw_len as u64;
+                if meta > META_BUDGET {
+                    return Err(Error::Format {
+                        path: self.path.clone(),
+                        what: format!(
+                            "its streams' metadata (hellos, stream starts and ends) exceeds {} MiB at \
+                             byte {}; this cannoli reads at most that much (a damaged file, or a run of \
+                             more than 100,000 threads)",
+                            META_BUDGET >> 20,
+                            e.offset
+                        ),
+                    });
+                }
+            }
             let t = self.totals.entry(e.kind).or_default();
             t.0 += 1;
             t.1 += e.stored_len as u64;
@@ -519,6 +552,25 @@ impl Recording {
     /// How far the current (or last) replay has come.
     pub fn progress(&self) -> Arc<Progress> {
         Arc::clone(&self.progress)
+    }
+}
+
+/// Most decompressed bytes of metadata frames (info, stream starts and
+/// ends, exit) a recording may hold, all kept in memory while it is open:
+/// a run's threads and processes each have a stream start (its hello, a
+/// few KiB) and an end; a damaged file, whose zstd frames can decompress
+/// to a thousand times their size, is refused at that much.
+pub const META_BUDGET: u64 = 512 << 20;
+
+/// Most decompressed bytes of one metadata frame of `kind` (`None`: not a
+/// metadata frame). A stream start holds a hello line (at most 64 KiB,
+/// JSON-escaped once more); the info frame the command line.
+fn meta_frame_max(kind: Kind) -> Option<usize> {
+    match kind {
+        Kind::Stream => Some(8 * wire::channel::MAX_LINE),
+        Kind::End | Kind::Exit => Some(64 << 10),
+        Kind::Info => Some(super::format::MAX_PAYLOAD),
+        Kind::Table | Kind::Chunk | Kind::Index => None,
     }
 }
 

@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use wire::blocks::{Entry, MAX_BLOCK_INSNS};
+use wire::blocks::{Entry, EntryError, MAX_BLOCK_INSNS};
 use wire::parse_hello;
 
 use super::format::{IndexEntry, StreamEnd};
@@ -66,7 +66,8 @@ impl Recording {
         for s in self.streams() {
             *left.entry(s.start.process).or_default() += 1;
         }
-        let mut live: HashMap<u32, (Arc<T::PidContext>, Arc<BlockCache>)> = HashMap::new();
+        let mut live: HashMap<u32, Arc<T::PidContext>> = HashMap::new();
+        let mut tables = LiveTables::default();
         for s in self.streams() {
             let process = s.start.process;
             let hello = match parse_hello(&s.start.hello) {
@@ -79,23 +80,23 @@ impl Recording {
                         s.number
                     );
                     stats.refused_connections += 1;
-                    release(&mut left, &mut live, process);
+                    release(&mut left, &mut live, &mut tables, process);
                     continue;
                 }
             };
             let mut ci = ClientInfo::from_hello(&hello);
             ci.stream = s.number.into();
-            let (pid_ctx, cache) = live
+            let pid_ctx = live
                 .entry(process)
-                .or_insert_with(|| {
-                    let table = self.load_table(process, ci.pid, ci.tid, quiet);
-                    (T::init_pid(&ci), Arc::new(BlockCache::new(Arc::new(table))))
-                })
+                .or_insert_with(|| T::init_pid(&ci))
                 .clone();
+            let cache = tables.get(process, self, |r| {
+                r.load_table(process, ci.pid, ci.tid, quiet)
+            });
             let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, threads, quiet);
             stats.add(&totals);
-            drop(pid_ctx);
-            release(&mut left, &mut live, process);
+            drop((pid_ctx, cache));
+            release(&mut left, &mut live, &mut tables, process);
         }
         let status = match self.exit() {
             Some(x) => {
@@ -118,11 +119,21 @@ impl Recording {
         Ok(Replayed { stats, status })
     }
 
+    /// Words of process `process`'s block table frames, at most what a
+    /// live table holds: what loading it will take.
+    fn table_words(&self, process: u32) -> usize {
+        self.table_frames(process)
+            .iter()
+            .map(|f| f.raw_len as usize / 8)
+            .sum::<usize>()
+            .min(TABLE_MAX_WORDS)
+    }
+
     /// Process `process`'s block table, from its table frames: the entries
     /// from id 0 on, up to the first that is missing or damaged (a run
     /// naming a later one is then malformed, and counted).
-    fn load_table(&self, process: u32, pid: i32, tid: i32, quiet: bool) -> Vec<Entry> {
-        let mut table: Vec<Entry> = Vec::new();
+    fn load_table(&self, process: u32, pid: i32, tid: i32, quiet: bool) -> FlatTable {
+        let mut table = FlatTable::default();
         let mut words_read = 0usize;
         for f in self.table_frames(process) {
             if f.seq != table.len() as u64 {
@@ -131,7 +142,7 @@ impl Recording {
             // No more than a live table's data, whatever a damaged file
             // says.
             words_read += f.raw_len as usize / 8;
-            if words_read > wire::blocks::DATA_WORDS + wire::blocks::CAPACITY {
+            if words_read > TABLE_MAX_WORDS {
                 break;
             }
             let words = match self.read_frame(f) {
@@ -150,10 +161,12 @@ impl Recording {
                     break;
                 }
             };
-            if !push_entries(&mut table, &words) {
+            if !table.push_entries(&words) {
                 break;
             }
         }
+        table.words.shrink_to_fit();
+        table.starts.shrink_to_fit();
         table
     }
 
@@ -364,6 +377,7 @@ fn stream_complete(
         published,
         violation,
         written,
+        control,
         ..
     }) = &s.end
     else {
@@ -382,12 +396,31 @@ fn stream_complete(
         );
         complete = false;
     }
+    if let Some(v) = control {
+        say!(
+            quiet,
+            "cannoli: pid {pid} tid {tid}: QEMU's side broke the control protocol ({}); \
+             the stream counts as incomplete",
+            wire::tame(v, 200)
+        );
+        complete = false;
+    }
     match goodbye {
         Some(g) => {
             if g.chunks != *published {
                 say!(
                     quiet,
                     "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
+                    g.chunks
+                );
+                complete = false;
+            } else if complete && delivered > g.chunks {
+                // More chunks than the goodbye counts: not what the ring
+                // held (fewer is said below).
+                say!(
+                    quiet,
+                    "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the recording \
+                     holds {delivered}; the stream counts as incomplete",
                     g.chunks
                 );
                 complete = false;
@@ -424,54 +457,149 @@ fn stream_complete(
     complete
 }
 
-/// The stream of a process ended: its context goes with its last one.
-fn release<P, C>(left: &mut HashMap<u32, usize>, live: &mut HashMap<u32, (P, C)>, process: u32) {
+/// The stream of a process ended: its context and table go with its last
+/// one.
+fn release<P>(
+    left: &mut HashMap<u32, usize>,
+    live: &mut HashMap<u32, P>,
+    tables: &mut LiveTables,
+    process: u32,
+) {
     let n = left.entry(process).or_insert(1);
     *n -= 1;
     if *n == 0 {
         left.remove(&process);
         live.remove(&process);
+        tables.remove(process);
     }
 }
 
-/// Appends the entries in `words` (the table frame layout) to `table`.
-/// False if they are malformed (the rest is then unusable).
-fn push_entries(table: &mut Vec<Entry>, mut words: &[u64]) -> bool {
-    while let Some((&n, rest)) = words.split_first() {
-        let n = n as usize;
-        if n == 0 || n > MAX_BLOCK_INSNS || rest.len() < n + n.div_ceil(64) {
-            return false;
+/// Most words of one process's table a replay reads: what a live table
+/// holds (its entries and their data), whatever a damaged file says.
+const TABLE_MAX_WORDS: usize = wire::blocks::DATA_WORDS + wire::blocks::CAPACITY;
+
+/// Most words of block tables a replay keeps at once, all processes
+/// together: one table as large as a live one. A table is kept from its
+/// process's first stream to its last; when the streams of many processes
+/// interleave, the tables of the others are dropped to make room and read
+/// again from the file when their process's next stream comes.
+const TABLE_BUDGET_WORDS: usize = TABLE_MAX_WORDS;
+
+/// The block tables (with their caches of decoded blocks) a replay keeps,
+/// within [`TABLE_BUDGET_WORDS`].
+#[derive(Default)]
+struct LiveTables {
+    map: HashMap<u32, (Arc<BlockCache>, usize)>,
+    words: usize,
+}
+
+impl LiveTables {
+    /// Process `process`'s table: the one kept, or `load`'s, after making
+    /// room for it.
+    fn get(
+        &mut self,
+        process: u32,
+        rec: &Recording,
+        load: impl FnOnce(&Recording) -> FlatTable,
+    ) -> Arc<BlockCache> {
+        if let Some((c, _)) = self.map.get(&process) {
+            return c.clone();
         }
-        let (pcs, rest) = rest.split_at(n);
-        let (exec, rest) = rest.split_at(n.div_ceil(64));
-        table.push(Entry {
+        let need = rec.table_words(process);
+        while self.words + need > TABLE_BUDGET_WORDS {
+            let Some(&other) = self.map.keys().next() else {
+                break;
+            };
+            self.remove(other);
+        }
+        let table = load(rec);
+        let words = table.words.len();
+        let cache = Arc::new(BlockCache::new(Arc::new(table)));
+        self.words += words;
+        self.map.insert(process, (cache.clone(), words));
+        cache
+    }
+
+    fn remove(&mut self, process: u32) {
+        if let Some((_, w)) = self.map.remove(&process) {
+            self.words -= w;
+        }
+    }
+}
+
+/// A process's block table read from a recording: its entries' words as
+/// the table frames lay them out (`n`, `n` pcs, the exec mask), one after
+/// the other, and where each entry starts. Compact (a word per word of the
+/// frames, and 4 bytes per entry), whatever the entries' sizes.
+#[derive(Default)]
+pub(crate) struct FlatTable {
+    words: Vec<u64>,
+    /// Index in `words` of each entry's `n`.
+    starts: Vec<u32>,
+}
+
+impl FlatTable {
+    fn len(&self) -> usize {
+        self.starts.len()
+    }
+
+    /// Appends the entries in `words` (the table frame layout). False if
+    /// they are malformed, or more than a live table holds (the rest is
+    /// then unusable).
+    fn push_entries(&mut self, mut words: &[u64]) -> bool {
+        while let Some((&n, rest)) = words.split_first() {
+            let n = n as usize;
+            let len = 1 + n + n.div_ceil(64);
+            if n == 0 || n > MAX_BLOCK_INSNS || words.len() < len {
+                return false;
+            }
+            // No more than a live table holds (its entries and data
+            // words), whatever a damaged file says.
+            if self.len() >= wire::blocks::CAPACITY || self.words.len() + len > TABLE_MAX_WORDS {
+                return false;
+            }
+            self.starts.push(self.words.len() as u32);
+            self.words.push(n as u64);
+            self.words.extend_from_slice(&rest[..len - 1]);
+            words = &rest[len - 1..];
+        }
+        true
+    }
+}
+
+impl crate::blocks::BlockSource for FlatTable {
+    fn entry(&self, id: u64) -> Result<Entry, EntryError> {
+        let start = *usize::try_from(id)
+            .ok()
+            .and_then(|i| self.starts.get(i))
+            .ok_or(EntryError::NotPublished)? as usize;
+        let n = self.words[start] as usize;
+        let pcs = &self.words[start + 1..start + 1 + n];
+        let exec = &self.words[start + 1 + n..start + 1 + n + n.div_ceil(64)];
+        Ok(Entry {
             pcs: pcs.to_vec(),
             exec: exec.to_vec(),
-        });
-        // No more than a live table holds (its entries and data words),
-        // whatever a damaged file says.
-        if table.len() > wire::blocks::CAPACITY {
-            return false;
-        }
-        words = rest;
+        })
     }
-    true
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocks::BlockSource;
 
     #[test]
     fn table_words_become_entries_and_garbage_stops_them() {
-        let mut t = Vec::new();
-        assert!(push_entries(&mut t, &[2, 0x10, 0x14, 0b11, 1, 0x20, 0b1]));
+        let mut t = FlatTable::default();
+        assert!(t.push_entries(&[2, 0x10, 0x14, 0b11, 1, 0x20, 0b1]));
         assert_eq!(t.len(), 2);
-        assert_eq!(t[0].pcs, vec![0x10, 0x14]);
-        assert_eq!(t[1].exec, vec![1]);
-        assert!(!push_entries(&mut t, &[3, 0x10]));
-        assert!(!push_entries(&mut t, &[0]));
-        assert!(!push_entries(&mut t, &[MAX_BLOCK_INSNS as u64 + 1]));
+        assert_eq!(t.entry(0).unwrap().pcs, vec![0x10, 0x14]);
+        assert_eq!(t.entry(1).unwrap().exec, vec![1]);
+        assert!(t.entry(2).is_err());
+        assert!(!t.push_entries(&[3, 0x10]));
+        assert!(!t.push_entries(&[0]));
+        assert!(!t.push_entries(&[MAX_BLOCK_INSNS as u64 + 1]));
         assert_eq!(t.len(), 2);
+        assert_eq!(t.words.len(), 7);
     }
 }

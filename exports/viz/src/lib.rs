@@ -101,6 +101,17 @@ pub fn main(args: Args) -> i32 {
         .unwrap_or_else(|p| p.into_inner())
         .take()
         .unwrap_or_default();
+    let left_out = survey::LEFT_OUT.load(Ordering::Relaxed);
+    let all_streams = surveys.len() as u64 + left_out;
+    if left_out > 0 {
+        eprintln!(
+            "{TOOL}: {}: {} streams; drawing the {} busiest (instructions and memory accesses), \
+             {left_out} left out",
+            args.recording.display(),
+            all_streams,
+            surveys.len()
+        );
+    }
     let surveys: Vec<_> = surveys
         .into_values()
         .filter(|s| !s.pages.is_empty())
@@ -218,10 +229,18 @@ pub fn main(args: Args) -> i32 {
     *paint::SETUP.lock().unwrap_or_else(|p| p.into_inner()) = None;
 
     let title = format!(
-        "{} ({}, --hooks {})",
-        rec.info().command.join(" "),
-        rec.info().guest.as_deref().unwrap_or("unknown guest"),
-        hooks.preset
+        "{} ({}, --hooks {}){}",
+        cannoli::wire::tame(&rec.info().command.join(" "), 400),
+        cannoli::wire::tame(rec.info().guest.as_deref().unwrap_or("unknown guest"), 40),
+        hooks.preset,
+        if left_out > 0 {
+            format!(
+                " - the {} busiest of {all_streams} threads",
+                survey::MAX_LANES
+            )
+        } else {
+            String::new()
+        }
     );
     if let Err(e) = draw(&layout, &grids, &title, &args.output) {
         eprintln!("{TOOL}: cannot write {}: {e}", args.output.display());

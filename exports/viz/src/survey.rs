@@ -5,7 +5,7 @@
 //! folds runs of events on the same page into one value.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cannoli::{Cannoli, ClientInfo, Syscall};
@@ -167,8 +167,39 @@ pub fn basename(p: &str) -> &str {
     p.rsplit('/').find(|s| !s.is_empty()).unwrap_or(p)
 }
 
-/// Results, filled as streams end.
+/// Results, filled as streams end: the [`MAX_LANES`] busiest streams so
+/// far (see [`keep_busiest`]).
 pub static SURVEYS: Mutex<BTreeMap<u64, StreamSurvey>> = Mutex::new(BTreeMap::new());
+/// Streams left out of [`SURVEYS`] for busier ones.
+pub static LEFT_OUT: AtomicU64 = AtomicU64::new(0);
+
+/// Most lanes a picture has: a recording of more threads is drawn with its
+/// busiest streams (instructions and accesses together), and says so. A
+/// lane is a grid and a survey of the pages its thread touched: kept for
+/// every stream of a program with thousands of threads, they would not fit
+/// in memory, nor their lanes in a picture.
+pub const MAX_LANES: usize = 32;
+
+/// How busy a stream is, for [`MAX_LANES`]: its events, then the earlier
+/// stream first.
+fn busyness(s: &StreamSurvey) -> (u64, std::cmp::Reverse<u64>) {
+    (s.instructions + s.accesses, std::cmp::Reverse(s.stream))
+}
+
+/// Adds `s` to `surveys`, leaving the least busy one out (counted in
+/// [`LEFT_OUT`]) if there would be more than [`MAX_LANES`].
+pub fn keep_busiest(surveys: &mut BTreeMap<u64, StreamSurvey>, s: StreamSurvey) {
+    surveys.insert(s.stream, s);
+    if surveys.len() > MAX_LANES {
+        let least = surveys
+            .values()
+            .min_by_key(|s| busyness(s))
+            .map(|s| s.stream)
+            .expect("more than MAX_LANES surveys");
+        surveys.remove(&least);
+        LEFT_OUT.fetch_add(1, Ordering::Relaxed);
+    }
+}
 /// Address spaces, by (pid, program).
 pub static SPACES: Mutex<Option<HashMap<SpaceKey, Space>>> = Mutex::new(None);
 /// Count `regs`/`branch` events as instructions (the recording has no
@@ -177,6 +208,7 @@ pub static FETCH_FROM_REGS: AtomicBool = AtomicBool::new(false);
 
 pub fn reset() {
     SURVEYS.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    LEFT_OUT.store(0, Ordering::Relaxed);
     *SPACES.lock().unwrap_or_else(|p| p.into_inner()) = Some(HashMap::new());
 }
 
@@ -339,16 +371,34 @@ impl Cannoli for Surveyor {
 impl Drop for Surveyor {
     fn drop(&mut self) {
         let s = std::mem::take(&mut self.s);
-        SURVEYS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(s.stream, s);
+        keep_busiest(&mut SURVEYS.lock().unwrap_or_else(|p| p.into_inner()), s);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_busiest_streams_get_lanes() {
+        let mut m = BTreeMap::new();
+        let before = LEFT_OUT.load(Ordering::Relaxed);
+        // 100 streams; stream i does i * 10 things (stream 0 nothing).
+        for i in 0..100u64 {
+            let s = StreamSurvey {
+                stream: i,
+                instructions: i * 7,
+                accesses: i * 3,
+                ..StreamSurvey::default()
+            };
+            keep_busiest(&mut m, s);
+            assert!(m.len() <= MAX_LANES);
+        }
+        let kept: Vec<u64> = m.keys().copied().collect();
+        let want: Vec<u64> = (100 - MAX_LANES as u64..100).collect();
+        assert_eq!(kept, want);
+        assert!(LEFT_OUT.load(Ordering::Relaxed) - before >= 100 - MAX_LANES as u64);
+    }
 
     #[test]
     fn names_of_a_static_program() {
