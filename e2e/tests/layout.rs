@@ -41,8 +41,12 @@ use e2e::*;
 
 /// Reference runs made in any case in `default_*`.
 const REFERENCE_RUNS: usize = 4;
-/// At most this many reference runs in all, looking for a traced layout.
-const MAX_REFERENCE_RUNS: usize = 24;
+/// At most this many reference runs in all, looking for a traced layout. A
+/// busy machine makes rarer orderings of QEMU's threads show (a third
+/// layout, seen once with two CPU hogs running beside the suite), so the
+/// reference may run long before it shows the one a traced run got: it runs
+/// more, the check stays as strict (each run takes well under a second).
+const MAX_REFERENCE_RUNS: usize = 200;
 /// Traced (and patched-without-cannoli) runs in `default_*`.
 const TRACED_RUNS: usize = 3;
 
