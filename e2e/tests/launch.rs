@@ -660,6 +660,99 @@ fn killing_the_launcher_leaves_no_qemu_behind() {
     wait_gone(qemu, "after SIGKILL to the launcher");
 }
 
+#[test]
+fn a_bare_program_name_is_looked_up_in_path_only() {
+    // As a shell does: `exitcode` in the current directory is not run
+    // unless PATH says so; `./exitcode` is.
+    let dir = RunDir::new();
+    fs::copy(guest("x86_64", "exitcode"), dir.file("exitcode")).unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let run = run_tool(
+        &dir,
+        "bare",
+        "symbolizer",
+        &["-o", "/dev/null", "exitcode", "5"],
+        &[("PATH", &path)],
+    );
+    run.assert_code(127);
+    run.assert_one_line_error(|l| l.contains("exitcode: no such program"));
+    let run = run_tool(
+        &dir,
+        "dot",
+        "symbolizer",
+        &["-o", "/dev/null", "./exitcode", "5"],
+        &[],
+    );
+    run.assert_code(5);
+    let with_dir = format!("{}:{path}", dir.path().display());
+    let run = run_tool(
+        &dir,
+        "path",
+        "symbolizer",
+        &["-o", "/dev/null", "exitcode", "6"],
+        &[("PATH", &with_dir)],
+    );
+    run.assert_code(6);
+}
+
+#[test]
+fn a_planted_qemu_env_above_the_tool_is_ignored() {
+    // The tool lives in <dir>/x/bin; <dir>/target/qemu.env names a "QEMU"
+    // that leaves a mark. Writable by others, the file is skipped with one
+    // line and the real QEMU runs; once only its owner may write it, it is
+    // the nearest one and is used (which is why the check matters).
+    let dir = RunDir::new();
+    let bin = dir.path().join("x/bin");
+    fs::create_dir_all(&bin).unwrap();
+    let tool = bin.join("symbolizer");
+    fs::copy(release_artifact("symbolizer"), &tool).unwrap();
+    let evil = dir.path().join("evil");
+    fs::create_dir_all(&evil).unwrap();
+    let mark = dir.path().join("pwned");
+    let fake = evil.join("qemu-x86_64");
+    fs::write(
+        &fake,
+        format!("#!/bin/sh\ntouch '{}'\nexit 9\n", mark.display()),
+    )
+    .unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    let planted = dir.path().join("target/qemu.env");
+    fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    fs::write(&planted, format!("CANNOLI_QEMU_BUILD={}\n", evil.display())).unwrap();
+    let prog = guest("x86_64", "exitcode");
+    let run = |tag: &str| {
+        let mut c = Command::new(&tool);
+        c.args(["-o", "/dev/null", s(&prog), "0"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(dir.path())
+            .stdin(Stdio::null());
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            tag.to_string(),
+        )
+    };
+    fs::set_permissions(&planted, fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, err, _) = run("open");
+    assert_eq!(code, Some(0), "the real QEMU should have run:\n{err}");
+    assert!(!mark.exists(), "the planted QEMU ran");
+    let why: Vec<&str> = err.lines().filter(|l| l.contains("ignoring")).collect();
+    assert!(
+        why.len() == 1
+            && why[0].contains(&planted.display().to_string())
+            && why[0].contains("mode 0666"),
+        "one line saying why the file is skipped:\n{err}"
+    );
+    fs::set_permissions(&planted, fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, err, _) = run("owner only");
+    assert!(
+        mark.exists() && err.contains("QEMU exited (status 9)"),
+        "a file only its owner may write is used ({code:?}):\n{err}"
+    );
+}
+
 extern "C" {
     #[link_name = "kill"]
     fn libc_kill(pid: i32, sig: i32) -> i32;

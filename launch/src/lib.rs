@@ -573,6 +573,11 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 
 /// The running executable's file name (for messages), without the
 /// `.NAME-wrapped` of a Nix wrapper.
+/// A path fit to print: control characters escaped.
+pub(crate) fn escape_path(p: &std::path::Path) -> String {
+    cannoli::wire::escape(&p.display().to_string()).into_owned()
+}
+
 pub fn tool_name() -> String {
     let name = std::env::current_exe()
         .ok()
