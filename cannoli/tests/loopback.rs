@@ -940,8 +940,10 @@ fn a_silent_connection_times_out() {
 
 #[test]
 fn silent_connections_cannot_keep_qemu_out() {
-    // 100 connections that never say hello (more than the pending cap),
-    // then a real stream: it is served, and the run ends at once.
+    // 100 connections that never say hello (each waits in the accept
+    // loop's poll; `a_flood_of_silent_tcp_connections_cannot_keep_qemu_out`
+    // goes past the cap), then a real stream: it is served, and the run
+    // ends once the silent ones hang up.
     let server = bind();
     let addr = peer(&server);
     let Addr::Unix(path) = addr.0.clone() else {
