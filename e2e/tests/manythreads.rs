@@ -82,10 +82,15 @@ fn many_threads(arch: &str) {
         if let Some(s) = soft_nofile(tool).filter(|&s| s != SOFT) {
             raised = Some(s);
         }
-        // The tool's child is the run's guardian, QEMU its child.
+        // The tool's child is the run's guardian, QEMU its child (once it
+        // runs QEMU: before its exec it is a copy of the guardian).
         for g in children(tool) {
             for q in children(g) {
-                qemu_limit = qemu_limit.or(soft_nofile(q));
+                let is_qemu = fs::read_link(format!("/proc/{q}/exe"))
+                    .is_ok_and(|e| e.to_string_lossy().contains("qemu-"));
+                if is_qemu {
+                    qemu_limit = qemu_limit.or(soft_nofile(q));
+                }
             }
         }
         if child.child_mut().try_wait().unwrap().is_some() {
