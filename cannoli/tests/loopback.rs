@@ -940,8 +940,10 @@ fn a_silent_connection_times_out() {
 
 #[test]
 fn silent_connections_cannot_keep_qemu_out() {
-    // 100 connections that never say hello (more than the pending cap),
-    // then a real stream: it is served, and the run ends at once.
+    // 100 connections that never say hello (each waits in the accept
+    // loop's poll; `a_flood_of_silent_tcp_connections_cannot_keep_qemu_out`
+    // goes past the cap), then a real stream: it is served, and the run
+    // ends once the silent ones hang up.
     let server = bind();
     let addr = peer(&server);
     let Addr::Unix(path) = addr.0.clone() else {
@@ -1039,6 +1041,94 @@ fn tcp_streams_name_the_ring_through_proc() {
     assert_eq!(stats.connections, 1);
     assert!(stats.is_complete(), "{}", stats.loss_summary());
     assert!(take_result(pid, pid + 7).unwrap() == want);
+}
+
+#[test]
+fn a_stream_costs_the_client_one_descriptor() {
+    // 40 streams open at once: the client holds each one's control
+    // socket, and nothing else of it (its ring and block table are
+    // mapped, their descriptors closed). In a child process (this test
+    // again), where no other test opens descriptors meanwhile.
+    const N: usize = 40;
+    const CHILD: &str = "CANNOLI_TEST_FD_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_stream_costs_the_client_one_descriptor",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "the child failed: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let server = bind();
+    let addr = peer(&server);
+    let connected = Arc::new(Barrier::new(N + 1));
+    let counted = Arc::new(Barrier::new(N + 1));
+    let mut fakes = Vec::new();
+    for i in 0..N {
+        let (addr, connected, counted) = (addr.clone(), connected.clone(), counted.clone());
+        let (chunks, _) = make_stream(2, 4096, 60 + i as u64);
+        fakes.push(std::thread::spawn(move || {
+            let table = mempipe::TableWriter::create(0).unwrap();
+            let mut p = Producer::create_memfd(4096, 4).unwrap();
+            let hello = fake_hello(7000 + i as i32, 7000 + i as i32, WIRE_VERSION, fake_regs());
+            let s = dial(
+                &addr.0,
+                Ok(&addr.1),
+                0,
+                hello,
+                &RingOffer::Fd(p.fd().unwrap()),
+                Some(&RingOffer::Fd(table.fd())),
+            )
+            .expect("welcomed");
+            p.release_fd();
+            connected.wait();
+            counted.wait();
+            stream_and_say_goodbye(p, s, &chunks);
+            drop(table);
+        }));
+    }
+    let served = std::thread::spawn(move || run_with_timeout(server, 1));
+    connected.wait();
+    // This process is both sides: the fakes hold their sockets and block
+    // tables, the client its sockets.
+    let kinds = |what: &str| {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains(what))
+            })
+            .count()
+    };
+    let (sockets, rings, tables) = (
+        kinds("socket:"),
+        kinds("cannoli-ring"),
+        kinds("cannoli-blocks"),
+    );
+    counted.wait();
+    for f in fakes {
+        f.join().unwrap();
+    }
+    let stats = served.join().unwrap();
+    assert!(stats.is_complete(), "{}", stats.loss_summary());
+    assert_eq!(stats.connections, N as u64);
+    assert_eq!(rings, 0, "ring descriptors held");
+    assert_eq!(tables, N, "only the fakes' own block tables");
+    // N sockets on each side, and a few of the server's own (listener,
+    // wake-up pair).
+    assert!(sockets <= 2 * N + 4, "{sockets} sockets for {N} streams");
 }
 
 #[test]

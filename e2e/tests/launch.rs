@@ -621,13 +621,20 @@ fn start_sleeper(dir: &RunDir, tag: &str) -> (ChildGuard, String, u32) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    // The launcher's child is the run's guardian, QEMU its child.
     let kids = children(child.id());
     assert_eq!(
         kids.len(),
         1,
-        "the launcher should have exactly one child (QEMU): {kids:?}"
+        "the launcher should have exactly one child (the guardian): {kids:?}"
     );
-    (child, line, kids[0])
+    let qemu = children(kids[0]);
+    assert_eq!(
+        qemu.len(),
+        1,
+        "the guardian should have exactly one child (QEMU): {qemu:?}"
+    );
+    (child, line, qemu[0])
 }
 
 fn wait_gone(pid: u32, what: &str) {
@@ -658,6 +665,312 @@ fn killing_the_launcher_leaves_no_qemu_behind() {
     let (mut child, _line, qemu) = start_sleeper(&dir, "kill");
     child.kill(); // SIGKILL: no chance to clean up; PR_SET_PDEATHSIG must do it
     wait_gone(qemu, "after SIGKILL to the launcher");
+}
+
+#[test]
+fn a_bare_program_name_is_looked_up_in_path_only() {
+    // As a shell does: `exitcode` in the current directory is not run
+    // unless PATH says so; `./exitcode` is.
+    let dir = RunDir::new();
+    fs::copy(guest("x86_64", "exitcode"), dir.file("exitcode")).unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    let run = run_tool(
+        &dir,
+        "bare",
+        "symbolizer",
+        &["-o", "/dev/null", "exitcode", "5"],
+        &[("PATH", &path)],
+    );
+    run.assert_code(127);
+    run.assert_one_line_error(|l| l.contains("exitcode: no such program"));
+    let run = run_tool(
+        &dir,
+        "dot",
+        "symbolizer",
+        &["-o", "/dev/null", "./exitcode", "5"],
+        &[],
+    );
+    run.assert_code(5);
+    let with_dir = format!("{}:{path}", dir.path().display());
+    let run = run_tool(
+        &dir,
+        "path",
+        "symbolizer",
+        &["-o", "/dev/null", "exitcode", "6"],
+        &[("PATH", &with_dir)],
+    );
+    run.assert_code(6);
+}
+
+#[test]
+fn a_planted_qemu_env_above_the_tool_is_ignored() {
+    // The tool lives in <dir>/x/bin; <dir>/target/qemu.env names a "QEMU"
+    // that leaves a mark. Writable by others, the file is skipped with one
+    // line and the real QEMU runs; once only its owner may write it, it is
+    // the nearest one and is used (which is why the check matters).
+    let dir = RunDir::new();
+    let bin = dir.path().join("x/bin");
+    fs::create_dir_all(&bin).unwrap();
+    let tool = bin.join("symbolizer");
+    fs::copy(release_artifact("symbolizer"), &tool).unwrap();
+    let evil = dir.path().join("evil");
+    fs::create_dir_all(&evil).unwrap();
+    let mark = dir.path().join("pwned");
+    let fake = evil.join("qemu-x86_64");
+    fs::write(
+        &fake,
+        format!("#!/bin/sh\ntouch '{}'\nexit 9\n", mark.display()),
+    )
+    .unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    let planted = dir.path().join("target/qemu.env");
+    fs::create_dir_all(planted.parent().unwrap()).unwrap();
+    fs::write(&planted, format!("CANNOLI_QEMU_BUILD={}\n", evil.display())).unwrap();
+    let prog = guest("x86_64", "exitcode");
+    let run = |tag: &str| {
+        let mut c = Command::new(&tool);
+        c.args(["-o", "/dev/null", s(&prog), "0"])
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .current_dir(dir.path())
+            .stdin(Stdio::null());
+        let out = c.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            tag.to_string(),
+        )
+    };
+    fs::set_permissions(&planted, fs::Permissions::from_mode(0o666)).unwrap();
+    let (code, err, _) = run("open");
+    assert_eq!(code, Some(0), "the real QEMU should have run:\n{err}");
+    assert!(!mark.exists(), "the planted QEMU ran");
+    let why: Vec<&str> = err.lines().filter(|l| l.contains("ignoring")).collect();
+    assert!(
+        why.len() == 1
+            && why[0].contains(&planted.display().to_string())
+            && why[0].contains("mode 0666"),
+        "one line saying why the file is skipped:\n{err}"
+    );
+    fs::set_permissions(&planted, fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, err, _) = run("owner only");
+    assert!(
+        mark.exists() && err.contains("QEMU exited (status 9)"),
+        "a file only its owner may write is used ({code:?}):\n{err}"
+    );
+}
+
+/// Every process below `pid` (children, theirs, ...), from each process's
+/// parent in `/proc/<pid>/stat`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent: Vec<(u32, u32)> = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if let Some(pp) = rest.split_whitespace().nth(1).and_then(|x| x.parse().ok()) {
+            parent.push((p, pp));
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        out.extend(parent.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// Waits until `tag`'s stdout holds `line` (the guest got that far);
+/// fails if the tool exits first.
+fn wait_for_line(dir: &RunDir, tag: &str, child: &mut ChildGuard, line: &str) {
+    let start = Instant::now();
+    loop {
+        let out = fs::read_to_string(dir.file(&format!("{tag}.stdout"))).unwrap_or_default();
+        if out.contains(line) {
+            return;
+        }
+        if let Some(st) = child.child_mut().try_wait().unwrap() {
+            panic!("the tool exited early ({st}) before the guest printed {line:?}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the guest did not print {line:?} within 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for the tool at most `limit` (the run should end on its own).
+fn finish_within(
+    dir: &RunDir,
+    tag: &str,
+    mut child: ChildGuard,
+    cmdline: String,
+    limit: Duration,
+    what: &str,
+) -> ToolRun {
+    let status = child.wait_timeout(limit);
+    let stdout = fs::read_to_string(dir.file(&format!("{tag}.stdout"))).unwrap_or_default();
+    let stderr = fs::read_to_string(dir.file(&format!("{tag}.stderr"))).unwrap_or_default();
+    let status = status.unwrap_or_else(|| {
+        panic!(
+            "`{cmdline}` still ran {limit:?} after {what}; killed.\n--- stderr ---\n{}",
+            tail(&stderr, 30)
+        )
+    });
+    ToolRun {
+        status,
+        stdout,
+        stderr,
+        cmdline,
+    }
+}
+
+#[test]
+fn killing_the_launcher_leaves_no_forked_guest_behind() {
+    // The guest forks and its parent exits; the child (another QEMU
+    // process, which no PR_SET_PDEATHSIG reaches) sleeps. SIGKILL to the
+    // launcher: every process of the run goes.
+    let dir = RunDir::new();
+    let prog = guest("x86_64", "orphan");
+    let (mut child, _line) = spawn_tool(
+        &dir,
+        "orphan",
+        "symbolizer",
+        &["-o", "/dev/null", s(&prog), "600"],
+        &[],
+    );
+    wait_for_line(&dir, "orphan", &mut child, "orphan: parent exits");
+    // The parent's QEMU exits; its orphaned child stays, below the launcher.
+    let start = Instant::now();
+    let run = loop {
+        let run = descendants(child.id());
+        let qemus: Vec<u32> = run
+            .iter()
+            .copied()
+            .filter(|&p| {
+                fs::read_link(format!("/proc/{p}/exe"))
+                    .is_ok_and(|e| e.to_string_lossy().contains("qemu-x86_64"))
+            })
+            .collect();
+        if qemus.len() == 1 && run.iter().all(|&p| !gone(p) || qemus.contains(&p)) {
+            break run;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "expected the orphaned child's QEMU below the launcher: {run:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    child.kill(); // SIGKILL: the launcher cannot clean up
+    for p in run {
+        wait_gone(p, "after SIGKILL to the launcher");
+    }
+}
+
+#[test]
+fn sigterm_to_the_launcher_reaches_a_guest_that_left_its_process_group() {
+    // The guest forks; the child calls setsid. `kill -TERM` of the
+    // launcher reaches both (as a shell's kill of a job would), so the run
+    // ends, with the parent's death by SIGTERM as its status.
+    let dir = RunDir::new();
+    let prog = guest("x86_64", "detach");
+    let (mut child, line) = spawn_tool(
+        &dir,
+        "term",
+        "symbolizer",
+        &["-o", "/dev/null", s(&prog), "fork"],
+        &[],
+    );
+    wait_for_line(&dir, "term", &mut child, "detach: child ready");
+    wait_for_line(&dir, "term", &mut child, "detach: parent ready");
+    // SAFETY: plain kill of our own child.
+    unsafe { libc_kill(child.id() as i32, 15) };
+    let run = finish_within(
+        &dir,
+        "term",
+        child,
+        line,
+        Duration::from_secs(120),
+        "SIGTERM",
+    );
+    run.assert_code(128 + 15);
+}
+
+/// A pseudo-terminal: its master, and its slave's path.
+fn pty() -> (fs::File, std::ffi::CString) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt/grantpt/unlockpt/ptsname on a fresh master fd;
+    // ptsname's static buffer is copied at once (this test is its only
+    // user in this process).
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let name = std::ffi::CStr::from_ptr(libc::ptsname(m)).to_owned();
+        (fs::File::from_raw_fd(m), name)
+    }
+}
+
+#[test]
+fn ctrl_c_reaches_a_guest_that_called_setsid() {
+    // The launcher in a session of its own, with a pseudo-terminal as its
+    // controlling terminal; the guest calls setsid, leaving the terminal's
+    // process group. Ctrl-C on the terminal reaches the launcher's group
+    // only; the launcher forwards it to the guest.
+    use std::io::Write;
+    use std::os::unix::process::CommandExt;
+    let dir = RunDir::new();
+    let prog = guest("x86_64", "detach");
+    let (mut master, slave) = pty();
+    let (mut c, line) = command(
+        &dir,
+        "ctrlc",
+        "symbolizer",
+        &["-o", "/dev/null", s(&prog)],
+        &[],
+    );
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Opened by a session leader without a terminal: it becomes
+            // the session's controlling terminal, and the launcher's
+            // group its foreground.
+            let fd = libc::open(slave.as_ptr(), libc::O_RDWR);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::ioctl(fd, libc::TIOCSCTTY, 0);
+            libc::dup2(fd, 0);
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    let mut child = ChildGuard::new(c.spawn().unwrap(), line.clone());
+    wait_for_line(&dir, "ctrlc", &mut child, "detach: ready");
+    master.write_all(&[0x03]).unwrap(); // Ctrl-C
+    let run = finish_within(
+        &dir,
+        "ctrlc",
+        child,
+        line,
+        Duration::from_secs(120),
+        "Ctrl-C",
+    );
+    run.assert_code(128 + 2);
 }
 
 extern "C" {

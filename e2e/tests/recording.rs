@@ -1400,3 +1400,80 @@ mod damaged {
         f.finish();
     }
 }
+
+// ---------------------------------------------------------------------------
+// 5. Recorded strings reach the terminal escaped
+// ---------------------------------------------------------------------------
+
+/// Whether `b` holds a control character other than a line's end.
+fn control_chars(b: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(b)
+        .lines()
+        .filter(|l| l.chars().any(char::is_control))
+        .map(|l| format!("{l:?}"))
+        .collect()
+}
+
+/// A program under a name with an escape sequence in it, recorded with an
+/// argument holding others (a terminal title, a colour): `cannoli info` and
+/// `cannoli trace --replay` print every recorded string escaped.
+#[test]
+fn recorded_names_reach_the_terminal_escaped() {
+    let dir = RunDir::new();
+    let prog = dir.file("ex\u{1b}[2Jit");
+    fs::copy(guest("x86_64", "exitcode"), &prog).unwrap();
+    let arg = "\u{1b}]0;title\u{7}\u{1b}[31mred";
+    let rec = dir.file("esc.cnl");
+    let r = Tool::new("cannoli")
+        .args(["record", "--hooks", "pc", "-o"])
+        .arg(&rec)
+        .arg(&prog)
+        .args(["0", arg])
+        .run(&dir, "record", LIVE)
+        .unwrap_or_else(|e| panic!("{e}"));
+    r.expect_code(0).unwrap_or_else(|e| panic!("{e}"));
+    let info = Tool::new("cannoli")
+        .arg("info")
+        .arg(&rec)
+        .run(&dir, "info", QUICK)
+        .unwrap_or_else(|e| panic!("{e}"));
+    info.expect_code(0).unwrap_or_else(|e| panic!("{e}"));
+    let out = text(&info.stdout);
+    for (what, bytes) in [
+        ("stdout", &info.stdout[..]),
+        ("stderr", info.stderr.as_bytes()),
+    ] {
+        let bad = control_chars(bytes);
+        assert!(bad.is_empty(), "`cannoli info` {what}: {}", bad.join("\n"));
+    }
+    assert!(
+        out.contains(r"\u{1b}]0;title\u{7}\u{1b}[31mred"),
+        "the command line, escaped:\n{out}"
+    );
+    assert!(
+        out.contains(r"ex\u{1b}[2Jit"),
+        "the program's name, escaped:\n{out}"
+    );
+    let trace = Tool::new("cannoli")
+        .args(["trace", "--no-mem", "--limit", "20", "--replay"])
+        .arg(&rec)
+        .run(&dir, "trace", QUICK)
+        .unwrap_or_else(|e| panic!("{e}"));
+    trace.expect_code(0).unwrap_or_else(|e| panic!("{e}"));
+    for (what, bytes) in [
+        ("stdout", &trace.stdout[..]),
+        ("stderr", trace.stderr.as_bytes()),
+    ] {
+        let bad = control_chars(bytes);
+        assert!(
+            bad.is_empty(),
+            "`cannoli trace --replay` {what}: {}",
+            bad.join("\n")
+        );
+    }
+    assert!(
+        trace.stderr.contains(r"ex\u{1b}[2Jit"),
+        "the symbolizer names the program, escaped:\n{}",
+        trace.stderr
+    );
+}

@@ -30,9 +30,16 @@ fn is_executable_file(p: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// The program to run: a path with a `/` as given; a bare name from the
-/// current directory if it is there, else from `PATH`.
+/// The program to run, as a shell finds it: a name with a `/` is used as
+/// given; a name without one is looked up in `PATH` only (the current
+/// directory only where `PATH` has `.` or an empty entry), the first
+/// executable regular file of that name.
 pub fn resolve_program(program: &OsStr) -> Result<PathBuf, Error> {
+    resolve_in(program, &std::env::var_os("PATH").unwrap_or_default())
+}
+
+/// [`resolve_program`] with `path_var` for `PATH`.
+fn resolve_in(program: &OsStr, path_var: &OsStr) -> Result<PathBuf, Error> {
     let given = Path::new(program);
     let no_such = || Error::NoProgram {
         program: given.to_path_buf(),
@@ -40,12 +47,18 @@ pub fn resolve_program(program: &OsStr) -> Result<PathBuf, Error> {
     if program.is_empty() {
         return Err(no_such());
     }
-    let path = if program.as_bytes().contains(&b'/') || given.exists() {
+    let path = if program.as_bytes().contains(&b'/') {
         given.to_path_buf()
     } else {
-        let path_var = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path_var)
-            .map(|d| d.join(given))
+        // An empty entry is the current directory, as in a shell.
+        std::env::split_paths(path_var)
+            .map(|d| {
+                if d.as_os_str().is_empty() {
+                    PathBuf::from(".").join(given)
+                } else {
+                    d.join(given)
+                }
+            })
             .find(|p| is_executable_file(p))
             .ok_or_else(no_such)?
     };
@@ -163,37 +176,92 @@ pub fn hooks_file(name: &str) -> String {
     format!("lib{}.so", name.replace('-', "_"))
 }
 
-/// `target/qemu.env` files to try: above the running executable, then the
-/// workspace this crate was built in.
-fn qemu_env_files() -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = Vec::new();
-    let mut push = |p: PathBuf| {
-        if !files.contains(&p) {
-            files.push(p);
-        }
-    };
-    if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1) {
-            let f = dir.join("target/qemu.env");
-            if f.is_file() {
-                push(f);
-                break;
-            }
-        }
-    }
+/// A `target/qemu.env` file the launcher may read, and its text.
+struct EnvFile {
+    path: PathBuf,
+    text: String,
+}
+
+/// `target/qemu.env` files to try: in every directory above the running
+/// executable, nearest first, then the workspace this crate was built in.
+/// Each is read only if it can be trusted (see [`trusted_env_file`]); one
+/// that cannot is skipped with one line on stderr saying why.
+fn qemu_env_files() -> Vec<EnvFile> {
+    let exe = std::env::current_exe().ok();
     let ws = Path::new(env!("CARGO_MANIFEST_DIR")).parent();
-    if let Some(ws) = ws {
-        let f = ws.join("target/qemu.env");
-        if f.is_file() {
-            push(f);
-        }
+    let (files, skipped) = env_files_above(exe.as_deref(), ws);
+    for why in skipped {
+        eprintln!("{}: {why}", crate::tool_name());
     }
     files
 }
 
-/// The value of `key` in a `KEY=VALUE` file.
-fn env_file_value(file: &Path, key: &str) -> Option<String> {
-    let text = std::fs::read_to_string(file).ok()?;
+/// [`qemu_env_files`] for the executable `exe` and the workspace `ws`:
+/// the files to use, and a line for each one skipped.
+fn env_files_above(exe: Option<&Path>, ws: Option<&Path>) -> (Vec<EnvFile>, Vec<String>) {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    for dir in exe.into_iter().flat_map(|e| e.ancestors().skip(1)) {
+        candidates.push(dir.join("target/qemu.env"));
+    }
+    candidates.extend(ws.map(|w| w.join("target/qemu.env")));
+    let mut files: Vec<EnvFile> = Vec::new();
+    let mut skipped = Vec::new();
+    for path in candidates {
+        if files.iter().any(|f| f.path == path) {
+            continue;
+        }
+        match trusted_env_file(&path) {
+            Ok(Some(text)) => files.push(EnvFile { path, text }),
+            Ok(None) => {}
+            Err(why) => skipped.push(format!("ignoring {}: {why}", crate::escape_path(&path))),
+        }
+    }
+    (files, skipped)
+}
+
+/// The text of the configuration file at `path` if it is one the launcher
+/// may trust: a regular file owned by this user or root that group and
+/// others cannot write (else anyone who could write it would choose the
+/// QEMU every tool runs). `Ok(None)`: there is none; `Err`: why it is not
+/// trusted. It is checked on the open file, then read from it.
+fn trusted_env_file(path: &Path) -> Result<Option<String>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let mut f = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(_) => return Ok(None),
+    };
+    let m = f
+        .metadata()
+        .map_err(|e| format!("cannot look at it ({e})"))?;
+    if !m.is_file() {
+        return Ok(None);
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if m.uid() != me && m.uid() != 0 {
+        return Err(format!(
+            "it belongs to uid {}, neither you ({me}) nor root; only a file of yours or root's \
+             chooses the QEMU to run",
+            m.uid()
+        ));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!(
+            "others than its owner may write it (mode {:04o}); chmod go-w it to use it",
+            m.mode() & 0o7777
+        ));
+    }
+    let mut text = String::new();
+    f.by_ref()
+        .take(64 * 1024)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read it ({e})"))?;
+    Ok(Some(text))
+}
+
+/// The value of `key` in `KEY=VALUE` lines.
+fn env_text_value(text: &str, key: &str) -> Option<String> {
     text.lines().find_map(|l| {
         let (k, v) = l.trim().split_once('=')?;
         (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
@@ -250,10 +318,13 @@ pub fn find_qemu(arch: &'static Arch) -> Result<PathBuf, Error> {
     }
     let files = qemu_env_files();
     if files.is_empty() {
-        looked.push("target/qemu.env (none above the executable or in the workspace)".into());
+        looked.push(
+            "target/qemu.env (none you or root own above the executable or in the workspace)"
+                .into(),
+        );
     }
     for f in files {
-        match env_file_value(&f, QEMU_BUILD_ENV) {
+        match env_text_value(&f.text, QEMU_BUILD_ENV) {
             Some(d) => {
                 let q = Path::new(&d).join(&bin);
                 if is_executable_file(&q) {
@@ -261,10 +332,10 @@ pub fn find_qemu(arch: &'static Arch) -> Result<PathBuf, Error> {
                 }
                 looked.push(format!(
                     "{} ({QEMU_BUILD_ENV}={d} has no {bin})",
-                    f.display()
+                    f.path.display()
                 ));
             }
-            None => looked.push(format!("{} (no {QEMU_BUILD_ENV})", f.display())),
+            None => looked.push(format!("{} (no {QEMU_BUILD_ENV})", f.path.display())),
         }
     }
     let path_var = std::env::var_os("PATH").unwrap_or_default();
@@ -344,14 +415,105 @@ mod tests {
 
     #[test]
     fn env_file() {
-        let p = std::env::temp_dir().join(format!("launch-env-{}", std::process::id()));
-        std::fs::write(&p, "A=1\nCANNOLI_QEMU_BUILD=/x/y\n").unwrap();
+        let t = "A=1\nCANNOLI_QEMU_BUILD=/x/y\n";
         assert_eq!(
-            env_file_value(&p, "CANNOLI_QEMU_BUILD").as_deref(),
+            env_text_value(t, "CANNOLI_QEMU_BUILD").as_deref(),
             Some("/x/y")
         );
-        assert_eq!(env_file_value(&p, "B"), None);
-        let _ = std::fs::remove_file(p);
+        assert_eq!(env_text_value(t, "B"), None);
+    }
+
+    /// A fresh directory tree for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("launch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn a_planted_qemu_env_above_the_executable_is_ignored() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = scratch("env");
+        // <root>/target/qemu.env (planted), <root>/a/target/qemu.env (ours),
+        // and the executable <root>/a/b/bin/tool.
+        let planted = root.join("target/qemu.env");
+        let ours = root.join("a/target/qemu.env");
+        let exe = root.join("a/b/bin/tool");
+        for f in [&planted, &ours, &exe] {
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, "CANNOLI_QEMU_BUILD=/x\n").unwrap();
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let found = |exe: &Path| {
+            let (files, skipped) = env_files_above(Some(exe), None);
+            (
+                files.into_iter().map(|f| f.path).collect::<Vec<_>>(),
+                skipped,
+            )
+        };
+        // Both trusted: every ancestor's, nearest first.
+        assert_eq!(found(&exe).0, vec![ours.clone(), planted.clone()]);
+        // Writable by others: skipped, with a line saying why.
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let (files, skipped) = found(&exe);
+        assert_eq!(files, vec![ours.clone()]);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(
+            skipped[0].contains(&planted.display().to_string()) && skipped[0].contains("mode 0666"),
+            "{skipped:?}"
+        );
+        // Group-writable: the same.
+        std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o664)).unwrap();
+        assert_eq!(found(&exe).0, Vec::<PathBuf>::new());
+        std::fs::set_permissions(&ours, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // Another owner (only root can make one).
+        // SAFETY: geteuid has no preconditions; chown of our own file.
+        if unsafe { libc::geteuid() } == 0 {
+            let c = std::ffi::CString::new(planted.as_os_str().as_bytes()).unwrap();
+            assert_eq!(unsafe { libc::chown(c.as_ptr(), 54_321, 54_321) }, 0);
+            let (files, skipped) = found(&exe);
+            assert_eq!(files, vec![ours.clone()]);
+            assert!(skipped[0].contains("belongs to uid 54321"), "{skipped:?}");
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_bare_name_is_looked_up_in_path_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = scratch("path");
+        let prog = d.join("launch-test-prog");
+        std::fs::write(&prog, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let name = OsStr::new("launch-test-prog");
+        let path_with = |dirs: &[&Path]| std::env::join_paths(dirs).unwrap();
+        // In PATH: found there.
+        assert_eq!(
+            resolve_in(name, &path_with(&[Path::new("/usr/bin"), &d])).unwrap(),
+            prog
+        );
+        // Not in PATH: not found, wherever the current directory is.
+        assert!(matches!(
+            resolve_in(name, &path_with(&[Path::new("/usr/bin")])),
+            Err(Error::NoProgram { .. })
+        ));
+        // A non-executable file of that name earlier in PATH is passed over.
+        let other = scratch("path2");
+        std::fs::write(other.join("launch-test-prog"), "x").unwrap();
+        assert_eq!(resolve_in(name, &path_with(&[&other, &d])).unwrap(), prog);
+        // An empty entry is the current directory, as in a shell.
+        assert_eq!(
+            resolve_in(OsStr::new("x"), OsStr::new(":/nonexistent"))
+                .err()
+                .map(|e| e.to_string()),
+            Some("x: no such program".into())
+        );
+        // A name with a slash is used as given.
+        assert_eq!(resolve_in(prog.as_os_str(), OsStr::new("")).unwrap(), prog);
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&other);
     }
 
     #[test]

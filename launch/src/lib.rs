@@ -40,9 +40,12 @@
 //!
 //!   `run` returns the program's exit status (128 + N if it died of signal
 //!   N) once QEMU has exited, and with it every process of the traced tree
-//!   (the launcher is a child subreaper meanwhile, so a forked guest
-//!   process that outlives its parent is waited for too), and every event
-//!   was handed to the tool.
+//!   (a forked guest process that outlives its parent is waited for too),
+//!   and every event was handed to the tool. QEMU runs under a small
+//!   guardian process (`guard.rs`): the whole tree dies with the launcher,
+//!   even one killed with SIGKILL, and the signals the launcher gets reach
+//!   every process of the tree, one that left the terminal's process group
+//!   included.
 //!
 //! Where things come from (launch mode):
 //!
@@ -66,6 +69,7 @@
 
 pub mod arch;
 pub mod find;
+mod guard;
 mod output;
 mod signals;
 mod tree;
@@ -77,7 +81,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use cannoli::{Cannoli, Server, Stats};
 
@@ -276,6 +280,13 @@ impl Launcher {
 
     /// The QEMU command line for `program` (resolved), without running it.
     pub fn command(&self, program: &OsString, args: &[OsString]) -> Result<Command, Error> {
+        let mut cmd = self.qemu_command(program, args)?;
+        signals::grow_fd_table(&mut cmd);
+        Ok(cmd)
+    }
+
+    /// [`Launcher::command`] without anything to run before QEMU's exec.
+    fn qemu_command(&self, program: &OsString, args: &[OsString]) -> Result<Command, Error> {
         let path = find::resolve_program(program)?;
         let guest = arch::inspect(&path)?;
         let qemu = find::find_qemu(guest.arch)?;
@@ -289,7 +300,6 @@ impl Launcher {
             cmd.arg("-L").arg(root);
         }
         cmd.arg("-cannoli").arg(hooks).arg(&path).args(args);
-        signals::grow_fd_table(&mut cmd);
         Ok(cmd)
     }
 
@@ -361,7 +371,7 @@ impl Launcher {
         args: Vec<OsString>,
         serve: Serve,
     ) -> Result<Report, Error> {
-        let mut cmd = self.command(&program, &args)?;
+        let mut cmd = self.qemu_command(&program, &args)?;
         // A socket in a directory of this run that only this user can
         // enter, and a fresh secret only QEMU is told (QEMU hides both
         // variables from the guest). `listen` chooses another address.
@@ -379,42 +389,47 @@ impl Launcher {
         if std::env::var_os("CANNOLI_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0") {
             eprintln!("{}: {}", self.name, show_command(&cmd));
         }
-        signals::kill_with_parent(&mut cmd);
+        // The spawned child is the run's guardian, QEMU its child (see
+        // guard.rs): whatever happens to the launcher, the tree dies with
+        // it. What runs before QEMU's exec comes after the guardian's
+        // fork, in QEMU's process.
+        let guard = guard::Guard::install(&mut cmd).map_err(|e| Error::Io {
+            what: "setting up the run's guardian".into(),
+            source: e,
+        })?;
+        signals::restore_fd_limit(&mut cmd);
+        signals::grow_fd_table(&mut cmd);
 
         let qemu = PathBuf::from(cmd.get_program());
         let forwarding = signals::Forwarding::install();
         let subreaper = tree::Subreaper::become_one();
-        let mut child = cmd.spawn().map_err(|e| Error::Spawn {
+        let spawned = cmd.spawn();
+        drop(cmd); // the guardian's end of the socket pair, ours no more
+        let mut child = spawned.map_err(|e| Error::Spawn {
             qemu: qemu.clone(),
             source: e,
         })?;
         let pid = child.id();
-        forwarding.set_child(pid);
+        let guard = Arc::new(guard);
 
-        // Set, under the lock, once QEMU has exited but before it is reaped:
-        // until then the server thread may still kill it by pid.
-        let exited = Arc::new((Mutex::new(false), AtomicBool::new(false)));
+        // Set once the tree has exited: the server drains what is left.
+        let exited = Arc::new(AtomicBool::new(false));
         let exited2 = exited.clone();
+        let guard2 = guard.clone();
         let server_thread = std::thread::Builder::new()
             .name("cannoli-server".into())
             .spawn(move || {
-                let r = serve(server, &|| exited2.1.load(Ordering::Acquire));
+                let r = serve(server, &|| exited2.load(Ordering::Acquire));
                 if r.is_err() {
                     // QEMU would wait forever for a client that is gone.
-                    let gone = exited2.0.lock().unwrap_or_else(|p| p.into_inner());
-                    if !*gone {
-                        // SAFETY: plain kill of our unreaped child.
-                        unsafe {
-                            libc::kill(pid as libc::pid_t, libc::SIGKILL);
-                        }
-                    }
+                    guard2.kill_tree();
                 }
                 r
             });
         let server_thread = match server_thread {
             Ok(h) => h,
             Err(e) => {
-                let _ = child.kill();
+                guard.kill_tree();
                 let _ = child.wait();
                 return Err(Error::Io {
                     what: "cannot start the server thread".into(),
@@ -423,15 +438,16 @@ impl Launcher {
             }
         };
 
+        // The guardian exits once every process of the tree has, with
+        // QEMU's status.
         let waited = signals::wait_exited_nowait(pid);
-        *exited.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
         let status = waited.and_then(|()| child.wait());
         drop(forwarding);
-        // Forked guest processes whose parent exited first are still
-        // running (and may not have connected yet): wait for them too.
+        // Should the guardian itself have been killed, QEMU's processes
+        // that outlived it are ours now: wait for them too.
         let _ = tree::Orphans::new(&qemu).wait_all();
         drop(subreaper);
-        exited.1.store(true, Ordering::Release);
+        exited.store(true, Ordering::Release);
         let status = status.map_err(|e| Error::Io {
             what: "waiting for QEMU".into(),
             source: e,
@@ -573,6 +589,11 @@ pub fn exit_code(status: ExitStatus) -> i32 {
 
 /// The running executable's file name (for messages), without the
 /// `.NAME-wrapped` of a Nix wrapper.
+/// A path fit to print: control characters escaped.
+pub(crate) fn escape_path(p: &std::path::Path) -> String {
+    cannoli::wire::escape(&p.display().to_string()).into_owned()
+}
+
 pub fn tool_name() -> String {
     let name = std::env::current_exe()
         .ok()

@@ -1,42 +1,35 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! Signals while the traced program runs, so that no QEMU is left behind.
 //!
-//! * SIGINT, SIGQUIT, SIGTERM and SIGHUP sent to the launcher by another
-//!   process (`kill`) are forwarded to QEMU; the launcher itself keeps
-//!   running, drains the trace and exits with QEMU's status. The ones the
-//!   terminal sends (Ctrl-C) already reach QEMU too, as it is in the same
-//!   foreground process group, so they are not sent twice.
-//! * QEMU gets `PR_SET_PDEATHSIG` = SIGKILL: if the launcher dies anyway
-//!   (SIGKILL, a panic in the tool), QEMU dies with it.
+//! * SIGINT, SIGQUIT, SIGTERM and SIGHUP the launcher receives are handed
+//!   to the run's guardian (`guard.rs`), which forwards them to every
+//!   process of the traced tree: all of them when a process sent it (`kill`
+//!   of the launcher, as of a shell's job), and when the terminal sent it
+//!   (Ctrl-C to the foreground process group) those that left the
+//!   launcher's process group (a guest that called `setsid` or `setpgid`),
+//!   since the others have it already. The launcher itself keeps running,
+//!   drains the trace and exits with QEMU's status.
+//! * If the launcher dies anyway (SIGKILL, a panic in the tool), the
+//!   guardian kills the whole tree (`guard.rs`).
 //!
-//! The dispositions are restored once QEMU has exited, so Ctrl-C while the
-//! rest of the trace is processed stops the launcher as usual.
+//! The dispositions are restored once the tree has exited, so Ctrl-C while
+//! the rest of the trace is processed stops the launcher as usual.
 
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicI32, Ordering};
+
+use crate::guard;
 
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
 
-/// QEMU's pid while it runs, else 0.
-static CHILD: AtomicI32 = AtomicI32::new(0);
-
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    let pid = CHILD.load(Ordering::Relaxed);
-    if pid <= 0 {
-        return;
-    }
     // si_code <= 0: sent by a process (SI_USER, SI_QUEUE, SI_TKILL); > 0:
     // by the kernel, e.g. the terminal's Ctrl-C to the whole process group.
     // SAFETY: the kernel passes a valid siginfo_t with SA_SIGINFO.
-    let from_process = info.is_null() || unsafe { (*info).si_code } <= 0;
-    if from_process {
-        // SAFETY: kill is async-signal-safe.
-        unsafe {
-            libc::kill(pid, sig);
-        }
-    }
+    let from_tty = !info.is_null() && unsafe { (*info).si_code } > 0;
+    // Async-signal-safe: one send on a socket.
+    guard::forward(sig, from_tty);
 }
 
 /// Installed signal forwarding; dropping it restores the old dispositions.
@@ -70,16 +63,10 @@ impl Forwarding {
         }
         Forwarding { old }
     }
-
-    /// Forwards to `pid` from now on.
-    pub fn set_child(&self, pid: u32) {
-        CHILD.store(pid as i32, Ordering::SeqCst);
-    }
 }
 
 impl Drop for Forwarding {
     fn drop(&mut self) {
-        CHILD.store(0, Ordering::SeqCst);
         for (sig, prev) in &self.old {
             // SAFETY: restores a disposition sigaction gave us.
             unsafe {
@@ -89,26 +76,22 @@ impl Drop for Forwarding {
     }
 }
 
-/// Makes the child die with SIGKILL when the launcher's thread that spawned
-/// it ends (so: when the launcher dies).
-pub fn kill_with_parent(cmd: &mut Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: only async-signal-safe calls between fork and exec.
+/// Gives the child back the descriptor limit this process had before the
+/// client raised its own ([`cannoli::raise_fd_limit`]): QEMU, and the
+/// program it runs, start with the limit the user gave them.
+pub fn restore_fd_limit(cmd: &mut Command) {
+    let Some(soft) = cannoli::original_fd_limit() else {
+        return;
+    };
+    // SAFETY: only async-signal-safe calls (getrlimit, setrlimit) between
+    // fork and exec; a failure leaves the raised limit, which only gives
+    // the program more room than it asked for.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before the prctl.
-            if libc::getppid() != parent {
-                libc::_exit(137);
+            let mut lim: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && soft < lim.rlim_cur {
+                lim.rlim_cur = soft;
+                libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
             }
             Ok(())
         });

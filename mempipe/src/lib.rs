@@ -1,4 +1,4 @@
-//! `mempipe`: a zero-copy shared-memory ring of fixed-size chunks from one
+//! `mempipe`: a shared-memory ring of fixed-size chunks from one
 //! producer thread (in one process) to one consumer process, in which several
 //! threads may take chunks concurrently.
 //!

@@ -350,23 +350,34 @@ fn build(
 }
 
 fn print_text(r: &Report) {
+    // Every recorded string may hold anything (the guest chose its program's
+    // and files' names, a damaged file anything at all): control
+    // characters are escaped, so that none reaches the terminal.
+    let esc = cannoli::wire::escape;
     println!(
         "recording  {} ({} bytes, format {}, written by cannoli {})",
-        r.file, r.file_bytes, r.format, r.writer
+        esc(&r.file),
+        r.file_bytes,
+        r.format,
+        esc(&r.writer)
     );
-    println!("command    {}", r.command.join(" "));
-    println!("guest      {}", r.guest.as_deref().unwrap_or("unknown"));
+    let command: Vec<_> = r.command.iter().map(|a| esc(a)).collect();
+    println!("command    {}", command.join(" "));
+    println!(
+        "guest      {}",
+        esc(r.guest.as_deref().unwrap_or("unknown"))
+    );
     let what = cannoli::recording::Hooks::PRESETS
         .iter()
         .find(|(n, _)| *n == r.hooks.preset)
         .map_or("whatever its hook library asked for", |(_, w)| w);
-    println!("hooks      {} ({what})", r.hooks.preset);
+    println!("hooks      {} ({what})", esc(&r.hooks.preset));
     match r.status {
         Some(s) => println!("status     {s}"),
         None => println!("status     not recorded"),
     }
     if let Some(c) = &r.cut {
-        println!("cut short  {c}");
+        println!("cut short  {}", esc(c));
     }
     println!("time span  {:.3} s", r.span_s);
     println!(
@@ -389,7 +400,7 @@ fn print_text(r: &Report) {
             "  {:>4}  {id} (process {}) {} {:.3}-{} s, {} chunks, {} bytes{events}, {}{}",
             s.stream,
             s.process,
-            s.exe.as_deref().unwrap_or("-"),
+            esc(s.exe.as_deref().unwrap_or("-")),
             s.start_s,
             s.end_s.map_or("?".into(), |e| format!("{e:.3}")),
             s.chunks,

@@ -460,6 +460,25 @@ pub fn tame(s: &str, max: usize) -> String {
     out
 }
 
+/// Untrusted text (a program's or a file's name from a trace, a recorded
+/// command line) fit to print: control characters escaped (`\u{1b}`,
+/// `\n`, ...), so that a terminal sees no escape sequence and a line stays
+/// one line; unchanged (and not copied) when it has none.
+pub fn escape(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Parses and bounds-checks QEMU's hello line: every size it states is one
 /// the client may allocate by. Magic and version are looked at first, so a
 /// QEMU side of another wire version gets a version message, not a parse
@@ -494,14 +513,24 @@ fn check_hello(h: &Hello) -> Result<(), String> {
             Ok(())
         }
     };
+    // Names QEMU's side makes up itself (not the guest's file names, which
+    // may hold anything and are escaped where printed): never a control
+    // character, which a tool would print as is.
+    let name = |what: &str, s: &str, max: usize| {
+        long(what, s, max)?;
+        if s.chars().any(char::is_control) {
+            return Err(format!("{what} holds a control character"));
+        }
+        Ok(())
+    };
     if h.pid <= 0 || h.tid <= 0 || h.ppid < 0 {
         return Err("pid, tid and ppid must be positive".into());
     }
     if h.guest_bits != 32 && h.guest_bits != 64 {
         return Err(format!("guest_bits is {}, not 32 or 64", h.guest_bits));
     }
-    long("arch", &h.arch, MAX_HELLO_NAME)?;
-    long("jitter_version", &h.jitter_version, MAX_HELLO_NAME)?;
+    name("arch", &h.arch, MAX_HELLO_NAME)?;
+    name("jitter_version", &h.jitter_version, MAX_HELLO_NAME)?;
     long("nonce", &h.nonce, MAX_HELLO_NAME)?;
     long("proof", &h.proof, 2 * MAX_HELLO_NAME)?;
     for s in [&h.comm, &h.exe].into_iter().flatten() {
@@ -520,13 +549,13 @@ fn check_hello(h: &Hello) -> Result<(), String> {
         return Err("more register names than registers".into());
     }
     for n in &h.regs.names {
-        long("a register name", n, MAX_HELLO_NAME)?;
+        name("a register name", n, MAX_HELLO_NAME)?;
     }
     if h.syscall_names.len() > MAX_SYSCALL_NAMES {
         return Err(format!("more than {MAX_SYSCALL_NAMES} syscall names"));
     }
     for n in h.syscall_names.values() {
-        long("a syscall name", n, MAX_HELLO_NAME)?;
+        name("a syscall name", n, MAX_HELLO_NAME)?;
     }
     if let RingRef::ProcFd(fd) = h.ring {
         if fd < 0 {
@@ -637,6 +666,13 @@ mod tests {
     }
 
     #[test]
+    fn escaped_text_prints_as_one_harmless_line() {
+        assert!(matches!(escape("/bin/ls"), std::borrow::Cow::Borrowed(_)));
+        assert_eq!(escape("a\u{1b}[31mb\nc"), "a\\u{1b}[31mb\\nc");
+        assert!(!escape("\u{1b}]0;title\u{7}").chars().any(char::is_control));
+    }
+
+    #[test]
     fn hello_bounds() {
         let line = |h: &Hello| serde_json::to_string(h).unwrap() + "\n";
         assert_eq!(parse_hello(&line(&good_hello())).unwrap(), good_hello());
@@ -661,6 +697,18 @@ mod tests {
             (
                 "syscall names",
                 Box::new(|h| h.syscall_names = (0..5000).map(|n| (n, "x".to_string())).collect()),
+            ),
+            (
+                "control character",
+                Box::new(|h| h.arch = "mips\u{1b}[2J".into()),
+            ),
+            (
+                "a register name holds a control character",
+                Box::new(|h| h.regs.names = vec!["r\n0".into()]),
+            ),
+            (
+                "a syscall name holds a control character",
+                Box::new(|h| h.syscall_names = [(1, "ex\u{7}it".to_string())].into()),
             ),
             ("negative", Box::new(|h| h.ring = RingRef::ProcFd(-1))),
             (

@@ -470,7 +470,9 @@ fn list_streams(rec: &Recording) -> String {
                 s.number,
                 h.pid,
                 h.tid,
-                h.exe.map(|e| format!(" {e}")).unwrap_or_default()
+                h.exe
+                    .map(|e| format!(" {}", cannoli::wire::escape(&e)))
+                    .unwrap_or_default()
             ),
             Err(_) => format!("{} (unreadable)", s.number),
         })

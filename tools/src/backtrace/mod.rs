@@ -230,7 +230,10 @@ fn table_for(exe: Option<&Path>) -> Arc<Functions> {
         Some(p) => match Functions::from_elf(p) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("backtrace: {e}; functions are named by address");
+                eprintln!(
+                    "backtrace: {}; functions are named by address",
+                    cannoli::wire::escape(&e.to_string())
+                );
                 Functions::default()
             }
         },

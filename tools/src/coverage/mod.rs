@@ -542,7 +542,8 @@ fn finish(
             m.bytes,
             m.row.base,
             m.row.end,
-            m.row.path
+            // The guest's file names: no control character to the terminal.
+            cannoli::wire::escape(&m.row.path)
         );
     }
     if !c.outside.is_empty() {

@@ -149,13 +149,17 @@ fn table_for(exe: Option<&str>) -> Arc<Symbols> {
                     eprintln!(
                         "symbolizer: {} is position independent; pass --base ADDR with its load address \
                          or the symbols will not match",
-                        p.display()
+                        cannoli::wire::escape(&p.display().to_string())
                     );
                 }
                 t
             }
             Err(e) => {
-                eprintln!("symbolizer: {e}; printing bare addresses");
+                let e = e.to_string();
+                eprintln!(
+                    "symbolizer: {}; printing bare addresses",
+                    cannoli::wire::escape(&e)
+                );
                 Symbols::default()
             }
         },
@@ -171,7 +175,7 @@ fn table_for(exe: Option<&str>) -> Arc<Symbols> {
         let from: Vec<String> = path
             .iter()
             .chain(o.symbols.iter())
-            .map(|p| p.display().to_string())
+            .map(|p| cannoli::wire::escape(&p.display().to_string()).into_owned())
             .collect();
         eprintln!(
             "symbolizer: {} symbols from {}",
@@ -285,6 +289,9 @@ impl Pal {
 fn write_sym(w: &mut impl Write, syms: &Symbols, at: Option<Loc>, p: &Pal) -> io::Result<()> {
     if let Some(l) = at {
         let (name, off) = syms.name(l);
+        // A symbol's name is the program's to choose: no control character
+        // reaches the terminal.
+        let name = cannoli::wire::escape(name);
         write!(w, " {}{name}+{off:#x}{}", p.sym, p.reset)?;
     }
     Ok(())
