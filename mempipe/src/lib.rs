@@ -701,7 +701,7 @@ impl Producer {
             })?),
         };
         let what = "the ring's memfd";
-        let fd = place_fd(memfd_create()?, place, what)?;
+        let fd = make_fd(place, what, memfd_create)?;
         let file = File::from(fd);
         size_ring(&file, geo, what, true)?;
         seal(&file, what)?;
@@ -1122,12 +1122,28 @@ fn memfd_create_named(name: &str, what: &str) -> Result<OwnedFd, Error> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `fd` (of `what`) where `place` puts it.
-fn place_fd(fd: OwnedFd, place: impl Into<FdPlace>, what: &str) -> Result<OwnedFd, Error> {
-    place
-        .into()
-        .apply(fd)
-        .map_err(|e| io_error(format_args!("placing {what}"), e))
+/// The descriptor (of `what`) that `create` makes, made where `place`
+/// says. An error of `create` comes back as it is.
+fn make_fd(
+    place: impl Into<FdPlace>,
+    what: &str,
+    create: impl FnOnce() -> Result<OwnedFd, Error>,
+) -> Result<OwnedFd, Error> {
+    let mut create = Some(create);
+    let mut failed = None;
+    let made = place.into().make(&mut || match create.take().map(|c| c()) {
+        Some(Ok(fd)) => Ok(fd),
+        Some(Err(e)) => {
+            failed = Some(e);
+            Err(io::Error::other("not made"))
+        }
+        None => Err(io::Error::other("made twice")),
+    });
+    match (made, failed) {
+        (Ok(fd), _) => Ok(fd),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => Err(io_error(format_args!("making {what}"), e)),
+    }
 }
 
 /// The seals every memfd ring carries: no one can change its size.

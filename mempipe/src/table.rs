@@ -46,7 +46,7 @@ use wire::blocks::{
 };
 
 use crate::{
-    check_sealed_file, io_error, memfd_create_named, open_proc_fd, place_fd, seal, Error, FdPlace,
+    check_sealed_file, io_error, make_fd, memfd_create_named, open_proc_fd, seal, Error, FdPlace,
     Sealed,
 };
 
@@ -145,7 +145,7 @@ impl fmt::Debug for TableWriter {
 
 /// Makes a sized, sealed table memfd where `place` puts it.
 fn table_memfd(place: FdPlace) -> Result<File, Error> {
-    let fd = place_fd(memfd_create_named(TABLE_MEMFD_NAME, WHAT)?, place, WHAT)?;
+    let fd = make_fd(place, WHAT, || memfd_create_named(TABLE_MEMFD_NAME, WHAT))?;
     let file = File::from(fd);
     // Sparse on purpose: no fallocate (see the module doc).
     file.set_len(FILE_BYTES as u64)

@@ -340,30 +340,42 @@ impl Sock {
         Self::connect_placed(addr, FdPlace::Floor(0))
     }
 
-    /// Connects to `addr` from a socket that `place` put where it belongs
+    /// Connects to `addr` from a socket that `place` made where it belongs,
     /// before the connect (which may wait a while for the client).
     pub fn connect_placed(addr: &Addr, place: FdPlace) -> io::Result<Sock> {
+        Self::connect_made(addr, place).map_err(|e| match e {
+            Unconnected::NotMade(e) | Unconnected::Refused(e) => e,
+        })
+    }
+
+    fn connect_made(addr: &Addr, place: FdPlace) -> Result<Sock, Unconnected> {
+        let make = |family| {
+            place
+                .make(&mut || new_socket(family))
+                .map_err(Unconnected::NotMade)
+        };
         match addr {
             Addr::Unix(p) => {
-                let fd = place.apply(new_socket(libc::AF_UNIX)?)?;
                 // SAFETY: sockaddr_un is plain data; all zeroes is valid.
                 let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
                 sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
                 let path = p.as_os_str().as_encoded_bytes();
                 if path.is_empty() || path.len() >= sa.sun_path.len() || path.contains(&0) {
-                    return Err(io::Error::new(
+                    return Err(Unconnected::Refused(io::Error::new(
                         io::ErrorKind::InvalidInput,
                         format!(
                             "a Unix socket path has 1 to {} bytes and no NUL",
                             sa.sun_path.len() - 1
                         ),
-                    ));
+                    )));
                 }
                 for (d, b) in sa.sun_path.iter_mut().zip(path) {
                     *d = *b as libc::c_char;
                 }
                 let len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + path.len() + 1;
-                connect_fd(&fd, &sa as *const _ as *const libc::sockaddr, len, true)?;
+                let fd = make(libc::AF_UNIX)?;
+                connect_fd(&fd, &sa as *const _ as *const libc::sockaddr, len, true)
+                    .map_err(Unconnected::Refused)?;
                 Ok(Sock::Unix(UnixStream::from(fd)))
             }
             Addr::Tcp(a) => {
@@ -371,13 +383,13 @@ impl Sock {
                     io::ErrorKind::InvalidInput,
                     format!("{a} resolves to no address"),
                 );
-                for sa in a.as_str().to_socket_addrs()? {
+                for sa in a.as_str().to_socket_addrs().map_err(Unconnected::Refused)? {
                     let family = if sa.is_ipv4() {
                         libc::AF_INET
                     } else {
                         libc::AF_INET6
                     };
-                    let fd = place.apply(new_socket(family)?)?;
+                    let fd = make(family)?;
                     let (raw, len) = inet_sockaddr(&sa);
                     match connect_fd(&fd, &raw as *const _ as *const libc::sockaddr, len, false) {
                         Ok(()) => {
@@ -388,7 +400,7 @@ impl Sock {
                         Err(e) => last = e,
                     }
                 }
-                Err(last)
+                Err(Unconnected::Refused(last))
             }
         }
     }
@@ -494,6 +506,14 @@ impl Sock {
         // The rest of the line, if the kernel took only part of it.
         (&*s).write_all(&line[sent as usize..])
     }
+}
+
+/// Why [`Sock::connect_made`] has no connection.
+enum Unconnected {
+    /// No socket: its [`FdPlace`] failed.
+    NotMade(io::Error),
+    /// The connect failed.
+    Refused(io::Error),
 }
 
 /// A new stream socket of `family`, close-on-exec.
@@ -713,15 +733,12 @@ pub fn dial(
     ring: &RingOffer<'_>,
     blocks: Option<&RingOffer<'_>>,
 ) -> Result<Sock, String> {
-    let sock = match Sock::connect_placed(addr, place.into()) {
+    let sock = match Sock::connect_made(addr, place.into()) {
         Ok(s) => s,
-        Err(e) if e.raw_os_error() == Some(libc::EMFILE) => {
-            return Err(format!(
-                "no file descriptor free for the connection to {addr} ({e}): raise the open \
-                 file limit (ulimit -Hn)"
-            ))
+        Err(Unconnected::NotMade(e)) => {
+            return Err(format!("no socket for the connection to {addr}: {e}"))
         }
-        Err(e) => {
+        Err(Unconnected::Refused(e)) => {
             return Err(format!(
                 "no cannoli client is listening on {addr} ({e}): start your client first, or \
                  point {ADDR_ENV} at it"

@@ -1,23 +1,29 @@
-//! Where QEMU's side puts the file descriptors it makes (its control
+//! Where QEMU's side makes the file descriptors it keeps (its control
 //! sockets, its rings' and block table's memfds): out of the traced
 //! guest's reach. QEMU keeps the guest's descriptors below a bound and its
-//! own at the bound and above (docs/guest-view.md); only QEMU can put one
-//! there, so the jitter passes QEMU's way of doing it as
+//! own at the bound and above (docs/guest-view.md); only QEMU can make one
+//! there (the kernel refuses numbers at or above the soft limit, which is
+//! the guest's), so the jitter passes QEMU's way of doing it as
 //! [`FdPlace::With`]. Tests and clients that need no such thing pass `0`.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-/// How to place a new file descriptor.
+/// The function of [`FdPlace::With`]: makes a descriptor with `create`
+/// (which makes it wherever the kernel puts it) and returns it at its
+/// place.
+pub type MakeFd = fn(create: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd>;
+
+/// How to make a descriptor that stays.
 #[derive(Clone, Copy, Debug)]
 pub enum FdPlace {
-    /// The lowest free number at or above this one (close-on-exec); `0` or
-    /// below: where the kernel put it. If none up there is free, it stays
-    /// where it is.
+    /// Moved to the lowest free number at or above this one (close-on-exec);
+    /// `0` or below: where the kernel put it. If none up there is free, it
+    /// stays where it is.
     Floor(i32),
-    /// Moved by this function, which returns the descriptor's new place
-    /// (the old one is closed), or fails: then the descriptor is not made.
-    With(fn(OwnedFd) -> io::Result<OwnedFd>),
+    /// Made and placed by this function, which may fail (then there is no
+    /// descriptor).
+    With(MakeFd),
 }
 
 impl From<i32> for FdPlace {
@@ -27,10 +33,14 @@ impl From<i32> for FdPlace {
 }
 
 impl FdPlace {
-    /// `fd` at its place.
-    pub fn apply(self, fd: OwnedFd) -> io::Result<OwnedFd> {
+    /// The descriptor `create` makes, at its place.
+    pub fn make(self, create: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
         match self {
-            FdPlace::Floor(floor) if floor > 0 && fd.as_raw_fd() < floor => {
+            FdPlace::Floor(floor) => {
+                let fd = create()?;
+                if floor <= 0 || fd.as_raw_fd() >= floor {
+                    return Ok(fd);
+                }
                 // SAFETY: F_DUPFD_CLOEXEC on an fd we own only makes a new fd.
                 let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
                 if moved < 0 {
@@ -40,8 +50,7 @@ impl FdPlace {
                 // the old one closes when `fd` drops here.
                 Ok(unsafe { OwnedFd::from_raw_fd(moved) })
             }
-            FdPlace::Floor(_) => Ok(fd),
-            FdPlace::With(f) => f(fd),
+            FdPlace::With(make) => make(create),
         }
     }
 }
@@ -50,16 +59,17 @@ impl FdPlace {
 mod tests {
     use super::*;
 
-    fn null() -> OwnedFd {
-        OwnedFd::from(std::fs::File::open("/dev/null").unwrap())
+    fn null() -> io::Result<OwnedFd> {
+        Ok(OwnedFd::from(std::fs::File::open("/dev/null")?))
     }
 
     #[test]
     fn a_floor_moves_the_fd_up_and_zero_leaves_it() {
-        let fd = null();
+        let fd = FdPlace::from(0).make(&mut null).unwrap();
         let low = fd.as_raw_fd();
-        assert_eq!(FdPlace::from(0).apply(fd).unwrap().as_raw_fd(), low);
-        let high = FdPlace::from(900).apply(null()).unwrap();
+        drop(fd);
+        assert_eq!(FdPlace::from(0).make(&mut null).unwrap().as_raw_fd(), low);
+        let high = FdPlace::from(900).make(&mut null).unwrap();
         assert!(high.as_raw_fd() >= 900);
         // SAFETY: F_GETFD only reads the fd's flags.
         let flags = unsafe { libc::fcntl(high.as_raw_fd(), libc::F_GETFD) };
@@ -67,15 +77,17 @@ mod tests {
     }
 
     #[test]
-    fn a_function_places_it_or_fails() {
-        fn refuse(_: OwnedFd) -> io::Result<OwnedFd> {
+    fn a_function_makes_it_or_fails() {
+        fn refuse(_: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
             Err(io::Error::from_raw_os_error(libc::EMFILE))
         }
-        let e = FdPlace::With(refuse).apply(null()).unwrap_err();
+        let e = FdPlace::With(refuse).make(&mut null).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EMFILE));
-        fn keep(fd: OwnedFd) -> io::Result<OwnedFd> {
-            Ok(fd)
+        fn plain(create: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
+            create()
         }
-        assert!(FdPlace::With(keep).apply(null()).is_ok());
+        assert!(FdPlace::With(plain).make(&mut null).is_ok());
+        let failing = &mut || -> io::Result<OwnedFd> { Err(io::Error::other("no")) };
+        assert!(FdPlace::With(plain).make(failing).is_err());
     }
 }
