@@ -75,12 +75,13 @@ typedef struct CannoliGuestInfo {
      * sees the descriptor numbers it would see untraced. */
     int32_t fd_bound;
     uint32_t pad2;
-    /* Moves a descriptor of QEMU's to the lowest free number at fd_bound or
-     * above (close-on-exec if asked): returns the new descriptor, which the
-     * caller owns besides the old one, or -1 with errno (EMFILE: QEMU's
-     * room above the bound is full). The only way to put one there: the
-     * guest's soft limit is below the bound. */
-    int (*place_fd)(int fd, bool cloexec);
+    /* Enters (true) or leaves (false) QEMU's room above the guest's
+     * descriptors. In it the soft limit is the real hard one, so that QEMU
+     * can make a descriptor whatever the guest holds and move it to
+     * fd_bound or above (fcntl F_DUPFD): the kernel refuses numbers at or
+     * above the soft limit, which is the guest's. Only system calls in
+     * between (another thread entering waits), never nested. */
+    void (*fd_room)(bool enter);
     /* An environment entry ("NAME=VALUE") the QEMU that a traced exec
      * starts needs: the bound and the guest's hard limit, which the kernel
      * does not keep for it. Valid until this thread calls it again. */
@@ -216,10 +217,11 @@ struct rlimit;
 extern int cannoli_fd_bound;
 /* With -cannoli, before QEMU opens a descriptor of its own. */
 void cannoli_fds_init(void);
-/* CannoliGuestInfo.place_fd. */
-int cannoli_fd_place(int fd, bool cloexec);
-/* Where QEMU's log file goes, with or without -cannoli. */
-int cannoli_place_log_fd(int fd);
+/* CannoliGuestInfo.fd_room. */
+void cannoli_fd_room(bool enter);
+/* open(2) (close-on-exec) of a log file of QEMU's, out of the guest's way
+ * with or without -cannoli. */
+int cannoli_open_log(const char *name, int flags, unsigned int mode);
 /* The guest's getrlimit/setrlimit of RLIMIT_NOFILE (either may be NULL):
  * 0, or -1 with errno as the kernel's. */
 int cannoli_nofile(const struct rlimit *set, struct rlimit *old);

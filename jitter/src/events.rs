@@ -610,12 +610,6 @@ pub fn close_exec_fd() {
     }
 }
 
-/// A new descriptor of `fd`'s file out of the guest's reach (see `fds`),
-/// close-on-exec or not; -1 if there is no room.
-fn above_bound(fd: i32, cloexec: bool) -> i32 {
-    crate::fds::place_raw(fd, cloexec)
-}
-
 /// The file a guest's execveat(dirfd, path, ..., flags) would run, looked
 /// up the way the kernel does: relative to `dirfd` (or `dirfd` itself for
 /// AT_EMPTY_PATH and an empty path), not through a final symlink with
@@ -630,35 +624,37 @@ fn exec_target(dirfd: i32, path: &CStr, flags: i32) -> Option<std::os::fd::Owned
     if flags & !(libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) != 0 {
         return None; // EINVAL
     }
-    let raw = if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
-        above_bound(dirfd, true)
+    let fd = if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+        let raw = crate::fds::dup_up(dirfd, true);
+        if raw < 0 {
+            return None;
+        }
+        // SAFETY: `raw` is a new fd that nothing else owns.
+        unsafe { OwnedFd::from_raw_fd(raw) }
     } else {
         let nofollow = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
             libc::O_NOFOLLOW
         } else {
             0
         };
-        // SAFETY: `path` is a valid C string; openat makes a new fd or fails.
-        let low = unsafe {
-            libc::openat(
-                dirfd,
-                path.as_ptr(),
-                libc::O_PATH | libc::O_CLOEXEC | nofollow,
-            )
-        };
-        if low < 0 {
-            return None;
-        }
-        let high = above_bound(low, true);
-        // SAFETY: `low` is the fd openat just made.
-        unsafe { libc::close(low) };
-        high
+        crate::fds::make(&mut || {
+            // SAFETY: `path` is a valid C string; openat makes a new fd or
+            // fails.
+            let low = unsafe {
+                libc::openat(
+                    dirfd,
+                    path.as_ptr(),
+                    libc::O_PATH | libc::O_CLOEXEC | nofollow,
+                )
+            };
+            if low < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: the fd openat just made.
+            Ok(unsafe { OwnedFd::from_raw_fd(low) })
+        })
+        .ok()?
     };
-    if raw < 0 {
-        return None;
-    }
-    // SAFETY: `raw` is a new fd that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     // SAFETY: fstat, faccessat and fstatvfs only write the structs given.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -787,7 +783,7 @@ pub unsafe fn execve(
     let (program, exec_fd) = if by_path {
         (guest.clone(), None)
     } else {
-        let fd = above_bound(target.as_raw_fd(), false);
+        let fd = crate::fds::dup_up(target.as_raw_fd(), false);
         if fd < 0 {
             return false;
         }

@@ -1,68 +1,93 @@
 //! QEMU's file descriptors, out of the traced guest's reach
 //! (docs/guest-view.md): the guest's are below a bound, QEMU's at it and
 //! above. Every descriptor the jitter keeps (control sockets, rings' and
-//! the block table's memfds, an exec's program) goes there through QEMU's
-//! `place_fd`, which alone can put one there (it raises the soft limit for
-//! the move, under the lock the guest's own limit calls take).
+//! the block table's memfds, an exec's program) is made in QEMU's room:
+//! between `fd_room(true)` and `fd_room(false)` the soft limit is the real
+//! hard one (under the lock the guest's own limit calls take), so it can be
+//! made whatever the guest holds and moved to the bound or above.
 
-use std::ffi::{c_char, c_int, CStr, CString};
+use std::ffi::{c_char, CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::OnceLock;
 
 use wire::FdPlace;
 
-/// QEMU's functions (`CannoliGuestInfo.place_fd` and `exec_env`).
+/// What QEMU told us (`CannoliGuestInfo.fd_bound`, `fd_room`, `exec_env`).
 pub struct Qemu {
-    pub place_fd: Option<unsafe extern "C" fn(c_int, bool) -> c_int>,
+    pub bound: i32,
+    pub room: Option<unsafe extern "C" fn(bool)>,
     pub exec_env: Option<unsafe extern "C" fn() -> *const c_char>,
 }
 
 static QEMU: OnceLock<Qemu> = OnceLock::new();
 
-/// At init: how QEMU places descriptors.
+/// At init: how QEMU keeps its descriptors.
 pub fn set(q: Qemu) {
     let _ = QEMU.set(q);
 }
 
-/// A new descriptor for the file `fd` refers to, at the bound or above
-/// (close-on-exec if asked), or -1 with errno. Without QEMU (unit tests) a
-/// plain duplicate.
-pub fn place_raw(fd: RawFd, cloexec: bool) -> RawFd {
-    match QEMU.get().and_then(|q| q.place_fd) {
-        // SAFETY: QEMU's function takes any fd number and only makes a new
-        // descriptor (or fails).
-        Some(place) => unsafe { place(fd, cloexec) },
-        None => {
-            let cmd = if cloexec {
-                libc::F_DUPFD_CLOEXEC
-            } else {
-                libc::F_DUPFD
-            };
-            // SAFETY: fcntl on an fd number only makes a new fd or fails.
-            unsafe { libc::fcntl(fd, cmd, 0) }
+/// `f` in QEMU's room (only system calls in it); without QEMU (unit tests)
+/// just `f`, with bound 0.
+fn in_room<R>(f: impl FnOnce(i32) -> R) -> R {
+    match QEMU.get() {
+        Some(Qemu {
+            bound,
+            room: Some(room),
+            ..
+        }) => {
+            // SAFETY: QEMU's function; entered and left once each, around
+            // system calls only.
+            unsafe { room(true) };
+            let r = f(*bound);
+            // SAFETY: as above.
+            unsafe { room(false) };
+            r
         }
+        _ => f(0),
     }
 }
 
-/// `fd` moved to the bound or above, close-on-exec; the old number is
-/// closed. Fails (EMFILE) when QEMU's room above the bound is full.
-pub fn place(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if QEMU.get().and_then(|q| q.place_fd).is_none() {
-        return Ok(fd);
-    }
-    let high = place_raw(fd.as_raw_fd(), true);
-    if high < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor that nothing else owns; the old one closes
-    // as `fd` drops.
-    Ok(unsafe { OwnedFd::from_raw_fd(high) })
+/// A new descriptor of `fd`'s file at the bound or above (close-on-exec if
+/// asked), or -1 with errno (EMFILE: QEMU's room is full).
+pub fn dup_up(fd: RawFd, cloexec: bool) -> RawFd {
+    let cmd = if cloexec {
+        libc::F_DUPFD_CLOEXEC
+    } else {
+        libc::F_DUPFD
+    };
+    // SAFETY: fcntl on an fd number only makes a new fd or fails.
+    in_room(|bound| unsafe { libc::fcntl(fd, cmd, bound) })
 }
 
-/// [`place`], for the crates that make descriptors (mempipe, wire).
+/// The descriptor `create` makes, at the bound or above (close-on-exec).
+pub fn make(create: &mut dyn FnMut() -> io::Result<OwnedFd>) -> io::Result<OwnedFd> {
+    in_room(|bound| {
+        let low = create()?;
+        if low.as_raw_fd() >= bound {
+            return Ok(low);
+        }
+        // SAFETY: F_DUPFD_CLOEXEC on an fd we own only makes a new fd.
+        let high = unsafe { libc::fcntl(low.as_raw_fd(), libc::F_DUPFD_CLOEXEC, bound) };
+        if high < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "no descriptor free from {bound} up, where QEMU keeps its own ({e}): raise \
+                     the hard limit of open files (ulimit -Hn)"
+                ),
+            ));
+        }
+        // SAFETY: a fresh descriptor that nothing else owns; the low one
+        // closes as `low` drops, still in the room.
+        Ok(unsafe { OwnedFd::from_raw_fd(high) })
+    })
+}
+
+/// [`make`], for the crates that make descriptors (mempipe, wire).
 pub fn fd_place() -> FdPlace {
-    FdPlace::With(place)
+    FdPlace::With(make)
 }
 
 /// The environment entry the QEMU a traced exec starts needs (the bound and
@@ -81,10 +106,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn without_qemu_a_descriptor_stays_where_it_is() {
-        let f = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+    fn without_qemu_a_descriptor_is_made_where_the_kernel_puts_it() {
+        let f = make(&mut || Ok(OwnedFd::from(std::fs::File::open("/dev/null")?))).unwrap();
         let n = f.as_raw_fd();
-        assert_eq!(place(f).unwrap().as_raw_fd(), n);
+        drop(f);
+        let g = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        assert_eq!(g.as_raw_fd(), n);
         assert!(exec_env().is_none());
     }
 }

@@ -27,7 +27,7 @@ pub struct CannoliGuestInfo {
     read_guest: Option<unsafe extern "C" fn(u64, *mut u8, usize) -> c_int>,
     fd_bound: i32,
     pad2: u32,
-    place_fd: Option<unsafe extern "C" fn(c_int, bool) -> c_int>,
+    fd_room: Option<unsafe extern "C" fn(bool)>,
     exec_env: Option<unsafe extern "C" fn() -> *const c_char>,
 }
 
@@ -174,7 +174,8 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     }
     events::set_syscall_names(&syscall_names);
     crate::fds::set(crate::fds::Qemu {
-        place_fd: info.place_fd,
+        bound: info.fd_bound,
+        room: info.fd_room,
         exec_env: info.exec_env,
     });
     events::note_exec_fd();
@@ -529,7 +530,7 @@ mod tests {
         fields!(CannoliCursor: cursor, end, pc);
         fields!(CannoliGuestInfo: abi_version, guest_bits, big_endian, cursor_env_offset,
             arch, exe, qemu_version, regs_env_offset, reg_count, reg_bytes, pad,
-            interp_prefix, syscall_name, read_guest, fd_bound, pad2, place_fd, exec_env);
+            interp_prefix, syscall_name, read_guest, fd_bound, pad2, fd_room, exec_env);
         fields!(CannoliMemAccess: pc, store, size_log2, addr_reg, value_reg, after,
             value_hi_reg, pad);
         fields!(CannoliOps: abi_version, size, jitter_version, init, hook_insn,
