@@ -10,9 +10,10 @@
  *                             fcntl F_DUPFD from 1250, dup2 to the 200
  *                             numbers below the limit, at least 2048)
  *                             while threads start and end; check and close
- *                             them; EMFILE at a lowered soft limit; lower
- *                             the hard limit, raise it, and the kernel's
- *                             answers to out-of-range settings
+ *                             them; EMFILE at a lowered soft limit, and a
+ *                             thread started with every descriptor taken;
+ *                             lower the hard limit, raise it, and the
+ *                             kernel's answers to out-of-range settings
  *   guestview exec OUT        lower the limits, then exec itself (mode
  *                             execd) to print what the new program sees
  *   guestview proc OUT        list /proc/self/fd, fdinfo, task/T/fd and
@@ -217,6 +218,16 @@ static int fds_mode(void)
         last = fd;
     }
     say("opened %d up to fd %d, then %s\n", opened, last, err_name(e));
+    /* A thread starts while every descriptor the guest may have is taken
+     * (traced, QEMU needs some of its own for it). */
+    int at_limit = 0;
+    pthread_t full;
+    if (pthread_create(&full, NULL, short_thread, &at_limit) == 0) {
+        pthread_join(full, NULL);
+        say("a thread at the limit: its open %s\n", at_limit < 0 ? "failed" : "worked");
+    } else {
+        say("a thread at the limit: not started\n");
+    }
     say("dup2 to 1100: %s\n", err_name(err_of(dup2(0, 1100))));
     say("F_DUPFD at 1100: %s\n", err_name(err_of(fcntl(0, F_DUPFD, 1100))));
     for (i = 0; i < opened && i < HELD; i++) {
