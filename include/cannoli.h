@@ -33,7 +33,7 @@
 #include <stdbool.h>
 
 /* Bump on any change to this file. QEMU refuses a jitter of another version. */
-#define CANNOLI_ABI_VERSION 6
+#define CANNOLI_ABI_VERSION 7
 
 /* Name of the CannoliOps symbol a jitter library exports. */
 #define CANNOLI_OPS_SYMBOL "cannoli_ops"
@@ -70,12 +70,22 @@ typedef struct CannoliGuestInfo {
     const char *(*syscall_name)(int num);
     /* Copies guest memory; 0 on success, -1 if any byte is unreadable. */
     int (*read_guest)(uint64_t addr, void *buf, size_t len);
-    /* The jitter keeps its file descriptors (sockets) at this number and
-     * above: the guest's close, close_range, dup2, dup3 and fcntl F_DUPFD
-     * cannot reach them, so a guest sees the fd numbers it would see
-     * untraced and cannot cut its own trace. */
-    int32_t fd_floor;
+    /* The guest's descriptors are below this bound, QEMU's at it and above
+     * (docs/guest-view.md): no guest syscall reaches those, and the guest
+     * sees the descriptor numbers it would see untraced. */
+    int32_t fd_bound;
     uint32_t pad2;
+    /* Enters (true) or leaves (false) QEMU's room above the guest's
+     * descriptors. In it the soft limit is the real hard one, so that QEMU
+     * can make a descriptor whatever the guest holds and move it to
+     * fd_bound or above (fcntl F_DUPFD): the kernel refuses numbers at or
+     * above the soft limit, which is the guest's. Only system calls in
+     * between (another thread entering waits), never nested. */
+    void (*fd_room)(bool enter);
+    /* An environment entry ("NAME=VALUE") the QEMU that a traced exec
+     * starts needs: the bound and the guest's hard limit, which the kernel
+     * does not keep for it. Valid until this thread calls it again. */
+    const char *(*exec_env)(void);
 } CannoliGuestInfo;
 
 /* Flags of hook_insn. */
@@ -199,12 +209,27 @@ typedef struct CannoliOps {
 
 /* The loaded jitter, or NULL when QEMU runs without -cannoli. */
 extern const CannoliOps *cannoli;
-/* CannoliGuestInfo.fd_floor once the jitter is loaded, else INT_MAX. */
-extern int cannoli_fd_floor;                         /* linux-user/main.c */
 
 /* Defined by the QEMU patch for its own use. */
-/* The lowest fd number QEMU keeps for its own files (util/log.c). */
-int cannoli_choose_fd_floor(void);
+/* QEMU's descriptors and the guest's RLIMIT_NOFILE (util/cannoli-fds.c). */
+struct rlimit;
+/* CannoliGuestInfo.fd_bound once cannoli_fds_init ran, else INT_MAX. */
+extern int cannoli_fd_bound;
+/* With -cannoli, before QEMU opens a descriptor of its own. */
+void cannoli_fds_init(void);
+/* CannoliGuestInfo.fd_room. */
+void cannoli_fd_room(bool enter);
+/* open(2) (close-on-exec) of a log file of QEMU's, out of the guest's way
+ * with or without -cannoli. */
+int cannoli_open_log(const char *name, int flags, unsigned int mode);
+/* The guest's getrlimit/setrlimit of RLIMIT_NOFILE (either may be NULL):
+ * 0, or -1 with errno as the kernel's. */
+int cannoli_nofile(const struct rlimit *set, struct rlimit *old);
+/* CannoliGuestInfo.exec_env. */
+const char *cannoli_nofile_env(void);
+/* Held across an exec: no descriptor is being placed meanwhile. */
+void cannoli_fds_lock(void);
+void cannoli_fds_unlock(void);
 struct TCGOp;
 void cannoli_gen_tb(struct TCGOp *first_insn_start, uint64_t end); /* tcg/tcg.c */
 const char *cannoli_syscall_name(int num);          /* linux-user/strace.c */

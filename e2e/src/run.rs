@@ -156,6 +156,8 @@ pub struct GuestCmd {
     /// The whole environment of QEMU (it is cleared first): [`QEMU_ENV`]
     /// and what the run adds.
     pub env: Vec<(String, String)>,
+    /// RLIMIT_NOFILE (soft, hard) QEMU starts with, if not the test's.
+    pub nofile: Option<(u64, u64)>,
 }
 
 impl GuestCmd {
@@ -172,6 +174,7 @@ impl GuestCmd {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            nofile: None,
         }
     }
     /// [`QEMU_ENV`] visible to the guest too (no `-U`), so that a QEMU the
@@ -197,6 +200,15 @@ impl GuestCmd {
     }
     pub fn env(mut self, k: &str, v: &str) -> Self {
         self.env.push((k.to_string(), v.to_string()));
+        self
+    }
+    /// Starts QEMU with these descriptor limits (as `ulimit -Sn soft -Hn
+    /// hard` would: the hard one may only be lowered) and with no
+    /// descriptor but 0, 1 and 2 (the test process's others, such as
+    /// cargo's jobserver pipe, are closed at the exec): a guest that looks
+    /// at its descriptors finds the same on any machine.
+    pub fn nofile(mut self, soft: u64, hard: u64) -> Self {
+        self.nofile = Some((soft, hard));
         self
     }
     /// The full argument vector after the QEMU executable.
@@ -285,6 +297,9 @@ pub fn spawn_guest(dir: &RunDir, tag: &str, cmd: &GuestCmd) -> ChildGuard {
         .stdout(stdout)
         .stderr(stderr);
     no_aslr(&mut c);
+    if let Some((soft, hard)) = cmd.nofile {
+        with_nofile(&mut c, soft, hard);
+    }
     let child = c
         .spawn()
         .unwrap_or_else(|e| panic!("cannot start `{}`: {e}", cmd.display()));
@@ -305,6 +320,34 @@ pub fn no_aslr(c: &mut Command) -> &mut Command {
                 || libc::personality(
                     (cur as libc::c_ulong) | libc::ADDR_NO_RANDOMIZE as libc::c_ulong,
                 ) == -1
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Makes `c` start its program with RLIMIT_NOFILE (soft, hard) and only
+/// descriptors 0, 1 and 2 (see [`GuestCmd::nofile`]).
+pub fn with_nofile(c: &mut Command, soft: u64, hard: u64) -> &mut Command {
+    // SAFETY: setrlimit(2) and close_range(2) are plain system calls,
+    // async-signal-safe, and touch no memory of the parent. close_range
+    // only marks descriptors close-on-exec, so std's own exec error pipe
+    // (close-on-exec already) keeps working.
+    unsafe {
+        c.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0
+                || libc::syscall(
+                    libc::SYS_close_range,
+                    3u32,
+                    u32::MAX,
+                    libc::CLOSE_RANGE_CLOEXEC,
+                ) != 0
             {
                 return Err(std::io::Error::last_os_error());
             }

@@ -17,11 +17,11 @@ fn lock() -> MutexGuard<'static, Option<TableWriter>> {
     TABLE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Creates the table, its fd at or above `fd_floor`. Without one every
+/// Creates the table, its fd out of the guest's reach. Without one every
 /// block is reported an instruction at a time, as before tables.
-pub fn create(fd_floor: i32) -> Result<(), String> {
-    let t =
-        TableWriter::create(fd_floor).map_err(|e| format!("cannot create the block table: {e}"))?;
+pub fn create() -> Result<(), String> {
+    let t = TableWriter::create(crate::fds::fd_place())
+        .map_err(|e| format!("cannot create the block table: {e}"))?;
     *lock() = Some(t);
     Ok(())
 }
@@ -41,10 +41,10 @@ pub fn with_fd<R>(f: impl FnOnce(Option<BorrowedFd<'_>>) -> R) -> R {
 }
 
 /// In a forked child: a private copy of the table at the same address.
-pub fn forked_child(fd_floor: i32) {
+pub fn forked_child() {
     let mut g = lock();
     if let Some(t) = g.as_mut() {
-        if let Err(e) = t.copy_in_forked_child(fd_floor) {
+        if let Err(e) = t.copy_in_forked_child(crate::fds::fd_place()) {
             // The inherited mapping is the parent's: never write it again.
             eprintln!(
                 "qemu: cannoli: {e}; this process reports its blocks one instruction at a time"

@@ -25,8 +25,7 @@ fn token() -> Result<&'static Token, String> {
 /// hands over `ring` and the process's block table `blocks` (the table's
 /// memfd, if there is one): their fds over a Unix socket, over TCP their
 /// numbers, for the client to open through /proc. Returns the control
-/// socket, at an fd at or above the guest's fd floor. An error is one line
-/// for stderr.
+/// socket, out of the guest's reach. An error is one line for stderr.
 pub fn connect(
     addr: &Addr,
     guest: &Guest,
@@ -72,7 +71,7 @@ pub fn connect(
     dial(
         addr,
         token(),
-        guest.fd_floor,
+        crate::fds::fd_place(),
         hello,
         &offer(addr, fd),
         blocks.as_ref(),

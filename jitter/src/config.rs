@@ -25,9 +25,6 @@ pub struct Guest {
     pub exe: Option<String>,
     pub regs: RegLayout,
     pub syscall_names: BTreeMap<u64, String>,
-    /// Our fds go at or above this number, out of the guest's reach
-    /// (`CannoliGuestInfo.fd_floor`).
-    pub fd_floor: i32,
 }
 
 /// What the C side told us at init that these events need.

@@ -599,7 +599,7 @@ pub fn close_exec_fd() {
         if fd >= 0 {
             // SAFETY: the fd was made for this QEMU to open its program
             // (which it has, by the time a vCPU runs) and is nobody's else:
-            // it sits above the fd floor, out of the guest's reach.
+            // it sits out of the guest's reach.
             unsafe { libc::close(fd) };
         }
     }
@@ -610,19 +610,6 @@ pub fn close_exec_fd() {
     }
 }
 
-/// Moves `fd` to the lowest free number at or above QEMU's fd floor (out of
-/// the guest's way), close-on-exec or not; returns the new fd or -1.
-fn above_floor(fd: i32, cloexec: bool) -> i32 {
-    let floor = crate::config::get().map_or(0, |c| c.guest.fd_floor.max(0));
-    let cmd = if cloexec {
-        libc::F_DUPFD_CLOEXEC
-    } else {
-        libc::F_DUPFD
-    };
-    // SAFETY: fcntl on an fd number; a bad one just fails.
-    unsafe { libc::fcntl(fd, cmd, floor) }
-}
-
 /// The file a guest's execveat(dirfd, path, ..., flags) would run, looked
 /// up the way the kernel does: relative to `dirfd` (or `dirfd` itself for
 /// AT_EMPTY_PATH and an empty path), not through a final symlink with
@@ -630,41 +617,44 @@ fn above_floor(fd: i32, cloexec: bool) -> i32 {
 /// regular file the caller may execute on a mount that allows it. None when
 /// the kernel would refuse the exec before looking inside the file: the
 /// guest's own call then gets the kernel's own error (ENOENT, EACCES,
-/// ELOOP, ENOTDIR, EBADF, ...). The fd is an O_PATH one above the fd floor.
+/// ELOOP, ENOTDIR, EBADF, ...). The fd is an O_PATH one out of the guest's
+/// reach.
 fn exec_target(dirfd: i32, path: &CStr, flags: i32) -> Option<std::os::fd::OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     if flags & !(libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) != 0 {
         return None; // EINVAL
     }
-    let raw = if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
-        above_floor(dirfd, true)
+    let fd = if path.is_empty() && flags & libc::AT_EMPTY_PATH != 0 {
+        let raw = crate::fds::dup_up(dirfd, true);
+        if raw < 0 {
+            return None;
+        }
+        // SAFETY: `raw` is a new fd that nothing else owns.
+        unsafe { OwnedFd::from_raw_fd(raw) }
     } else {
         let nofollow = if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
             libc::O_NOFOLLOW
         } else {
             0
         };
-        // SAFETY: `path` is a valid C string; openat makes a new fd or fails.
-        let low = unsafe {
-            libc::openat(
-                dirfd,
-                path.as_ptr(),
-                libc::O_PATH | libc::O_CLOEXEC | nofollow,
-            )
-        };
-        if low < 0 {
-            return None;
-        }
-        let high = above_floor(low, true);
-        // SAFETY: `low` is the fd openat just made.
-        unsafe { libc::close(low) };
-        high
+        crate::fds::make(&mut || {
+            // SAFETY: `path` is a valid C string; openat makes a new fd or
+            // fails.
+            let low = unsafe {
+                libc::openat(
+                    dirfd,
+                    path.as_ptr(),
+                    libc::O_PATH | libc::O_CLOEXEC | nofollow,
+                )
+            };
+            if low < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: the fd openat just made.
+            Ok(unsafe { OwnedFd::from_raw_fd(low) })
+        })
+        .ok()?
     };
-    if raw < 0 {
-        return None;
-    }
-    // SAFETY: `raw` is a new fd that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     // SAFETY: fstat, faccessat and fstatvfs only write the structs given.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -735,7 +725,7 @@ fn host_may_run(fd: i32) -> bool {
 /// The new QEMU gets the program by the guest's own path when that means
 /// the same file to it (an absolute path, or one relative to the working
 /// directory, which the exec keeps); else (a dirfd, AT_EMPTY_PATH) as
-/// `/proc/self/fd/N`, with N an fd of the file above the fd floor that the
+/// `/proc/self/fd/N`, with N an fd of the file out of the guest's reach that the
 /// new QEMU closes once it has loaded the program.
 ///
 /// # Safety
@@ -793,7 +783,7 @@ pub unsafe fn execve(
     let (program, exec_fd) = if by_path {
         (guest.clone(), None)
     } else {
-        let fd = above_floor(target.as_raw_fd(), false);
+        let fd = crate::fds::dup_up(target.as_raw_fd(), false);
         if fd < 0 {
             return false;
         }
@@ -826,17 +816,24 @@ pub unsafe fn execve(
     new_argv.push(program);
     new_argv.extend(old_argv.into_iter().skip(1));
     // The guest's environment lost our CANNOLI_* settings (QEMU strips them);
-    // the next QEMU needs them again, and learns that an exec started it.
+    // the next QEMU needs them again, and learns that an exec started it
+    // and what the guest's descriptor limits are.
     // SAFETY: as for argv.
     let mut new_envp: Vec<CString> = unsafe { c_strings(*envp) }
         .into_iter()
         .filter(|e| !e.to_bytes().starts_with(b"CANNOLI_"))
         .collect();
+    let limits = crate::fds::exec_env();
+    let limits_name = limits
+        .as_ref()
+        .and_then(|l| l.to_bytes().split(|&b| b == b'=').next())
+        .unwrap_or_default();
     for (k, v) in std::env::vars_os() {
         let k = k.into_encoded_bytes();
         if k.starts_with(b"CANNOLI_")
             && k != SUCCESSOR_ENV.as_bytes()
             && k != EXEC_FD_ENV.as_bytes()
+            && k != limits_name
         {
             let mut kv = k;
             kv.push(b'=');
@@ -846,6 +843,7 @@ pub unsafe fn execve(
             }
         }
     }
+    new_envp.extend(limits.clone());
     new_envp.extend(CString::new(format!("{SUCCESSOR_ENV}=1")));
     if let Some(fd) = exec_fd {
         new_envp.extend(CString::new(format!("{EXEC_FD_ENV}={fd}")));

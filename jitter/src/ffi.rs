@@ -7,7 +7,7 @@ use crate::{codegen, events, stream};
 use std::ffi::{c_char, c_int, CStr};
 
 /// Must match `CANNOLI_ABI_VERSION` in include/cannoli.h.
-pub const ABI_VERSION: u32 = 6;
+pub const ABI_VERSION: u32 = 7;
 
 #[repr(C)]
 pub struct CannoliGuestInfo {
@@ -25,8 +25,10 @@ pub struct CannoliGuestInfo {
     interp_prefix: *const c_char,
     syscall_name: Option<unsafe extern "C" fn(c_int) -> *const c_char>,
     read_guest: Option<unsafe extern "C" fn(u64, *mut u8, usize) -> c_int>,
-    fd_floor: i32,
+    fd_bound: i32,
     pad2: u32,
+    fd_room: Option<unsafe extern "C" fn(bool)>,
+    exec_env: Option<unsafe extern "C" fn() -> *const c_char>,
 }
 
 #[repr(C)]
@@ -171,6 +173,11 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         }
     }
     events::set_syscall_names(&syscall_names);
+    crate::fds::set(crate::fds::Qemu {
+        bound: info.fd_bound,
+        room: info.fd_room,
+        exec_env: info.exec_env,
+    });
     events::note_exec_fd();
     // SAFETY: registers three functions that only lock and unlock our own
     // mutexes on the forking thread.
@@ -203,7 +210,6 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         arch,
         big_endian: info.big_endian != 0,
         guest_bits: info.guest_bits,
-        fd_floor: info.fd_floor,
         exe,
         syscall_names,
     };
@@ -221,7 +227,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     // Still behind QEMU's fence: the block table, and the address space
     // later rings go to (see arena.rs). Without a table, blocks are
     // reported an instruction at a time.
-    if let Err(e) = crate::blocks::create(info.fd_floor) {
+    if let Err(e) = crate::blocks::create() {
         eprintln!("qemu: cannoli: {e}; blocks are reported one instruction at a time");
     }
     let (chunk_size, chunks) = stream::geometry();
@@ -440,9 +446,7 @@ unsafe extern "C" fn signal(c: Cur, sig: c_int, code: c_int, addr: u64, handler:
 unsafe extern "C" fn fork_child(c: Cur) {
     // SAFETY: the contract above.
     let c = unsafe { &mut *c };
-    if let Some(c) = crate::config::get() {
-        crate::blocks::forked_child(c.guest.fd_floor);
-    }
+    crate::blocks::forked_child();
     events::fork_child(c);
 }
 
@@ -526,7 +530,7 @@ mod tests {
         fields!(CannoliCursor: cursor, end, pc);
         fields!(CannoliGuestInfo: abi_version, guest_bits, big_endian, cursor_env_offset,
             arch, exe, qemu_version, regs_env_offset, reg_count, reg_bytes, pad,
-            interp_prefix, syscall_name, read_guest, fd_floor, pad2);
+            interp_prefix, syscall_name, read_guest, fd_bound, pad2, fd_room, exec_env);
         fields!(CannoliMemAccess: pc, store, size_log2, addr_reg, value_reg, after,
             value_hi_reg, pad);
         fields!(CannoliOps: abi_version, size, jitter_version, init, hook_insn,
@@ -593,7 +597,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<super::CannoliMemAccess>(), 16);
         assert_eq!(
             std::mem::size_of::<super::CannoliGuestInfo>(),
-            16 + 24 + 16 + 24 + 8
+            16 + 24 + 16 + 24 + 8 + 16
         );
     }
 }

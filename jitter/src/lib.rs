@@ -25,7 +25,8 @@
 //! site gets, [`asm`] encodes it; `events` turns QEMU's reports (syscalls,
 //! mappings, signals, registers, exec) into events; `stream` owns a guest
 //! thread's ring and `channel` its connection to the client; `blocks` is
-//! the process's block table; `arena` the address space rings go to.
+//! the process's block table; `arena` the address space rings go to;
+//! `fds` puts every descriptor they make out of the guest's reach.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -37,6 +38,7 @@ mod codegen;
 mod config;
 mod delay;
 mod events;
+mod fds;
 mod ffi;
 pub mod presets;
 mod stream;

@@ -140,7 +140,7 @@ impl Stream {
                 chunk_size,
                 chunks,
                 slot.as_ref().map(|s| s.addr().as_ptr() as usize),
-                guest.fd_floor,
+                crate::fds::fd_place(),
             )
         }
         .map_err(|e| format!("cannot create the event ring: {e}"))?;

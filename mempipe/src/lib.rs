@@ -159,12 +159,14 @@ use std::io;
 use std::marker::PhantomData;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr::{self, addr_of, addr_of_mut};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+pub use wire::FdPlace;
 
 use memmap2::MmapOptions;
 
@@ -679,11 +681,9 @@ impl Producer {
     }
 
     /// Like [`Producer::create_memfd`], mapping the ring at address `at` when
-    /// given (see [`Producer::create_at`]), and with the memfd moved to the
-    /// lowest free fd at or above `fd_floor` when `fd_floor > 0` (QEMU keeps
-    /// the guest's fd syscalls away from the fds at its floor and above, so
-    /// the guest can neither close nor `dup2` over the ring's fd). If no fd
-    /// there is free the memfd stays where the kernel put it.
+    /// given (see [`Producer::create_at`]), and with the memfd put where
+    /// `place` says ([`wire::FdPlace`]; `0`: where the kernel put it). QEMU
+    /// puts its fds out of the traced guest's reach.
     ///
     /// # Safety
     /// `at`, if given, is the start of [`Producer::mapped_len`] bytes of
@@ -693,7 +693,7 @@ impl Producer {
         chunk_size: usize,
         chunk_count: usize,
         at: Option<usize>,
-        fd_floor: i32,
+        place: impl Into<FdPlace>,
     ) -> Result<Producer, Error> {
         let geo = Geometry::new(chunk_size, chunk_count).map_err(Error::InvalidArgument)?;
         let at = match at {
@@ -702,10 +702,9 @@ impl Producer {
                 Error::InvalidArgument("the address to map the ring at is 0".into())
             })?),
         };
-        let fd = memfd_create()?;
-        let fd = move_to_floor(fd, fd_floor);
-        let file = File::from(fd);
         let what = "the ring's memfd";
+        let fd = make_fd(place, what, memfd_create)?;
+        let file = File::from(fd);
         size_ring(&file, geo, what, true)?;
         seal(&file, what)?;
         // SAFETY: `at` is the caller's reservation (this function's contract).
@@ -1125,20 +1124,28 @@ fn memfd_create_named(name: &str, what: &str) -> Result<OwnedFd, Error> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// `fd` moved to the lowest free fd at or above `floor` (close-on-exec), or
-/// `fd` itself when `floor <= 0` or no fd there is free.
-fn move_to_floor(fd: OwnedFd, floor: i32) -> OwnedFd {
-    if floor <= 0 || fd.as_raw_fd() >= floor {
-        return fd;
+/// The descriptor (of `what`) that `create` makes, made where `place`
+/// says. An error of `create` comes back as it is.
+fn make_fd(
+    place: impl Into<FdPlace>,
+    what: &str,
+    create: impl FnOnce() -> Result<OwnedFd, Error>,
+) -> Result<OwnedFd, Error> {
+    let mut create = Some(create);
+    let mut failed = None;
+    let made = place.into().make(&mut || match create.take().map(|c| c()) {
+        Some(Ok(fd)) => Ok(fd),
+        Some(Err(e)) => {
+            failed = Some(e);
+            Err(io::Error::other("not made"))
+        }
+        None => Err(io::Error::other("made twice")),
+    });
+    match (made, failed) {
+        (Ok(fd), _) => Ok(fd),
+        (Err(_), Some(e)) => Err(e),
+        (Err(e), None) => Err(io_error(format_args!("making {what}"), e)),
     }
-    // SAFETY: F_DUPFD_CLOEXEC on an fd we own only creates a new fd.
-    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
-    if moved < 0 {
-        return fd;
-    }
-    // SAFETY: fcntl returned a new fd that nothing else owns; `fd` (the old
-    // one) is closed when it goes out of scope here.
-    unsafe { OwnedFd::from_raw_fd(moved) }
 }
 
 /// The seals every memfd ring carries: no one can change its size.

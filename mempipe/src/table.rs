@@ -46,7 +46,7 @@ use wire::blocks::{
 };
 
 use crate::{
-    check_sealed_file, io_error, memfd_create_named, move_to_floor, open_proc_fd, seal, Error,
+    check_sealed_file, io_error, make_fd, memfd_create_named, open_proc_fd, seal, Error, FdPlace,
     Sealed,
 };
 
@@ -143,9 +143,9 @@ impl fmt::Debug for TableWriter {
     }
 }
 
-/// Makes a sized, sealed table memfd at or above `fd_floor`.
-fn table_memfd(fd_floor: i32) -> Result<File, Error> {
-    let fd = move_to_floor(memfd_create_named(TABLE_MEMFD_NAME, WHAT)?, fd_floor);
+/// Makes a sized, sealed table memfd where `place` puts it.
+fn table_memfd(place: FdPlace) -> Result<File, Error> {
+    let fd = make_fd(place, WHAT, || memfd_create_named(TABLE_MEMFD_NAME, WHAT))?;
     let file = File::from(fd);
     // Sparse on purpose: no fallocate (see the module doc).
     file.set_len(FILE_BYTES as u64)
@@ -190,19 +190,19 @@ unsafe fn pwrite_all(fd: BorrowedFd<'_>, src: *const u8, len: usize, at: usize) 
 impl TableWriter {
     /// Makes a table: a memfd named [`TABLE_MEMFD_NAME`] of
     /// [`FILE_BYTES`] (sparse), sealed against shrinking, growing and
-    /// further seals, moved to the lowest free fd at or above `fd_floor`
-    /// when `fd_floor > 0` (as for [`crate::Producer::create_memfd_at`]),
-    /// mapped shared, with its header written and no entries.
-    pub fn create(fd_floor: i32) -> Result<TableWriter, Error> {
-        Self::create_sized(fd_floor, CAPACITY, DATA_WORDS)
+    /// further seals, put where `place` says (as for
+    /// [`crate::Producer::create_memfd_at`]), mapped shared, with its
+    /// header written and no entries.
+    pub fn create(place: impl Into<FdPlace>) -> Result<TableWriter, Error> {
+        Self::create_sized(place.into(), CAPACITY, DATA_WORDS)
     }
 
     /// Like [`TableWriter::create`] with room for `cap` entries and `data`
     /// data words (at most [`CAPACITY`] and [`DATA_WORDS`]; the file has
     /// the full size either way).
-    fn create_sized(fd_floor: i32, cap: usize, data: usize) -> Result<TableWriter, Error> {
+    fn create_sized(place: FdPlace, cap: usize, data: usize) -> Result<TableWriter, Error> {
         debug_assert!(cap <= CAPACITY && data <= DATA_WORDS);
-        let file = table_memfd(fd_floor)?;
+        let file = table_memfd(place)?;
         let map = Map::new(file.as_fd(), true)
             .map_err(|e| io_error(format_args!("mapping {WHAT} ({FILE_BYTES} bytes)"), e))?;
         let w = TableWriter {
@@ -289,7 +289,7 @@ impl TableWriter {
     }
 
     /// In a child made by `fork(2)`: gives it a table of its own. Makes a
-    /// new table memfd (sealed, at or above `fd_floor`), copies the header,
+    /// new table memfd (sealed, put where `place` says), copies the header,
     /// the index and the data of the entries appended before the fork into
     /// it, maps it over the inherited mapping (`MAP_FIXED`, same address:
     /// pointers into the table stay valid) and closes the child's copy of
@@ -299,7 +299,7 @@ impl TableWriter {
     ///
     /// On an error the writer appends nothing any more (it would write
     /// into the parent's table otherwise).
-    pub fn copy_in_forked_child(&mut self, fd_floor: i32) -> Result<(), Error> {
+    pub fn copy_in_forked_child(&mut self, place: impl Into<FdPlace>) -> Result<(), Error> {
         // The lock may have been held by a parent thread that the child does
         // not have: take the counts as they are and start a fresh lock.
         let c = *self
@@ -312,7 +312,7 @@ impl TableWriter {
                 "this block table stopped taking entries earlier".into(),
             ));
         }
-        let file = table_memfd(fd_floor)?;
+        let file = table_memfd(place.into())?;
         let base = self.map.ptr.as_ptr() as *const u8;
         let index_bytes = (HEADER_WORDS + c.published as usize) * 8;
         let data_at = (HEADER_WORDS + self.cap) * 8;
@@ -521,7 +521,7 @@ mod tests {
     #[test]
     fn a_full_table_takes_no_more() {
         // Index full.
-        let w = TableWriter::create_sized(0, 3, 1000).unwrap();
+        let w = TableWriter::create_sized(FdPlace::Floor(0), 3, 1000).unwrap();
         for i in 0..3 {
             assert_eq!(w.append(&[i], |_| true), Some(i));
         }
@@ -530,7 +530,7 @@ mod tests {
         assert_eq!(r.published(), 3);
         assert_eq!(r.entry(2).unwrap().pcs, [2]);
         // Data full: 3 words per 1-instruction entry, 10 words of room.
-        let w = TableWriter::create_sized(0, 100, 10).unwrap();
+        let w = TableWriter::create_sized(FdPlace::Floor(0), 100, 10).unwrap();
         assert_eq!(w.append(&[1], |_| true), Some(0));
         assert_eq!(w.append(&[2], |_| true), Some(1));
         assert_eq!(

@@ -41,8 +41,8 @@
 use std::fmt;
 use std::fs;
 use std::io::{self, BufRead, BufReader, IoSlice, Read, Write};
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, RawFd};
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -52,7 +52,7 @@ use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 
-use crate::{Hello, Welcome, MAGIC, WIRE_VERSION};
+use crate::{FdPlace, Hello, Welcome, MAGIC, WIRE_VERSION};
 
 /// Environment variable naming the client's address, read by both sides.
 pub const ADDR_ENV: &str = "CANNOLI_ADDR";
@@ -337,14 +337,72 @@ pub enum Sock {
 impl Sock {
     /// Connects to `addr`.
     pub fn connect(addr: &Addr) -> io::Result<Sock> {
-        Ok(match addr {
-            Addr::Unix(p) => Sock::Unix(UnixStream::connect(p)?),
-            Addr::Tcp(a) => {
-                let s = TcpStream::connect(a.as_str())?;
-                let _ = s.set_nodelay(true);
-                Sock::Tcp(s)
-            }
+        Self::connect_placed(addr, FdPlace::Floor(0))
+    }
+
+    /// Connects to `addr` from a socket that `place` made where it belongs,
+    /// before the connect (which may wait a while for the client).
+    pub fn connect_placed(addr: &Addr, place: FdPlace) -> io::Result<Sock> {
+        Self::connect_made(addr, place).map_err(|e| match e {
+            Unconnected::NotMade(e) | Unconnected::Refused(e) => e,
         })
+    }
+
+    fn connect_made(addr: &Addr, place: FdPlace) -> Result<Sock, Unconnected> {
+        let make = |family| {
+            place
+                .make(&mut || new_socket(family))
+                .map_err(Unconnected::NotMade)
+        };
+        match addr {
+            Addr::Unix(p) => {
+                // SAFETY: sockaddr_un is plain data; all zeroes is valid.
+                let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+                sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
+                let path = p.as_os_str().as_encoded_bytes();
+                if path.is_empty() || path.len() >= sa.sun_path.len() || path.contains(&0) {
+                    return Err(Unconnected::Refused(io::Error::new(
+                        io::ErrorKind::InvalidInput,
+                        format!(
+                            "a Unix socket path has 1 to {} bytes and no NUL",
+                            sa.sun_path.len() - 1
+                        ),
+                    )));
+                }
+                for (d, b) in sa.sun_path.iter_mut().zip(path) {
+                    *d = *b as libc::c_char;
+                }
+                let len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + path.len() + 1;
+                let fd = make(libc::AF_UNIX)?;
+                connect_fd(&fd, &sa as *const _ as *const libc::sockaddr, len, true)
+                    .map_err(Unconnected::Refused)?;
+                Ok(Sock::Unix(UnixStream::from(fd)))
+            }
+            Addr::Tcp(a) => {
+                let mut last = io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("{a} resolves to no address"),
+                );
+                for sa in a.as_str().to_socket_addrs().map_err(Unconnected::Refused)? {
+                    let family = if sa.is_ipv4() {
+                        libc::AF_INET
+                    } else {
+                        libc::AF_INET6
+                    };
+                    let fd = make(family)?;
+                    let (raw, len) = inet_sockaddr(&sa);
+                    match connect_fd(&fd, &raw as *const _ as *const libc::sockaddr, len, false) {
+                        Ok(()) => {
+                            let s = TcpStream::from(fd);
+                            let _ = s.set_nodelay(true);
+                            return Ok(Sock::Tcp(s));
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                Err(Unconnected::Refused(last))
+            }
+        }
     }
 
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
@@ -375,27 +433,6 @@ impl Sock {
         })
     }
 
-    /// Moves the socket to the lowest free fd at or above `floor`,
-    /// close-on-exec (QEMU keeps the guest's syscalls away from there). If
-    /// no fd up there is free it stays where it is, which only loses that
-    /// protection.
-    pub fn move_up(self, floor: i32) -> Sock {
-        if floor <= 0 {
-            return self;
-        }
-        // SAFETY: F_DUPFD_CLOEXEC on an fd we own makes a new fd we then own.
-        let moved = unsafe { libc::fcntl(self.as_raw_fd(), libc::F_DUPFD_CLOEXEC, floor) };
-        if moved < 0 {
-            return self;
-        }
-        // SAFETY: `moved` is a fresh fd for the same socket, owned by nobody
-        // else; the old one is closed when `self` drops below.
-        match self {
-            Sock::Unix(_) => Sock::Unix(unsafe { UnixStream::from_raw_fd(moved) }),
-            Sock::Tcp(_) => Sock::Tcp(unsafe { TcpStream::from_raw_fd(moved) }),
-        }
-    }
-
     /// Gives up the socket without closing it (a forked child closes its
     /// copy of the parent's connection this way: see
     /// [`Sock::close_inherited`]).
@@ -416,6 +453,12 @@ impl Sock {
     /// them, in this order) along with its first byte, in one
     /// `SCM_RIGHTS` message (Unix sockets only).
     pub fn send_with_fds(&mut self, line: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+        self.send_fds(line, fds)
+    }
+
+    /// [`Sock::send_with_fds`] on a shared socket (the handshake reads from
+    /// it meanwhile).
+    fn send_fds(&self, line: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         let Sock::Unix(s) = self else {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -461,7 +504,112 @@ impl Sock {
             return Err(io::Error::last_os_error());
         }
         // The rest of the line, if the kernel took only part of it.
-        s.write_all(&line[sent as usize..])
+        (&*s).write_all(&line[sent as usize..])
+    }
+}
+
+/// Why [`Sock::connect_made`] has no connection.
+enum Unconnected {
+    /// No socket: its [`FdPlace`] failed.
+    NotMade(io::Error),
+    /// The connect failed.
+    Refused(io::Error),
+}
+
+/// A new stream socket of `family`, close-on-exec.
+fn new_socket(family: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) makes a new fd or fails.
+    let fd = unsafe { libc::socket(family, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `sa` as a sockaddr_in or sockaddr_in6, and its length.
+fn inet_sockaddr(sa: &SocketAddr) -> (libc::sockaddr_storage, usize) {
+    // SAFETY: sockaddr_storage is plain data; all zeroes is valid.
+    let mut raw: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match sa {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for any
+            // sockaddr.
+            unsafe { std::ptr::write(&mut raw as *mut _ as *mut libc::sockaddr_in, sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo().to_be(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { std::ptr::write(&mut raw as *mut _ as *mut libc::sockaddr_in6, sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (raw, len)
+}
+
+/// connect(2) on a blocking socket, through signals: a Unix socket simply
+/// tries again; a TCP connect goes on in the background after EINTR, so
+/// wait until it is done and take its result.
+fn connect_fd(fd: &OwnedFd, sa: *const libc::sockaddr, len: usize, unix: bool) -> io::Result<()> {
+    loop {
+        // SAFETY: `sa` points to `len` bytes of a sockaddr of the socket's
+        // family (the callers build it just before).
+        if unsafe { libc::connect(fd.as_raw_fd(), sa, len as libc::socklen_t) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+        if unix {
+            continue;
+        }
+        let mut p = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        while unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        let mut err: libc::c_int = 0;
+        let mut n = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: SO_ERROR writes one int into `err`, `n` says its size.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_ERROR,
+                &mut err as *mut _ as *mut libc::c_void,
+                &mut n,
+            )
+        };
+        return match (rc, err) {
+            (0, 0) => Ok(()),
+            (0, e) => Err(io::Error::from_raw_os_error(e)),
+            _ => Err(io::Error::last_os_error()),
+        };
     }
 }
 
@@ -498,6 +646,18 @@ impl Write for Sock {
         match self {
             Sock::Unix(s) => s.write(b),
             Sock::Tcp(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Write for &Sock {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Unix(s) => (&*s).write(b),
+            Sock::Tcp(s) => (&*s).write(b),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -562,33 +722,38 @@ impl RingOffer<'_> {
 /// there is none). `ring` gives the ring and `blocks` the process's block
 /// table, if any: passed as fds over a Unix socket (both in one
 /// `SCM_RIGHTS` message, the ring's first), named by fd number over TCP.
-/// The socket goes to an fd at or above `fd_floor`. Errors are one line
-/// for QEMU's stderr.
+/// `place` puts the socket where it belongs before it connects (`0`:
+/// anywhere; QEMU's side: out of the guest's reach); the handshake makes
+/// no other descriptor. Errors are one line for QEMU's stderr.
 pub fn dial(
     addr: &Addr,
     token: Result<&Token, String>,
-    fd_floor: i32,
+    place: impl Into<FdPlace>,
     mut hello: Hello,
     ring: &RingOffer<'_>,
     blocks: Option<&RingOffer<'_>>,
 ) -> Result<Sock, String> {
-    let sock = Sock::connect(addr).map_err(|e| {
-        format!(
-            "no cannoli client is listening on {addr} ({e}): start your client first, or point \
-             {ADDR_ENV} at it"
-        )
-    })?;
+    let sock = match Sock::connect_made(addr, place.into()) {
+        Ok(s) => s,
+        Err(Unconnected::NotMade(e)) => {
+            return Err(format!("no socket for the connection to {addr}: {e}"))
+        }
+        Err(Unconnected::Refused(e)) => {
+            return Err(format!(
+                "no cannoli client is listening on {addr} ({e}): start your client first, or \
+                 point {ADDR_ENV} at it"
+            ))
+        }
+    };
     // The secret is looked at only now, so that a missing client is
     // reported as such rather than as a missing secret.
     let token = token?;
-    let mut sock = sock.move_up(fd_floor);
     let lost = |e: io::Error| format!("lost the client at {addr} during the handshake: {e}");
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(lost)?;
     sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(lost)?;
-    let reader_sock = sock.try_clone().map_err(lost)?;
-    let mut reader = BufReader::new(reader_sock);
+    let mut reader = BufReader::new(&sock);
     let line = read_line(&mut reader)
         .map_err(|e| format!("the client at {addr} did not open the handshake: {e}"))?
         .ok_or_else(|| {
@@ -610,9 +775,9 @@ pub fn dial(
         })
         .collect();
     if fds.is_empty() {
-        sock.write_all(out.as_bytes())
+        (&sock).write_all(out.as_bytes())
     } else {
-        sock.send_with_fds(out.as_bytes(), &fds)
+        sock.send_fds(out.as_bytes(), &fds)
     }
     .map_err(lost)?;
     let reply = read_line(&mut reader)
@@ -639,6 +804,7 @@ pub fn dial(
              it is not the client this QEMU was started for"
         ));
     }
+    drop(reader);
     let _ = sock.set_read_timeout(None);
     let _ = sock.set_write_timeout(None);
     Ok(sock)

@@ -89,8 +89,10 @@ pub const WIRE_VERSION: u32 = 6;
 
 pub mod blocks;
 pub mod channel;
+pub mod fdplace;
 
 pub use channel::{client_addr, Addr, RingRef, Token, ADDR_ENV, TOKEN_ENV};
+pub use fdplace::FdPlace;
 
 /// The guest architecture's name as users know it. QEMU reports
 /// `UNAME_MACHINE` ("mips" for both endiannesses of 32-bit MIPS); a
