@@ -31,7 +31,14 @@
 //!   traced run's layout must equal one the reference produced. The
 //!   reference is plain QEMU where it is built, else the patched QEMU
 //!   without `-cannoli` (mips64el, ppc64le); the patched QEMU without
-//!   `-cannoli` must also give a layout plain QEMU gives.
+//!   `-cannoli` must also give a layout plain QEMU gives. The RCU thread
+//!   reserves 128 MiB and trims it to an aligned 64 MiB arena; on a busy
+//!   machine it can be preempted between the two while the main thread
+//!   maps the guest's stack under the whole reservation (seen once in a
+//!   suite run with two CPU hogs, in a traced run, never in 200 reference
+//!   runs). So a run whose layout the reference never gave is made again,
+//!   up to [`TRIES`] times: tracing that moves the guest moves it in every
+//!   try.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -49,6 +56,9 @@ const REFERENCE_RUNS: usize = 4;
 const MAX_REFERENCE_RUNS: usize = 200;
 /// Traced (and patched-without-cannoli) runs in `default_*`.
 const TRACED_RUNS: usize = 3;
+/// Tries of each of them: one whose layout the reference never gave is made
+/// again, this many times in all (see `default`).
+const TRIES: usize = 3;
 
 /// One run's layout: what the guest printed and what `-d page` said.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -270,38 +280,61 @@ fn default(p: Prog) {
     for _ in 0..REFERENCE_RUNS {
         reference(&mut seen, &mut runs);
     }
-    let mut candidates: Vec<(String, Layout)> = Vec::new();
+    // Each traced (and patched-without-cannoli) run must give a layout the
+    // reference gave. One that does not is made again, up to TRIES times:
+    // a layout tracing moves is moved every time, while QEMU's own race
+    // (its RCU thread preempted between reserving its arena and trimming
+    // it, while the main thread maps the guest) shows rarely, in any build.
+    let mut retried = 0;
     for i in 0..TRACED_RUNS {
-        match traced(&dir, &format!("cannoli{i}"), p, false) {
-            Ok(l) => candidates.push((format!("traced run {i}"), l)),
-            Err(e) => f.fail(&format!("traced run {i}"), e),
-        }
+        let mut kinds: Vec<(String, bool)> = vec![(format!("traced run {i}"), true)];
         if reference_is_plain {
-            let l = bare(&dir, &format!("build{i}"), p, false, false);
-            candidates.push((format!("patched QEMU without -cannoli, run {i}"), l));
+            kinds.push((format!("patched QEMU without -cannoli, run {i}"), false));
         }
-    }
-    for (what, l) in &candidates {
-        while !seen.contains_key(l) && runs < MAX_REFERENCE_RUNS {
-            reference(&mut seen, &mut runs);
-        }
-        if !seen.contains_key(l) {
-            let known: Vec<String> = seen
-                .iter()
-                .map(|(l, n)| format!("  {n} of {runs} runs: {}", l.show()))
-                .collect();
-            f.fail(
-                what,
-                format!(
-                    "its layout is none that {ref_name} gave in {runs} runs:\n  it:   {}\n{}",
-                    l.show(),
-                    known.join("\n")
-                ),
-            );
+        for (what, is_traced) in kinds {
+            let mut misses: Vec<String> = Vec::new();
+            for t in 0..TRIES {
+                let tag = format!("{}{i}.{t}", if is_traced { "cannoli" } else { "build" });
+                let l = if is_traced {
+                    match traced(&dir, &tag, p, false) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            f.fail(&what, e);
+                            break;
+                        }
+                    }
+                } else {
+                    bare(&dir, &tag, p, false, false)
+                };
+                while !seen.contains_key(&l) && runs < MAX_REFERENCE_RUNS {
+                    reference(&mut seen, &mut runs);
+                }
+                if seen.contains_key(&l) {
+                    misses.clear();
+                    break;
+                }
+                retried += 1;
+                eprintln!("e2e: layout on {arch}: {what}, try {t}: a layout {ref_name} did not give in {runs} runs; again");
+                misses.push(format!("  try {t}: {}", l.show()));
+            }
+            if !misses.is_empty() {
+                let known: Vec<String> = seen
+                    .iter()
+                    .map(|(l, n)| format!("  {n} of {runs} runs: {}", l.show()))
+                    .collect();
+                f.fail(
+                    &what,
+                    format!(
+                        "in {TRIES} tries, its layout was none that {ref_name} gave in {runs} runs:\n{}\n{}",
+                        misses.join("\n"),
+                        known.join("\n")
+                    ),
+                );
+            }
         }
     }
     eprintln!(
-        "e2e: layout{} on {arch} (default): {} layout(s) in {runs} runs of {ref_name}",
+        "e2e: layout{} on {arch} (default): {} layout(s) in {runs} runs of {ref_name}, {retried} run(s) made again",
         pie_name(p),
         seen.len()
     );
