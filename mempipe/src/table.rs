@@ -45,10 +45,9 @@ use wire::blocks::{
     DATA_WORDS, FILE_BYTES, HEADER_WORDS, MAGIC, MAX_BLOCK_INSNS, PUBLISHED_WORD, TABLE_VERSION,
 };
 
-use crate::{
-    check_sealed_file, io_error, make_fd, memfd_create_named, open_proc_fd, seal, Error, FdPlace,
-    Sealed,
-};
+use crate::error::{io_error, Error};
+use crate::sys::{check_sealed_file, make_fd, memfd_create_named, open_proc_fd, seal, Sealed};
+use crate::FdPlace;
 
 /// The name block table memfds get (it shows in `/proc/<pid>/fd` as
 /// `/memfd:cannoli-blocks (deleted)`).

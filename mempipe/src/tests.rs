@@ -1,10 +1,14 @@
 use super::*;
+use crate::error::io_error;
+use crate::layout::SLOT_FREE;
 use std::collections::HashSet;
-use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::io;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
+use std::time::Duration;
 
 const CS: usize = 4096;
 
@@ -41,9 +45,13 @@ fn send_pattern(p: &mut Producer, seq: u64) {
     assert_eq!(p.publish(len).unwrap(), seq);
 }
 
+fn dup(fd: BorrowedFd<'_>) -> OwnedFd {
+    fd.try_clone_to_owned().unwrap()
+}
+
 fn pair(chunk_size: usize, count: usize) -> (Producer, Consumer) {
-    let p = Producer::create(chunk_size, count).unwrap();
-    let c = Consumer::open(p.path()).unwrap();
+    let p = Producer::create_memfd(chunk_size, count).unwrap();
+    let c = Consumer::from_fd(dup(p.fd().unwrap())).unwrap();
     (p, c)
 }
 
@@ -89,13 +97,13 @@ fn roundtrip_close_and_drain() {
 #[test]
 fn producer_gone_before_consumer_opens() {
     // A short run may finish before the client opens the ring.
-    let mut p = Producer::create(CS, 8).unwrap();
-    let path = p.path().to_path_buf();
+    let mut p = Producer::create_memfd(CS, 8).unwrap();
+    let fd = dup(p.fd().unwrap());
     for seq in 0..5 {
         send_pattern(&mut p, seq);
     }
     drop(p);
-    let c = Consumer::open(&path).unwrap();
+    let c = Consumer::from_fd(fd).unwrap();
     assert!(c.closed_by_producer());
     let seqs: Vec<u64> = std::iter::from_fn(|| c.recv().map(|ch| ch.seq())).collect();
     assert_eq!(seqs, vec![0, 1, 2, 3, 4]);
@@ -381,62 +389,6 @@ fn consumer_close_with_free_slot() {
 }
 
 #[test]
-fn file_unlinked_after_open() {
-    let p = Producer::create(CS, 2).unwrap();
-    let path = p.path().to_path_buf();
-    assert!(path.exists());
-    let name = path.file_name().unwrap().to_str().unwrap().to_owned();
-    assert!(
-        name.starts_with(&format!("mempipe-{}-", std::process::id())),
-        "{name}"
-    );
-    let meta = std::fs::metadata(&path).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert_eq!(meta.len() as usize, 4096 + 4096 + 2 * CS);
-    let c = Consumer::open(&path).unwrap();
-    assert!(!path.exists());
-    p.unlink(); // idempotent
-    match Consumer::open(&path) {
-        Err(Error::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::NotFound),
-        other => panic!("{other:?}"),
-    }
-    drop(c);
-}
-
-#[test]
-fn producer_unlink_when_consumer_never_came() {
-    let p = Producer::create(CS, 2).unwrap();
-    assert!(!p.consumer_attached());
-    assert!(p.path().exists());
-    p.unlink();
-    assert!(!p.path().exists());
-    p.unlink();
-}
-
-#[test]
-fn create_in_dir_and_dir_env() {
-    let dir = std::env::temp_dir().join(format!("mempipe-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (mut p, c) = {
-        let p = Producer::create_in(&dir, CS, 2).unwrap();
-        assert_eq!(p.path().parent().unwrap(), dir);
-        let c = Consumer::open(p.path()).unwrap();
-        (p, c)
-    };
-    send_pattern(&mut p, 0);
-    check(0, c.recv().unwrap().copy().bytes(), CS);
-    std::fs::remove_dir(&dir).unwrap(); // empty: the ring was unlinked
-    assert_eq!(dir_from(None), PathBuf::from("/dev/shm"));
-    assert_eq!(dir_from(Some("".into())), PathBuf::from("/dev/shm"));
-    assert_eq!(dir_from(Some("/tmp/x".into())), PathBuf::from("/tmp/x"));
-    match Producer::create_in(Path::new("/nonexistent/mempipe"), CS, 2) {
-        Err(e @ Error::Io(_)) => assert!(e.to_string().contains(DIR_ENV), "{e}"),
-        other => panic!("{other:?}"),
-    }
-}
-
-#[test]
 fn create_validates_arguments() {
     for (cs, cc) in [
         (0, 4),
@@ -449,91 +401,26 @@ fn create_validates_arguments() {
         (CS, 6),
         (usize::MAX & !4095, 1 << 20),
     ] {
-        match Producer::create(cs, cc) {
+        match Producer::create_memfd(cs, cc) {
             Err(Error::InvalidArgument(m)) => assert!(!m.is_empty()),
             other => panic!("({cs}, {cc}): {other:?}"),
         }
     }
-}
-
-fn expect_bad_header(path: &Path, needle: &str) {
-    match Consumer::open(path) {
-        Err(e @ Error::BadHeader(_)) => {
-            let s = e.to_string();
-            assert!(s.contains(needle), "{s}");
-            assert!(!s.contains('\n'));
-        }
-        other => panic!("expected BadHeader containing {needle:?}, got {other:?}"),
-    }
-}
-
-#[test]
-fn header_validation_errors() {
-    let dir = std::env::temp_dir().join(format!("mempipe-hdr-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-
-    // Not a ring at all.
-    let junk = dir.join("junk");
-    std::fs::write(&junk, vec![0xAB; 3 * 4096]).unwrap();
-    expect_bad_header(&junk, "magic");
-    // Too short.
-    std::fs::write(&junk, b"MEMPIPE1").unwrap();
-    expect_bad_header(&junk, "smaller than");
-    std::fs::remove_file(&junk).unwrap();
-
-    let patch = |p: &Producer, off: u64, bytes: &[u8]| {
-        let f = OpenOptions::new().write(true).open(p.path()).unwrap();
-        f.write_all_at(bytes, off).unwrap();
-    };
-    // Wrong version.
-    let p = Producer::create_in(&dir, CS, 4).unwrap();
-    patch(&p, 8, &7u32.to_ne_bytes());
-    expect_bad_header(p.path(), "version 7");
-    p.unlink();
-    // Corrupt chunk_count (not a power of two).
-    let p = Producer::create_in(&dir, CS, 4).unwrap();
-    patch(&p, 32, &3u64.to_ne_bytes());
-    expect_bad_header(p.path(), "power of two");
-    p.unlink();
-    // Corrupt chunk_size (data_offset/file_len no longer match).
-    let p = Producer::create_in(&dir, CS, 4).unwrap();
-    patch(&p, 24, &(2 * CS as u64).to_ne_bytes());
-    expect_bad_header(p.path(), "corrupted");
-    p.unlink();
-    // File length does not match the header.
-    let p = Producer::create_in(&dir, CS, 4).unwrap();
-    let mut f = OpenOptions::new().write(true).open(p.path()).unwrap();
-    f.seek(SeekFrom::End(0)).unwrap();
-    f.write_all(&[0u8; 4096]).unwrap();
-    expect_bad_header(p.path(), "truncated or extended");
-    // A failed open leaves the file in place and does not claim the ring.
-    assert!(p.path().exists());
-    assert!(!p.consumer_attached());
-    p.unlink();
-    // Directory instead of a file.
-    match Consumer::open(&dir) {
-        Err(Error::Io(e)) => assert_eq!(e.kind(), io::ErrorKind::IsADirectory),
-        other => panic!("{other:?}"),
-    }
-    std::fs::remove_dir(&dir).unwrap();
+    // Header page, slot page, then the chunks.
+    assert_eq!(Producer::mapped_len(CS, 2).unwrap(), 4096 + 4096 + 2 * CS);
 }
 
 #[test]
 fn second_consumer_is_refused() {
-    let p = Producer::create(CS, 2).unwrap();
-    let path = p.path().to_path_buf();
-    // Keep a hard link so the path survives the first open's unlink.
-    let link = path.with_extension("link");
-    std::fs::hard_link(&path, &link).unwrap();
-    let _c = Consumer::open(&path).unwrap();
-    match Consumer::open(&link) {
+    let p = Producer::create_memfd(CS, 2).unwrap();
+    let _c = Consumer::from_fd(dup(p.fd().unwrap())).unwrap();
+    match Consumer::from_fd(dup(p.fd().unwrap())) {
         Err(e @ Error::AlreadyOpened { pid }) => {
             assert_eq!(pid, std::process::id());
             assert!(e.to_string().contains("already opened"));
         }
         other => panic!("{other:?}"),
     }
-    let _ = std::fs::remove_file(&link);
 }
 
 #[test]
@@ -600,52 +487,4 @@ fn concurrent_stress_small_ring() {
         }
     }
     assert_eq!(set.len() as u64, N);
-}
-
-/// A fresh private directory for one test.
-fn private_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("mempipe-test-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-#[test]
-fn sweep_removes_only_rings_of_dead_producers() {
-    let d = private_dir("sweep");
-    // A pid that cannot exist (above pid_max), ours (alive), not a ring.
-    let dead = d.join("mempipe-4194999-1-00000000deadbeef");
-    let alive = d.join(format!("mempipe-{}-1-00000000cafef00d", std::process::id()));
-    let other = d.join("not-a-ring-4194999");
-    for p in [&dead, &alive, &other] {
-        std::fs::write(p, b"x").unwrap();
-    }
-    // A symlink named like a dead producer's ring is never followed nor swept.
-    let link = d.join("mempipe-4194998-1-0000000000000001");
-    std::os::unix::fs::symlink(&other, &link).unwrap();
-    assert_eq!(sweep_dead_rings(&d), 1);
-    assert!(!dead.exists());
-    assert!(alive.exists() && other.exists() && link.symlink_metadata().is_ok());
-    let _ = std::fs::remove_dir_all(&d);
-}
-
-#[test]
-fn consumer_refuses_symlinks_and_fifos_without_blocking() {
-    let d = private_dir("open");
-    let p = Producer::create_in(&d, 4096, 2).unwrap();
-    let link = d.join("link");
-    std::os::unix::fs::symlink(p.path(), &link).unwrap();
-    let e = Consumer::open(&link).expect_err("a symlink is refused");
-    assert!(e.to_string().contains("opening ring file"), "{e}");
-    let fifo = d.join("fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a plain mkfifo on a path in our private directory.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    // Opening a FIFO read-write without O_NONBLOCK would not block either,
-    // but it is no regular file: refused with one line.
-    let e = Consumer::open(&fifo).expect_err("a FIFO is refused");
-    assert!(e.to_string().contains("not a regular file"), "{e}");
-    // The real ring still opens.
-    assert!(Consumer::open(p.path()).is_ok());
-    let _ = std::fs::remove_dir_all(&d);
 }
