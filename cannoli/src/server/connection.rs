@@ -17,10 +17,10 @@ use super::shared::{LiveGuard, Shared};
 use super::workers::{end_of_stream, worker};
 use crate::announce::Announced;
 use crate::crew::Crew;
-use crate::decode::{Carry, Layout, Seam};
+use crate::decode::Layout;
 use crate::handshake::{handshake, Accepted, Opened, Refusal};
+use crate::pipeline::Pipeline;
 use crate::recording::{StreamEnd, StreamLog, Writer};
-use crate::reseq::Reseq;
 use crate::{Cannoli, ClientInfo, Stats};
 
 /// Streams served at once (guest threads of the traced tree).
@@ -50,16 +50,12 @@ pub(super) fn die_after_panic(what: &str) -> ! {
 
 /// Everything the workers of one connection share.
 pub(super) struct Conn<'a, T: Cannoli> {
-    pub(super) pid_ctx: &'a T::PidContext,
-    pub(super) tid_ctx: &'a T::TidContext,
-    pub(super) tool: Mutex<T>,
+    /// The tool, and the decoding and in-order delivery of the stream to
+    /// it.
+    pub(super) pipe: Pipeline<'a, T, (), ()>,
     /// The block table of the stream's process (shared by its streams), if
     /// QEMU's side sent one.
     pub(crate) blocks: Option<Arc<TableReader>>,
-    /// Chunks back in order, with what stitching each one needs, and the
-    /// block the chunks delivered so far left open.
-    pub(super) reseq: Reseq<T::Trace, Seam, Carry<T::Trace>>,
-    pub(super) layout: Layout<'a>,
     /// What the control loop and the chunk hand-out need.
     pub(super) stream: Stream<'a>,
     pub(super) pid: i32,
@@ -158,12 +154,8 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
     let threads = shared.threads;
     let conn = Conn::<T> {
-        pid_ctx: &pid_ctx,
-        tid_ctx: &tid_ctx,
-        tool: Mutex::new(tool),
+        pipe: Pipeline::new(&*pid_ctx, &tid_ctx, tool, Layout::new(&ci), 2 * threads + 4),
         blocks,
-        reseq: Reseq::new(0, 2 * threads + 4),
-        layout: Layout::new(&ci),
         stream: Stream {
             consumer: &consumer,
             announced: &shared.announced,
@@ -214,7 +206,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     }
 
     let Conn {
-        tool,
+        pipe,
         events,
         chunks,
         bytes,
@@ -237,7 +229,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
             env!("CARGO_PKG_VERSION")
         );
     }
-    drop(tool); // the tool's per-thread value: its Drop may report
+    drop(pipe); // the tool's per-thread value: its Drop may report
     drop(tid_ctx);
     drop(consumer);
     shared.pid_release(ci.pid);

@@ -1,5 +1,5 @@
-//! The workers of a decoded stream: claim, decode, resequence, stitch,
-//! `trace`; and the stream's end.
+//! The workers of a decoded stream, fed from its ring (the shared
+//! pipeline, `pipeline.rs`, decodes and delivers); and the stream's end.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -7,25 +7,22 @@ use std::sync::Arc;
 use mempipe::{Chunk, ChunkBuf};
 
 use super::connection::Conn;
-use super::lock;
 use crate::blocks::{cache_for, BlockCache};
-use crate::decode::{decode, finish, stitch, Seam};
+use crate::decode::Decoded;
+use crate::pipeline::{Due, Feed, Next};
+use crate::recording::Packer;
 use crate::Cannoli;
 
 /// Every chunk is delivered: the block the last one left open ran to its
 /// end (delivered as one last trace), if the stream is `complete`; if
 /// events are missing after it, nobody knows how far it ran.
 pub(super) fn end_of_stream<T: Cannoli>(conn: &Conn<'_, T>, complete: bool) {
-    let mut carry = conn.reseq.take_serial();
+    let mut delivery = conn.pipe.take_serial();
     if !complete {
         return;
     }
-    carry.buf.clear();
-    let n = finish::<T>(conn.pid_ctx, conn.tid_ctx, &mut carry.open, &mut carry.buf);
+    let n = conn.pipe.finish(&mut delivery);
     conn.events.fetch_add(n, Ordering::Relaxed);
-    if !carry.buf.is_empty() {
-        lock(&conn.tool).trace(conn.pid_ctx, conn.tid_ctx, &carry.buf);
-    }
 }
 
 /// One worker: claim a chunk, decode it into a trace buffer, release it,
@@ -34,42 +31,69 @@ pub(super) fn worker<'a, T: Cannoli>(
     conn: &Conn<'a, T>,
     next: &mut dyn FnMut() -> Option<Chunk<'a>>,
 ) {
-    let (mut events, mut chunks, mut bytes, mut lost, mut skipped) = (0u64, 0u64, 0u64, 0u64, 0u64);
     // The process's block cache (shared by its streams, as the table is).
     let cache: Option<Arc<BlockCache>> = conn.blocks.clone().map(|t| cache_for(t));
-    let mut packer = conn.record.as_ref().map(|(w, _)| w.packer());
-    // The chunk's bytes in this worker's own memory (`Chunk::copy_into`).
-    let mut copy = ChunkBuf::new();
-    loop {
-        let mut buf = conn.reseq.claim();
-        let chunk = next();
-        let Some(chunk) = chunk else {
-            conn.reseq.unclaim(buf);
-            break;
-        };
+    let mut ring = Ring {
+        conn,
+        next,
+        packer: conn.record.as_ref().map(|(w, _)| w.packer()),
+        copy: ChunkBuf::new(),
+        events: 0,
+        chunks: 0,
+        bytes: 0,
+        lost: 0,
+        skipped: 0,
+    };
+    conn.pipe.work(cache.as_deref(), &mut ring);
+    conn.events.fetch_add(ring.events, Ordering::Relaxed);
+    conn.chunks.fetch_add(ring.chunks, Ordering::Relaxed);
+    conn.bytes.fetch_add(ring.bytes, Ordering::Relaxed);
+    conn.stream.lost.fetch_add(ring.lost, Ordering::Relaxed);
+    conn.skipped.fetch_add(ring.skipped, Ordering::Relaxed);
+}
+
+/// One worker's chunks from the stream's ring (each one also written to a
+/// tee's recording), and its totals, added to the connection's at its end.
+struct Ring<'c, 'a, T: Cannoli> {
+    conn: &'c Conn<'a, T>,
+    next: &'c mut dyn FnMut() -> Option<Chunk<'a>>,
+    packer: Option<Packer>,
+    /// The chunk's bytes in this worker's own memory (`Chunk::copy_into`).
+    copy: ChunkBuf,
+    events: u64,
+    chunks: u64,
+    bytes: u64,
+    lost: u64,
+    skipped: u64,
+}
+
+impl<T: Cannoli> Feed<T> for Ring<'_, '_, T> {
+    type Note = ();
+    type Serial = ();
+
+    fn next(&mut self) -> Option<Next<'_, ()>> {
+        let chunk = (self.next)()?;
         let seq = chunk.seq();
-        chunk.copy_into(&mut copy);
+        chunk.copy_into(&mut self.copy);
         // The slot goes back to QEMU at once: what is decoded is the copy.
         drop(chunk);
-        chunks += 1;
-        let data = copy.bytes();
-        if let (Some((w, log)), Some(p)) = (&conn.record, packer.as_mut()) {
+        self.chunks += 1;
+        let data = self.copy.bytes();
+        if let (Some((w, log)), Some(p)) = (&self.conn.record, self.packer.as_mut()) {
             w.chunk(log, seq, data, p);
         }
-        let mut seam = Seam::default();
-        let d = decode::<T>(
-            conn.pid_ctx,
-            conn.tid_ctx,
-            data,
-            &conn.layout,
-            cache.as_deref(),
-            &mut buf,
-            &mut seam,
-        );
-        bytes += data.len() as u64;
-        events += d.events;
+        Some(Next {
+            seq,
+            data: Ok(data),
+        })
+    }
+
+    fn decoded(&mut self, seq: u64, len: usize, d: &Decoded) {
+        let conn = self.conn;
+        self.bytes += len as u64;
+        self.events += d.events;
         if let Some(t) = d.skipped_tag {
-            skipped += d.skipped;
+            self.skipped += d.skipped;
             let _ = conn.skipped_tag.compare_exchange(
                 0,
                 t as u32 + 1,
@@ -78,39 +102,17 @@ pub(super) fn worker<'a, T: Cannoli>(
             );
         }
         if let Some(m) = d.error {
-            lost += m.lost_events();
+            self.lost += m.lost_events();
             eprintln!(
                 "cannoli: pid {} tid {}: malformed chunk {seq}: {m}",
                 conn.pid, conn.tid
             );
         }
-        conn.reseq.complete(seq, buf, seam, |trace, seam, carry| {
-            // The chunk's head, with the block the chunks before it left
-            // open, is delivered before its body.
-            carry.buf.clear();
-            events += stitch::<T>(
-                conn.pid_ctx,
-                conn.tid_ctx,
-                &conn.layout,
-                &mut carry.open,
-                &seam,
-                &mut carry.buf,
-            );
-            if carry.buf.is_empty() && trace.is_empty() {
-                return;
-            }
-            let mut tool = lock(&conn.tool);
-            if !carry.buf.is_empty() {
-                tool.trace(conn.pid_ctx, conn.tid_ctx, &carry.buf);
-            }
-            if !trace.is_empty() {
-                tool.trace(conn.pid_ctx, conn.tid_ctx, trace);
-            }
-        });
     }
-    conn.events.fetch_add(events, Ordering::Relaxed);
-    conn.chunks.fetch_add(chunks, Ordering::Relaxed);
-    conn.bytes.fetch_add(bytes, Ordering::Relaxed);
-    conn.stream.lost.fetch_add(lost, Ordering::Relaxed);
-    conn.skipped.fetch_add(skipped, Ordering::Relaxed);
+
+    fn deliver(&mut self, _: &mut (), _: (), due: Due<'_, T>) {
+        let (stitched, chunk) = due.stitch();
+        self.events += stitched;
+        chunk.trace();
+    }
 }
