@@ -105,7 +105,7 @@ pub(crate) struct Opened {
 /// connected (Unix sockets: our uid) and sends our challenge, without ever
 /// waiting (a fresh socket's send buffer takes it at once). QEMU answers it
 /// with its hello at once, so a connection that has said nothing after it
-/// is the one to drop when too many wait (`server.rs`).
+/// is the one to drop when too many wait (`server/pending.rs`).
 pub(crate) fn challenge(sock: &Sock, peer: &str) -> Result<Opened, Refusal> {
     let cred =
         match sock {

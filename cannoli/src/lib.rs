@@ -67,6 +67,7 @@ mod event;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+mod pipeline;
 pub mod recording;
 mod reseq;
 mod server;

@@ -27,7 +27,7 @@ mod writer;
 
 pub use format::{Exit, Goodbye, Info, Kind, StreamEnd, StreamStart};
 pub use reader::{FrameError, Progress, Recording, StreamRec};
-pub(crate) use writer::StreamLog;
+pub(crate) use writer::{Packer, StreamLog};
 pub use writer::{Writer, Written, DEFAULT_LEVEL};
 
 /// What the hook library of a recording asked QEMU for.

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use wire::blocks::{Entry, EntryError, MAX_BLOCK_INSNS};
 use wire::parse_hello;
@@ -25,8 +25,8 @@ use super::format::{IndexEntry, StreamEnd};
 use super::reader::{Recording, StreamRec};
 use super::{Error, Replayed};
 use crate::blocks::BlockCache;
-use crate::decode::{decode, finish, stitch, Carry, Layout, Seam};
-use crate::reseq::Reseq;
+use crate::decode::{Decoded, Layout};
+use crate::pipeline::{Due, Feed, Next, Pipeline};
 use crate::{Cannoli, ClientInfo, Stats};
 
 /// A line on stderr about what a replay lost, unless it is `quiet` (a
@@ -37,10 +37,6 @@ macro_rules! say {
             eprintln!($($arg)*);
         }
     };
-}
-
-fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Recording {
@@ -200,97 +196,20 @@ impl Recording {
             );
         }
         let next = AtomicUsize::new(0);
-        let reseq: Reseq<T::Trace, Result<Done, String>, Delivery<T::Trace>> =
-            Reseq::new(0, 2 * threads + 4);
-        let tool = Mutex::new(tool);
+        let pipe: Pipeline<'_, T, Result<Done, String>, Delivered> =
+            Pipeline::new(pid_ctx, &tid_ctx, tool, layout, 2 * threads + 4);
         let worker = || {
-            let mut raw = Vec::new();
-            let mut ctx = zstd::bulk::Decompressor::new().ok();
-            loop {
-                let mut buf = reseq.claim();
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= chunks.len() {
-                    reseq.unclaim(buf);
-                    break;
-                }
-                let done = match self.read_frame_into(&chunks[i], &mut raw, ctx.as_mut()) {
-                    Ok(()) => {
-                        let mut seam = Seam::default();
-                        let d = decode::<T>(
-                            pid_ctx,
-                            &tid_ctx,
-                            &raw,
-                            &layout,
-                            Some(cache),
-                            &mut buf,
-                            &mut seam,
-                        );
-                        let lost = d.error.map_or(0, |m| {
-                            say!(
-                                quiet,
-                                "cannoli: pid {pid} tid {tid}: malformed chunk {i}: {m}"
-                            );
-                            m.lost_events()
-                        });
-                        Ok(Done {
-                            seam,
-                            events: d.events,
-                            lost,
-                            skipped: d.skipped,
-                            bytes: raw.len() as u64,
-                        })
-                    }
-                    Err(e) => {
-                        buf.clear();
-                        Err(format!(
-                            "the recording's chunk {i} (byte {}) is damaged ({e}); the events from there on are missing",
-                            chunks[i].offset
-                        ))
-                    }
-                };
-                // Delivered in chunk order: a damaged chunk stops the
-                // stream there, whatever the workers decoded after it.
-                reseq.complete(i as u64, buf, done, |trace, done, d| {
-                    if d.stopped {
-                        return;
-                    }
-                    let done = match done {
-                        Ok(done) => done,
-                        Err(m) => {
-                            say!(quiet, "cannoli: pid {pid} tid {tid}: {m}");
-                            d.stopped = true;
-                            return;
-                        }
-                    };
-                    d.chunks += 1;
-                    d.events += done.events;
-                    d.lost += done.lost;
-                    d.skipped += done.skipped;
-                    d.bytes += done.bytes;
-                    let carry = &mut d.carry;
-                    carry.buf.clear();
-                    let stitched = stitch::<T>(
-                        pid_ctx,
-                        &tid_ctx,
-                        &layout,
-                        &mut carry.open,
-                        &done.seam,
-                        &mut carry.buf,
-                    );
-                    d.events += stitched;
-                    self.progress().add(done.bytes, done.events + stitched);
-                    if carry.buf.is_empty() && trace.is_empty() {
-                        return;
-                    }
-                    let mut t = lock(&tool);
-                    if !carry.buf.is_empty() {
-                        t.trace(pid_ctx, &tid_ctx, &carry.buf);
-                    }
-                    if !trace.is_empty() {
-                        t.trace(pid_ctx, &tid_ctx, trace);
-                    }
-                });
-            }
+            let mut frames = Frames {
+                rec: self,
+                chunks,
+                next: &next,
+                raw: Vec::new(),
+                ctx: zstd::bulk::Decompressor::new().ok(),
+                pid,
+                tid,
+                quiet,
+            };
+            pipe.work(Some(cache), &mut frames);
         };
         std::thread::scope(|sc| {
             for _ in 1..threads {
@@ -298,19 +217,16 @@ impl Recording {
             }
             worker();
         });
-        let mut d = reseq.take_serial();
+        let mut delivery = pipe.take_serial();
+        let d = &mut delivery.state;
         let complete = stream_complete(s, d.chunks, pid, tid, &mut d.lost, quiet) && !d.stopped;
         // The block the last chunk left open ran to its end, if the stream
         // ended there; if events are missing after it, who knows.
         if complete {
-            let carry = &mut d.carry;
-            carry.buf.clear();
-            d.events += finish::<T>(pid_ctx, &tid_ctx, &mut carry.open, &mut carry.buf);
-            if !carry.buf.is_empty() {
-                lock(&tool).trace(pid_ctx, &tid_ctx, &carry.buf);
-            }
+            delivery.state.events += pipe.finish(&mut delivery);
         }
-        drop(tool); // the tool's per-thread value: its Drop may report
+        let d = delivery.state;
+        drop(pipe); // the tool's per-thread value: its Drop may report
         drop(tid_ctx);
         Stats {
             connections: 1,
@@ -327,17 +243,16 @@ impl Recording {
 
 /// A chunk decoded on a worker, for its in-order delivery.
 struct Done {
-    seam: Seam,
     events: u64,
     lost: u64,
     skipped: u64,
     bytes: u64,
 }
 
-/// A stream's in-order delivery: the block left open, and what was
-/// delivered (a chunk counts once it is delivered, not when decoded).
-struct Delivery<Tr> {
-    carry: Carry<Tr>,
+/// A stream's in-order delivery: what was delivered (a chunk counts once
+/// it is delivered, not when decoded).
+#[derive(Default)]
+struct Delivered {
     /// A damaged chunk was reached: nothing more is delivered.
     stopped: bool,
     chunks: u64,
@@ -347,17 +262,88 @@ struct Delivery<Tr> {
     bytes: u64,
 }
 
-impl<Tr> Default for Delivery<Tr> {
-    fn default() -> Self {
-        Delivery {
-            carry: Carry::default(),
-            stopped: false,
-            chunks: 0,
-            events: 0,
-            lost: 0,
-            skipped: 0,
-            bytes: 0,
+/// One worker's chunks from the recording: the next chunk of the stream
+/// not taken yet, read (and decompressed) into `raw`. A damaged one is
+/// delivered as its message, and stops the stream there.
+struct Frames<'r> {
+    rec: &'r Recording,
+    /// The chunks the file holds, in order from 0.
+    chunks: &'r [IndexEntry],
+    /// The next of them to take, shared by the workers.
+    next: &'r AtomicUsize,
+    raw: Vec<u8>,
+    ctx: Option<zstd::bulk::Decompressor<'static>>,
+    pid: i32,
+    tid: i32,
+    quiet: bool,
+}
+
+impl<T: Cannoli> Feed<T> for Frames<'_> {
+    type Note = Result<Done, String>;
+    type Serial = Delivered;
+
+    fn next(&mut self) -> Option<Next<'_, Self::Note>> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        if i >= self.chunks.len() {
+            return None;
         }
+        let read = self
+            .rec
+            .read_frame_into(&self.chunks[i], &mut self.raw, self.ctx.as_mut());
+        let data = match read {
+            Ok(()) => Ok(&self.raw[..]),
+            Err(e) => Err(Err(format!(
+                "the recording's chunk {i} (byte {}) is damaged ({e}); the events from there on are missing",
+                self.chunks[i].offset
+            ))),
+        };
+        Some(Next {
+            seq: i as u64,
+            data,
+        })
+    }
+
+    fn decoded(&mut self, i: u64, len: usize, d: &Decoded) -> Self::Note {
+        let (pid, tid) = (self.pid, self.tid);
+        let lost = d.error.map_or(0, |m| {
+            say!(
+                self.quiet,
+                "cannoli: pid {pid} tid {tid}: malformed chunk {i}: {m}"
+            );
+            m.lost_events()
+        });
+        Ok(Done {
+            events: d.events,
+            lost,
+            skipped: d.skipped,
+            bytes: len as u64,
+        })
+    }
+
+    // Delivered in chunk order: a damaged chunk stops the stream there,
+    // whatever the workers decoded after it.
+    fn deliver(&mut self, d: &mut Delivered, done: Self::Note, due: Due<'_, T>) {
+        if d.stopped {
+            return;
+        }
+        let done = match done {
+            Ok(done) => done,
+            Err(m) => {
+                let (pid, tid) = (self.pid, self.tid);
+                say!(self.quiet, "cannoli: pid {pid} tid {tid}: {m}");
+                d.stopped = true;
+                return;
+            }
+        };
+        d.chunks += 1;
+        d.events += done.events;
+        d.lost += done.lost;
+        d.skipped += done.skipped;
+        d.bytes += done.bytes;
+        let (stitched, chunk) = due.stitch();
+        d.events += stitched;
+        self.rec.progress().add(done.bytes, done.events + stitched);
+        chunk.trace();
     }
 }
 

@@ -1,0 +1,148 @@
+//! Block placement: the block a stream is in, and how events move through
+//! it (expanding the instructions they show ran).
+
+use std::sync::Arc;
+
+use crate::blocks::Block;
+use crate::Cannoli;
+
+/// The block a stream is in the middle of: the instructions of `block`
+/// from `next` on have not been expanded yet.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenBlock {
+    pub block: Arc<Block>,
+    pub next: usize,
+}
+
+/// The open block inside the decode loop: borrowed from the cache's slots
+/// (or from the carried [`OpenBlock`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Open<'b> {
+    pub block: &'b Arc<Block>,
+    pub next: usize,
+}
+
+impl Open<'_> {
+    pub fn to_owned(self) -> OpenBlock {
+        OpenBlock {
+            block: self.block.clone(),
+            next: self.next,
+        }
+    }
+}
+
+/// Calls `exec` for the instructions `from..to` of `b` that its mask
+/// reports. Returns how many.
+#[inline(always)]
+pub(super) fn expand<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    b: &Block,
+    from: usize,
+    to: usize,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    let pcs = &b.pcs[from..to];
+    if b.all {
+        T::exec_run(pid, tid, pcs, trace);
+        pcs.len() as u64
+    } else {
+        expand_masked::<T>(pid, tid, b, from, to, trace)
+    }
+}
+
+/// [`expand`] of a block whose mask has clear bits.
+#[inline(never)]
+fn expand_masked<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    b: &Block,
+    from: usize,
+    to: usize,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    // Runs of reported instructions go out whole.
+    let mut n = 0;
+    let mut k = from;
+    while k < to {
+        if !b.is_exec(k) {
+            k += 1;
+            continue;
+        }
+        let start = k;
+        while k < to && b.is_exec(k) {
+            k += 1;
+        }
+        T::exec_run(pid, tid, &b.pcs[start..k], trace);
+        n += (k - start) as u64;
+    }
+    n
+}
+
+/// The open block ran to its end: expands the rest.
+#[inline(always)]
+pub(super) fn close<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    o: Open<'_>,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    expand::<T>(pid, tid, o.block, o.next, o.block.len(), trace)
+}
+
+/// Where the instruction at `pc` is in the unexpanded rest of `o`.
+#[inline(always)]
+fn find(o: &Open<'_>, pc: u64) -> Option<usize> {
+    o.block.pcs[o.next..]
+        .iter()
+        .position(|&p| p == pc)
+        .map(|k| o.next + k)
+}
+
+/// Places an event of the instruction at `pc` in the open block: expands
+/// the instructions before it and, if reported, the instruction itself (an
+/// event of the instruction just placed needs nothing). Returns false if
+/// `pc` is not in the block: the block ran to its end (expanded) and is
+/// closed.
+#[inline(always)]
+pub(super) fn place<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    o: &mut Open<'_>,
+    pc: u64,
+    trace: &mut Vec<T::Trace>,
+    expanded: &mut u64,
+) -> bool {
+    if let Some(j) = find(o, pc) {
+        // Through the instruction itself (if it is reported).
+        *expanded += expand::<T>(pid, tid, o.block, o.next, j + 1, trace);
+        o.next = j + 1;
+        true
+    } else if o.next > 0 && o.block.pcs[o.next - 1] == pc {
+        true
+    } else {
+        *expanded += close::<T>(pid, tid, *o, trace);
+        false
+    }
+}
+
+/// A cut at `pc`: the block ran through the instruction at `pc` and no
+/// further. A pc that is not in the rest of the block (nor the instruction
+/// just placed) is a cut of another block, one with no run event (no
+/// instruction of it is hooked): the open block ran to its end.
+#[inline(never)]
+pub(super) fn cut<T: Cannoli>(
+    pid: &T::PidContext,
+    tid: &T::TidContext,
+    o: Open<'_>,
+    pc: u64,
+    trace: &mut Vec<T::Trace>,
+) -> u64 {
+    let Some(j) = find(&o, pc) else {
+        if o.next > 0 && o.block.pcs[o.next - 1] == pc {
+            return 0;
+        }
+        return close::<T>(pid, tid, o, trace);
+    };
+    expand::<T>(pid, tid, o.block, o.next, j + 1, trace)
+}
