@@ -249,7 +249,12 @@ fn take_pending() -> Option<Pending> {
 }
 
 fn wanted(num: u64) -> bool {
-    env().is_some_and(|e| e.hook_syscall.map_or(true, |f| f(num)))
+    // A match, not `is_none_or`: that needs Rust 1.82 (the workspace's
+    // rust-version is 1.80).
+    env().is_some_and(|e| match e.hook_syscall {
+        Some(f) => f(num),
+        None => true,
+    })
 }
 
 pub fn syscall_enter(c: &Cursor, num: i32, args: [i64; 6]) {

@@ -787,7 +787,8 @@ mod tests {
         std::env::set_var("CANNOLI_CHUNKS", "4096");
         let (c, n) = geometry();
         assert_eq!((c, n), (64 << 20, 64));
-        assert!(c * n <= MAX_RING_BYTES && c * n <= mempipe::MAX_RING_LEN);
+        assert!(c * n <= MAX_RING_BYTES);
+        assert!(c * n <= mempipe::MAX_RING_LEN);
         std::env::set_var("CANNOLI_CHUNK_KB", "1");
         std::env::set_var("CANNOLI_CHUNKS", "3");
         assert_eq!(geometry(), (8192, 4));

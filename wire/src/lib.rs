@@ -685,7 +685,9 @@ mod tests {
         let mut h = good_hello();
         h.blocks = Some(RingRef::Attached);
         assert_eq!(parse_hello(&line(&h)).unwrap(), h);
-        let bad: Vec<(&str, Box<dyn Fn(&mut Hello)>)> = vec![
+        // Each spoils one field of a good hello.
+        type Spoil = Box<dyn Fn(&mut Hello)>;
+        let bad: Vec<(&str, Spoil)> = vec![
             ("regs.count", Box::new(|h| h.regs.count = u32::MAX)),
             ("regs.bytes", Box::new(|h| h.regs.bytes = 3)),
             ("guest_bits", Box::new(|h| h.guest_bits = 48)),
