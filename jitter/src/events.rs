@@ -217,24 +217,11 @@ thread_local! {
 /// (its exit_group sees only its own vCPU).
 static PENDING_OF: Mutex<BTreeMap<usize, PendingSlot>> = Mutex::new(BTreeMap::new());
 
-type PendingOfGuard = std::sync::MutexGuard<'static, BTreeMap<usize, PendingSlot>>;
-
-thread_local! {
-    /// PENDING_OF, held by the forking thread across fork(2).
-    static FORK_GUARD: std::cell::RefCell<Option<PendingOfGuard>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Just before fork(2) (pthread_atfork): see [`stream::before_fork`].
-pub fn before_fork() {
-    let g = lock(&PENDING_OF);
-    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
-}
-
-/// Just after fork(2), in the parent and in the child.
-pub fn after_fork() {
-    drop(FORK_GUARD.with(|f| f.borrow_mut().take()));
-}
+/// PENDING_OF's part in the fork protocol (see `forkguard`): as for
+/// STREAMS, the child must not inherit it locked by a thread it does not
+/// have.
+pub(crate) const FORK_LOCK: crate::forkguard::Entry =
+    crate::forkguard::entry!(PENDING_OF, BTreeMap<usize, PendingSlot>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
