@@ -54,20 +54,7 @@ pub fn forked_child() {
     }
 }
 
-thread_local! {
-    /// TABLE, held by the forking thread across fork(2).
-    static FORK_GUARD: std::cell::RefCell<Option<MutexGuard<'static, Option<TableWriter>>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Just before fork(2) (pthread_atfork): the child must not inherit TABLE
-/// locked by a thread it does not have.
-pub fn before_fork() {
-    let g = lock();
-    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
-}
-
-/// Just after fork(2), in the parent and in the child.
-pub fn after_fork() {
-    drop(FORK_GUARD.with(|f| f.borrow_mut().take()));
-}
+/// TABLE's part in the fork protocol (see `forkguard`): the child must not
+/// inherit TABLE locked by a thread it does not have.
+pub(crate) const FORK_LOCK: crate::forkguard::Entry =
+    crate::forkguard::entry!(TABLE, Option<TableWriter>);

@@ -256,19 +256,14 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
 
 /// pthread_atfork's prepare handler: QEMU forks (a guest fork, vfork or
 /// posix_spawn) while other threads may be in our code outside the JIT.
-/// STREAMS, then PENDING_OF: no other path holds the second while it
-/// takes the first.
+/// Takes every lock-holding static, in the order `forkguard` documents.
 extern "C" fn before_fork() {
-    stream::before_fork();
-    events::before_fork();
-    crate::blocks::before_fork();
+    crate::forkguard::before_fork();
 }
 
 /// pthread_atfork's parent and child handlers.
 extern "C" fn after_fork() {
-    crate::blocks::after_fork();
-    events::after_fork();
-    stream::after_fork();
+    crate::forkguard::after_fork();
 }
 
 /// # Safety

@@ -26,7 +26,8 @@
 //! mappings, signals, registers, exec) into events; `stream` owns a guest
 //! thread's ring and `channel` its connection to the client; `blocks` is
 //! the process's block table; `arena` the address space rings go to;
-//! `fds` puts every descriptor they make out of the guest's reach.
+//! `fds` puts every descriptor they make out of the guest's reach;
+//! `forkguard` holds their locks across fork(2).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -40,6 +41,7 @@ mod delay;
 mod events;
 mod fds;
 mod ffi;
+mod forkguard;
 pub mod presets;
 mod stream;
 

@@ -94,25 +94,11 @@ thread_local! {
 /// that owns it (a forked child inherits the map but not the streams).
 static STREAMS: Mutex<BTreeMap<usize, (u32, Shared)>> = Mutex::new(BTreeMap::new());
 
-type StreamsGuard = std::sync::MutexGuard<'static, BTreeMap<usize, (u32, Shared)>>;
-
-thread_local! {
-    /// STREAMS, held by the forking thread across fork(2).
-    static FORK_GUARD: std::cell::RefCell<Option<StreamsGuard>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Just before fork(2) (pthread_atfork): the child must not inherit STREAMS
-/// locked by a thread it does not have (one ending its stream then).
-pub fn before_fork() {
-    let g = lock(&STREAMS);
-    FORK_GUARD.with(|f| *f.borrow_mut() = Some(g));
-}
-
-/// Just after fork(2), in the parent and in the child.
-pub fn after_fork() {
-    drop(FORK_GUARD.with(|f| f.borrow_mut().take()));
-}
+/// STREAMS's part in the fork protocol (see `forkguard`): the child must not
+/// inherit STREAMS locked by a thread it does not have (one ending its
+/// stream then).
+pub(crate) const FORK_LOCK: crate::forkguard::Entry =
+    crate::forkguard::entry!(STREAMS, BTreeMap<usize, (u32, Shared)>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -787,7 +773,8 @@ mod tests {
         std::env::set_var("CANNOLI_CHUNKS", "4096");
         let (c, n) = geometry();
         assert_eq!((c, n), (64 << 20, 64));
-        assert!(c * n <= MAX_RING_BYTES && c * n <= mempipe::MAX_RING_LEN);
+        assert!(c * n <= MAX_RING_BYTES);
+        assert!(c * n <= mempipe::MAX_RING_LEN);
         std::env::set_var("CANNOLI_CHUNK_KB", "1");
         std::env::set_var("CANNOLI_CHUNKS", "3");
         assert_eq!(geometry(), (8192, 4));

@@ -78,7 +78,7 @@ pub const fn entry_words(n: usize) -> usize {
 /// [`entry_words`]`(pcs.len())` words.
 pub fn encode_entry(pcs: &[u64], exec: impl Fn(usize) -> bool, out: &mut [u64]) {
     let n = pcs.len();
-    debug_assert!(n >= 1 && n <= MAX_BLOCK_INSNS && out.len() >= entry_words(n));
+    debug_assert!((1..=MAX_BLOCK_INSNS).contains(&n) && out.len() >= entry_words(n));
     out[0] = n as u64;
     out[1..=n].copy_from_slice(pcs);
     let masks = &mut out[1 + n..1 + n + n.div_ceil(64)];

@@ -1,0 +1,8 @@
+//! Fork: what a forked child does to the stream it inherited.
+
+use crate::stream::{self, Cursor};
+
+pub fn fork_child(c: &mut Cursor) {
+    stream::forked_child(c);
+    stream::owe_replay();
+}

@@ -1,0 +1,54 @@
+//! What the other event modules read from QEMU and the guest: init's
+//! settings, guest memory, and the user's branch flag.
+
+use crate::config::Env;
+use wire::MAX_SYSCALL_DATA;
+
+/// What init set; None only if QEMU reported something before init, which
+/// the C side never does (every caller then does nothing).
+pub(super) fn env() -> Option<&'static Env> {
+    crate::config::get().map(|c| &c.env)
+}
+
+/// Copies guest memory; None if any of it is unreadable.
+pub(super) fn read_guest(addr: u64, len: usize) -> Option<Vec<u8>> {
+    let f = env()?.read_guest?;
+    let mut v = vec![0u8; len];
+    // SAFETY: `v` has `len` writable bytes; QEMU's copy_from_user checks the
+    // guest range and writes at most `len` bytes.
+    (unsafe { f(addr, v.as_mut_ptr(), len) } == 0).then_some(v)
+}
+
+/// A NUL-terminated guest string of at most MAX_SYSCALL_DATA bytes.
+pub(super) fn read_guest_str(addr: u64) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut a = addr;
+    while out.len() < MAX_SYSCALL_DATA {
+        // Read up to the next page boundary so a string ending just before an
+        // unmapped page is still read.
+        let n = (4096 - (a as usize & 4095)).min(MAX_SYSCALL_DATA - out.len());
+        let piece = read_guest(a, n)?;
+        if let Some(z) = piece.iter().position(|&b| b == 0) {
+            out.extend_from_slice(&piece[..z]);
+            return Some(out);
+        }
+        out.extend_from_slice(&piece);
+        a += n as u64;
+    }
+    Some(out)
+}
+
+/// The user's `branch` flag for the instruction at `pc` (see `delay`).
+pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
+    let Some(e) = env() else {
+        return ends_block;
+    };
+    crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| {
+        let b: [u8; 4] = read_guest(a, 4)?.try_into().ok()?;
+        Some(if e.big_endian {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
+    })
+}

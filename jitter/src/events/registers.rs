@@ -1,0 +1,37 @@
+//! Registers: the event an instruction hooked for Register or Branch
+//! reports before it runs.
+
+use super::guest::env;
+use crate::stream::{self, Cursor};
+use wire::{frame, tag};
+
+/// The helper QEMU calls, with the guest registers synced to env, before an
+/// instruction whose hook is Register or Branch.
+///
+/// # Safety
+/// `env_ptr` is the calling vCPU's CPUArchState (QEMU's helper argument).
+pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
+    let Some(e) = env() else {
+        return;
+    };
+    let n = e.reg_count as usize;
+    let mut words = Vec::with_capacity(2 + n);
+    words.push(frame(tag::REGS, kind, (2 + n) as u32));
+    words.push(pc);
+    for i in 0..n {
+        // SAFETY: QEMU described `reg_count` registers of `reg_bytes` bytes at
+        // env + regs_env_offset, inside its CPUArchState.
+        let v = unsafe {
+            let p =
+                env_ptr.offset(e.regs_env_offset as isize + (i * e.reg_bytes as usize) as isize);
+            match e.reg_bytes {
+                4 => (p as *const u32).read_unaligned() as u64,
+                _ => (p as *const u64).read_unaligned(),
+            }
+        };
+        words.push(v);
+    }
+    // SAFETY: the CannoliCursor sits at a fixed offset from env in the vCPU.
+    let c = unsafe { &mut *(env_ptr.offset(e.cursor_env_offset as isize) as *mut Cursor) };
+    stream::append(c, &words, &[]);
+}
