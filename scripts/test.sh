@@ -24,6 +24,17 @@ cargo test --release --workspace --no-fail-fast -- --test-threads="${TEST_THREAD
 if [ -n "${CANNOLI_FUZZ_MINUTES:-}" ]; then
   nice -n 19 cargo run --release -p cannoli-fuzz -- all --minutes "$CANNOLI_FUZZ_MINUTES" || status=$?
 fi
+# The code's own checks: formatting, clippy with every warning an error on
+# every target, and the public crates' docs (broken links, missing docs).
+lint=0
+cargo fmt --all --check || lint=1
+cargo clippy --release --workspace --all-targets -- -D warnings || lint=1
+RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps \
+  -p cannoli -p cannoli-wire -p mempipe -p jitter -p cannoli-launch || lint=1
+if [ "$lint" != 0 ]; then
+  echo "test.sh: the format, clippy or doc check failed (above)" >&2
+  status=1
+fi
 # One closing line over all of cargo's test binaries.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
      END { printf "all: %d passed, %d failed\n", p, f }' "$log"
