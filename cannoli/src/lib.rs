@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # cannoli: the client side of the cannoli execution tracer
 //!
 //! A patched QEMU (linux-user) streams every executed instruction and memory

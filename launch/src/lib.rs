@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+#![warn(missing_docs)]
 //! One-command launching for cannoli tools.
 //!
 //! A tool's `main` parses its own flags and hands the rest of the command

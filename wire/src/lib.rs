@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! The cannoli wire format: what QEMU's side (the jitter) writes into a
 //! [mempipe] chunk and what the client parses back out, plus the one-line
 //! JSON handshake on the control connection ([`channel`]).
