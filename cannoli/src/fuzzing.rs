@@ -12,7 +12,7 @@ use crate::decode::{self, Layout, Seam};
 use crate::{Cannoli, ClientInfo};
 use wire::blocks::Entry;
 
-/// What [`decode`] found in a chunk: the decoder's own summary, as the
+/// What `decode` found in a chunk: the decoder's own summary, as the
 /// server reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Decoded {

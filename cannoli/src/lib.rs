@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! # cannoli: the client side of the cannoli execution tracer
 //!
 //! A patched QEMU (linux-user) streams every executed instruction and memory
@@ -326,8 +327,12 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
 /// Who is on the other end of a connection: one guest thread.
 #[derive(Debug, Clone)]
 pub struct ClientInfo {
+    /// The guest process's id: QEMU's own pid, as linux-user runs each
+    /// guest process in a QEMU of its own.
     pub pid: i32,
+    /// The pid of the guest process's parent.
     pub ppid: i32,
+    /// The guest thread's id (`pid` for a process's first thread).
     pub tid: i32,
     /// This stream's number in the run, from 0 in the order the streams
     /// connected; in a replay, its number in the recording (the `stream`
@@ -335,6 +340,7 @@ pub struct ClientInfo {
     pub stream: u64,
     /// QEMU's machine name for the guest, e.g. `mipsel`, `riscv64`.
     pub arch: String,
+    /// Whether the guest is big-endian: the byte order of its memory values.
     pub big_endian: bool,
     /// Guest virtual address width: 32 or 64.
     pub guest_bits: u32,
@@ -531,12 +537,22 @@ impl Stats {
 /// failed and what to do about it.
 pub enum Error {
     /// Another process already listens on the address.
-    AddrInUse { addr: String },
+    AddrInUse {
+        /// The address, as given.
+        addr: String,
+    },
     /// Binding the listening socket failed for another reason.
-    Bind { addr: String, source: io::Error },
+    Bind {
+        /// The address, as given.
+        addr: String,
+        /// What the bind failed with.
+        source: io::Error,
+    },
     /// A system call the server loop needs failed.
     Io {
+        /// What the server was doing, for the message.
         what: &'static str,
+        /// What the call failed with.
         source: io::Error,
     },
 }

@@ -258,7 +258,8 @@ fn tenet_case(arch: &str) {
                             || got_states
                                 .get(i - 1)
                                 .and_then(|p| p.get(*n))
-                                .map_or(true, |p| p != *v)
+                                .map(|p| p != *v)
+                                .unwrap_or(true)
                     })
                     .map(|(n, v)| format!("{n}={v:x}"))
                     .collect();

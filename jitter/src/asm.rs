@@ -48,7 +48,9 @@ impl Reg {
 /// A memory operand `[base + disp]`.
 #[derive(Clone, Copy, Debug)]
 pub struct Mem {
+    /// The base register.
     pub base: Reg,
+    /// Signed byte offset from `base`.
     pub disp: i32,
 }
 
@@ -73,6 +75,8 @@ pub struct Asm<'a> {
 pub struct Fixup(usize);
 
 impl<'a> Asm<'a> {
+    /// An assembler writing into `buf`, whose first byte will execute at
+    /// address `rx` (rel32 operands are computed from it).
     pub fn new(buf: &'a mut [u8], rx: u64) -> Self {
         Asm { buf, len: 0, rx }
     }
@@ -81,6 +85,7 @@ impl<'a> Asm<'a> {
     pub fn len(&self) -> usize {
         self.len
     }
+    /// Whether nothing has been written yet.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }

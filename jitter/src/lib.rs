@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! QEMU's side of cannoli.
 //!
 //! A user's hook library is a `cdylib` that depends on this crate and defines

@@ -23,9 +23,11 @@ pub struct Arch {
     pub machine: u16,
     /// ELF class: 32 or 64.
     pub bits: u8,
+    /// ELF data encoding: big-endian (`ELFDATA2MSB`).
     pub big_endian: bool,
     /// `e_flags & flags_mask == flags_value` must hold (both 0: any flags).
     pub flags_mask: u32,
+    /// The value `e_flags & flags_mask` must have (see `flags_mask`).
     pub flags_value: u32,
     /// Debian's multiarch triple: the cross sysroot is `/usr/<triple>`.
     pub triple: Option<&'static str>,
@@ -151,7 +153,9 @@ pub fn lookup(machine: u16, bits: u8, big_endian: bool, e_flags: u32) -> Option<
 /// What the launcher needs to know about a guest program.
 #[derive(Debug)]
 pub struct Guest {
+    /// Path of the guest program.
     pub path: PathBuf,
+    /// The QEMU target that runs it.
     pub arch: &'static Arch,
     /// The `PT_INTERP` path of a dynamically linked program.
     pub interp: Option<String>,
@@ -160,10 +164,15 @@ pub struct Guest {
 /// The ELF header fields that select QEMU.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElfInfo {
+    /// ELF `e_machine`.
     pub machine: u16,
+    /// ELF class: 32 or 64.
     pub bits: u8,
+    /// ELF data encoding: big-endian (`ELFDATA2MSB`).
     pub big_endian: bool,
+    /// ELF `e_flags`: tells apart the targets of one machine (MIPS ABIs, ...).
     pub flags: u32,
+    /// The `PT_INTERP` path; `None` for a statically linked program.
     pub interp: Option<String>,
 }
 

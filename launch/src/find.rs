@@ -11,11 +11,18 @@ use std::process::{Command, Stdio};
 use crate::arch::{Arch, Guest};
 use crate::Error;
 
-/// Environment variables the launcher reads.
+/// `$CANNOLI_QEMU`: the patched QEMU binary to use as is, instead of
+/// looking for one.
 pub const QEMU_ENV: &str = "CANNOLI_QEMU";
+/// `$CANNOLI_QEMU_DIR`: a directory holding `qemu-<arch>` binaries.
 pub const QEMU_DIR_ENV: &str = "CANNOLI_QEMU_DIR";
+/// `$CANNOLI_QEMU_BUILD`: a QEMU build directory holding `qemu-<arch>`;
+/// `scripts/build-qemu.sh` also records it in `target/qemu.env`.
 pub const QEMU_BUILD_ENV: &str = "CANNOLI_QEMU_BUILD";
+/// `$CANNOLI_QEMU_ARGS`: more arguments for QEMU, split at whitespace
+/// (e.g. `-L /sysroot`).
 pub const QEMU_ARGS_ENV: &str = "CANNOLI_QEMU_ARGS";
+/// `$CANNOLI_HOOKS`: the hook library to load, instead of looking for one.
 pub const HOOKS_ENV: &str = "CANNOLI_HOOKS";
 /// QEMU's own environment variable for `-L`.
 pub const LD_PREFIX_ENV: &str = "QEMU_LD_PREFIX";

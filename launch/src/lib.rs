@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
+#![warn(missing_docs)]
 //! One-command launching for cannoli tools.
 //!
 //! A tool's `main` parses its own flags and hands the rest of the command
@@ -186,6 +187,7 @@ pub struct Launcher {
 }
 
 impl Launcher {
+    /// A launcher with `opts`; nothing is looked up or started until it runs.
     pub fn new(opts: Options<'_>) -> Launcher {
         Launcher {
             hooks: opts.hooks.to_string(),
@@ -587,13 +589,13 @@ pub fn exit_code(status: ExitStatus) -> i32 {
     }
 }
 
-/// The running executable's file name (for messages), without the
-/// `.NAME-wrapped` of a Nix wrapper.
 /// A path fit to print: control characters escaped.
 pub(crate) fn escape_path(p: &std::path::Path) -> String {
     cannoli::wire::escape(&p.display().to_string()).into_owned()
 }
 
+/// The running executable's file name (for messages), without the
+/// `.NAME-wrapped` of a Nix wrapper.
 pub fn tool_name() -> String {
     let name = std::env::current_exe()
         .ok()
@@ -634,39 +636,76 @@ fn show_command(cmd: &Command) -> String {
 #[derive(Debug)]
 pub enum Error {
     /// The program does not exist.
-    NoProgram { program: PathBuf },
+    NoProgram {
+        /// The program, as given.
+        program: PathBuf,
+    },
     /// The program is a directory, not executable, ...
-    NotExecutable { path: PathBuf, why: String },
+    NotExecutable {
+        /// The program.
+        path: PathBuf,
+        /// Why not, e.g. `it is a directory`.
+        why: String,
+    },
     /// The program is not an ELF executable.
-    NotElf { path: PathBuf, what: String },
+    NotElf {
+        /// The program.
+        path: PathBuf,
+        /// What its header is instead, or why it could not be read.
+        what: String,
+    },
     /// No QEMU target for the program's machine.
     UnsupportedArch {
+        /// The program.
         path: PathBuf,
+        /// Its ELF `e_machine`.
         machine: u16,
+        /// Its ELF class: 32 or 64.
         bits: u8,
+        /// Whether it is big-endian.
         big_endian: bool,
     },
     /// No patched QEMU for the program's architecture.
     NoQemu {
+        /// The program's architecture.
         arch: &'static Arch,
+        /// Every place looked at, each with why it would not do.
         looked: Vec<String>,
     },
     /// No hook library.
-    NoHooks { name: String, looked: Vec<String> },
+    NoHooks {
+        /// The library asked for: a tool's name, or a path.
+        name: String,
+        /// Every place looked at, each with why it would not do.
+        looked: Vec<String>,
+    },
     /// A dynamically linked program and no sysroot with its interpreter.
     NoSysroot {
+        /// The program.
         path: PathBuf,
+        /// Its architecture.
         arch: &'static Arch,
+        /// Its `PT_INTERP` path.
         interp: String,
     },
     /// Binding the listening socket failed.
     Listen(cannoli::Error),
     /// Starting QEMU failed.
-    Spawn { qemu: PathBuf, source: io::Error },
+    Spawn {
+        /// The QEMU binary.
+        qemu: PathBuf,
+        /// What starting it failed with.
+        source: io::Error,
+    },
     /// The server failed.
     Server(cannoli::Error),
     /// Another system call failed.
-    Io { what: String, source: io::Error },
+    Io {
+        /// What the launcher was doing, for the message.
+        what: String,
+        /// What the call failed with.
+        source: io::Error,
+    },
     /// A recording could not be read, or lacks what the tool needs.
     Recording(String),
 }

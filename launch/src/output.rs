@@ -243,7 +243,9 @@ impl Write for Output {
 /// The output file could not be created.
 #[derive(Debug)]
 pub struct OpenError {
+    /// The file, as given.
     pub path: String,
+    /// Why it could not be created.
     pub source: io::Error,
 }
 
@@ -266,6 +268,7 @@ pub struct OutputError {
     pub what: String,
     /// "stdout" or the file's path.
     pub dest: String,
+    /// What the write failed with.
     pub error: io::Error,
 }
 

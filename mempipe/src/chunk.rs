@@ -103,6 +103,7 @@ pub struct ChunkBuf {
 }
 
 impl ChunkBuf {
+    /// An empty buffer; it grows on first use.
     pub fn new() -> ChunkBuf {
         ChunkBuf::default()
     }

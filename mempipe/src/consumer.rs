@@ -57,13 +57,24 @@ const NO_END: u64 = u64::MAX;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Violation {
     /// `published` says the chunk is there, but its slot is not marked full.
-    SlotNotFull { seq: u64 },
+    SlotNotFull {
+        /// The refused chunk's sequence number.
+        seq: u64,
+    },
     /// Its slot holds another sequence number.
-    WrongSeq { seq: u64, found: u64 },
+    WrongSeq {
+        /// The refused chunk's sequence number.
+        seq: u64,
+        /// The one its slot holds.
+        found: u64,
+    },
     /// Its slot's length exceeds the chunk size.
     TooLong {
+        /// The refused chunk's sequence number.
         seq: u64,
+        /// The length its slot holds, in bytes.
         len: u64,
+        /// The ring's chunk size, in bytes.
         chunk_size: usize,
     },
 }

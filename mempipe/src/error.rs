@@ -22,10 +22,18 @@ pub enum Error {
     /// [`Producer::publish`] without a preceding [`Producer::acquire`].
     NotAcquired,
     /// [`Producer::publish`] with a length larger than the chunk size.
-    TooLong { len: usize, chunk_size: usize },
+    TooLong {
+        /// The length passed, in bytes.
+        len: usize,
+        /// The ring's chunk size, in bytes.
+        chunk_size: usize,
+    },
     /// [`Consumer::from_fd`] / [`Consumer::open_proc`] on a ring that another
     /// consumer already opened.
-    AlreadyOpened { pid: u32 },
+    AlreadyOpened {
+        /// The process that opened it first.
+        pid: u32,
+    },
     /// [`Consumer::from_fd`] / [`Consumer::open_proc`] refused the file
     /// before mapping it: not a regular file of this user, not sealed, not
     /// allocated, or an invalid pid/fd. The message says which.

@@ -1,3 +1,4 @@
+#![warn(missing_docs)]
 //! `mempipe`: a shared-memory ring of fixed-size chunks from one
 //! producer thread (in one process) to one consumer process, in which several
 //! threads may take chunks concurrently.

@@ -130,6 +130,7 @@ impl std::fmt::Display for EntryError {
 /// file (the reader's own atomic or volatile load; it returns `None` past
 /// the mapped size).
 pub trait Words {
+    /// Word `i`, or `None` past the end of the table's mapping.
     fn word(&self, i: usize) -> Option<u64>;
 }
 

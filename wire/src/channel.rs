@@ -330,7 +330,10 @@ pub enum RingRef {
 /// The connection to the client, either kind.
 #[derive(Debug)]
 pub enum Sock {
+    /// A Unix-domain socket: the default, and the only kind that can pass
+    /// a ring's fd ([`RingRef::Attached`]).
     Unix(UnixStream),
+    /// A TCP connection (`HOST:PORT`).
     Tcp(TcpStream),
 }
 
@@ -405,6 +408,7 @@ impl Sock {
         }
     }
 
+    /// Sets the socket's read timeout (`None`: block forever).
     pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Sock::Unix(s) => s.set_read_timeout(t),
@@ -412,6 +416,7 @@ impl Sock {
         }
     }
 
+    /// Sets the socket's write timeout (`None`: block forever).
     pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Sock::Unix(s) => s.set_write_timeout(t),
@@ -419,6 +424,8 @@ impl Sock {
         }
     }
 
+    /// Shuts both directions of the connection down; errors are ignored
+    /// (the peer may be gone already).
     pub fn shutdown(&self) {
         let _ = match self {
             Sock::Unix(s) => s.shutdown(Shutdown::Both),
@@ -426,6 +433,7 @@ impl Sock {
         };
     }
 
+    /// A second handle on the same connection (a dup of its fd).
     pub fn try_clone(&self) -> io::Result<Sock> {
         Ok(match self {
             Sock::Unix(s) => Sock::Unix(s.try_clone()?),
@@ -435,7 +443,7 @@ impl Sock {
 
     /// Gives up the socket without closing it (a forked child closes its
     /// copy of the parent's connection this way: see
-    /// [`Sock::close_inherited`]).
+    /// jitter's `Stream::abandon_inherited`).
     pub fn into_raw_fd(self) -> RawFd {
         match self {
             Sock::Unix(s) => s.into_raw_fd(),

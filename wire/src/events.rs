@@ -86,8 +86,11 @@ pub enum RegsKind {
 
 /// Bits of the `aux` of mmap and mprotect events.
 pub mod map_flags {
+    /// `PROT_READ`.
     pub const READ: u32 = 1;
+    /// `PROT_WRITE`.
     pub const WRITE: u32 = 2;
+    /// `PROT_EXEC`.
     pub const EXEC: u32 = 4;
     /// Not backed by a file (the path is empty).
     pub const ANON: u32 = 8;

@@ -14,11 +14,15 @@ pub struct Hello {
     pub wire_version: u32,
     /// Version of the jitter crate, for error messages.
     pub jitter_version: String,
+    /// The guest process's id (QEMU's own pid).
     pub pid: i32,
+    /// The pid of the guest process's parent.
     pub ppid: i32,
+    /// The guest thread's id (`pid` for a process's first thread).
     pub tid: i32,
     /// QEMU's `UNAME_MACHINE` for the guest, e.g. `mipsel`, `riscv64`.
     pub arch: String,
+    /// Whether the guest is big-endian.
     pub big_endian: bool,
     /// Guest virtual address width: 32 or 64.
     pub guest_bits: u32,
@@ -28,8 +32,9 @@ pub struct Hello {
     pub nonce: String,
     /// HMAC over both nonces with the run's secret: QEMU holds it.
     pub proof: String,
-    /// Guest program name and path, where known.
+    /// Guest program name, where known.
     pub comm: Option<String>,
+    /// Path of the guest executable, where known.
     pub exe: Option<String>,
     /// What a registers event carries.
     #[serde(default)]
@@ -78,13 +83,16 @@ pub struct Goodbye {
 /// part of the traced tree.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct Expect {
+    /// The child's pid: a connection from it is part of this run.
     pub expect_pid: i32,
 }
 
 /// What may follow the handshake on a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Control {
+    /// The process forked: expect its child.
     Expect(Expect),
+    /// The stream's last message.
     Goodbye(Goodbye),
 }
 
@@ -105,7 +113,9 @@ pub enum HelloError {
     /// A cannoli hello of another wire version: `theirs` (None when it
     /// names none) from jitter `jitter_version`.
     Version {
+        /// The version the hello names; `None` when it names none.
         theirs: Option<u64>,
+        /// The sender's jitter version, where the hello names one.
         jitter_version: Option<String>,
     },
     /// Of our version but malformed or out of bounds.

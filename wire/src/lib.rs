@@ -1,5 +1,6 @@
+#![warn(missing_docs)]
 //! The cannoli wire format: what QEMU's side (the jitter) writes into a
-//! [mempipe] chunk and what the client parses back out, plus the one-line
+//! `mempipe` chunk and what the client parses back out, plus the one-line
 //! JSON handshake on the control connection ([`channel`]).
 //!
 //! Both sides link this crate, so a change here changes both at once; bump
@@ -9,7 +10,7 @@
 //! # Events
 //!
 //! A chunk is a sequence of little-endian `u64` words, every event starts on
-//! an 8-byte boundary. The top byte of an event's first word is its [`Tag`];
+//! an 8-byte boundary. The top byte of an event's first word is its [`tag`];
 //! the low 56 bits hold the guest pc. The most common event, an executed
 //! instruction, is therefore just the pc itself (tag 0): one store in the JIT
 //! and one compare in the client's decode loop.

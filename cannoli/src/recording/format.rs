@@ -88,6 +88,8 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind with this number in a frame header; `None` for one this
+    /// version does not know.
     pub fn from_u8(b: u8) -> Option<Kind> {
         Some(match b {
             1 => Kind::Info,
@@ -101,6 +103,7 @@ impl Kind {
         })
     }
 
+    /// Its lowercase name, for messages.
     pub fn name(self) -> &'static str {
         match self {
             Kind::Info => "info",
@@ -118,19 +121,30 @@ impl Kind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Codec {
+    /// As is: `stored_len == raw_len`.
     Stored = 0,
+    /// zstd-compressed; the writer keeps a frame stored when compressing it
+    /// would not make it smaller.
     Zstd = 1,
 }
 
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrameHeader {
+    /// What the payload holds.
     pub kind: Kind,
+    /// How the payload is stored.
     pub codec: Codec,
+    /// The stream number; in a [`Kind::Table`] frame, the process number.
     pub stream: u32,
+    /// The chunk's sequence number in its stream; in a [`Kind::Table`] frame,
+    /// the id of its first entry; else 0.
     pub seq: u64,
+    /// Payload bytes in the file.
     pub stored_len: u32,
+    /// Payload bytes once decompressed.
     pub raw_len: u32,
+    /// CRC-32 of the stored payload (as in the file, before decompression).
     pub crc: u32,
 }
 
@@ -159,6 +173,7 @@ impl std::fmt::Display for HeaderError {
 }
 
 impl FrameHeader {
+    /// The header's 32 bytes, its own checksum (bytes 28..32) computed here.
     pub fn encode(&self) -> [u8; FRAME_HEADER_BYTES] {
         let mut b = [0u8; FRAME_HEADER_BYTES];
         b[0] = self.kind as u8;
@@ -173,6 +188,7 @@ impl FrameHeader {
         b
     }
 
+    /// Checks the header's checksum, then its kind, codec and lengths.
     pub fn decode(b: &[u8; FRAME_HEADER_BYTES]) -> Result<FrameHeader, HeaderError> {
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
         if crc32fast::hash(&b[..28]) != u32_at(28) {
@@ -227,16 +243,24 @@ pub fn file_header() -> [u8; HEADER_BYTES] {
 /// | 28 | 4 | raw_len |
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IndexEntry {
+    /// Where the frame's header starts, in bytes from the start of the file.
     pub offset: u64,
+    /// The frame's kind, as in its header.
     pub kind: Kind,
+    /// Its codec, as in its header.
     pub codec: Codec,
+    /// Its stream (or process) number, as in its header.
     pub stream: u32,
+    /// Its seq, as in its header.
     pub seq: u64,
+    /// Its stored length, as in its header.
     pub stored_len: u32,
+    /// Its decompressed length, as in its header.
     pub raw_len: u32,
 }
 
 impl IndexEntry {
+    /// Appends the entry's [`INDEX_ENTRY_BYTES`] bytes to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&[self.kind as u8, self.codec as u8, 0, 0]);
@@ -308,8 +332,12 @@ pub struct StreamStart {
 /// What QEMU's goodbye said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Goodbye {
+    /// Chunks QEMU published on the ring, in total.
     pub chunks: u64,
+    /// Events the JIT could not record (0 unless the recorder went away).
     pub lost_events: u64,
+    /// The stream ended because the process exec'd a program that QEMU
+    /// traces again: a stream of the same pid follows.
     pub exec: bool,
 }
 

@@ -10,7 +10,7 @@
 //! events and losses the live run would have, and one recording serves
 //! every tool whose events it holds ([`Hooks`], [`Needs`]).
 //!
-//! Modules: [`format`] owns the file layout; `writer` writes it during a
+//! Modules: [`format`](mod@format) owns the file layout; `writer` writes it during a
 //! run (the server's recording mode); `reader` opens it; `replay` feeds it
 //! to a tool.
 
@@ -47,6 +47,7 @@ pub struct Hooks {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RegsAt {
+    /// No instruction: no `Register` or `Branch` events.
     None,
     /// `Branch` events at branches, `Register` events where they land, and
     /// the stores of branches (what `backtrace` needs).
@@ -161,13 +162,18 @@ pub struct Replayed {
 /// Errors of opening a recording: one line each, naming the file.
 #[derive(Debug)]
 pub enum Error {
+    /// Reading the file failed.
     Io {
+        /// The recording.
         path: PathBuf,
+        /// What reading it failed with.
         source: io::Error,
     },
     /// Not a recording, another format version, or damaged beyond use.
     Format {
+        /// The recording.
         path: PathBuf,
+        /// What is wrong with it, where in the file.
         what: String,
     },
 }

@@ -79,6 +79,7 @@ impl Progress {
 pub struct StreamRec {
     /// Its number: streams are numbered in the order they connected.
     pub number: u32,
+    /// Its [`Kind::Stream`](super::format::Kind::Stream) frame: whose stream it is, and its hello.
     pub start: StreamStart,
     /// Its chunk frames, by chunk seq (the file has them in the order
     /// the recorder's workers finished them).
@@ -90,6 +91,7 @@ pub struct StreamRec {
 /// Why a frame could not be read.
 #[derive(Debug)]
 pub enum FrameError {
+    /// Reading the file failed.
     Io(io::Error),
     /// The frame is not what the index says, or its checksum or size is
     /// wrong.

@@ -97,8 +97,9 @@ pub(crate) struct Packer {
 pub struct Written {
     /// Bytes of the whole file.
     pub file_bytes: u64,
-    /// Chunk bytes as QEMU wrote them, and as stored.
+    /// Chunk bytes as QEMU wrote them.
     pub chunk_raw: u64,
+    /// Chunk bytes as stored in the file (after compression).
     pub chunk_stored: u64,
 }
 

@@ -401,7 +401,7 @@ mod tests {
             s1 = s1.wrapping_add(pc);
             s2 = s2.wrapping_add(s1);
         }
-        assert_eq!(whole.checksum(), s2 ^ (s1 << 32 | s1 >> 32));
+        assert_eq!(whole.checksum(), s2 ^ s1.rotate_right(32));
     }
 
     #[test]

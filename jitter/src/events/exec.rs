@@ -118,7 +118,7 @@ fn leak_argv(v: Vec<CString>) -> *mut *mut c_char {
 }
 
 /// Environment variables of a QEMU that a traced exec started: that it is
-/// one (`1`), and the fd carrying its program (see [`exec_target_path`]).
+/// one (`1`), and the fd carrying its program (see [`exec_target`]).
 const SUCCESSOR_ENV: &str = "CANNOLI_EXEC_SUCCESSOR";
 const EXEC_FD_ENV: &str = "CANNOLI_EXEC_FD";
 
