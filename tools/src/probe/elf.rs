@@ -78,13 +78,19 @@ impl Image {
         };
         let ppc = abi == Abi::Elfv2;
         let arm = abi == Abi::Aapcs;
+        // STT_FUNC, and STT_GNU_IFUNC (its value is the resolver, which
+        // is code too, and what `nm` lists).
+        let is_code = |s: &object::Symbol| {
+            s.kind() == SymbolKind::Text
+                || matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. } if st_info & 0xf == elf::STT_GNU_IFUNC)
+        };
         let mut syms: Vec<object::Symbol> = file.symbols().collect();
-        if syms.iter().all(|s| s.kind() != SymbolKind::Text) {
+        if !syms.iter().any(is_code) {
             syms = file.dynamic_symbols().collect();
         }
         let mut funcs: Vec<Func> = syms
             .iter()
-            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition() && s.address() != 0)
+            .filter(|s| is_code(s) && !s.is_undefined() && s.address() != 0)
             .filter_map(|s| {
                 let name = s.name().ok()?.to_string();
                 if name.is_empty() || name.starts_with('$') {

@@ -48,6 +48,15 @@ struct Frame {
     insn: Option<u64>,
 }
 
+/// A conditional return seen, not yet known to be taken.
+struct Pending {
+    pc: u64,
+    target: usize,
+    ret: isa::Ret,
+    regs: Box<[u64]>,
+    insn: u64,
+}
+
 /// A guest thread.
 pub struct Probe {
     pid: i32,
@@ -58,8 +67,7 @@ pub struct Probe {
     shadow: Shadow,
     insns: u64,
     hits: u64,
-    /// A conditional return seen, not yet known to be taken.
-    pending: Option<(u64, usize, isa::Ret, Box<[u64]>, u64)>,
+    pending: Option<Pending>,
     buf: String,
 }
 
@@ -173,17 +181,22 @@ impl Probe {
     fn hit(&mut self, pc: u64, regs: &[u64]) {
         let plan = self.plan.clone();
         let sites = plan.sites.get(&pc).map(Vec::as_slice).unwrap_or(&[]);
-        if let Some((rpc, t, r, pregs, insn)) = self.pending.take() {
-            let not_taken = sites.contains(&Site::NotTaken(rpc));
-            if !not_taken {
-                self.returned(rpc, t, &r, &pregs, insn);
+        if let Some(p) = self.pending.take() {
+            if !sites.contains(&Site::NotTaken(p.pc)) {
+                self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
             }
         }
         for s in sites {
             match *s {
                 Site::Entry(t) => self.entered(pc, t, regs),
-                Site::Return(t, r) if r.cond_next.is_some() => {
-                    self.pending = Some((pc, t, r, regs.into(), self.insns));
+                Site::Return(target, ret) if ret.cond_next.is_some() => {
+                    self.pending = Some(Pending {
+                        pc,
+                        target,
+                        ret,
+                        regs: regs.into(),
+                        insn: self.insns,
+                    });
                 }
                 Site::Return(t, r) => self.returned(pc, t, &r, regs, self.insns),
                 Site::NotTaken(_) => {}
@@ -320,8 +333,8 @@ impl Probe {
 
 impl Drop for Probe {
     fn drop(&mut self) {
-        if let Some((rpc, t, r, regs, insn)) = self.pending.take() {
-            self.returned(rpc, t, &r, &regs, insn);
+        if let Some(p) = self.pending.take() {
+            self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
         }
         self.flush();
         run_state().hits.fetch_add(self.hits, Ordering::Relaxed);

@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! End-to-end tests of `cannoli probe` (the `probe` example, the same code)
+//! on all nine guests, against ground truth it did not produce:
+//!
+//! * the program's own word: `tests/programs/probe.c` prints every call's
+//!   arguments and result, so the entries, returns, depths and threads of
+//!   the probes must say the same (recursion, a call through a pointer, a
+//!   tail call, three threads calling one function, six arguments: on
+//!   i386 all of them and on o32 and ARM the fifth and sixth come from the
+//!   stack);
+//! * QEMU's `contrib/plugins/libexeclog.so,reg=*`: the registers at the
+//!   same pcs (the guests whose registers QEMU shows plugins: not MIPS);
+//! * the cross `nm` of the program for `--list`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use e2e::ground::{layout_index, run_execlog_regs, split_execlog_line, ExeclogItem};
+use e2e::{guest, guest_info, no_aslr, qemu_builds, RunDir, GUESTS, QEMU_ENV};
+use serde_json::Value;
+
+fn probe_exe() -> PathBuf {
+    e2e::tool_exe(env!("CARGO_BIN_EXE_probe"))
+}
+
+/// The probes of every run: each function's entry and return.
+const PROBES: &[&str] = &[
+    "pr_add6",
+    "pr_add6:return",
+    "pr_rec/1",
+    "pr_rec:return",
+    "pr_viaptr/1",
+    "pr_viaptr:return",
+    "pr_tail/1",
+    "pr_tail:return",
+    "pr_tailee:return",
+];
+
+struct Run {
+    status: i32,
+    out: String,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_probe(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path) -> Run {
+    run_probe_args(dir, tag, opts, prog, &[])
+}
+
+fn run_probe_args(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path, args: &[&str]) -> Run {
+    let q = qemu_builds();
+    let out = dir.file(&format!("{tag}.out"));
+    let o = no_aslr(&mut Command::new(probe_exe()))
+        .arg("-o")
+        .arg(&out)
+        .args(opts)
+        .arg(prog)
+        .args(args)
+        .env_clear()
+        .envs(QEMU_ENV.iter().copied())
+        .env("CANNOLI_QEMU_BUILD", &q.build)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        status: o.status.code().unwrap_or(-1),
+        out: fs::read_to_string(&out).unwrap_or_default(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn probe_args() -> Vec<&'static str> {
+    let mut v = vec!["--json"];
+    for p in PROBES {
+        v.extend(["-p", p]);
+    }
+    v
+}
+
+fn hex(v: &Value) -> Option<u64> {
+    let s = v.as_str()?;
+    u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
+}
+
+fn mask(v: i64, bits: u32) -> u64 {
+    if bits == 64 {
+        v as u64
+    } else {
+        v as u64 & ((1u64 << bits) - 1)
+    }
+}
+
+/// One hit, as the test compares it: `function at values depth`.
+fn line(h: &Value) -> String {
+    let f = h["function"].as_str().unwrap_or("?");
+    let at = h["at"].as_str().unwrap_or("?");
+    let vals: Vec<String> = match at {
+        "entry" => h["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| hex(a).map_or("?".into(), |v| format!("{v:#x}")))
+            .collect(),
+        _ => vec![hex(&h["ret"]).map_or("?".into(), |v| format!("{v:#x}"))],
+    };
+    format!("{f} {at} {} depth {}", vals.join(","), h["depth"])
+}
+
+/// What the program printed, as the hits it implies: the main thread's,
+/// and each worker thread's.
+fn expected(stdout: &str, bits: u32) -> (Vec<String>, BTreeSet<Vec<String>>) {
+    let h = |v: i64| format!("{:#x}", mask(v, bits));
+    let nums = |s: &str| -> Vec<i64> { s.split(',').map(|x| x.parse().unwrap()).collect() };
+    let mut main = Vec::new();
+    let mut workers = BTreeSet::new();
+    for l in stdout.lines() {
+        let (call, r) = l.rsplit_once('=').unwrap();
+        let r: i64 = r.parse().unwrap();
+        let (name, args) = call.trim_end_matches(')').split_once('(').unwrap();
+        let args = nums(args);
+        if let Some(w) = name.strip_prefix("thread ") {
+            let _ = w;
+            let a: Vec<String> = args.iter().map(|&a| h(a)).collect();
+            workers.insert(vec![
+                format!("pr_add6 entry {} depth 1", a.join(",")),
+                format!("pr_add6 return {} depth 1", h(r)),
+            ]);
+            continue;
+        }
+        match name {
+            "pr_add6" | "pr_viaptr" => {
+                let a: Vec<String> = args.iter().map(|&a| h(a)).collect();
+                main.push(format!("{name} entry {} depth 1", a.join(",")));
+                main.push(format!("{name} return {} depth 1", h(r)));
+            }
+            "pr_rec" => {
+                // Each level n calls n-1; the results are 1, then 3r + n.
+                let n = args[0];
+                let mut results = vec![1i64];
+                for k in 1..=n {
+                    results.push(results[k as usize - 1] * 3 + k);
+                }
+                assert_eq!(results[n as usize], r, "{l}");
+                for k in (0..=n).rev() {
+                    main.push(format!("pr_rec entry {} depth {}", h(k), n - k + 1));
+                }
+                for k in 0..=n {
+                    main.push(format!(
+                        "pr_rec return {} depth {}",
+                        h(results[k as usize]),
+                        n - k + 1
+                    ));
+                }
+            }
+            "pr_tail" => {
+                main.push(format!("pr_tail entry {} depth 1", h(args[0])));
+                main.push(format!("pr_tailee return {} depth 2", h(r)));
+                main.push(format!("pr_tail return {} depth 1", h(r)));
+            }
+            other => panic!("unexpected line {other:?} in {stdout}"),
+        }
+    }
+    (main, workers)
+}
+
+/// The hits of a run, by thread (in the order threads first appear).
+fn hits_by_thread(out: &str) -> Vec<(i64, Vec<Value>)> {
+    let mut by: Vec<(i64, Vec<Value>)> = Vec::new();
+    for l in out.lines() {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        let tid = v["tid"].as_i64().unwrap();
+        match by.iter_mut().find(|(t, _)| *t == tid) {
+            Some((_, h)) => h.push(v),
+            None => by.push((tid, vec![v])),
+        }
+    }
+    by
+}
+
+fn known_values(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    let r = run_probe(&dir, arch, &probe_args(), &prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let (main, workers) = expected(&r.stdout, guest_info(arch).bits);
+    let by = hits_by_thread(&r.out);
+    let pid = by
+        .iter()
+        .flat_map(|(_, h)| h)
+        .map(|h| h["pid"].as_i64().unwrap())
+        .next()
+        .expect("hits");
+    let got_main: Vec<String> = by
+        .iter()
+        .filter(|(t, _)| *t == pid)
+        .flat_map(|(_, h)| h.iter().map(line))
+        .collect();
+    assert_eq!(got_main, main, "{arch}: the main thread's hits");
+    let got_workers: BTreeSet<Vec<String>> = by
+        .iter()
+        .filter(|(t, _)| *t != pid)
+        .map(|(_, h)| h.iter().map(line).collect())
+        .collect();
+    assert_eq!(got_workers, workers, "{arch}: the worker threads' hits");
+    assert_eq!(
+        by.len(),
+        4,
+        "{arch}: hits in the main thread and three workers"
+    );
+    // Every hit names its probe as given, and the pcs are the functions'.
+    for h in by.iter().flat_map(|(_, h)| h) {
+        let probe = h["probe"].as_str().unwrap();
+        assert!(PROBES.contains(&probe), "{arch}: {h}");
+        assert!(hex(&h["pc"]).is_some(), "{arch}: {h}");
+    }
+}
+
+macro_rules! per_guest {
+    ($f:ident: $($arch:ident),*) => {
+        mod $f {
+            $(
+                #[test]
+                fn $arch() {
+                    super::$f(stringify!($arch));
+                }
+            )*
+        }
+    };
+}
+
+per_guest!(known_values: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// The registers before each instruction of cpu 0 (the main thread), from
+/// execlog's changes; only registers that changed at least once are known.
+/// Calls `at(pc, state)` at every instruction.
+fn execlog_states(log: &Path, arch: &str, mut at: impl FnMut(u64, &BTreeMap<usize, u64>)) {
+    let text = fs::read_to_string(log).unwrap();
+    let mut state = BTreeMap::new();
+    for l in text.lines() {
+        if !l.starts_with("0, ") {
+            continue;
+        }
+        let Ok(e) = split_execlog_line(l) else {
+            continue;
+        };
+        at(e.pc, &state);
+        for item in e.items {
+            if let ExeclogItem::Reg(name, value) = item {
+                if let Some(i) = layout_index(arch, name) {
+                    let v = value.trim_start_matches("0x");
+                    let v = u128::from_str_radix(v, 16).unwrap() as u64;
+                    state.insert(i, v);
+                }
+            }
+        }
+    }
+}
+
+/// Registers at entries and returns equal those execlog saw at the same
+/// pcs, for the main thread.
+fn matches_execlog(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    // Without the threads, which QEMU's execlog does not survive.
+    let r = run_probe_args(&dir, arch, &probe_args(), &prog, &["nothreads"]);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let by = hits_by_thread(&r.out);
+    let ours: Vec<Value> = by
+        .iter()
+        .find(|(t, h)| h[0]["pid"].as_i64() == Some(*t))
+        .expect("hits of the main thread")
+        .1
+        .clone();
+    let (run, log, _) = run_execlog_regs(&dir, "execlog", arch, &prog, &["nothreads"]);
+    run.assert_success();
+    let bits = guest_info(arch).bits;
+    let (args, ret): (&[&str], &str) = match arch {
+        "riscv64" => (&["a0", "a1", "a2", "a3", "a4", "a5"], "a0"),
+        "arm" => (&["r0", "r1", "r2", "r3"], "r0"),
+        "aarch64" => (&["x0", "x1", "x2", "x3", "x4", "x5"], "x0"),
+        "x86_64" => (&["rdi", "rsi", "rdx", "rcx", "r8", "r9"], "rax"),
+        "i386" => (&[], "eax"),
+        "ppc64le" => (&["r3", "r4", "r5", "r6", "r7", "r8"], "r3"),
+        _ => unreachable!(),
+    };
+    let idx = |n: &str| layout_index(arch, n).unwrap();
+    let m = |v: u64| e2e::ground::mask(v, bits);
+    // Our hits, as (pc, the values execlog can know).
+    let want: Vec<(u64, Vec<u64>)> = ours
+        .iter()
+        .map(|h| {
+            let pc = hex(&h["pc"]).unwrap();
+            let vals = match h["at"].as_str().unwrap() {
+                "entry" => {
+                    let a = h["args"].as_array().unwrap();
+                    a.iter().take(args.len()).map(|v| hex(v).unwrap()).collect()
+                }
+                _ => vec![hex(&h["ret"]).unwrap()],
+            };
+            (pc, vals)
+        })
+        .collect();
+    let entries: BTreeMap<u64, usize> = ours
+        .iter()
+        .filter(|h| h["at"] == "entry")
+        .map(|h| (hex(&h["pc"]).unwrap(), h["args"].as_array().unwrap().len()))
+        .collect();
+    let returns: BTreeSet<u64> = ours
+        .iter()
+        .filter(|h| h["at"] == "return")
+        .map(|h| hex(&h["pc"]).unwrap())
+        .collect();
+    let mut got: Vec<(u64, Vec<u64>)> = Vec::new();
+    execlog_states(&log, arch, |pc, s| {
+        let get = |n: &str| m(s.get(&idx(n)).copied().unwrap_or(0));
+        if let Some(&n) = entries.get(&pc) {
+            got.push((pc, args.iter().take(n).map(|a| get(a)).collect()));
+        }
+        if returns.contains(&pc) {
+            // A tail call's return closes both frames: one line each.
+            let k = ours
+                .iter()
+                .filter(|h| h["at"] == "return" && hex(&h["pc"]) == Some(pc))
+                .map(|h| h["function"].as_str().unwrap())
+                .collect::<BTreeSet<_>>()
+                .len();
+            for _ in 0..k {
+                got.push((pc, vec![get(ret)]));
+            }
+        }
+    });
+    assert_eq!(
+        got, want,
+        "{arch}: registers at the probed pcs, execlog then ours"
+    );
+}
+
+per_guest!(matches_execlog: arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// `--list` names the functions the cross `nm` of the program lists as
+/// code with a size, at the same addresses.
+fn list_matches_nm(arch: &str) {
+    let prog = guest(arch, "probe");
+    let dir = RunDir::new();
+    let o = Command::new(probe_exe())
+        .args(["--list"])
+        .arg(&prog)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{arch}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let ours: BTreeSet<(String, u64)> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let a = u64::from_str_radix(w[1].trim_start_matches("0x"), 16).unwrap();
+            (w[0].to_string(), a)
+        })
+        .collect();
+    let nm = match guest_info(arch).triple {
+        Some(t) => format!("{t}-nm"),
+        None => "nm".into(),
+    };
+    let o = Command::new(&nm)
+        .args(["-S", "--defined-only"])
+        .arg(&prog)
+        .output()
+        .unwrap_or_else(|e| panic!("{nm}: {e}"));
+    assert!(o.status.success(), "{nm}");
+    let theirs: BTreeSet<(String, u64)> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let [addr, size, ty, name] = w[..] else {
+                return None;
+            };
+            let size = u64::from_str_radix(size, 16).ok()?;
+            if !matches!(ty, "T" | "t" | "W" | "i") || size == 0 {
+                return None;
+            }
+            let a = u64::from_str_radix(addr, 16).ok()?;
+            let a = if arch == "arm" { a & !1 } else { a };
+            Some((name.to_string(), a))
+        })
+        .collect();
+    let sized: BTreeSet<(String, u64)> = theirs.iter().cloned().collect();
+    let missing: Vec<_> = sized.difference(&ours).take(10).collect();
+    assert!(
+        missing.is_empty(),
+        "{arch}: nm has, --list lacks: {missing:?}"
+    );
+    for f in [
+        "pr_add6",
+        "pr_rec",
+        "pr_viaptr",
+        "pr_tail",
+        "pr_tailee",
+        "main",
+    ] {
+        assert!(ours.iter().any(|(n, _)| n == f), "{arch}: {f} not listed");
+    }
+}
+
+per_guest!(list_matches_nm: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+#[test]
+fn bad_probes_are_one_line() {
+    let dir = RunDir::new();
+    let prog = guest("mipsel", "probe");
+    for (opts, want) in [
+        (&["-p", "pr_add6/x"][..], "write FUNC"),
+        (&["-p", "no_such_fn"][..], "--list"),
+        (&["-p", "pr_add6+0x1000"][..], "outside it"),
+        (&["-p", "libc:strlen"][..], "shared library"),
+        (&[][..], "-p FUNC"),
+    ] {
+        let r = run_probe(&dir, "bad", opts, &prog);
+        assert_eq!(r.status, 2, "{opts:?}: {}", r.stderr);
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{opts:?}: {}", r.stderr);
+        assert!(
+            lines[0].starts_with("probe: ") && lines[0].contains(want),
+            "{}",
+            lines[0]
+        );
+    }
+}
+
+/// `--flow`: every entry and return of the matched functions, indented by
+/// depth, with the results.
+#[test]
+fn flow_of_the_recursion() {
+    let dir = RunDir::new();
+    let prog = guest("riscv64", "probe");
+    let r = run_probe(&dir, "flow", &["--flow", "-p", "pr_rec/1"], &prog);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    let flow: Vec<String> = r
+        .out
+        .lines()
+        .map(|l| l.split_once(": ").unwrap().1.to_string())
+        .collect();
+    let want = [
+        "-> pr_rec(arg0=0x0)",
+        "<- pr_rec ret=0x1",
+        "-> pr_rec(arg0=0x4)",
+        "  -> pr_rec(arg0=0x3)",
+        "    -> pr_rec(arg0=0x2)",
+        "      -> pr_rec(arg0=0x1)",
+        "        -> pr_rec(arg0=0x0)",
+        "        <- pr_rec ret=0x1",
+        "      <- pr_rec ret=0x4",
+        "    <- pr_rec ret=0xe",
+        "  <- pr_rec ret=0x2d",
+        "<- pr_rec ret=0x8b",
+    ];
+    assert_eq!(flow, want);
+}
+
+/// Every guest in the matrix is covered above.
+#[test]
+fn the_matrix_is_covered() {
+    assert_eq!(GUESTS.len(), 9);
+}
