@@ -266,7 +266,9 @@ fn matches_execlog(arch: &str) {
     let dir = RunDir::new();
     let prog = guest(arch, "probe");
     // Without the threads, which QEMU's execlog does not survive.
-    let r = run_probe_args(&dir, arch, &probe_args(), &prog, &["nothreads"]);
+    let mut opts = probe_args();
+    opts.push("--insns");
+    let r = run_probe_args(&dir, arch, &opts, &prog, &["nothreads"]);
     assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
     let by = hits_by_thread(&r.out);
     let ours: Vec<Value> = by
@@ -315,28 +317,51 @@ fn matches_execlog(arch: &str) {
         .map(|h| hex(&h["pc"]).unwrap())
         .collect();
     let mut got: Vec<(u64, Vec<u64>)> = Vec::new();
+    // execlog's instruction index of each of those.
+    let mut index: Vec<u64> = Vec::new();
+    let mut k = 0u64;
     execlog_states(&log, arch, |pc, s| {
         let get = |n: &str| m(s.get(&idx(n)).copied().unwrap_or(0));
         if let Some(&n) = entries.get(&pc) {
             got.push((pc, args.iter().take(n).map(|a| get(a)).collect()));
+            index.push(k);
         }
         if returns.contains(&pc) {
             // A tail call's return closes both frames: one line each.
-            let k = ours
+            let n = ours
                 .iter()
                 .filter(|h| h["at"] == "return" && hex(&h["pc"]) == Some(pc))
                 .map(|h| h["function"].as_str().unwrap())
                 .collect::<BTreeSet<_>>()
                 .len();
-            for _ in 0..k {
+            for _ in 0..n {
                 got.push((pc, vec![get(ret)]));
+                index.push(k);
             }
         }
+        k += 1;
     });
     assert_eq!(
         got, want,
         "{arch}: registers at the probed pcs, execlog then ours"
     );
+    // `--insns`: the instructions from each entry to its return, as
+    // execlog counted them (a return is matched to the last open entry of
+    // its function at its depth).
+    let mut open: Vec<(String, u64, u64)> = Vec::new();
+    let mut checked = 0;
+    for (h, &at) in ours.iter().zip(&index) {
+        let f = h["function"].as_str().unwrap().to_string();
+        let depth = h["depth"].as_u64().unwrap();
+        if h["at"] == "entry" {
+            open.push((f, depth, at));
+        } else if let Some(i) = open.iter().rposition(|(g, d, _)| *g == f && *d == depth) {
+            let (_, _, start) = open.remove(i);
+            assert_eq!(h["insns"].as_u64(), Some(at - start), "{arch}: {h}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 9, "{arch}: {checked} returns checked");
 }
 
 per_guest!(matches_execlog: arm, aarch64, riscv64, x86_64, i386, ppc64le);
@@ -471,3 +496,181 @@ fn flow_of_the_recursion() {
 fn the_matrix_is_covered() {
     assert_eq!(GUESTS.len(), 9);
 }
+
+/// `--flow -p '*'`: every function of the program (all of static glibc's
+/// start-up and exit too) enters and returns well nested in every thread,
+/// none left without its return, and the probed program's own functions
+/// show their known results.
+fn flow_of_everything(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    let r = run_probe(&dir, arch, &["--flow", "-p", "*"], &prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let mut stacks: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut results: Vec<String> = Vec::new();
+    for l in r.out.lines() {
+        let (head, rest) = l.split_once(": ").unwrap();
+        let tid = head.split_whitespace().last().unwrap().to_string();
+        let stack = stacks.entry(tid).or_default();
+        let body = rest.trim_start();
+        let indent = (rest.len() - body.len()) / 2;
+        assert!(!body.contains("unwound"), "{arch}: {l}");
+        if let Some(call) = body.strip_prefix("-> ") {
+            assert_eq!(indent, stack.len(), "{arch}: {l}");
+            stack.push(call.split('(').next().unwrap().to_string());
+        } else if let Some(ret) = body.strip_prefix("<- ") {
+            let (f, v) = ret.split_once(' ').unwrap();
+            assert_eq!(stack.pop().as_deref(), Some(f), "{arch}: {l}");
+            assert_eq!(indent, stack.len(), "{arch}: {l}");
+            if f.starts_with("pr_") {
+                results.push(format!("{f} {v}"));
+            }
+        } else {
+            panic!("{arch}: {l}");
+        }
+    }
+    let want = [
+        "pr_add6 ret=0x5b",
+        "pr_add6 ret=0x7092dd",
+        "pr_rec ret=0x1",
+        "pr_rec ret=0x1",
+        "pr_rec ret=0x4",
+        "pr_rec ret=0xe",
+        "pr_rec ret=0x2d",
+        "pr_rec ret=0x8b",
+        "pr_viaptr ret=0x52",
+        "pr_tailee ret=0x2a",
+        "pr_tail ret=0x2a",
+        "pr_add6 ret=0x118",
+        "pr_add6 ret=0x1ea",
+        "pr_add6 ret=0x2bc",
+    ];
+    let mut got = results.clone();
+    let mut w: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    // Threads' lines may come before or after the main thread's.
+    got.sort();
+    w.sort();
+    assert_eq!(got, w, "{arch}");
+}
+
+per_guest!(flow_of_everything: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// `--timeline FILE`: a Chrome trace-event document whose begin and end
+/// events nest per thread, one span per call.
+#[test]
+fn timeline_spans() {
+    let dir = RunDir::new();
+    let prog = guest("aarch64", "probe");
+    let tl = dir.file("t.json");
+    let r = run_probe(
+        &dir,
+        "tl",
+        &["--flow", "-p", "pr_*", "--timeline", tl.to_str().unwrap()],
+        &prog,
+    );
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&fs::read_to_string(&tl).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let mut open: BTreeMap<i64, Vec<(String, u64)>> = BTreeMap::new();
+    let mut spans = 0;
+    for e in events {
+        let tid = e["tid"].as_i64().unwrap();
+        let name = e["name"].as_str().unwrap().to_string();
+        let ts = e["ts"].as_u64().unwrap();
+        match e["ph"].as_str().unwrap() {
+            "B" => open.entry(tid).or_default().push((name, ts)),
+            "E" => {
+                let (n, t0) = open.get_mut(&tid).unwrap().pop().unwrap();
+                assert_eq!(n, name);
+                assert!(t0 < ts, "{e}");
+                spans += 1;
+            }
+            other => panic!("{other}"),
+        }
+    }
+    assert!(open.values().all(|v| v.is_empty()), "{open:?}");
+    // pr_add6 x5, pr_rec x6, pr_viaptr, pr_tail, pr_tailee.
+    assert_eq!(spans, 14);
+}
+
+fn cannoli(dir: &RunDir, args: &[&std::ffi::OsStr]) -> (i32, String) {
+    let q = qemu_builds();
+    let o = no_aslr(&mut Command::new(e2e::release_artifact("cannoli")))
+        .args(args)
+        .env_clear()
+        .envs(QEMU_ENV.iter().copied())
+        .env("CANNOLI_QEMU_BUILD", &q.build)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The same probes on a recording made with `--hooks regs` give the live
+/// run's hits, instruction indexes included (the guest's stdout is a pipe
+/// in both runs: glibc's `printf` takes another path for /dev/null); a recording without registers gets one line naming the
+/// preset.
+fn replay_equals_live(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    let mut opts = vec!["--insns"];
+    for p in PROBES {
+        opts.extend(["-p", p]);
+    }
+    let live = run_probe_args(&dir, "live", &opts, &prog, &["nothreads"]);
+    assert_eq!(live.status, 0, "{}", live.stderr);
+    let rec = dir.file("regs.cnl");
+    let (st, err) = cannoli(
+        &dir,
+        &[
+            "record".as_ref(),
+            "--hooks".as_ref(),
+            "regs".as_ref(),
+            "-o".as_ref(),
+            rec.as_os_str(),
+            prog.as_os_str(),
+            "nothreads".as_ref(),
+        ],
+    );
+    assert_eq!(st, 0, "{err}");
+    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
+    ropts.extend(&opts);
+    let replay = run_probe(&dir, "replay", &ropts, Path::new("--"));
+    assert_eq!(replay.status, 0, "{}", replay.stderr);
+    // The thread ids are the two runs' own.
+    let strip = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split_once(' ').unwrap().1.to_string())
+            .collect()
+    };
+    assert_eq!(strip(&replay.out), strip(&live.out), "{arch}");
+    assert!(live.out.lines().count() >= 20, "{}", live.out);
+    let mem = dir.file("mem.cnl");
+    let (st, err) = cannoli(
+        &dir,
+        &[
+            "record".as_ref(),
+            "-o".as_ref(),
+            mem.as_os_str(),
+            prog.as_os_str(),
+            "nothreads".as_ref(),
+        ],
+    );
+    assert_eq!(st, 0, "{err}");
+    let r = run_probe(
+        &dir,
+        "nomem",
+        &["--replay", mem.to_str().unwrap(), "-p", "pr_rec"],
+        Path::new("--"),
+    );
+    assert_ne!(r.status, 0);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("--hooks regs"), "{}", lines[0]);
+}
+
+per_guest!(replay_equals_live: mipsel, i386, arm);

@@ -25,7 +25,13 @@ pub struct Func {
     pub start: u64,
     /// Where the entry probe sits: `start`, or the ELFv2 local entry.
     pub entry: u64,
+    /// As the symbol table says (0 for many assembly functions).
     pub size: u64,
+    /// Where its code ends: `start + size`, or for a symbol without a size
+    /// the next function's start (at most 4 KiB on), so that the returns
+    /// of assembly functions such as i386's `__x86.get_pc_thunk.ax` are
+    /// found.
+    pub end: u64,
     /// ARM Thumb code.
     pub thumb: bool,
 }
@@ -107,12 +113,19 @@ impl Image {
                     start,
                     entry: start + local,
                     size: s.size(),
+                    end: start + s.size(),
                     thumb,
                 })
             })
             .collect();
         funcs.sort_by(|a, b| a.start.cmp(&b.start).then(a.name.cmp(&b.name)));
         funcs.dedup_by(|b, a| a.start == b.start && a.name == b.name);
+        let starts: Vec<u64> = funcs.iter().map(|f| f.start).collect();
+        for f in funcs.iter_mut().filter(|f| f.size == 0) {
+            let next = starts.partition_point(|&s| s <= f.start);
+            let limit = starts.get(next).copied().unwrap_or(u64::MAX);
+            f.end = limit.min(f.start + 4096);
+        }
         Ok(Image {
             path: path.to_path_buf(),
             abi,
@@ -129,6 +142,16 @@ impl Image {
             let off = start.checked_sub(*a)?;
             let end = off.checked_add(len)?;
             (end <= d.len() as u64).then(|| &d[off as usize..end as usize])
+        })
+    }
+
+    /// The bytes from `start` to at most `len` on, ending where its segment
+    /// does (a symbol without a size near the end of the code).
+    pub fn bytes_to_segment_end(&self, start: u64, len: u64) -> Option<&[u8]> {
+        self.code.iter().find_map(|(a, d)| {
+            let off = start.checked_sub(*a)?;
+            let end = off.checked_add(len)?.min(d.len() as u64);
+            (off < end).then(|| &d[off as usize..end as usize])
         })
     }
 

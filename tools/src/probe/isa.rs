@@ -60,7 +60,10 @@ fn half(b: &[u8]) -> u16 {
 
 /// The return instructions of `f` (none if its bytes are not in the file).
 pub fn returns(img: &Image, f: &Func) -> Vec<Ret> {
-    let Some(code) = img.bytes(f.start, f.size) else {
+    let code = img
+        .bytes(f.start, f.end - f.start)
+        .or_else(|| img.bytes_to_segment_end(f.start, f.end - f.start));
+    let Some(code) = code else {
         return Vec::new();
     };
     let big = img.big_endian;

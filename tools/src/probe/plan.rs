@@ -96,10 +96,10 @@ impl Plan {
             for f in img.matching(&spec.func) {
                 any = true;
                 if let Point::Offset(o) = spec.point {
-                    if o >= f.size.max(1) {
+                    if o >= (f.end - f.start).max(1) {
                         return Err(format!(
                             "probe {:?}: {} is {} bytes long, so +{o:#x} is outside it",
-                            spec.text, f.name, f.size
+                            spec.text, f.name, f.end - f.start
                         ));
                     }
                     plan.add(f.start + o, Site::Pc(p));
