@@ -51,6 +51,32 @@ pub struct Hit<'a> {
     pub depth: usize,
 }
 
+/// Appends `0x` and `v` in lower-case hex: a million hits of 32
+/// registers each are mostly this, and `write!` costs several times more.
+fn push_hex(s: &mut String, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 18];
+    let mut i = buf.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    s.push_str("0x");
+    s.extend(buf[i..].iter().map(|&b| char::from(b)));
+}
+
+fn push_opt(s: &mut String, v: Option<u64>) {
+    match v {
+        Some(v) => push_hex(s, v),
+        None => s.push('?'),
+    }
+}
+
 fn hex(v: Option<u64>) -> String {
     match v {
         Some(v) => format!("{v:#x}"),
@@ -65,8 +91,17 @@ fn jhex(v: Option<u64>) -> Value {
 impl Hit<'_> {
     /// `TID INSN PROBE PC` and what the probe reports.
     pub fn text(&self, s: &mut String) {
-        let insn = self.insn.map_or("-".into(), |i| i.to_string());
-        let _ = write!(s, "{} {insn} {} {:#x}", self.tid, self.probe, self.pc);
+        let _ = write!(s, "{} ", self.tid);
+        match self.insn {
+            Some(i) => {
+                let _ = write!(s, "{i}");
+            }
+            None => s.push('-'),
+        }
+        s.push(' ');
+        s.push_str(self.probe);
+        s.push(' ');
+        push_hex(s, self.pc);
         self.values(s);
         s.push('\n');
     }
@@ -75,11 +110,13 @@ impl Hit<'_> {
         match self.at {
             At::Entry => {
                 for (i, a) in self.args.iter().enumerate() {
-                    let _ = write!(s, " arg{i}={}", hex(*a));
+                    let _ = write!(s, " arg{i}=");
+                    push_opt(s, *a);
                 }
             }
             At::Return => {
-                let _ = write!(s, " ret={}", hex(self.ret));
+                s.push_str(" ret=");
+                push_opt(s, self.ret);
                 if self.unwound {
                     s.push_str(" unwound");
                 }
@@ -89,7 +126,10 @@ impl Hit<'_> {
             }
             At::Pc => {
                 for (n, v) in &self.regs {
-                    let _ = write!(s, " {n}={v:#x}");
+                    s.push(' ');
+                    s.push_str(n);
+                    s.push('=');
+                    push_hex(s, *v);
                 }
             }
         }
@@ -133,13 +173,15 @@ impl Hit<'_> {
         s.push('\n');
     }
 
-    /// SystemTap's call flow: `INSN TID: -> func(arg0=..)`, indented by
-    /// depth, `<- func ret=..` at the return.
+    /// SystemTap's call flow: `[INSN] TID: -> func(arg0=..)`, indented by
+    /// depth, `<- func ret=..` at the return (INSN with `--insns`).
     pub fn flow(&self, s: &mut String) {
-        let insn = self.insn.map_or("-".into(), |i| i.to_string());
         let indent = "  ".repeat(self.depth.saturating_sub(1));
         let func = self.function.unwrap_or(self.probe);
-        let _ = write!(s, "{insn:>10} {}: {indent}", self.tid);
+        if let Some(i) = self.insn {
+            let _ = write!(s, "{i:>10} ");
+        }
+        let _ = write!(s, "{}: {indent}", self.tid);
         match self.at {
             At::Entry => {
                 let _ = write!(s, "-> {func}(");
@@ -216,6 +258,15 @@ mod tests {
     }
 
     #[test]
+    fn hex_digits() {
+        for v in [0, 1, 0xf, 0x10, 0xdead_beef, u64::MAX] {
+            let mut s = String::new();
+            push_hex(&mut s, v);
+            assert_eq!(s, format!("{v:#x}"));
+        }
+    }
+
+    #[test]
     fn text_json_and_flow() {
         let mut s = String::new();
         hit(At::Entry).text(&mut s);
@@ -238,9 +289,14 @@ mod tests {
         let mut s = String::new();
         hit(At::Entry).flow(&mut s);
         hit(At::Return).flow(&mut s);
+        let mut h = hit(At::Return);
+        h.insn = None;
+        h.insns = None;
+        h.flow(&mut s);
         assert_eq!(
             s,
-            "       100 8:   -> pr_add6(arg0=0x1, arg1=?)\n       100 8:   <- pr_add6 ret=0x15 insns=12\n"
+            "       100 8:   -> pr_add6(arg0=0x1, arg1=?)\n       100 8:   <- pr_add6 ret=0x15 insns=12\n\
+             8:   <- pr_add6 ret=0x15\n"
         );
     }
 }

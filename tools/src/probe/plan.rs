@@ -99,7 +99,9 @@ impl Plan {
                     if o >= (f.end - f.start).max(1) {
                         return Err(format!(
                             "probe {:?}: {} is {} bytes long, so +{o:#x} is outside it",
-                            spec.text, f.name, f.end - f.start
+                            spec.text,
+                            f.name,
+                            f.end - f.start
                         ));
                     }
                     plan.add(f.start + o, Site::Pc(p));
