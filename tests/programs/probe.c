@@ -4,9 +4,11 @@
  * Every call prints what it was given and what it returned, so a test can
  * compare the probe's arguments and return values with the program's own
  * word: six integer arguments, recursion, a call through a pointer, a tail
- * call, and four threads calling the same function.
+ * call, a longjmp out of a recursion, and three threads calling the same
+ * function.
  */
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdio.h>
 
 #define NOINLINE __attribute__((noinline, noipa))
@@ -52,6 +54,30 @@ NOINLINE long pr_tail(long x)
     return pr_tailee(x + 1);
 }
 
+/* pr_deep recurses n levels, then longjmps back to pr_catch: its frames
+ * never return. */
+static jmp_buf pr_env;
+
+NOINLINE long pr_deep(long n)
+{
+    if (n == 0)
+        longjmp(pr_env, 7);
+    long r = pr_deep(n - 1);
+    pr_sink = r;
+    return r + 1;
+}
+
+NOINLINE long pr_catch(long n)
+{
+    volatile long keep = n;
+    int v = setjmp(pr_env);
+    if (v)
+        return v * 100 + keep;
+    long r = pr_deep(n);
+    pr_sink = r;
+    return r;
+}
+
 static void *worker(void *p)
 {
     long i = (long)p;
@@ -73,6 +99,7 @@ int main(int argc, char **argv)
         printf("pr_rec(%ld)=%ld\n", n, pr_rec(n));
     printf("pr_viaptr(9)=%ld\n", pr_fp(9));
     printf("pr_tail(5)=%ld\n", pr_tail(5));
+    printf("pr_catch(3)=%ld\n", pr_catch(3));
     if (argc > 1)
         return 0;
     /* One thread at a time, so that the output's order is fixed. */

@@ -8,7 +8,10 @@
 //! a return with key `k`, frames with a smaller key are left without a
 //! return (a `longjmp` skipped them: reported `unwound`), and every frame
 //! with key `k` returns with this value (a chain of tail calls returns at
-//! once: the callee's result is each caller's).
+//! once: the callee's result is each caller's). A return instruction that
+//! leaves neither the innermost frame nor one of its own function is a
+//! `longjmp` landing (it restores a caller's stack pointer and jumps):
+//! every frame it leaves is `unwound`.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -267,7 +270,7 @@ impl Probe {
         self.emit(&h);
     }
 
-    fn returned(&mut self, pc: u64, _t: usize, r: &isa::Ret, regs: &[u64], insn: u64) {
+    fn returned(&mut self, pc: u64, t: usize, r: &isa::Ret, regs: &[u64], insn: u64) {
         let plan = self.plan.clone();
         let l = self.layout.clone();
         let mut after: Vec<u64> = regs.to_vec();
@@ -281,11 +284,25 @@ impl Probe {
         };
         let key = sp.wrapping_add(r.pops);
         let value = reg(&after, ok(l.ret));
+        // A return leaves the innermost frame (a function that jumped into
+        // the middle of another, as `__mempcpy` into `__memcpy`, returns
+        // through the other's instruction), or its own function's frame
+        // and the deeper ones a longjmp skipped. Otherwise the "return"
+        // only restored a caller's stack pointer (glibc's `__longjmp` ends
+        // in `ret` or `jr ra`): every frame it leaves, even one with this
+        // key, was left without returning.
+        let genuine = self.stack.last().is_some_and(|f| f.key == key)
+            || self
+                .stack
+                .iter()
+                .rev()
+                .take_while(|f| f.key <= key)
+                .any(|f| f.target == t && f.key == key);
         while let Some(top) = self.stack.last() {
             if top.key > key {
                 break;
             }
-            let unwound = top.key < key;
+            let unwound = top.key < key || !genuine;
             let depth = self.stack.len();
             let f = self.stack.pop().expect("looked at above");
             let target = &plan.targets[f.target];
