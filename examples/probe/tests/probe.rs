@@ -200,8 +200,11 @@ fn hits_by_thread(out: &str) -> Vec<(i64, Vec<Value>)> {
 
 fn known_values(arch: &str) {
     let dir = RunDir::new();
-    let prog = guest(arch, "probe");
-    let r = run_probe(&dir, arch, &probe_args(), &prog);
+    known_values_of(&dir, arch, &guest(arch, "probe"));
+}
+
+fn known_values_of(dir: &RunDir, arch: &str, prog: &Path) {
+    let r = run_probe(dir, arch, &probe_args(), prog);
     assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
     let (main, workers) = expected(&r.stdout, guest_info(arch).bits);
     let by = hits_by_thread(&r.out);
@@ -250,6 +253,25 @@ macro_rules! per_guest {
 }
 
 per_guest!(known_values: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// The ARM guest's programs are Thumb-2 (Debian's default); the same
+/// program built with `-marm` has A32 functions (`pop {r4, pc}`, `ldr pc,
+/// [sp], #4`) calling a Thumb libc.
+#[test]
+fn known_values_in_a32() {
+    let dir = RunDir::new();
+    let prog = dir.file("probe-a32");
+    let src = e2e::workspace_root().join("tests/programs/probe.c");
+    let cc = "arm-linux-gnueabihf-gcc";
+    let o = Command::new(cc)
+        .args(["-marm", "-O2", "-static", "-pthread", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e}; install it with scripts/deps.sh"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    known_values_of(&dir, "arm", &prog);
+}
 
 /// The registers before each instruction of cpu 0 (the main thread), from
 /// execlog's changes; only registers that changed at least once are known.
