@@ -92,7 +92,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE", conflicts_with = "program")]
     pub replay: Option<PathBuf>,
     /// The program to run under the patched QEMU, and its arguments; exits
-    /// with its status
+    /// with its status (its ELF file is where the probes are looked up, so
+    /// there is no mode without one)
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     pub program: Vec<OsString>,
 }
@@ -173,7 +174,7 @@ fn program_image(args: &Args) -> Result<Image, String> {
 
 /// The recorded program of `--replay FILE`.
 fn replay_image(path: &Path) -> Result<Image, String> {
-    let rec = cannoli::Recording::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let rec = cannoli::Recording::open(path).map_err(|e| e.to_string())?;
     let exe = rec.info().command.first().cloned().ok_or_else(|| {
         format!(
             "{}: the recording does not say which program ran",
@@ -250,12 +251,6 @@ pub fn main(args: Args) -> i32 {
         if let Err(e) = std::fs::write(&plan_file, plan.hooks()) {
             eprintln!("probe: cannot write {}: {e}", plan_file.display());
             return 1;
-        }
-        if args.program.is_empty() {
-            eprintln!(
-                "probe: start QEMU with {PLAN_ENV}={} in its environment",
-                plan_file.display()
-            );
         }
         // SAFETY: no other thread runs yet.
         std::env::set_var(PLAN_ENV, &plan_file);
