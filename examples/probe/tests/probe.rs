@@ -728,3 +728,70 @@ fn replay_equals_live(arch: &str) {
 }
 
 per_guest!(replay_equals_live: mipsel, i386, arm);
+
+/// `LIB:FUNC`: functions of the dynamically linked C library, by name,
+/// with the values the program prints (`atoi` tail-calls `strtol` on some
+/// guests: its return is found there).
+fn library_functions(arch: &str) {
+    let dir = RunDir::new();
+    let prog = dir.file("dyn_probe");
+    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
+    let cc = match guest_info(arch).triple {
+        Some(t) => format!("{t}-gcc"),
+        None => "gcc".into(),
+    };
+    let o = Command::new(&cc)
+        .args(["-O2", "-no-pie", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e}; install it with scripts/deps.sh"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let opts = [
+        "--json",
+        "-p",
+        "libc:atoi/0",
+        "-p",
+        "libc:atoi:return",
+        "-p",
+        "libc:labs/1",
+        "-p",
+        "libc:labs:return",
+    ];
+    let r = run_probe(&dir, arch, &opts, &prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let bits = guest_info(arch).bits;
+    let mut want = Vec::new();
+    for l in r.stdout.lines() {
+        let (call, v) = l.rsplit_once('=').unwrap();
+        let (f, a) = call.trim_end_matches(')').split_once('(').unwrap();
+        let v: i64 = v.parse().unwrap();
+        match f {
+            "atoi" => {
+                want.push("atoi entry  depth 1".to_string());
+                // An int in a wider register: compare its low 32 bits.
+                want.push(format!("atoi return {:#x} depth 1", mask(v, 32)));
+            }
+            _ => {
+                let a: i64 = a.parse().unwrap();
+                want.push(format!("labs entry {:#x} depth 1", mask(a, bits)));
+                want.push(format!("labs return {:#x} depth 1", mask(v, bits)));
+            }
+        }
+    }
+    let got: Vec<String> = r
+        .out
+        .lines()
+        .map(|l| {
+            let mut h: Value = serde_json::from_str(l).unwrap();
+            if h["function"] == "atoi" && h["at"] == "return" {
+                let v = hex(&h["ret"]).unwrap() & 0xffff_ffff;
+                h["ret"] = Value::String(format!("{v:#x}"));
+            }
+            line(&h)
+        })
+        .collect();
+    assert_eq!(got, want, "{arch}");
+}
+
+per_guest!(library_functions: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);

@@ -44,10 +44,29 @@ pub struct Image {
     /// Position independent (ET_DYN): run-time addresses need the load
     /// bias.
     pub pie: bool,
+    /// Where the file's offset 0 is, at link-time addresses: a shared
+    /// library's load bias is its mapping of offset 0 minus this.
+    pub low: u64,
     /// Sorted by start; one name per start (the first in the table).
     pub funcs: Vec<Func>,
     /// Loadable executable segments: (address, bytes).
     code: Vec<(u64, Vec<u8>)>,
+}
+
+/// The page of the lowest loadable segment: where the file's offset 0 is
+/// mapped, at link-time addresses.
+fn low_page<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> u64 {
+    let e = f.endian();
+    f.elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(e) == elf::PT_LOAD)
+        .map(|p| {
+            let v: u64 = p.p_vaddr(e).into();
+            let o: u64 = p.p_offset(e).into();
+            v - o
+        })
+        .min()
+        .unwrap_or(0)
 }
 
 fn segments<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> Vec<(u64, Vec<u8>)> {
@@ -77,9 +96,9 @@ impl Image {
                 file.architecture()
             )
         })?;
-        let code = match &file {
-            object::File::Elf32(f) => segments(f),
-            object::File::Elf64(f) => segments(f),
+        let (code, low) = match &file {
+            object::File::Elf32(f) => (segments(f), low_page(f)),
+            object::File::Elf64(f) => (segments(f), low_page(f)),
             _ => return Err(format!("{} is not an ELF file", path.display())),
         };
         let ppc = abi == Abi::Elfv2;
@@ -131,6 +150,7 @@ impl Image {
             abi,
             big_endian: !file.is_little_endian(),
             pie: file.kind() == object::ObjectKind::Dynamic,
+            low,
             funcs,
             code,
         })
@@ -153,6 +173,12 @@ impl Image {
             let end = off.checked_add(len)?.min(d.len() as u64);
             (off < end).then(|| &d[off as usize..end as usize])
         })
+    }
+
+    /// The function whose code holds `pc`.
+    pub fn containing(&self, pc: u64) -> Option<&Func> {
+        let i = self.funcs.partition_point(|f| f.start <= pc);
+        self.funcs[..i].iter().rev().find(|f| pc < f.end)
     }
 
     /// The functions named by `glob`.

@@ -167,6 +167,144 @@ pub fn returns(img: &Image, f: &Func) -> Vec<Ret> {
     out
 }
 
+/// Where `f` jumps without linking, outside itself: its tail calls (a
+/// jump to another function, whose return then leaves `f`'s frame too).
+/// Direct jumps only; a jump through a register is not followed.
+pub fn tail_jumps(img: &Image, f: &Func) -> Vec<u64> {
+    let Some(code) = img
+        .bytes(f.start, f.end - f.start)
+        .or_else(|| img.bytes_to_segment_end(f.start, f.end - f.start))
+    else {
+        return Vec::new();
+    };
+    let big = img.big_endian;
+    let sext = |v: u64, bits: u32| ((v << (64 - bits)) as i64 >> (64 - bits)) as u64;
+    let mut out = Vec::new();
+    match img.abi {
+        Abi::O32 | Abi::N64 => {
+            for (i, c) in code.chunks_exact(4).enumerate() {
+                let (w, pc) = (word(c, big), f.start + i as u64 * 4);
+                match w >> 26 {
+                    2 => out.push((pc + 4) & !0x0fff_ffff | u64::from(w & 0x03ff_ffff) << 2),
+                    // b: beq zero, zero
+                    4 if w >> 16 == 0x1000 => out.push(
+                        pc.wrapping_add(4)
+                            .wrapping_add(sext(u64::from(w & 0xffff), 16) << 2),
+                    ),
+                    _ => {}
+                }
+            }
+        }
+        Abi::Riscv => {
+            let mut i = 0;
+            while i + 2 <= code.len() {
+                let h = half(&code[i..]);
+                let pc = f.start + i as u64;
+                if h & 3 == 3 {
+                    if let Some(c) = code.get(i..i + 4) {
+                        let w = u64::from(word(c, false));
+                        // jal zero, off
+                        if w & 0xfff == 0x06f {
+                            let imm = (w >> 31 & 1) << 20
+                                | (w >> 21 & 0x3ff) << 1
+                                | (w >> 20 & 1) << 11
+                                | (w >> 12 & 0xff) << 12;
+                            out.push(pc.wrapping_add(sext(imm, 21)));
+                        }
+                    }
+                    i += 4;
+                } else {
+                    // c.j off
+                    if h & 0xe003 == 0xa001 {
+                        let h = u64::from(h);
+                        let imm = (h >> 12 & 1) << 11
+                            | (h >> 11 & 1) << 4
+                            | (h >> 9 & 3) << 8
+                            | (h >> 8 & 1) << 10
+                            | (h >> 7 & 1) << 6
+                            | (h >> 6 & 1) << 7
+                            | (h >> 3 & 7) << 1
+                            | (h >> 2 & 1) << 5;
+                        out.push(pc.wrapping_add(sext(imm, 12)));
+                    }
+                    i += 2;
+                }
+            }
+        }
+        Abi::Aapcs64 => {
+            for (i, c) in code.chunks_exact(4).enumerate() {
+                let w = u64::from(word(c, false));
+                if w & 0xfc00_0000 == 0x1400_0000 {
+                    let pc = f.start + i as u64 * 4;
+                    out.push(pc.wrapping_add(sext(w & 0x03ff_ffff, 26) << 2));
+                }
+            }
+        }
+        Abi::Elfv2 => {
+            for (i, c) in code.chunks_exact(4).enumerate() {
+                let w = u64::from(word(c, big));
+                if w & 0xfc00_0003 == 0x4800_0000 {
+                    let pc = f.start + i as u64 * 4;
+                    out.push(pc.wrapping_add(sext(w & 0x03ff_fffc, 26)));
+                }
+            }
+        }
+        Abi::SysV | Abi::Cdecl => {
+            let bits = if img.abi == Abi::SysV { 64 } else { 32 };
+            let mut d = Decoder::with_ip(bits, code, f.start, DecoderOptions::NONE);
+            while d.can_decode() {
+                let ins = d.decode();
+                if ins.mnemonic() == Mnemonic::Jmp && ins.near_branch_target() != 0 {
+                    out.push(ins.near_branch_target());
+                }
+            }
+        }
+        Abi::Aapcs if f.thumb => {
+            let mut i = 0;
+            while i + 2 <= code.len() {
+                let h = u64::from(half(&code[i..]));
+                let pc = f.start + i as u64;
+                let wide = matches!(h >> 11, 0b11101..=0b11111);
+                if wide {
+                    let h2 = code.get(i + 2..i + 4).map_or(0, |c| u64::from(half(c)));
+                    // b.w (T4)
+                    if h & 0xf800 == 0xf000 && h2 & 0xd000 == 0x9000 {
+                        let s_ = h >> 10 & 1;
+                        let i1 = !((h2 >> 13 & 1) ^ s_) & 1;
+                        let i2 = !((h2 >> 11 & 1) ^ s_) & 1;
+                        let imm =
+                            s_ << 24 | i1 << 23 | i2 << 22 | (h & 0x3ff) << 12 | (h2 & 0x7ff) << 1;
+                        out.push(pc.wrapping_add(4).wrapping_add(sext(imm, 25)));
+                    }
+                    i += 4;
+                } else {
+                    // b (T2)
+                    if h & 0xf800 == 0xe000 {
+                        out.push(pc.wrapping_add(4).wrapping_add(sext((h & 0x7ff) << 1, 12)));
+                    }
+                    i += 2;
+                }
+            }
+        }
+        Abi::Aapcs => {
+            for (i, c) in code.chunks_exact(4).enumerate() {
+                let w = u64::from(word(c, big));
+                if w & 0x0f00_0000 == 0x0a00_0000 && w >> 28 != 0xf {
+                    let pc = f.start + i as u64 * 4;
+                    out.push(
+                        pc.wrapping_add(8)
+                            .wrapping_add(sext(w & 0x00ff_ffff, 24) << 2),
+                    );
+                }
+            }
+        }
+    }
+    out.retain(|&t| t < f.start || t >= f.end);
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Thumb-2: 16- and 32-bit instructions, with IT blocks making the next
 /// one to four conditional.
 fn thumb(code: &[u8], start: u64, out: &mut Vec<Ret>) {

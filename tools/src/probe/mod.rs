@@ -26,6 +26,7 @@
 pub mod conv;
 pub mod elf;
 pub mod isa;
+pub mod libs;
 pub mod out;
 pub mod plan;
 pub mod shadow;

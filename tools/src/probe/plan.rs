@@ -4,15 +4,20 @@
 //! program's ELF file; the hook library gets the pcs (see [`Plan::hooks`]),
 //! the client keeps the rest.
 //!
+//! `LIB:FUNC` probes are planned the same way in the library's file, at
+//! its link-time addresses ([`Module`]): the hook library and the client
+//! each move them by the library's load bias once it is mapped.
+//!
 //! Every probed function gets its entry and its return instructions
 //! hooked, whatever was asked: the returns keep the call depth and match
 //! returns to entries, and cost one event per call.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
 use super::conv::Abi;
-use super::elf::Image;
+use super::elf::{Func, Image};
 use super::isa::{self, Ret};
 use super::spec::{Point, Spec};
 
@@ -26,6 +31,9 @@ pub struct Target {
     pub on_entry: Option<(usize, usize)>,
     /// The `-p` of its return.
     pub on_return: Option<usize>,
+    /// Not probed: a function a probed one tail-calls, whose returns end
+    /// the probed one's frame too.
+    pub hidden: bool,
 }
 
 /// What a hooked pc means; one pc can mean several things.
@@ -42,6 +50,16 @@ pub enum Site {
     Pc(usize),
 }
 
+/// A shared library with probes: its sites are at its link-time
+/// addresses, moved by its load bias once it is mapped.
+pub struct Module {
+    /// Canonical: as QEMU's mappings name it.
+    pub path: PathBuf,
+    /// Where its offset 0 is at link time ([`Image::low`]).
+    pub low: u64,
+    pub sites: HashMap<u64, Vec<Site>>,
+}
+
 /// Everything the probes of one run need.
 pub struct Plan {
     pub abi: Abi,
@@ -49,6 +67,11 @@ pub struct Plan {
     pub specs: Vec<Spec>,
     pub targets: Vec<Target>,
     pub sites: HashMap<u64, Vec<Site>>,
+    /// The libraries of `LIB:FUNC` probes.
+    pub modules: Vec<Module>,
+    /// The program and its lowest page, for the hook library to find where
+    /// QEMU put guest memory (libraries only).
+    pub exe: (PathBuf, u64),
     /// Some argument is on the stack: the thread's stores are needed.
     pub stores: bool,
     /// Count every instruction (`--insns`).
@@ -61,6 +84,8 @@ impl Plan {
     /// Resolves `specs` in `img`; `Err` is one line naming the probe that
     /// matched nothing and how to see what there is.
     pub fn new(img: &Image, specs: Vec<Spec>, count: bool, flow: bool) -> Result<Plan, String> {
+        // The hook library finds where QEMU put guest memory (and so the
+        // libraries) from the program's own mapping, at its link address.
         if img.pie {
             return Err(format!(
                 "{} is position independent, so its functions' run-time addresses are not known \
@@ -74,26 +99,46 @@ impl Plan {
             specs: Vec::new(),
             targets: Vec::new(),
             sites: HashMap::new(),
+            modules: Vec::new(),
+            exe: (
+                img.path.canonicalize().unwrap_or_else(|_| img.path.clone()),
+                img.low,
+            ),
             stores: false,
             count,
             flow,
         };
-        let mut by_entry: HashMap<u64, usize> = HashMap::new();
+        // Targets by (module, entry): a function probed twice is one target.
+        let mut by_entry: HashMap<(Option<usize>, u64), usize> = HashMap::new();
+        let mut libs: Vec<(String, Image)> = Vec::new();
         for (p, spec) in specs.iter().enumerate() {
-            if let Some(lib) = &spec.lib {
-                return Err(format!(
-                    "probe {:?}: {lib}:{} names a shared library, and probes in libraries are \
-                     not supported yet; probe the program's own functions (a static build \
-                     has libc's in it)",
-                    spec.text, spec.func
-                ));
-            }
-            if let Point::Addr(a) = spec.point {
-                plan.add(a, Site::Pc(p));
+            let (module, image) = match &spec.lib {
+                Some(lib) => {
+                    let m = match libs.iter().position(|(l, _)| l == lib) {
+                        Some(m) => m,
+                        None => {
+                            let path = super::libs::find(&img.path, lib)
+                                .map_err(|e| format!("probe {:?}: {e}", spec.text))?;
+                            let li = Image::read(&path)?;
+                            plan.modules.push(Module {
+                                path,
+                                low: li.low,
+                                sites: HashMap::new(),
+                            });
+                            libs.push((lib.clone(), li));
+                            libs.len() - 1
+                        }
+                    };
+                    (Some(m), &libs[m].1)
+                }
+                None => (None, img),
+            };
+            if let (Point::Addr(a), None) = (spec.point, module) {
+                plan.add(None, a, Site::Pc(p));
                 continue;
             }
             let mut any = false;
-            for f in img.matching(&spec.func) {
+            for f in image.matching(&spec.func) {
                 any = true;
                 if let Point::Offset(o) = spec.point {
                     if o >= (f.end - f.start).max(1) {
@@ -104,30 +149,11 @@ impl Plan {
                             f.end - f.start
                         ));
                     }
-                    plan.add(f.start + o, Site::Pc(p));
+                    plan.add(module, f.start + o, Site::Pc(p));
                     continue;
                 }
-                let t = match by_entry.get(&f.entry) {
-                    Some(&t) => t,
-                    None => {
-                        let t = plan.targets.len();
-                        plan.targets.push(Target {
-                            name: f.name.clone(),
-                            entry: f.entry,
-                            on_entry: None,
-                            on_return: None,
-                        });
-                        by_entry.insert(f.entry, t);
-                        plan.add(f.entry, Site::Entry(t));
-                        for r in isa::returns(img, f) {
-                            plan.add(r.pc, Site::Return(t, r));
-                            if let Some(next) = r.cond_next {
-                                plan.add(next, Site::NotTaken(r.pc));
-                            }
-                        }
-                        t
-                    }
-                };
+                let t = plan.target(module, image, f, &mut by_entry);
+                plan.targets[t].hidden = false;
                 let target = &mut plan.targets[t];
                 match spec.point {
                     Point::Entry(n) => {
@@ -147,16 +173,16 @@ impl Plan {
             if !any {
                 return Err(format!(
                     "probe {:?}: no function {} in {}; `cannoli probe --list PATTERN PROGRAM` \
-                     lists them",
+                     lists the program's",
                     spec.text,
                     spec.func,
-                    img.path.display()
+                    image.path.display()
                 ));
             }
         }
         if flow {
             // SystemTap's call flow shows arguments at every entry.
-            for t in &mut plan.targets {
+            for t in plan.targets.iter_mut().filter(|t| !t.hidden) {
                 if t.on_entry.is_none() {
                     let p = t.on_return.unwrap_or(0);
                     t.on_entry = Some((p, 0));
@@ -167,8 +193,57 @@ impl Plan {
         Ok(plan)
     }
 
-    fn add(&mut self, pc: u64, s: Site) {
-        let v = self.sites.entry(pc).or_default();
+    /// The target of `f`, made (entry and returns hooked) if new; the
+    /// functions it tail-calls become hidden targets, so that their
+    /// returns close its frame (`atoi` ends in `b strtol` on MIPS).
+    fn target(
+        &mut self,
+        module: Option<usize>,
+        image: &Image,
+        f: &Func,
+        by_entry: &mut HashMap<(Option<usize>, u64), usize>,
+    ) -> usize {
+        if let Some(&t) = by_entry.get(&(module, f.entry)) {
+            return t;
+        }
+        let first = self.targets.len();
+        let mut work = vec![f.clone()];
+        // Bounded: a chain of tail calls is short, a glob probes the rest.
+        while let Some(g) = work.pop().filter(|_| self.targets.len() - first < 256) {
+            if by_entry.contains_key(&(module, g.entry)) {
+                continue;
+            }
+            let t = self.targets.len();
+            self.targets.push(Target {
+                name: g.name.clone(),
+                entry: g.entry,
+                on_entry: None,
+                on_return: None,
+                hidden: true,
+            });
+            by_entry.insert((module, g.entry), t);
+            self.add(module, g.entry, Site::Entry(t));
+            for r in isa::returns(image, &g) {
+                self.add(module, r.pc, Site::Return(t, r));
+                if let Some(next) = r.cond_next {
+                    self.add(module, next, Site::NotTaken(r.pc));
+                }
+            }
+            for to in isa::tail_jumps(image, &g) {
+                if let Some(h) = image.containing(to) {
+                    work.push(h.clone());
+                }
+            }
+        }
+        first
+    }
+
+    fn add(&mut self, module: Option<usize>, pc: u64, s: Site) {
+        let sites = match module {
+            Some(m) => &mut self.modules[m].sites,
+            None => &mut self.sites,
+        };
+        let v = sites.entry(pc).or_default();
         if !v.contains(&s) {
             v.push(s);
         }
@@ -187,6 +262,22 @@ impl Plan {
         for pc in pcs {
             let _ = writeln!(s, "{pc:x}");
         }
+        if !self.modules.is_empty() {
+            let _ = writeln!(s, "exe {:x} {}", self.exe.1, self.exe.0.display());
+        }
+        for m in &self.modules {
+            let _ = writeln!(s, "lib {:x} {}", m.low, m.path.display());
+            let mut pcs: Vec<u64> = m.sites.keys().copied().collect();
+            pcs.sort_unstable();
+            for pc in pcs {
+                let _ = writeln!(s, "+{pc:x}");
+            }
+        }
         s
+    }
+
+    /// The module whose file is `path` (canonical), if it has probes.
+    pub fn module_of(&self, path: &std::path::Path) -> Option<usize> {
+        self.modules.iter().position(|m| m.path == path)
     }
 }

@@ -14,7 +14,7 @@
 //! every frame it leaves is `unwound`.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use cannoli::{Cannoli, ClientInfo};
 
@@ -32,6 +32,16 @@ pub enum Item {
     Store { addr: u64, value: u64, size: u8 },
     /// Instructions that ran without a hook of ours (`--insns`).
     Count(u64),
+    /// A library with probes was mapped: its offset 0 is at `base`.
+    Map { module: usize, base: u64 },
+}
+
+/// A process: the plan, and the load bias of each library with probes as
+/// its threads learn it (the thread that maps a library sees the event;
+/// its other threads look here).
+pub struct Pid {
+    plan: Arc<Plan>,
+    biases: Mutex<Vec<Option<u64>>>,
 }
 
 /// A thread's register layout, by the plan's needs.
@@ -71,6 +81,8 @@ pub struct Probe {
     insns: u64,
     hits: u64,
     pending: Option<Pending>,
+    /// The load bias of each library this thread saw mapped.
+    biases: Vec<Option<u64>>,
     buf: String,
 }
 
@@ -81,13 +93,19 @@ fn reg(regs: &[u64], i: Option<usize>) -> Option<u64> {
 impl Cannoli for Probe {
     type Trace = Item;
     type TidContext = Arc<Layout>;
-    type PidContext = Arc<Plan>;
+    type PidContext = Pid;
 
-    fn init_pid(_ci: &ClientInfo) -> Arc<Arc<Plan>> {
-        Arc::new(run_state().plan.clone())
+    fn init_pid(_ci: &ClientInfo) -> Arc<Pid> {
+        let plan = run_state().plan.clone();
+        let n = plan.modules.len();
+        Arc::new(Pid {
+            plan,
+            biases: Mutex::new(vec![None; n]),
+        })
     }
 
-    fn init_tid(plan: &Arc<Plan>, ci: &ClientInfo) -> (Probe, Arc<Layout>) {
+    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Probe, Arc<Layout>) {
+        let plan = &pid.plan;
         run_state().threads.fetch_add(1, Ordering::Relaxed);
         let names: Vec<String> = ci.regs.names.clone();
         let find = |n: &str| names.iter().position(|x| x == n);
@@ -115,17 +133,20 @@ impl Cannoli for Probe {
             insns: 0,
             hits: 0,
             pending: None,
+            biases: vec![None; plan.modules.len()],
             buf: String::new(),
         };
         (p, layout)
     }
 
-    fn exec_run(_p: &Arc<Plan>, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
+    fn exec_run(_p: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
         count(trace, pcs.len() as u64);
     }
 
-    fn regs(plan: &Arc<Plan>, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
-        if !plan.sites.contains_key(&pc) {
+    fn regs(pid: &Pid, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+        let plan = &pid.plan;
+        // A library's pcs are known once it is mapped (serial phase).
+        if !plan.sites.contains_key(&pc) && plan.modules.is_empty() {
             // A recording with registers everywhere: not ours.
             count(trace, 1);
             return;
@@ -137,8 +158,32 @@ impl Cannoli for Probe {
         trace.push(Item::Hit { pc, regs: v });
     }
 
+    #[allow(clippy::too_many_arguments)]
+    fn mmap(
+        pid: &Pid,
+        _l: &Arc<Layout>,
+        base: u64,
+        _len: u64,
+        anon: bool,
+        _read: bool,
+        _write: bool,
+        _exec: bool,
+        path: &str,
+        offset: u64,
+        trace: &mut Vec<Item>,
+    ) {
+        if anon || offset != 0 || pid.plan.modules.is_empty() {
+            return;
+        }
+        let p = std::path::Path::new(path);
+        let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if let Some(module) = pid.plan.module_of(&p) {
+            trace.push(Item::Map { module, base });
+        }
+    }
+
     fn write(
-        plan: &Arc<Plan>,
+        pid: &Pid,
         _l: &Arc<Layout>,
         _pc: u64,
         addr: u64,
@@ -146,21 +191,26 @@ impl Cannoli for Probe {
         size: u8,
         trace: &mut Vec<Item>,
     ) {
-        if plan.stores {
+        if pid.plan.stores {
             trace.push(Item::Store { addr, value, size });
         }
     }
 
-    fn trace(&mut self, _p: &Arc<Plan>, _l: &Arc<Layout>, trace: &[Item]) {
+    fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
         for item in trace {
             match item {
+                Item::Map { module, base } => {
+                    let bias = base.wrapping_sub(self.plan.modules[*module].low);
+                    self.biases[*module] = Some(bias);
+                    super::lock(&pid.biases)[*module] = Some(bias);
+                }
                 Item::Count(n) => self.insns += n,
                 Item::Store { addr, value, size } => {
                     self.shadow
                         .store(*addr, *value, *size, self.plan.big_endian)
                 }
                 Item::Hit { pc, regs } => {
-                    self.hit(*pc, regs);
+                    self.hit(pid, *pc, regs);
                     self.insns += 1;
                 }
             }
@@ -181,15 +231,36 @@ impl Probe {
         self.plan.count.then_some(self.insns)
     }
 
-    fn hit(&mut self, pc: u64, regs: &[u64]) {
+    /// The sites at `pc`: the program's, or a mapped library's.
+    fn sites(&mut self, pid: &Pid, pc: u64) -> Vec<Site> {
+        if let Some(v) = self.plan.sites.get(&pc) {
+            return v.clone();
+        }
+        for (m, module) in self.plan.modules.iter().enumerate() {
+            if self.biases[m].is_none() {
+                self.biases[m] = super::lock(&pid.biases)[m];
+            }
+            if let Some(b) = self.biases[m] {
+                if let Some(v) = module.sites.get(&pc.wrapping_sub(b)) {
+                    return v.clone();
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    fn hit(&mut self, pid: &Pid, pc: u64, regs: &[u64]) {
         let plan = self.plan.clone();
-        let sites = plan.sites.get(&pc).map(Vec::as_slice).unwrap_or(&[]);
+        let sites = self.sites(pid, pc);
+        if sites.is_empty() && self.pending.is_none() {
+            return;
+        }
         if let Some(p) = self.pending.take() {
-            if !sites.contains(&Site::NotTaken(p.pc)) {
+            if !sites.contains(&Site::NotTaken(p.ret.pc)) {
                 self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
             }
         }
-        for s in sites {
+        for s in &sites {
             match *s {
                 Site::Entry(t) => self.entered(pc, t, regs),
                 Site::Return(target, ret) if ret.cond_next.is_some() => {
