@@ -795,3 +795,27 @@ fn library_functions(arch: &str) {
 }
 
 per_guest!(library_functions: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// `--list LIB:PATTERN` lists a library's functions from its `.dynsym`.
+#[test]
+fn list_of_a_library() {
+    let dir = RunDir::new();
+    let prog = dir.file("dyn_probe");
+    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
+    let o = Command::new("mipsel-linux-gnu-gcc")
+        .args(["-O2", "-no-pie", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(probe_exe())
+        .args(["--list", "libc:labs"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    let w: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!((w[0], w.len()), ("labs", 4), "{out}");
+    assert!(w[3].ends_with("/libc.so.6"), "{out}");
+}

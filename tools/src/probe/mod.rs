@@ -78,7 +78,8 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub timeline: Option<PathBuf>,
     /// List the functions that can be probed, with address, size and file,
-    /// and exit: `--list [PATTERN] PROGRAM` (PATTERN a glob, default all)
+    /// and exit: `--list [PATTERN] PROGRAM` (PATTERN a glob, default all;
+    /// `LIB:PATTERN` for a shared library's)
     #[arg(long)]
     pub list: bool,
     /// Write the hits to FILE (default: stdout, shared with the program's
@@ -205,7 +206,21 @@ pub fn main(args: Args) -> i32 {
             [p, _, ..] => p.to_string_lossy().into_owned(),
             _ => "*".into(),
         };
-        let text = list(&img, &pattern);
+        // `LIB:PATTERN`: a shared library's functions (at its link-time
+        // addresses: where it lands is known only once it runs).
+        let listed = match pattern.split_once(':') {
+            Some((lib, pat)) => libs::find(&img.path, lib)
+                .and_then(|p| Image::read(&p))
+                .map(|li| list(&li, pat)),
+            None => Ok(list(&img, &pattern)),
+        };
+        let text = match listed {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("probe: {e}");
+                return 2;
+            }
+        };
         if text.is_empty() {
             eprintln!(
                 "probe: no function matches {pattern:?} in {}",
