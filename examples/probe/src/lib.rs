@@ -148,6 +148,8 @@ impl Plan {
     }
 }
 
+/// The plan, read at the first hook call. A static: QEMU calls the hooks
+/// as free functions, so the library has nowhere else to keep it.
 fn plan() -> MutexGuard<'static, Plan> {
     static P: OnceLock<Mutex<Plan>> = OnceLock::new();
     let m = P.get_or_init(|| {

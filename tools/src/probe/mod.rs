@@ -6,6 +6,7 @@
 //! cannoli probe -p pr_add6 -p 'pr_rec:return' ./prog     # one line per hit
 //! cannoli probe --flow -p 'pr_*' ./prog                  # the call flow
 //! cannoli probe --list 'pr_*' ./prog                     # what can be probed
+//! cannoli probe -p libc:atoi -p libc:atoi:return ./dyn   # a shared library's
 //! ```
 //!
 //! How it stays cheap: the probes are resolved in the program's ELF file
@@ -18,10 +19,15 @@
 //! the stack (i386, the fifth of o32 and AAPCS), which needs the thread's
 //! stores ([`shadow`]).
 //!
+//! `LIB:FUNC` probes are planned in the library's file and moved to where
+//! the dynamic loader puts it, by the hook library and the client each
+//! ([`libs`]).
+//!
 //! The modules: [`spec`] parses `-p`, [`elf`] reads a file's functions,
-//! [`conv`] is each guest's calling convention, [`isa`] finds return
-//! instructions, [`plan`] turns probes into hooked pcs, [`shadow`] keeps
-//! stores, [`tracer`] is the client, [`out`] writes hits.
+//! [`libs`] finds a shared library's file, [`conv`] is each guest's calling
+//! convention, [`isa`] finds return instructions and tail calls, [`plan`]
+//! turns probes into hooked pcs, [`shadow`] keeps stores, [`tracer`] is the
+//! client, [`out`] writes hits.
 
 pub mod conv;
 pub mod elf;
