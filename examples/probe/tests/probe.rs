@@ -796,6 +796,48 @@ fn library_functions(arch: &str) {
 
 per_guest!(library_functions: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
+/// Library probes on a recording: the library's mapping event places it.
+#[test]
+fn library_functions_replayed() {
+    let dir = RunDir::new();
+    let prog = dir.file("dyn_probe");
+    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
+    let o = Command::new("mipsel-linux-gnu-gcc")
+        .args(["-O2", "-no-pie", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let probes = ["-p", "libc:labs/1", "-p", "libc:atoi:return"];
+    let live = run_probe(&dir, "live", &probes, &prog);
+    assert_eq!(live.status, 0, "{}", live.stderr);
+    let rec = dir.file("dyn.cnl");
+    let (st, err) = cannoli(
+        &dir,
+        &[
+            "record".as_ref(),
+            "--hooks".as_ref(),
+            "regs".as_ref(),
+            "-o".as_ref(),
+            rec.as_os_str(),
+            prog.as_os_str(),
+        ],
+    );
+    assert_eq!(st, 0, "{err}");
+    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
+    ropts.extend(probes);
+    let replay = run_probe(&dir, "replay", &ropts, Path::new("--"));
+    assert_eq!(replay.status, 0, "{}", replay.stderr);
+    let strip = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split_once(' ').unwrap().1.to_string())
+            .collect()
+    };
+    assert_eq!(strip(&replay.out), strip(&live.out));
+    assert_eq!(live.out.lines().count(), 6, "{}", live.out);
+}
+
 /// `--list LIB:PATTERN` lists a library's functions from its `.dynsym`.
 #[test]
 fn list_of_a_library() {
