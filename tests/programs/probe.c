@@ -102,11 +102,11 @@ int main(int argc, char **argv)
     printf("pr_catch(3)=%ld\n", pr_catch(3));
     if (argc > 1)
         return 0;
-    /* One thread at a time, so that the output's order is fixed. */
-    for (long i = 10; i < 40; i += 10) {
-        pthread_t t;
-        pthread_create(&t, NULL, worker, (void *)i);
-        pthread_join(t, NULL);
-    }
+    /* Three threads at once: their lines come in any order. */
+    pthread_t t[3];
+    for (long i = 0; i < 3; i++)
+        pthread_create(&t[i], NULL, worker, (void *)(10 * (i + 1)));
+    for (long i = 0; i < 3; i++)
+        pthread_join(t[i], NULL);
     return 0;
 }
