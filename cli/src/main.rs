@@ -87,6 +87,8 @@ enum Command {
     Backtrace(tools::backtrace::Args),
     #[command(about = tools::regtrace::ABOUT)]
     Regtrace(tools::regtrace::Args),
+    #[command(about = tools::probe::ABOUT)]
+    Probe(tools::probe::Args),
     #[command(about = tools::info::ABOUT)]
     Info(tools::info::Args),
     /// Export a recording to the formats other tools read
@@ -112,6 +114,7 @@ fn main() {
         Command::Coverage(a) => tools::coverage::main(a),
         Command::Backtrace(a) => tools::backtrace::main(a),
         Command::Regtrace(a) => tools::regtrace::main(a),
+        Command::Probe(a) => tools::probe::main(a),
         Command::Info(a) => tools::info::main(a),
         Command::Export { format } => match format {
             Export::Parquet(a) => export_parquet::main(a),

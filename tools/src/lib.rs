@@ -10,6 +10,7 @@ pub mod cli;
 pub mod coverage;
 pub mod info;
 pub mod input;
+pub mod probe;
 pub mod progress;
 pub mod record;
 pub mod regtrace;

@@ -1,0 +1,15 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The `probe` example's client: the same code as `cannoli probe`, in
+//! `cannoli-tools` (`tools::probe`).
+
+#[derive(clap::Parser)]
+#[command(name = "probe", about = tools::probe::ABOUT)]
+struct Cli {
+    #[command(flatten)]
+    args: tools::probe::Args,
+}
+
+fn main() {
+    let cli = tools::cli::parse::<Cli>("probe");
+    std::process::exit(tools::probe::main(cli.args))
+}

@@ -1,0 +1,863 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! End-to-end tests of `cannoli probe` (the `probe` example, the same code)
+//! on all nine guests, against ground truth it did not produce:
+//!
+//! * the program's own word: `tests/programs/probe.c` prints every call's
+//!   arguments and result, so the entries, returns, depths and threads of
+//!   the probes must say the same (recursion, a call through a pointer, a
+//!   tail call, three threads calling one function, six arguments: on
+//!   i386 all of them and on o32 and ARM the fifth and sixth come from the
+//!   stack);
+//! * QEMU's `contrib/plugins/libexeclog.so,reg=*`: the registers at the
+//!   same pcs (the guests whose registers QEMU shows plugins: not MIPS);
+//! * the cross `nm` of the program for `--list`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use e2e::ground::{layout_index, run_execlog_regs, split_execlog_line, ExeclogItem};
+use e2e::{guest, guest_info, no_aslr, qemu_builds, RunDir, GUESTS, QEMU_ENV};
+use serde_json::Value;
+
+fn probe_exe() -> PathBuf {
+    e2e::tool_exe(env!("CARGO_BIN_EXE_probe"))
+}
+
+/// The probes of every run: each function's entry and return.
+const PROBES: &[&str] = &[
+    "pr_add6",
+    "pr_add6:return",
+    "pr_rec/1",
+    "pr_rec:return",
+    "pr_viaptr/1",
+    "pr_viaptr:return",
+    "pr_tail/1",
+    "pr_tail:return",
+    "pr_tailee:return",
+    "pr_catch/1",
+    "pr_catch:return",
+    "pr_deep/1",
+    "pr_deep:return",
+];
+
+struct Run {
+    status: i32,
+    out: String,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_probe(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path) -> Run {
+    run_probe_args(dir, tag, opts, prog, &[])
+}
+
+fn run_probe_args(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path, args: &[&str]) -> Run {
+    let q = qemu_builds();
+    let out = dir.file(&format!("{tag}.out"));
+    let o = no_aslr(&mut Command::new(probe_exe()))
+        .arg("-o")
+        .arg(&out)
+        .args(opts)
+        .arg(prog)
+        .args(args)
+        .env_clear()
+        .envs(QEMU_ENV.iter().copied())
+        .env("CANNOLI_QEMU_BUILD", &q.build)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Run {
+        status: o.status.code().unwrap_or(-1),
+        out: fs::read_to_string(&out).unwrap_or_default(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+fn probe_args() -> Vec<&'static str> {
+    let mut v = vec!["--json"];
+    for p in PROBES {
+        v.extend(["-p", p]);
+    }
+    v
+}
+
+fn hex(v: &Value) -> Option<u64> {
+    let s = v.as_str()?;
+    u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
+}
+
+fn mask(v: i64, bits: u32) -> u64 {
+    if bits == 64 {
+        v as u64
+    } else {
+        v as u64 & ((1u64 << bits) - 1)
+    }
+}
+
+/// One hit, as the test compares it: `function at values depth`.
+fn line(h: &Value) -> String {
+    let f = h["function"].as_str().unwrap_or("?");
+    let at = h["at"].as_str().unwrap_or("?");
+    let vals: Vec<String> = match at {
+        "entry" => h["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| hex(a).map_or("?".into(), |v| format!("{v:#x}")))
+            .collect(),
+        _ => vec![hex(&h["ret"]).map_or("?".into(), |v| format!("{v:#x}"))],
+    };
+    let unwound = if h["unwound"] == true { " unwound" } else { "" };
+    format!("{f} {at} {}{unwound} depth {}", vals.join(","), h["depth"])
+}
+
+/// What the program printed, as the hits it implies: the main thread's,
+/// and each worker thread's.
+fn expected(stdout: &str, bits: u32) -> (Vec<String>, BTreeSet<Vec<String>>) {
+    let h = |v: i64| format!("{:#x}", mask(v, bits));
+    let nums = |s: &str| -> Vec<i64> { s.split(',').map(|x| x.parse().unwrap()).collect() };
+    let mut main = Vec::new();
+    let mut workers = BTreeSet::new();
+    for l in stdout.lines() {
+        let (call, r) = l.rsplit_once('=').unwrap();
+        let r: i64 = r.parse().unwrap();
+        let (name, args) = call.trim_end_matches(')').split_once('(').unwrap();
+        let args = nums(args);
+        if let Some(w) = name.strip_prefix("thread ") {
+            let _ = w;
+            let a: Vec<String> = args.iter().map(|&a| h(a)).collect();
+            workers.insert(vec![
+                format!("pr_add6 entry {} depth 1", a.join(",")),
+                format!("pr_add6 return {} depth 1", h(r)),
+            ]);
+            continue;
+        }
+        match name {
+            "pr_add6" | "pr_viaptr" => {
+                let a: Vec<String> = args.iter().map(|&a| h(a)).collect();
+                main.push(format!("{name} entry {} depth 1", a.join(",")));
+                main.push(format!("{name} return {} depth 1", h(r)));
+            }
+            "pr_rec" => {
+                // Each level n calls n-1; the results are 1, then 3r + n.
+                let n = args[0];
+                let mut results = vec![1i64];
+                for k in 1..=n {
+                    results.push(results[k as usize - 1] * 3 + k);
+                }
+                assert_eq!(results[n as usize], r, "{l}");
+                for k in (0..=n).rev() {
+                    main.push(format!("pr_rec entry {} depth {}", h(k), n - k + 1));
+                }
+                for k in 0..=n {
+                    main.push(format!(
+                        "pr_rec return {} depth {}",
+                        h(results[k as usize]),
+                        n - k + 1
+                    ));
+                }
+            }
+            "pr_catch" => {
+                // pr_deep(n) .. pr_deep(0), whose longjmp leaves them all.
+                let n = args[0];
+                main.push(format!("pr_catch entry {} depth 1", h(n)));
+                for k in (0..=n).rev() {
+                    main.push(format!("pr_deep entry {} depth {}", h(k), n - k + 2));
+                }
+                for k in 0..=n {
+                    main.push(format!("pr_deep return ? unwound depth {}", n - k + 2));
+                }
+                main.push(format!("pr_catch return {} depth 1", h(r)));
+            }
+            "pr_tail" => {
+                main.push(format!("pr_tail entry {} depth 1", h(args[0])));
+                main.push(format!("pr_tailee return {} depth 2", h(r)));
+                main.push(format!("pr_tail return {} depth 1", h(r)));
+            }
+            other => panic!("unexpected line {other:?} in {stdout}"),
+        }
+    }
+    (main, workers)
+}
+
+/// The hits of a run, by thread (in the order threads first appear).
+fn hits_by_thread(out: &str) -> Vec<(i64, Vec<Value>)> {
+    let mut by: Vec<(i64, Vec<Value>)> = Vec::new();
+    for l in out.lines() {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+        let tid = v["tid"].as_i64().unwrap();
+        match by.iter_mut().find(|(t, _)| *t == tid) {
+            Some((_, h)) => h.push(v),
+            None => by.push((tid, vec![v])),
+        }
+    }
+    by
+}
+
+fn known_values(arch: &str) {
+    let dir = RunDir::new();
+    known_values_of(&dir, arch, &guest(arch, "probe"));
+}
+
+fn known_values_of(dir: &RunDir, arch: &str, prog: &Path) {
+    let r = run_probe(dir, arch, &probe_args(), prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let (main, workers) = expected(&r.stdout, guest_info(arch).bits);
+    let by = hits_by_thread(&r.out);
+    let pid = by
+        .iter()
+        .flat_map(|(_, h)| h)
+        .map(|h| h["pid"].as_i64().unwrap())
+        .next()
+        .expect("hits");
+    let got_main: Vec<String> = by
+        .iter()
+        .filter(|(t, _)| *t == pid)
+        .flat_map(|(_, h)| h.iter().map(line))
+        .collect();
+    assert_eq!(got_main, main, "{arch}: the main thread's hits");
+    let got_workers: BTreeSet<Vec<String>> = by
+        .iter()
+        .filter(|(t, _)| *t != pid)
+        .map(|(_, h)| h.iter().map(line).collect())
+        .collect();
+    assert_eq!(got_workers, workers, "{arch}: the worker threads' hits");
+    assert_eq!(
+        by.len(),
+        4,
+        "{arch}: hits in the main thread and three workers"
+    );
+    // Every hit names its probe as given, and the pcs are the functions'.
+    for h in by.iter().flat_map(|(_, h)| h) {
+        let probe = h["probe"].as_str().unwrap();
+        assert!(PROBES.contains(&probe), "{arch}: {h}");
+        assert!(hex(&h["pc"]).is_some(), "{arch}: {h}");
+    }
+}
+
+macro_rules! per_guest {
+    ($f:ident: $($arch:ident),*) => {
+        mod $f {
+            $(
+                #[test]
+                fn $arch() {
+                    super::$f(stringify!($arch));
+                }
+            )*
+        }
+    };
+}
+
+per_guest!(known_values: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// The ARM guest's programs are Thumb-2 (Debian's default); the same
+/// program built with `-marm` has A32 functions (`pop {r4, pc}`, `ldr pc,
+/// [sp], #4`) calling a Thumb libc.
+#[test]
+fn known_values_in_a32() {
+    let dir = RunDir::new();
+    let prog = dir.file("probe-a32");
+    let src = e2e::workspace_root().join("tests/programs/probe.c");
+    let cc = "arm-linux-gnueabihf-gcc";
+    let o = Command::new(cc)
+        .args(["-marm", "-O2", "-static", "-pthread", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e}; install it with scripts/deps.sh"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    known_values_of(&dir, "arm", &prog);
+}
+
+/// The registers before each instruction of cpu 0 (the main thread), from
+/// execlog's changes; only registers that changed at least once are known.
+/// Calls `at(pc, state)` at every instruction.
+fn execlog_states(log: &Path, arch: &str, mut at: impl FnMut(u64, &BTreeMap<usize, u64>)) {
+    let text = fs::read_to_string(log).unwrap();
+    let mut state = BTreeMap::new();
+    for l in text.lines() {
+        if !l.starts_with("0, ") {
+            continue;
+        }
+        let Ok(e) = split_execlog_line(l) else {
+            continue;
+        };
+        at(e.pc, &state);
+        for item in e.items {
+            if let ExeclogItem::Reg(name, value) = item {
+                if let Some(i) = layout_index(arch, name) {
+                    let v = value.trim_start_matches("0x");
+                    let v = u128::from_str_radix(v, 16).unwrap() as u64;
+                    state.insert(i, v);
+                }
+            }
+        }
+    }
+}
+
+/// Registers at entries and returns equal those execlog saw at the same
+/// pcs, for the main thread.
+fn matches_execlog(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    // Without the threads, which QEMU's execlog does not survive.
+    let mut opts = probe_args();
+    opts.push("--insns");
+    let r = run_probe_args(&dir, arch, &opts, &prog, &["nothreads"]);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let by = hits_by_thread(&r.out);
+    let ours: Vec<Value> = by
+        .iter()
+        .find(|(t, h)| h[0]["pid"].as_i64() == Some(*t))
+        .expect("hits of the main thread")
+        .1
+        .iter()
+        // A frame a longjmp left has no result to compare.
+        .filter(|h| h["unwound"] != true)
+        .cloned()
+        .collect();
+    let (run, log, _) = run_execlog_regs(&dir, "execlog", arch, &prog, &["nothreads"]);
+    run.assert_success();
+    let bits = guest_info(arch).bits;
+    let (args, ret): (&[&str], &str) = match arch {
+        "riscv64" => (&["a0", "a1", "a2", "a3", "a4", "a5"], "a0"),
+        "arm" => (&["r0", "r1", "r2", "r3"], "r0"),
+        "aarch64" => (&["x0", "x1", "x2", "x3", "x4", "x5"], "x0"),
+        "x86_64" => (&["rdi", "rsi", "rdx", "rcx", "r8", "r9"], "rax"),
+        "i386" => (&[], "eax"),
+        "ppc64le" => (&["r3", "r4", "r5", "r6", "r7", "r8"], "r3"),
+        _ => unreachable!(),
+    };
+    let idx = |n: &str| layout_index(arch, n).unwrap();
+    let m = |v: u64| e2e::ground::mask(v, bits);
+    // Our hits, as (pc, the values execlog can know).
+    let want: Vec<(u64, Vec<u64>)> = ours
+        .iter()
+        .map(|h| {
+            let pc = hex(&h["pc"]).unwrap();
+            let vals = match h["at"].as_str().unwrap() {
+                "entry" => {
+                    let a = h["args"].as_array().unwrap();
+                    a.iter().take(args.len()).map(|v| hex(v).unwrap()).collect()
+                }
+                _ => vec![hex(&h["ret"]).unwrap()],
+            };
+            (pc, vals)
+        })
+        .collect();
+    let entries: BTreeMap<u64, usize> = ours
+        .iter()
+        .filter(|h| h["at"] == "entry")
+        .map(|h| (hex(&h["pc"]).unwrap(), h["args"].as_array().unwrap().len()))
+        .collect();
+    let returns: BTreeSet<u64> = ours
+        .iter()
+        .filter(|h| h["at"] == "return")
+        .map(|h| hex(&h["pc"]).unwrap())
+        .collect();
+    let mut got: Vec<(u64, Vec<u64>)> = Vec::new();
+    // execlog's instruction index of each of those.
+    let mut index: Vec<u64> = Vec::new();
+    let mut k = 0u64;
+    execlog_states(&log, arch, |pc, s| {
+        let get = |n: &str| m(s.get(&idx(n)).copied().unwrap_or(0));
+        if let Some(&n) = entries.get(&pc) {
+            got.push((pc, args.iter().take(n).map(|a| get(a)).collect()));
+            index.push(k);
+        }
+        if returns.contains(&pc) {
+            // A tail call's return closes both frames: one line each.
+            let n = ours
+                .iter()
+                .filter(|h| h["at"] == "return" && hex(&h["pc"]) == Some(pc))
+                .map(|h| h["function"].as_str().unwrap())
+                .collect::<BTreeSet<_>>()
+                .len();
+            for _ in 0..n {
+                got.push((pc, vec![get(ret)]));
+                index.push(k);
+            }
+        }
+        k += 1;
+    });
+    assert_eq!(
+        got, want,
+        "{arch}: registers at the probed pcs, execlog then ours"
+    );
+    // `--insns`: the instructions from each entry to its return, as
+    // execlog counted them (a return is matched to the last open entry of
+    // its function at its depth).
+    let mut open: Vec<(String, u64, u64)> = Vec::new();
+    let mut checked = 0;
+    for (h, &at) in ours.iter().zip(&index) {
+        let f = h["function"].as_str().unwrap().to_string();
+        let depth = h["depth"].as_u64().unwrap();
+        if h["at"] == "entry" {
+            open.push((f, depth, at));
+        } else if let Some(i) = open.iter().rposition(|(g, d, _)| *g == f && *d == depth) {
+            let (_, _, start) = open.remove(i);
+            assert_eq!(h["insns"].as_u64(), Some(at - start), "{arch}: {h}");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 9, "{arch}: {checked} returns checked");
+}
+
+per_guest!(matches_execlog: arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// `--list` names the functions the cross `nm` of the program lists as
+/// code with a size, at the same addresses.
+fn list_matches_nm(arch: &str) {
+    let prog = guest(arch, "probe");
+    let dir = RunDir::new();
+    let o = Command::new(probe_exe())
+        .args(["--list"])
+        .arg(&prog)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{arch}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let ours: BTreeSet<(String, u64)> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let a = u64::from_str_radix(w[1].trim_start_matches("0x"), 16).unwrap();
+            (w[0].to_string(), a)
+        })
+        .collect();
+    let nm = match guest_info(arch).triple {
+        Some(t) => format!("{t}-nm"),
+        None => "nm".into(),
+    };
+    let o = Command::new(&nm)
+        .args(["-S", "--defined-only"])
+        .arg(&prog)
+        .output()
+        .unwrap_or_else(|e| panic!("{nm}: {e}"));
+    assert!(o.status.success(), "{nm}");
+    let theirs: BTreeSet<(String, u64)> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let [addr, size, ty, name] = w[..] else {
+                return None;
+            };
+            let size = u64::from_str_radix(size, 16).ok()?;
+            if !matches!(ty, "T" | "t" | "W" | "i") || size == 0 {
+                return None;
+            }
+            let a = u64::from_str_radix(addr, 16).ok()?;
+            let a = if arch == "arm" { a & !1 } else { a };
+            Some((name.to_string(), a))
+        })
+        .collect();
+    let sized: BTreeSet<(String, u64)> = theirs.iter().cloned().collect();
+    let missing: Vec<_> = sized.difference(&ours).take(10).collect();
+    assert!(
+        missing.is_empty(),
+        "{arch}: nm has, --list lacks: {missing:?}"
+    );
+    for f in [
+        "pr_add6",
+        "pr_rec",
+        "pr_viaptr",
+        "pr_tail",
+        "pr_tailee",
+        "main",
+    ] {
+        assert!(ours.iter().any(|(n, _)| n == f), "{arch}: {f} not listed");
+    }
+}
+
+per_guest!(list_matches_nm: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+#[test]
+fn bad_probes_are_one_line() {
+    let dir = RunDir::new();
+    let prog = guest("mipsel", "probe");
+    for (opts, want) in [
+        (&["-p", "pr_add6/x"][..], "write FUNC"),
+        (&["-p", "no_such_fn"][..], "--list"),
+        (&["-p", "pr_add6+0x1000"][..], "outside it"),
+        (&["-p", "libc:strlen"][..], "shared library"),
+        (&[][..], "-p FUNC"),
+    ] {
+        let r = run_probe(&dir, "bad", opts, &prog);
+        assert_eq!(r.status, 2, "{opts:?}: {}", r.stderr);
+        let lines: Vec<&str> = r.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{opts:?}: {}", r.stderr);
+        assert!(
+            lines[0].starts_with("probe: ") && lines[0].contains(want),
+            "{}",
+            lines[0]
+        );
+    }
+}
+
+/// `--flow`: every entry and return of the matched functions, indented by
+/// depth, with the results.
+#[test]
+fn flow_of_the_recursion() {
+    let dir = RunDir::new();
+    let prog = guest("riscv64", "probe");
+    let r = run_probe(&dir, "flow", &["--flow", "-p", "pr_rec/1"], &prog);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    let flow: Vec<String> = r
+        .out
+        .lines()
+        .map(|l| l.split_once(": ").unwrap().1.to_string())
+        .collect();
+    let want = [
+        "-> pr_rec(arg0=0x0)",
+        "<- pr_rec ret=0x1",
+        "-> pr_rec(arg0=0x4)",
+        "  -> pr_rec(arg0=0x3)",
+        "    -> pr_rec(arg0=0x2)",
+        "      -> pr_rec(arg0=0x1)",
+        "        -> pr_rec(arg0=0x0)",
+        "        <- pr_rec ret=0x1",
+        "      <- pr_rec ret=0x4",
+        "    <- pr_rec ret=0xe",
+        "  <- pr_rec ret=0x2d",
+        "<- pr_rec ret=0x8b",
+    ];
+    assert_eq!(flow, want);
+}
+
+/// Every guest in the matrix is covered above.
+#[test]
+fn the_matrix_is_covered() {
+    assert_eq!(GUESTS.len(), 9);
+}
+
+/// `--flow -p '*'`: every function of the program (all of static glibc's
+/// start-up and exit too) enters and returns well nested in every thread,
+/// none left without its return, and the probed program's own functions
+/// show their known results.
+fn flow_of_everything(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    let r = run_probe(&dir, arch, &["--flow", "-p", "*"], &prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let mut stacks: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut results: Vec<String> = Vec::new();
+    for l in r.out.lines() {
+        let (head, rest) = l.split_once(": ").unwrap();
+        let tid = head.split_whitespace().last().unwrap().to_string();
+        let stack = stacks.entry(tid).or_default();
+        let body = rest.trim_start();
+        let indent = (rest.len() - body.len()) / 2;
+        if body.contains("unwound") {
+            // Left by the longjmp: pr_deep's frames and glibc's longjmp
+            // itself (which never returns either).
+            let f = body.split_whitespace().nth(1).unwrap();
+            assert!(f == "pr_deep" || f.contains("longjmp"), "{arch}: {l}");
+        }
+        if let Some(call) = body.strip_prefix("-> ") {
+            assert_eq!(indent, stack.len(), "{arch}: {l}");
+            stack.push(call.split('(').next().unwrap().to_string());
+        } else if let Some(ret) = body.strip_prefix("<- ") {
+            let (f, v) = ret.split_once(' ').unwrap();
+            assert_eq!(stack.pop().as_deref(), Some(f), "{arch}: {l}");
+            assert_eq!(indent, stack.len(), "{arch}: {l}");
+            if f.starts_with("pr_") {
+                results.push(format!("{f} {v}"));
+            }
+        } else {
+            panic!("{arch}: {l}");
+        }
+    }
+    let want = [
+        "pr_add6 ret=0x5b",
+        "pr_add6 ret=0x7092dd",
+        "pr_rec ret=0x1",
+        "pr_rec ret=0x1",
+        "pr_rec ret=0x4",
+        "pr_rec ret=0xe",
+        "pr_rec ret=0x2d",
+        "pr_rec ret=0x8b",
+        "pr_viaptr ret=0x52",
+        "pr_tailee ret=0x2a",
+        "pr_tail ret=0x2a",
+        "pr_deep ret=? unwound",
+        "pr_deep ret=? unwound",
+        "pr_deep ret=? unwound",
+        "pr_deep ret=? unwound",
+        "pr_catch ret=0x2bf",
+        "pr_add6 ret=0x118",
+        "pr_add6 ret=0x1ea",
+        "pr_add6 ret=0x2bc",
+    ];
+    let mut got = results.clone();
+    let mut w: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    // Threads' lines may come before or after the main thread's.
+    got.sort();
+    w.sort();
+    assert_eq!(got, w, "{arch}");
+}
+
+per_guest!(flow_of_everything: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// `--timeline FILE`: a Chrome trace-event document whose begin and end
+/// events nest per thread, one span per call.
+#[test]
+fn timeline_spans() {
+    let dir = RunDir::new();
+    let prog = guest("aarch64", "probe");
+    let tl = dir.file("t.json");
+    let r = run_probe(
+        &dir,
+        "tl",
+        &["--flow", "-p", "pr_*", "--timeline", tl.to_str().unwrap()],
+        &prog,
+    );
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    let doc: Value = serde_json::from_str(&fs::read_to_string(&tl).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let mut open: BTreeMap<i64, Vec<(String, u64)>> = BTreeMap::new();
+    let mut spans = 0;
+    for e in events {
+        let tid = e["tid"].as_i64().unwrap();
+        let name = e["name"].as_str().unwrap().to_string();
+        let ts = e["ts"].as_u64().unwrap();
+        match e["ph"].as_str().unwrap() {
+            "B" => open.entry(tid).or_default().push((name, ts)),
+            "E" => {
+                let (n, t0) = open.get_mut(&tid).unwrap().pop().unwrap();
+                assert_eq!(n, name);
+                assert!(t0 < ts, "{e}");
+                spans += 1;
+            }
+            other => panic!("{other}"),
+        }
+    }
+    assert!(open.values().all(|v| v.is_empty()), "{open:?}");
+    // pr_add6 x5, pr_rec x6, pr_viaptr, pr_tail, pr_tailee, pr_catch,
+    // pr_deep x4 (closed by the longjmp).
+    assert_eq!(spans, 19);
+}
+
+fn cannoli(dir: &RunDir, args: &[&std::ffi::OsStr]) -> (i32, String) {
+    let q = qemu_builds();
+    let o = no_aslr(&mut Command::new(e2e::release_artifact("cannoli")))
+        .args(args)
+        .env_clear()
+        .envs(QEMU_ENV.iter().copied())
+        .env("CANNOLI_QEMU_BUILD", &q.build)
+        .current_dir(dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The same probes on a recording made with `--hooks regs` give the live
+/// run's hits, instruction indexes included (the guest's stdout is a pipe
+/// in both runs: glibc's `printf` takes another path for /dev/null); a recording without registers gets one line naming the
+/// preset.
+fn replay_equals_live(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    let mut opts = vec!["--insns"];
+    for p in PROBES {
+        opts.extend(["-p", p]);
+    }
+    let live = run_probe_args(&dir, "live", &opts, &prog, &["nothreads"]);
+    assert_eq!(live.status, 0, "{}", live.stderr);
+    let rec = dir.file("regs.cnl");
+    let (st, err) = cannoli(
+        &dir,
+        &[
+            "record".as_ref(),
+            "--hooks".as_ref(),
+            "regs".as_ref(),
+            "-o".as_ref(),
+            rec.as_os_str(),
+            prog.as_os_str(),
+            "nothreads".as_ref(),
+        ],
+    );
+    assert_eq!(st, 0, "{err}");
+    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
+    ropts.extend(&opts);
+    let replay = run_probe(&dir, "replay", &ropts, Path::new("--"));
+    assert_eq!(replay.status, 0, "{}", replay.stderr);
+    // The thread ids are the two runs' own.
+    let strip = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split_once(' ').unwrap().1.to_string())
+            .collect()
+    };
+    assert_eq!(strip(&replay.out), strip(&live.out), "{arch}");
+    assert!(live.out.lines().count() >= 20, "{}", live.out);
+    let mem = dir.file("mem.cnl");
+    let (st, err) = cannoli(
+        &dir,
+        &[
+            "record".as_ref(),
+            "-o".as_ref(),
+            mem.as_os_str(),
+            prog.as_os_str(),
+            "nothreads".as_ref(),
+        ],
+    );
+    assert_eq!(st, 0, "{err}");
+    let r = run_probe(
+        &dir,
+        "nomem",
+        &["--replay", mem.to_str().unwrap(), "-p", "pr_rec"],
+        Path::new("--"),
+    );
+    assert_ne!(r.status, 0);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("--hooks regs"), "{}", lines[0]);
+}
+
+per_guest!(replay_equals_live: mipsel, i386, arm);
+
+/// `LIB:FUNC`: functions of the dynamically linked C library, by name,
+/// with the values the program prints (`atoi` tail-calls `strtol` on some
+/// guests: its return is found there).
+fn library_functions(arch: &str) {
+    let dir = RunDir::new();
+    let prog = dir.file("dyn_probe");
+    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
+    let cc = match guest_info(arch).triple {
+        Some(t) => format!("{t}-gcc"),
+        None => "gcc".into(),
+    };
+    let o = Command::new(&cc)
+        .args(["-O2", "-no-pie", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("{cc}: {e}; install it with scripts/deps.sh"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let opts = [
+        "--json",
+        "-p",
+        "libc:atoi/0",
+        "-p",
+        "libc:atoi:return",
+        "-p",
+        "libc:labs/1",
+        "-p",
+        "libc:labs:return",
+    ];
+    let r = run_probe(&dir, arch, &opts, &prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let bits = guest_info(arch).bits;
+    let mut want = Vec::new();
+    for l in r.stdout.lines() {
+        let (call, v) = l.rsplit_once('=').unwrap();
+        let (f, a) = call.trim_end_matches(')').split_once('(').unwrap();
+        let v: i64 = v.parse().unwrap();
+        match f {
+            "atoi" => {
+                want.push("atoi entry  depth 1".to_string());
+                // An int in a wider register: compare its low 32 bits.
+                want.push(format!("atoi return {:#x} depth 1", mask(v, 32)));
+            }
+            _ => {
+                let a: i64 = a.parse().unwrap();
+                want.push(format!("labs entry {:#x} depth 1", mask(a, bits)));
+                want.push(format!("labs return {:#x} depth 1", mask(v, bits)));
+            }
+        }
+    }
+    let got: Vec<String> = r
+        .out
+        .lines()
+        .map(|l| {
+            let mut h: Value = serde_json::from_str(l).unwrap();
+            if h["function"] == "atoi" && h["at"] == "return" {
+                let v = hex(&h["ret"]).unwrap() & 0xffff_ffff;
+                h["ret"] = Value::String(format!("{v:#x}"));
+            }
+            line(&h)
+        })
+        .collect();
+    assert_eq!(got, want, "{arch}");
+}
+
+per_guest!(library_functions: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// Library probes on a recording: the library's mapping event places it.
+#[test]
+fn library_functions_replayed() {
+    let dir = RunDir::new();
+    let prog = dir.file("dyn_probe");
+    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
+    let o = Command::new("mipsel-linux-gnu-gcc")
+        .args(["-O2", "-no-pie", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let probes = ["-p", "libc:labs/1", "-p", "libc:atoi:return"];
+    let live = run_probe(&dir, "live", &probes, &prog);
+    assert_eq!(live.status, 0, "{}", live.stderr);
+    let rec = dir.file("dyn.cnl");
+    let (st, err) = cannoli(
+        &dir,
+        &[
+            "record".as_ref(),
+            "--hooks".as_ref(),
+            "regs".as_ref(),
+            "-o".as_ref(),
+            rec.as_os_str(),
+            prog.as_os_str(),
+        ],
+    );
+    assert_eq!(st, 0, "{err}");
+    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
+    ropts.extend(probes);
+    let replay = run_probe(&dir, "replay", &ropts, Path::new("--"));
+    assert_eq!(replay.status, 0, "{}", replay.stderr);
+    let strip = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split_once(' ').unwrap().1.to_string())
+            .collect()
+    };
+    assert_eq!(strip(&replay.out), strip(&live.out));
+    assert_eq!(live.out.lines().count(), 6, "{}", live.out);
+}
+
+/// `--list LIB:PATTERN` lists a library's functions from its `.dynsym`.
+#[test]
+fn list_of_a_library() {
+    let dir = RunDir::new();
+    let prog = dir.file("dyn_probe");
+    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
+    let o = Command::new("mipsel-linux-gnu-gcc")
+        .args(["-O2", "-no-pie", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(probe_exe())
+        .args(["--list", "libc:labs"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    let w: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!((w[0], w.len()), ("labs", 4), "{out}");
+    assert!(w[3].ends_with("/libc.so.6"), "{out}");
+}

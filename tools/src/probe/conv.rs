@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The calling conventions: where a function finds its integer arguments
+//! at its first instruction, where its result is at its return, and what
+//! the stack pointer is there, for each guest.
+//!
+//! | guest | convention | arguments | beyond those, on the stack at entry | result |
+//! |---|---|---|---|---|
+//! | mipsel, mips | o32 | a0..a3 | sp+16 (the four home slots come first) | v0 |
+//! | mips64el | n64 | a0..a7 (QEMU names a4..a7 t0..t3) | sp+0 | v0 |
+//! | arm | AAPCS | r0..r3 | sp+0 | r0 |
+//! | aarch64 | AAPCS64 | x0..x7 | sp+0 | x0 |
+//! | riscv64 | RISC-V | a0..a7 | sp+0 | a0 |
+//! | x86_64 | SysV | rdi rsi rdx rcx r8 r9 | rsp+8 (above the return address) | rax |
+//! | i386 | cdecl | none | esp+4 | eax |
+//! | ppc64le | ELFv2 | r3..r10 | r1+96 (after the save area) | r3 |
+//!
+//! Arguments on the stack are memory: the probe reads them from what the
+//! thread stored there (see `super::shadow`).
+//!
+//! A frame is known by its *key*: the caller's stack pointer once the
+//! function has returned. At the entry that is `sp` (plus the pushed
+//! return address on x86); at a return instruction it is `sp` plus what
+//! the instruction pops (see `super::isa`). Return probes match a return to
+//! its entry by that key, which is right for recursion (each level has its
+//! own), tail calls (the callee returns with its caller's key) and threads
+//! (each has its own stack).
+
+use object::{Architecture, Object};
+
+/// A guest's calling convention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Abi {
+    O32,
+    N64,
+    Aapcs,
+    Aapcs64,
+    Riscv,
+    SysV,
+    Cdecl,
+    Elfv2,
+}
+
+impl Abi {
+    /// The convention of an ELF file's code.
+    pub fn of(f: &object::File) -> Option<Abi> {
+        Some(match (f.architecture(), f.is_64()) {
+            (Architecture::Mips, false) => Abi::O32,
+            (Architecture::Mips64, true) => Abi::N64,
+            (Architecture::Arm, _) => Abi::Aapcs,
+            (Architecture::Aarch64, _) => Abi::Aapcs64,
+            (Architecture::Riscv64, _) => Abi::Riscv,
+            (Architecture::X86_64, _) => Abi::SysV,
+            (Architecture::I386, _) => Abi::Cdecl,
+            (Architecture::PowerPc64, _) if f.is_little_endian() => Abi::Elfv2,
+            _ => return None,
+        })
+    }
+
+    /// Its name, for messages and docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Abi::O32 => "o32",
+            Abi::N64 => "n64",
+            Abi::Aapcs => "AAPCS",
+            Abi::Aapcs64 => "AAPCS64",
+            Abi::Riscv => "RISC-V",
+            Abi::SysV => "SysV",
+            Abi::Cdecl => "cdecl",
+            Abi::Elfv2 => "ELFv2",
+        }
+    }
+
+    /// The registers of the first arguments, by QEMU's names.
+    pub fn arg_regs(self) -> &'static [&'static str] {
+        match self {
+            Abi::O32 => &["a0", "a1", "a2", "a3"],
+            Abi::N64 => &["a0", "a1", "a2", "a3", "t0", "t1", "t2", "t3"],
+            Abi::Aapcs => &["r0", "r1", "r2", "r3"],
+            Abi::Aapcs64 => &["x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7"],
+            Abi::Riscv => &["a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7"],
+            Abi::SysV => &["rdi", "rsi", "rdx", "rcx", "r8", "r9"],
+            Abi::Cdecl => &[],
+            Abi::Elfv2 => &["r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10"],
+        }
+    }
+
+    /// Where the first argument past the registers is, from `sp` at entry.
+    pub fn stack_args(self) -> u64 {
+        match self {
+            Abi::O32 => 16,
+            Abi::SysV => 8,
+            Abi::Cdecl => 4,
+            Abi::Elfv2 => 96,
+            _ => 0,
+        }
+    }
+
+    /// Bytes of an argument slot on the stack.
+    pub fn word(self) -> u64 {
+        match self {
+            Abi::O32 | Abi::Aapcs | Abi::Cdecl => 4,
+            _ => 8,
+        }
+    }
+
+    /// The register of the result.
+    pub fn ret_reg(self) -> &'static str {
+        match self {
+            Abi::O32 | Abi::N64 => "v0",
+            Abi::Aapcs => "r0",
+            Abi::Aapcs64 => "x0",
+            Abi::Riscv => "a0",
+            Abi::SysV => "rax",
+            Abi::Cdecl => "eax",
+            Abi::Elfv2 => "r3",
+        }
+    }
+
+    /// The stack pointer.
+    pub fn sp_reg(self) -> &'static str {
+        match self {
+            Abi::SysV => "rsp",
+            Abi::Cdecl => "esp",
+            Abi::Elfv2 => "r1",
+            _ => "sp",
+        }
+    }
+
+    /// A frame's key at its entry, from `sp` there: the return address
+    /// the call pushed is popped by the return.
+    pub fn entry_key(self, sp: u64) -> u64 {
+        sp.wrapping_add(match self {
+            Abi::SysV => 8,
+            Abi::Cdecl => 4,
+            _ => 0,
+        })
+    }
+
+    /// Whether argument `i` (from 0) is in memory.
+    pub fn on_stack(self, i: usize) -> bool {
+        i >= self.arg_regs().len()
+    }
+
+    /// Where argument `i` (on the stack) is, from `sp` at entry.
+    pub fn stack_slot(self, sp: u64, i: usize) -> u64 {
+        let k = (i - self.arg_regs().len()) as u64;
+        sp.wrapping_add(self.stack_args() + k * self.word())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_slots() {
+        assert_eq!(Abi::O32.stack_slot(0x1000, 4), 0x1010);
+        assert_eq!(Abi::O32.stack_slot(0x1000, 5), 0x1014);
+        assert_eq!(Abi::Cdecl.stack_slot(0x1000, 0), 0x1004);
+        assert_eq!(Abi::Aapcs.stack_slot(0x1000, 4), 0x1000);
+        assert_eq!(Abi::SysV.stack_slot(0x1000, 6), 0x1008);
+        assert!(!Abi::SysV.on_stack(5) && Abi::SysV.on_stack(6));
+        assert!(Abi::Cdecl.on_stack(0));
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(Abi::SysV.entry_key(0x7ff8), 0x8000);
+        assert_eq!(Abi::Cdecl.entry_key(0x7ffc), 0x8000);
+        assert_eq!(Abi::Riscv.entry_key(0x8000), 0x8000);
+    }
+}

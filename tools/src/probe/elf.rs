@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The functions of an ELF file, as a probe needs them: where each one's
+//! code starts and ends, where a call lands, and its bytes (the return
+//! instructions are found in them, see [`super::isa`]).
+//!
+//! A symbol's value is not always where a call lands: an ARM Thumb
+//! function's value has bit 0 set (the interworking bit), and a PowerPC
+//! ELFv2 function has a local entry a few instructions past its value
+//! (`st_other`), where calls from code sharing its TOC land; a call through
+//! the global entry runs on into the local one, so the probe sits there and
+//! fires once for either.
+
+use std::path::{Path, PathBuf};
+
+use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
+use object::{elf, Object, ObjectSymbol, SymbolKind};
+
+use super::conv::Abi;
+
+/// One function symbol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Func {
+    pub name: String,
+    /// Its first instruction (Thumb: the even address).
+    pub start: u64,
+    /// Where the entry probe sits: `start`, or the ELFv2 local entry.
+    pub entry: u64,
+    /// As the symbol table says (0 for many assembly functions).
+    pub size: u64,
+    /// Where its code ends: `start + size`, or for a symbol without a size
+    /// the next function's start (at most 4 KiB on), so that the returns
+    /// of assembly functions such as i386's `__x86.get_pc_thunk.ax` are
+    /// found.
+    pub end: u64,
+    /// ARM Thumb code.
+    pub thumb: bool,
+}
+
+/// An ELF file's functions and code, at its link-time addresses.
+pub struct Image {
+    pub path: PathBuf,
+    pub abi: Abi,
+    pub big_endian: bool,
+    /// Position independent (ET_DYN): run-time addresses need the load
+    /// bias.
+    pub pie: bool,
+    /// Where the file's offset 0 is, at link-time addresses: a shared
+    /// library's load bias is its mapping of offset 0 minus this.
+    pub low: u64,
+    /// Sorted by start; one name per start (the first in the table).
+    pub funcs: Vec<Func>,
+    /// Loadable executable segments: (address, bytes).
+    code: Vec<(u64, Vec<u8>)>,
+}
+
+/// The page of the lowest loadable segment: where the file's offset 0 is
+/// mapped, at link-time addresses.
+fn low_page<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> u64 {
+    let e = f.endian();
+    f.elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(e) == elf::PT_LOAD)
+        .map(|p| {
+            let v: u64 = p.p_vaddr(e).into();
+            let o: u64 = p.p_offset(e).into();
+            v - o
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+fn segments<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> Vec<(u64, Vec<u8>)> {
+    let e = f.endian();
+    f.elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(e) == elf::PT_LOAD && p.p_flags(e) & elf::PF_X != 0)
+        .filter_map(|p| {
+            let data = p.data(e, f.data()).ok()?;
+            Some((p.p_vaddr(e).into(), data.to_vec()))
+        })
+        .collect()
+}
+
+impl Image {
+    /// Reads `path`; `Err` is one line.
+    pub fn read(path: &Path) -> Result<Image, String> {
+        let data =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file = object::File::parse(&*data)
+            .map_err(|e| format!("{} is not an ELF file: {e}", path.display()))?;
+        let abi = Abi::of(&file).ok_or_else(|| {
+            format!(
+                "{}: no calling convention known for {:?}; probes work on mips, mipsel, mips64el, \
+                 arm, aarch64, riscv64, x86_64, i386 and ppc64le",
+                path.display(),
+                file.architecture()
+            )
+        })?;
+        let (code, low) = match &file {
+            object::File::Elf32(f) => (segments(f), low_page(f)),
+            object::File::Elf64(f) => (segments(f), low_page(f)),
+            _ => return Err(format!("{} is not an ELF file", path.display())),
+        };
+        let ppc = abi == Abi::Elfv2;
+        let arm = abi == Abi::Aapcs;
+        // STT_FUNC, and STT_GNU_IFUNC (its value is the resolver, which
+        // is code too, and what `nm` lists).
+        let is_code = |s: &object::Symbol| {
+            s.kind() == SymbolKind::Text
+                || matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. } if st_info & 0xf == elf::STT_GNU_IFUNC)
+        };
+        let mut syms: Vec<object::Symbol> = file.symbols().collect();
+        if !syms.iter().any(is_code) {
+            syms = file.dynamic_symbols().collect();
+        }
+        let mut funcs: Vec<Func> = syms
+            .iter()
+            .filter(|s| is_code(s) && !s.is_undefined() && s.address() != 0)
+            .filter_map(|s| {
+                let name = s.name().ok()?.to_string();
+                if name.is_empty() || name.starts_with('$') {
+                    return None;
+                }
+                let thumb = arm && s.address() & 1 == 1;
+                let start = if arm { s.address() & !1 } else { s.address() };
+                let local = match s.flags() {
+                    object::SymbolFlags::Elf { st_other, .. } if ppc => local_entry(st_other),
+                    _ => 0,
+                };
+                Some(Func {
+                    name,
+                    start,
+                    entry: start + local,
+                    size: s.size(),
+                    end: start + s.size(),
+                    thumb,
+                })
+            })
+            .collect();
+        funcs.sort_by(|a, b| a.start.cmp(&b.start).then(a.name.cmp(&b.name)));
+        funcs.dedup_by(|b, a| a.start == b.start && a.name == b.name);
+        let starts: Vec<u64> = funcs.iter().map(|f| f.start).collect();
+        for f in funcs.iter_mut().filter(|f| f.size == 0) {
+            let next = starts.partition_point(|&s| s <= f.start);
+            let limit = starts.get(next).copied().unwrap_or(u64::MAX);
+            f.end = limit.min(f.start + 4096);
+        }
+        Ok(Image {
+            path: path.to_path_buf(),
+            abi,
+            big_endian: !file.is_little_endian(),
+            pie: file.kind() == object::ObjectKind::Dynamic,
+            low,
+            funcs,
+            code,
+        })
+    }
+
+    /// The bytes of `[start, start + len)`, if code of the file.
+    pub fn bytes(&self, start: u64, len: u64) -> Option<&[u8]> {
+        self.code.iter().find_map(|(a, d)| {
+            let off = start.checked_sub(*a)?;
+            let end = off.checked_add(len)?;
+            (end <= d.len() as u64).then(|| &d[off as usize..end as usize])
+        })
+    }
+
+    /// The bytes from `start` to at most `len` on, ending where its segment
+    /// does (a symbol without a size near the end of the code).
+    pub fn bytes_to_segment_end(&self, start: u64, len: u64) -> Option<&[u8]> {
+        self.code.iter().find_map(|(a, d)| {
+            let off = start.checked_sub(*a)?;
+            let end = off.checked_add(len)?.min(d.len() as u64);
+            (off < end).then(|| &d[off as usize..end as usize])
+        })
+    }
+
+    /// The function whose code holds `pc`.
+    pub fn containing(&self, pc: u64) -> Option<&Func> {
+        let i = self.funcs.partition_point(|f| f.start <= pc);
+        self.funcs[..i].iter().rev().find(|f| pc < f.end)
+    }
+
+    /// The functions named by `glob`.
+    pub fn matching<'a>(&'a self, glob: &'a str) -> impl Iterator<Item = &'a Func> + 'a {
+        self.funcs
+            .iter()
+            .filter(move |f| super::spec::glob(glob, &f.name))
+    }
+}
+
+/// Bytes from an ELFv2 function's global entry to its local entry, from
+/// the three high bits `v` of `st_other` (the ELFv2 ABI: 0 and 1 mean the
+/// same address, 2 to 6 mean `1 << v` bytes past it).
+fn local_entry(st_other: u8) -> u64 {
+    match (st_other >> 5) & 7 {
+        v @ 2..=6 => 1u64 << v,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn elfv2_local_entry_offsets() {
+        assert_eq!(local_entry(0), 0);
+        assert_eq!(local_entry(1 << 5), 0);
+        assert_eq!(local_entry(3 << 5), 8);
+        assert_eq!(local_entry(4 << 5), 16);
+        assert_eq!(local_entry(2 << 5), 4);
+    }
+}

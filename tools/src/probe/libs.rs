@@ -1,0 +1,87 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Where the shared library of a `LIB:FUNC` probe is: the file QEMU will
+//! map for a dynamically linked program, found before it runs in the
+//! directories of the sysroot the launcher gives QEMU (`-L`, Debian's
+//! `/usr/<triple>`), or of the host for its own architecture.
+//!
+//! Its run-time address is not known until the dynamic loader maps it:
+//! the hook library finds it in QEMU's `/proc/self/maps` when the guest
+//! first runs code outside what it has seen (`examples/probe/src/lib.rs`),
+//! and the client from the mapping event of that file (`super::tracer`).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// The library `lib` (a file name prefix: `libc` for `libc.so.6`) of the
+/// dynamically linked `program`, canonical; `Err` is one line.
+pub fn find(program: &Path, lib: &str) -> Result<PathBuf, String> {
+    let guest = launch::arch::inspect(program).map_err(|e| e.to_string())?;
+    let Some(interp) = guest.interp.clone() else {
+        return Err(format!(
+            "{}: {lib}:... names a shared library, but the program is statically linked; \
+             probe its own functions (they include the C library's)",
+            program.display()
+        ));
+    };
+    let root = launch::find::find_sysroot(&guest, &launch::find::env_qemu_args())
+        .map_err(|e| e.to_string())?
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = Path::new(&interp).parent() {
+        dirs.push(root.join(d.strip_prefix("/").unwrap_or(d)));
+    }
+    for d in ["lib", "lib64", "usr/lib", "usr/lib64"] {
+        let d = root.join(d);
+        // Debian's multiarch directories (`lib/x86_64-linux-gnu`).
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            let mut multi: Vec<PathBuf> = rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir() && p.to_string_lossy().contains("-linux-"))
+                .collect();
+            multi.sort();
+            dirs.push(d);
+            dirs.extend(multi);
+        }
+    }
+    for d in &dirs {
+        let Ok(rd) = std::fs::read_dir(d) else {
+            continue;
+        };
+        let mut names: Vec<OsString> = rd.flatten().map(|e| e.file_name()).collect();
+        names.sort();
+        for n in names {
+            let s = n.to_string_lossy();
+            let Some(rest) = s.strip_prefix(lib) else {
+                continue;
+            };
+            if rest.starts_with(".so") || rest.starts_with("-") && rest.contains(".so") {
+                let p = d.join(&n);
+                // Not `libc.so`, the linker script: the ELF file.
+                if let Ok(c) = p.canonicalize() {
+                    if is_elf(&c) {
+                        return Ok(c);
+                    }
+                }
+            }
+        }
+    }
+    Err(format!(
+        "no shared library {lib}.so* for {} in {}; name it by its file name's start (libc, libm, \
+         libpthread)",
+        program.display(),
+        dirs.iter()
+            .map(|d| d.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
+}
+
+fn is_elf(p: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}

@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! `cannoli probe`: function probes with their arguments and results, on
+//! every guest, like uprobes and SystemTap for a program QEMU runs.
+//!
+//! ```text
+//! cannoli probe -p pr_add6 -p 'pr_rec:return' ./prog     # one line per hit
+//! cannoli probe --flow -p 'pr_*' ./prog                  # the call flow
+//! cannoli probe --list 'pr_*' ./prog                     # what can be probed
+//! cannoli probe -p libc:atoi -p libc:atoi:return ./dyn   # a shared library's
+//! ```
+//!
+//! How it stays cheap: the probes are resolved in the program's ELF file
+//! before it runs ([`plan`]), and the hook library asks QEMU for registers
+//! at exactly those pcs: each probed function's entry and its return
+//! instructions ([`isa`]), and the pcs of `FUNC+OFF` and `0xADDR` probes.
+//! Everything else runs untraced, unless `--insns` counts every
+//! instruction (for the instruction index of each hit, and the
+//! instructions between an entry and its return), or an argument lies on
+//! the stack (i386, the fifth of o32 and AAPCS), which needs the thread's
+//! stores ([`shadow`]).
+//!
+//! `LIB:FUNC` probes are planned in the library's file and moved to where
+//! the dynamic loader puts it, by the hook library and the client each
+//! ([`libs`]).
+//!
+//! The modules: [`spec`] parses `-p`, [`elf`] reads a file's functions,
+//! [`libs`] finds a shared library's file, [`conv`] is each guest's calling
+//! convention, [`isa`] finds return instructions and tail calls, [`plan`]
+//! turns probes into hooked pcs, [`shadow`] keeps stores, [`tracer`] is the
+//! client, [`out`] writes hits.
+
+pub mod conv;
+pub mod elf;
+pub mod isa;
+pub mod libs;
+pub mod out;
+pub mod plan;
+pub mod shadow;
+pub mod spec;
+pub mod tracer;
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use cannoli::recording::{Needs, RegsAt};
+
+use elf::Image;
+use plan::Plan;
+use spec::Spec;
+
+/// The variable the hook library reads its plan's file name from (QEMU
+/// hides `CANNOLI_*` variables from the guest).
+pub const PLAN_ENV: &str = "CANNOLI_PROBE_PLAN";
+
+/// One line for `--help` and the `cannoli` command's list.
+pub const ABOUT: &str =
+    "Function probes: arguments at entries, results at returns, registers at any pc, on every guest";
+
+/// The command line of `probe`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// A probe point (repeatable): FUNC, FUNC/N (N arguments), FUNC:return,
+    /// FUNC+OFF or 0xADDR (every register there); FUNC may be a glob
+    /// (`str*`)
+    #[arg(short = 'p', long = "probe", value_name = "PROBE")]
+    pub probes: Vec<String>,
+    /// SystemTap's call flow: every entry and return of the matched
+    /// functions, indented by depth, with results
+    #[arg(long, conflicts_with = "json")]
+    pub flow: bool,
+    /// One JSON object per hit
+    #[arg(long)]
+    pub json: bool,
+    /// Count every instruction: each hit gets its instruction index, each
+    /// return the instructions since its entry (slower: every block is
+    /// reported)
+    #[arg(long)]
+    pub insns: bool,
+    /// Also write the calls as a Chrome trace-event file (ui.perfetto.dev
+    /// opens it)
+    #[arg(long, value_name = "FILE")]
+    pub timeline: Option<PathBuf>,
+    /// List the functions that can be probed, with address, size and file,
+    /// and exit: `--list [PATTERN] PROGRAM` (PATTERN a glob, default all;
+    /// `LIB:PATTERN` for a shared library's)
+    #[arg(long)]
+    pub list: bool,
+    /// Write the hits to FILE (default: stdout, shared with the program's
+    /// own output)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
+    pub threads: usize,
+    /// Read a recording made by `cannoli record --hooks regs` instead of
+    /// running a program
+    #[arg(long, value_name = "FILE", conflicts_with = "program")]
+    pub replay: Option<PathBuf>,
+    /// The program to run under the patched QEMU, and its arguments; exits
+    /// with its status (its ELF file is where the probes are looked up, so
+    /// there is no mode without one)
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
+    pub program: Vec<OsString>,
+}
+
+/// How hits are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Text,
+    Json,
+    Flow,
+}
+
+/// What every guest thread's probe shares: the plan and the output. One
+/// value for the whole run, in a `OnceLock`, because the `Cannoli` trait
+/// makes each thread's state in `init_pid`/`init_tid` from the
+/// `ClientInfo` alone and offers no way to hand a tool's own values in.
+pub struct RunState {
+    pub plan: Arc<Plan>,
+    pub mode: Mode,
+    out: Mutex<Option<launch::Output>>,
+    pub timeline: Option<Mutex<Vec<serde_json::Value>>>,
+    pub hits: AtomicU64,
+    pub threads: AtomicU64,
+}
+
+static RUN: OnceLock<RunState> = OnceLock::new();
+
+/// The run's shared state (set by [`main`] before any event).
+pub fn run_state() -> &'static RunState {
+    RUN.get().expect("probe::main sets the run state first")
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RunState {
+    /// Writes `text`; after a write error nothing more is written, but
+    /// events are still consumed (QEMU is never held up).
+    pub fn write(&self, text: &str) {
+        if let Some(w) = lock(&self.out).as_mut().filter(|w| w.is_writing()) {
+            let _ = w.write_all(text.as_bytes());
+        }
+    }
+}
+
+/// `--list`: every function matching `pattern`, like `stap -L`.
+fn list(img: &Image, pattern: &str) -> String {
+    let mut s = String::new();
+    let digits = if img.abi.word() == 4 { 8 } else { 16 };
+    for f in img.matching(pattern) {
+        s.push_str(&format!(
+            "{} {:#0w$x} {} {}\n",
+            f.name,
+            f.start,
+            f.size,
+            img.path.display(),
+            w = digits + 2
+        ));
+    }
+    s
+}
+
+/// The program a live run or `--list` reads; `Err` is one line.
+fn program_image(args: &Args) -> Result<Image, String> {
+    // `--list PATTERN PROGRAM`: the program is the last word.
+    let program = if args.list {
+        args.program.last()
+    } else {
+        args.program.first()
+    };
+    let Some(program) = program else {
+        return Err("give a PROGRAM to run (or --replay FILE)".into());
+    };
+    let path = launch::find::resolve_program(program).map_err(|e| e.to_string())?;
+    Image::read(&path)
+}
+
+/// The recorded program of `--replay FILE`.
+fn replay_image(path: &Path) -> Result<Image, String> {
+    let rec = cannoli::Recording::open(path).map_err(|e| e.to_string())?;
+    let exe = rec.info().command.first().cloned().ok_or_else(|| {
+        format!(
+            "{}: the recording does not say which program ran",
+            path.display()
+        )
+    })?;
+    let exe = launch::find::resolve_program(&OsString::from(exe)).map_err(|e| e.to_string())?;
+    Image::read(&exe)
+}
+
+/// Runs probe; returns the exit status (the program's, or 1 or 2 when
+/// something went wrong before or around it).
+pub fn main(args: Args) -> i32 {
+    let img = match &args.replay {
+        Some(r) => replay_image(r),
+        None => program_image(&args),
+    };
+    let img = match img {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("probe: {e}");
+            return 2;
+        }
+    };
+    if args.list {
+        let pattern = match &args.program[..] {
+            [p, _, ..] => p.to_string_lossy().into_owned(),
+            _ => "*".into(),
+        };
+        // `LIB:PATTERN`: a shared library's functions (at its link-time
+        // addresses: where it lands is known only once it runs).
+        let listed = match pattern.split_once(':') {
+            Some((lib, pat)) => libs::find(&img.path, lib)
+                .and_then(|p| Image::read(&p))
+                .map(|li| list(&li, pat)),
+            None => Ok(list(&img, &pattern)),
+        };
+        let text = match listed {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("probe: {e}");
+                return 2;
+            }
+        };
+        if text.is_empty() {
+            eprintln!(
+                "probe: no function matches {pattern:?} in {}",
+                img.path.display()
+            );
+            return 1;
+        }
+        return match std::io::stdout().lock().write_all(text.as_bytes()) {
+            Ok(()) => 0,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+            Err(e) => {
+                eprintln!("probe: writing the list failed: {e}");
+                1
+            }
+        };
+    }
+    if args.probes.is_empty() {
+        eprintln!("probe: no probe; give one with -p FUNC (or --list to see the functions)");
+        return 2;
+    }
+    let specs: Result<Vec<Spec>, String> = args.probes.iter().map(|p| Spec::parse(p)).collect();
+    let plan = specs.and_then(|s| Plan::new(&img, s, args.insns, args.flow));
+    let plan = match plan {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            eprintln!("probe: {e}");
+            return 2;
+        }
+    };
+    let out = match &args.output {
+        Some(path) => match launch::Output::create(path, "the probe hits") {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("probe: {e}");
+                return 1;
+            }
+        },
+        None => launch::Output::stdout("the probe hits"),
+    };
+    // The hook library's plan, in a file of this run (a glob can hook more
+    // pcs than an environment variable holds).
+    let plan_file = std::env::temp_dir().join(format!("cannoli-probe-{}.plan", std::process::id()));
+    if args.replay.is_none() {
+        if let Err(e) = std::fs::write(&plan_file, plan.hooks()) {
+            eprintln!("probe: cannot write {}: {e}", plan_file.display());
+            return 1;
+        }
+        // SAFETY: no other thread runs yet.
+        std::env::set_var(PLAN_ENV, &plan_file);
+    }
+    let mode = if args.flow {
+        Mode::Flow
+    } else if args.json {
+        Mode::Json
+    } else {
+        Mode::Text
+    };
+    let _ = RUN.set(RunState {
+        plan: plan.clone(),
+        mode,
+        out: Mutex::new(Some(out)),
+        timeline: args.timeline.as_ref().map(|_| Mutex::new(Vec::new())),
+        hits: AtomicU64::new(0),
+        threads: AtomicU64::new(0),
+    });
+    let launcher = launch::Launcher::new(launch::Options {
+        hooks: "probe",
+        threads: args.threads,
+    });
+    let needs = Needs {
+        regs: Some(RegsAt::All),
+        mem: plan.stores,
+        exec: false,
+        ..Needs::default()
+    };
+    let result =
+        crate::input::run::<tracer::Probe>(launcher, args.replay.as_deref(), needs, args.program);
+    let _ = std::fs::remove_file(&plan_file);
+    let run = run_state();
+    let written = lock(&run.out).take().expect("finished once").finish();
+    let report = match result {
+        Ok(report) => report,
+        Err(e) => {
+            if let Err(w) = written {
+                w.report("probe");
+            }
+            eprintln!("probe: {e}");
+            return e.exit_code();
+        }
+    };
+    if let (Some(path), Some(tl)) = (&args.timeline, &run.timeline) {
+        let events = std::mem::take(&mut *lock(tl));
+        let doc = serde_json::json!({ "traceEvents": events, "displayTimeUnit": "ns" });
+        if let Err(e) = std::fs::write(path, doc.to_string()) {
+            eprintln!("probe: writing {} failed: {e}", path.display());
+            return 1;
+        }
+    }
+    eprintln!(
+        "probe: {} hits of {} probes in {} functions, {} thread{}",
+        run.hits.load(Ordering::Relaxed),
+        plan.specs.len(),
+        plan.targets.len(),
+        run.threads.load(Ordering::Relaxed),
+        if run.threads.load(Ordering::Relaxed) == 1 {
+            ""
+        } else {
+            "s"
+        }
+    );
+    report.finish_with_output("probe", written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(s: &str) -> Result<Args, String> {
+        crate::cli::parse_line("probe", s)
+    }
+
+    #[test]
+    fn options() {
+        let a = parse("-p f -p g:return --json -o x ./prog a b").unwrap();
+        assert_eq!(a.probes, ["f", "g:return"]);
+        assert!(a.json && !a.flow);
+        let a = parse("--list str* ./prog").unwrap();
+        assert!(a.list);
+        assert_eq!(
+            a.program,
+            [OsString::from("str*"), OsString::from("./prog")]
+        );
+        assert!(parse("--flow --json ./p").is_err());
+    }
+}

@@ -1,0 +1,302 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! How a hit is written: one text line like ftrace's, one JSON object, or
+//! a line of SystemTap's call flow; and the flow's spans as a Chrome
+//! trace-event file (Perfetto, `chrome://tracing`).
+
+use std::fmt::Write as _;
+
+use serde_json::{json, Map, Value};
+
+/// Where in a function a hit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum At {
+    Entry,
+    Return,
+    Pc,
+}
+
+impl At {
+    fn name(self) -> &'static str {
+        match self {
+            At::Entry => "entry",
+            At::Return => "return",
+            At::Pc => "pc",
+        }
+    }
+}
+
+/// One hit of a probe.
+#[derive(Debug, Clone)]
+pub struct Hit<'a> {
+    pub pid: i32,
+    pub tid: i32,
+    /// Instructions this thread ran before this one (`--insns`).
+    pub insn: Option<u64>,
+    pub at: At,
+    /// The `-p` as given.
+    pub probe: &'a str,
+    pub function: Option<&'a str>,
+    pub pc: u64,
+    /// At an entry; `None` for a stack slot this thread never stored.
+    pub args: Vec<Option<u64>>,
+    /// At a return: the result (`None`: unknown, see `unwound`).
+    pub ret: Option<u64>,
+    /// The frame was left without its return (a `longjmp`).
+    pub unwound: bool,
+    /// At a return: instructions since the entry (`--insns`).
+    pub insns: Option<u64>,
+    /// At a pc probe: every register by name.
+    pub regs: Vec<(&'a str, u64)>,
+    /// Probed frames open in this thread, this one included.
+    pub depth: usize,
+}
+
+/// Appends `0x` and `v` in lower-case hex: a million hits of 32
+/// registers each are mostly this, and `write!` costs several times more.
+fn push_hex(s: &mut String, v: u64) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut buf = [0u8; 18];
+    let mut i = buf.len();
+    let mut v = v;
+    loop {
+        i -= 1;
+        buf[i] = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+        if v == 0 {
+            break;
+        }
+    }
+    s.push_str("0x");
+    s.extend(buf[i..].iter().map(|&b| char::from(b)));
+}
+
+fn push_opt(s: &mut String, v: Option<u64>) {
+    match v {
+        Some(v) => push_hex(s, v),
+        None => s.push('?'),
+    }
+}
+
+fn hex(v: Option<u64>) -> String {
+    match v {
+        Some(v) => format!("{v:#x}"),
+        None => "?".into(),
+    }
+}
+
+fn jhex(v: Option<u64>) -> Value {
+    v.map_or(Value::Null, |v| Value::String(format!("{v:#x}")))
+}
+
+impl Hit<'_> {
+    /// `TID INSN PROBE PC` and what the probe reports.
+    pub fn text(&self, s: &mut String) {
+        let _ = write!(s, "{} ", self.tid);
+        match self.insn {
+            Some(i) => {
+                let _ = write!(s, "{i}");
+            }
+            None => s.push('-'),
+        }
+        s.push(' ');
+        s.push_str(self.probe);
+        s.push(' ');
+        push_hex(s, self.pc);
+        self.values(s);
+        s.push('\n');
+    }
+
+    fn values(&self, s: &mut String) {
+        match self.at {
+            At::Entry => {
+                for (i, a) in self.args.iter().enumerate() {
+                    let _ = write!(s, " arg{i}=");
+                    push_opt(s, *a);
+                }
+            }
+            At::Return => {
+                s.push_str(" ret=");
+                push_opt(s, self.ret);
+                if self.unwound {
+                    s.push_str(" unwound");
+                }
+                if let Some(n) = self.insns {
+                    let _ = write!(s, " insns={n}");
+                }
+            }
+            At::Pc => {
+                for (n, v) in &self.regs {
+                    s.push(' ');
+                    s.push_str(n);
+                    s.push('=');
+                    push_hex(s, *v);
+                }
+            }
+        }
+    }
+
+    /// One JSON object on a line.
+    pub fn json(&self, s: &mut String) {
+        let mut m = Map::new();
+        m.insert("pid".into(), json!(self.pid));
+        m.insert("tid".into(), json!(self.tid));
+        m.insert("insn".into(), json!(self.insn));
+        m.insert("probe".into(), json!(self.probe));
+        m.insert("at".into(), json!(self.at.name()));
+        m.insert("function".into(), json!(self.function));
+        m.insert("pc".into(), json!(format!("{:#x}", self.pc)));
+        match self.at {
+            At::Entry => {
+                let a: Vec<Value> = self.args.iter().map(|a| jhex(*a)).collect();
+                m.insert("args".into(), Value::Array(a));
+            }
+            At::Return => {
+                m.insert("ret".into(), jhex(self.ret));
+                if self.unwound {
+                    m.insert("unwound".into(), json!(true));
+                }
+                if let Some(n) = self.insns {
+                    m.insert("insns".into(), json!(n));
+                }
+            }
+            At::Pc => {
+                let r: Map<String, Value> = self
+                    .regs
+                    .iter()
+                    .map(|(n, v)| (n.to_string(), json!(format!("{v:#x}"))))
+                    .collect();
+                m.insert("regs".into(), Value::Object(r));
+            }
+        }
+        m.insert("depth".into(), json!(self.depth));
+        s.push_str(&Value::Object(m).to_string());
+        s.push('\n');
+    }
+
+    /// SystemTap's call flow: `[INSN] TID: -> func(arg0=..)`, indented by
+    /// depth, `<- func ret=..` at the return (INSN with `--insns`).
+    pub fn flow(&self, s: &mut String) {
+        let indent = "  ".repeat(self.depth.saturating_sub(1));
+        let func = self.function.unwrap_or(self.probe);
+        if let Some(i) = self.insn {
+            let _ = write!(s, "{i:>10} ");
+        }
+        let _ = write!(s, "{}: {indent}", self.tid);
+        match self.at {
+            At::Entry => {
+                let _ = write!(s, "-> {func}(");
+                for (i, a) in self.args.iter().enumerate() {
+                    let sep = if i == 0 { "" } else { ", " };
+                    let _ = write!(s, "{sep}arg{i}={}", hex(*a));
+                }
+                s.push(')');
+            }
+            At::Return => {
+                let _ = write!(s, "<- {func}");
+                self.values(s);
+            }
+            At::Pc => {
+                let _ = write!(s, "@ {} {:#x}", self.probe, self.pc);
+                self.values(s);
+            }
+        }
+        s.push('\n');
+    }
+
+    /// A Chrome trace event: `B` at an entry, `E` at a return, `i` at a
+    /// pc. The clock is the thread's instruction count with `--insns`, else
+    /// its count of hits.
+    pub fn timeline(&self, ts: u64) -> Value {
+        let ph = match self.at {
+            At::Entry => "B",
+            At::Return => "E",
+            At::Pc => "i",
+        };
+        let mut v = json!({
+            "name": self.function.unwrap_or(self.probe),
+            "ph": ph,
+            "pid": self.pid,
+            "tid": self.tid,
+            "ts": ts,
+        });
+        let args = match self.at {
+            At::Entry => json!({
+                "args": self.args.iter().map(|a| hex(*a)).collect::<Vec<_>>(),
+                "pc": format!("{:#x}", self.pc),
+            }),
+            At::Return => json!({ "ret": hex(self.ret) }),
+            At::Pc => json!({ "pc": format!("{:#x}", self.pc) }),
+        };
+        v["args"] = args;
+        if self.at == At::Pc {
+            v["s"] = json!("t");
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(at: At) -> Hit<'static> {
+        Hit {
+            pid: 7,
+            tid: 8,
+            insn: Some(100),
+            at,
+            probe: "pr_add6",
+            function: Some("pr_add6"),
+            pc: 0x40089c,
+            args: vec![Some(1), None],
+            ret: Some(0x15),
+            unwound: false,
+            insns: Some(12),
+            regs: vec![("a0", 1), ("sp", 0x7ff0)],
+            depth: 2,
+        }
+    }
+
+    #[test]
+    fn hex_digits() {
+        for v in [0, 1, 0xf, 0x10, 0xdead_beef, u64::MAX] {
+            let mut s = String::new();
+            push_hex(&mut s, v);
+            assert_eq!(s, format!("{v:#x}"));
+        }
+    }
+
+    #[test]
+    fn text_json_and_flow() {
+        let mut s = String::new();
+        hit(At::Entry).text(&mut s);
+        hit(At::Return).text(&mut s);
+        hit(At::Pc).text(&mut s);
+        assert_eq!(
+            s,
+            "8 100 pr_add6 0x40089c arg0=0x1 arg1=?\n\
+             8 100 pr_add6 0x40089c ret=0x15 insns=12\n\
+             8 100 pr_add6 0x40089c a0=0x1 sp=0x7ff0\n"
+        );
+        let mut s = String::new();
+        hit(At::Entry).json(&mut s);
+        let v: Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["args"], json!(["0x1", null]));
+        assert_eq!(
+            (v["at"].as_str(), v["depth"].as_u64()),
+            (Some("entry"), Some(2))
+        );
+        let mut s = String::new();
+        hit(At::Entry).flow(&mut s);
+        hit(At::Return).flow(&mut s);
+        let mut h = hit(At::Return);
+        h.insn = None;
+        h.insns = None;
+        h.flow(&mut s);
+        assert_eq!(
+            s,
+            "       100 8:   -> pr_add6(arg0=0x1, arg1=?)\n       100 8:   <- pr_add6 ret=0x15 insns=12\n\
+             8:   <- pr_add6 ret=0x15\n"
+        );
+    }
+}

@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! From probe points to instructions: which pcs QEMU reports registers at,
+//! and what each one means. Made once, before the program runs, from the
+//! program's ELF file; the hook library gets the pcs (see [`Plan::hooks`]),
+//! the client keeps the rest.
+//!
+//! `LIB:FUNC` probes are planned the same way in the library's file, at
+//! its link-time addresses ([`Module`]): the hook library and the client
+//! each move them by the library's load bias once it is mapped.
+//!
+//! Every probed function gets its entry and its return instructions
+//! hooked, whatever was asked: the returns keep the call depth and match
+//! returns to entries, and cost one event per call.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use super::conv::Abi;
+use super::elf::{Func, Image};
+use super::isa::{self, Ret};
+use super::spec::{Point, Spec};
+
+/// A probed function.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub name: String,
+    pub entry: u64,
+    /// The `-p` of its entry (index into [`Plan::specs`]) and how many
+    /// arguments it reports.
+    pub on_entry: Option<(usize, usize)>,
+    /// The `-p` of its return.
+    pub on_return: Option<usize>,
+    /// Not probed: a function a probed one tail-calls, whose returns end
+    /// the probed one's frame too.
+    pub hidden: bool,
+}
+
+/// What a hooked pc means; one pc can mean several things.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    /// Target `t` starts here.
+    Entry(usize),
+    /// A return instruction of target `t`.
+    Return(usize, Ret),
+    /// The instruction after a conditional return at this pc: reaching it
+    /// next means that return was not taken.
+    NotTaken(u64),
+    /// `-p` number `p` asks for every register here.
+    Pc(usize),
+}
+
+/// A shared library with probes: its sites are at its link-time
+/// addresses, moved by its load bias once it is mapped.
+pub struct Module {
+    /// Canonical: as QEMU's mappings name it.
+    pub path: PathBuf,
+    /// Where its offset 0 is at link time ([`Image::low`]).
+    pub low: u64,
+    pub sites: HashMap<u64, Vec<Site>>,
+}
+
+/// Everything the probes of one run need.
+pub struct Plan {
+    pub abi: Abi,
+    pub big_endian: bool,
+    pub specs: Vec<Spec>,
+    pub targets: Vec<Target>,
+    pub sites: HashMap<u64, Vec<Site>>,
+    /// The libraries of `LIB:FUNC` probes.
+    pub modules: Vec<Module>,
+    /// The program and its lowest page, for the hook library to find where
+    /// QEMU put guest memory (libraries only).
+    pub exe: (PathBuf, u64),
+    /// Some argument is on the stack: the thread's stores are needed.
+    pub stores: bool,
+    /// Count every instruction (`--insns`).
+    pub count: bool,
+    /// Print every entry and return of every target (`--flow`).
+    pub flow: bool,
+}
+
+impl Plan {
+    /// Resolves `specs` in `img`; `Err` is one line naming the probe that
+    /// matched nothing and how to see what there is.
+    pub fn new(img: &Image, specs: Vec<Spec>, count: bool, flow: bool) -> Result<Plan, String> {
+        // The hook library finds where QEMU put guest memory (and so the
+        // libraries) from the program's own mapping, at its link address.
+        if img.pie {
+            return Err(format!(
+                "{} is position independent, so its functions' run-time addresses are not known \
+                 before it runs; build it with -no-pie (or -static)",
+                img.path.display()
+            ));
+        }
+        let mut plan = Plan {
+            abi: img.abi,
+            big_endian: img.big_endian,
+            specs: Vec::new(),
+            targets: Vec::new(),
+            sites: HashMap::new(),
+            modules: Vec::new(),
+            exe: (
+                img.path.canonicalize().unwrap_or_else(|_| img.path.clone()),
+                img.low,
+            ),
+            stores: false,
+            count,
+            flow,
+        };
+        // Targets by (module, entry): a function probed twice is one target.
+        let mut by_entry: HashMap<(Option<usize>, u64), usize> = HashMap::new();
+        let mut libs: Vec<(String, Image)> = Vec::new();
+        for (p, spec) in specs.iter().enumerate() {
+            let (module, image) = match &spec.lib {
+                Some(lib) => {
+                    let m = match libs.iter().position(|(l, _)| l == lib) {
+                        Some(m) => m,
+                        None => {
+                            let path = super::libs::find(&img.path, lib)
+                                .map_err(|e| format!("probe {:?}: {e}", spec.text))?;
+                            let li = Image::read(&path)?;
+                            plan.modules.push(Module {
+                                path,
+                                low: li.low,
+                                sites: HashMap::new(),
+                            });
+                            libs.push((lib.clone(), li));
+                            libs.len() - 1
+                        }
+                    };
+                    (Some(m), &libs[m].1)
+                }
+                None => (None, img),
+            };
+            if let (Point::Addr(a), None) = (spec.point, module) {
+                plan.add(None, a, Site::Pc(p));
+                continue;
+            }
+            let mut any = false;
+            for f in image.matching(&spec.func) {
+                any = true;
+                if let Point::Offset(o) = spec.point {
+                    if o >= (f.end - f.start).max(1) {
+                        return Err(format!(
+                            "probe {:?}: {} is {} bytes long, so +{o:#x} is outside it",
+                            spec.text,
+                            f.name,
+                            f.end - f.start
+                        ));
+                    }
+                    plan.add(module, f.start + o, Site::Pc(p));
+                    continue;
+                }
+                let t = plan.target(module, image, f, &mut by_entry);
+                plan.targets[t].hidden = false;
+                let target = &mut plan.targets[t];
+                match spec.point {
+                    Point::Entry(n) => {
+                        if target.on_entry.is_none() {
+                            target.on_entry = Some((p, n));
+                        }
+                        if (0..n).any(|i| img.abi.on_stack(i)) {
+                            plan.stores = true;
+                        }
+                    }
+                    Point::Return => {
+                        target.on_return.get_or_insert(p);
+                    }
+                    Point::Offset(_) | Point::Addr(_) => unreachable!("handled above"),
+                }
+            }
+            if !any {
+                return Err(format!(
+                    "probe {:?}: no function {} in {}; `cannoli probe --list PATTERN PROGRAM` \
+                     lists the program's",
+                    spec.text,
+                    spec.func,
+                    image.path.display()
+                ));
+            }
+        }
+        if flow {
+            // SystemTap's call flow shows arguments at every entry.
+            for t in plan.targets.iter_mut().filter(|t| !t.hidden) {
+                if t.on_entry.is_none() {
+                    let p = t.on_return.unwrap_or(0);
+                    t.on_entry = Some((p, 0));
+                }
+            }
+        }
+        plan.specs = specs;
+        Ok(plan)
+    }
+
+    /// The target of `f`, made (entry and returns hooked) if new; the
+    /// functions it tail-calls become hidden targets, so that their
+    /// returns close its frame (`atoi` ends in `b strtol` on MIPS).
+    fn target(
+        &mut self,
+        module: Option<usize>,
+        image: &Image,
+        f: &Func,
+        by_entry: &mut HashMap<(Option<usize>, u64), usize>,
+    ) -> usize {
+        if let Some(&t) = by_entry.get(&(module, f.entry)) {
+            return t;
+        }
+        let first = self.targets.len();
+        let mut work = vec![f.clone()];
+        // Bounded: a chain of tail calls is short, a glob probes the rest.
+        while let Some(g) = work.pop().filter(|_| self.targets.len() - first < 256) {
+            if by_entry.contains_key(&(module, g.entry)) {
+                continue;
+            }
+            let t = self.targets.len();
+            self.targets.push(Target {
+                name: g.name.clone(),
+                entry: g.entry,
+                on_entry: None,
+                on_return: None,
+                hidden: true,
+            });
+            by_entry.insert((module, g.entry), t);
+            self.add(module, g.entry, Site::Entry(t));
+            for r in isa::returns(image, &g) {
+                self.add(module, r.pc, Site::Return(t, r));
+                if let Some(next) = r.cond_next {
+                    self.add(module, next, Site::NotTaken(r.pc));
+                }
+            }
+            for to in isa::tail_jumps(image, &g) {
+                if let Some(h) = image.containing(to) {
+                    work.push(h.clone());
+                }
+            }
+        }
+        first
+    }
+
+    fn add(&mut self, module: Option<usize>, pc: u64, s: Site) {
+        let sites = match module {
+            Some(m) => &mut self.modules[m].sites,
+            None => &mut self.sites,
+        };
+        let v = sites.entry(pc).or_default();
+        if !v.contains(&s) {
+            v.push(s);
+        }
+    }
+
+    /// The hook library's plan: a line of settings, then one hex pc per
+    /// line.
+    pub fn hooks(&self) -> String {
+        let mut s = format!(
+            "stores={} count={}\n",
+            u8::from(self.stores),
+            u8::from(self.count)
+        );
+        let mut pcs: Vec<u64> = self.sites.keys().copied().collect();
+        pcs.sort_unstable();
+        for pc in pcs {
+            let _ = writeln!(s, "{pc:x}");
+        }
+        if !self.modules.is_empty() {
+            let _ = writeln!(s, "exe {:x} {}", self.exe.1, self.exe.0.display());
+        }
+        for m in &self.modules {
+            let _ = writeln!(s, "lib {:x} {}", m.low, m.path.display());
+            let mut pcs: Vec<u64> = m.sites.keys().copied().collect();
+            pcs.sort_unstable();
+            for pc in pcs {
+                let _ = writeln!(s, "+{pc:x}");
+            }
+        }
+        s
+    }
+
+    /// The module whose file is `path` (canonical), if it has probes.
+    pub fn module_of(&self, path: &std::path::Path) -> Option<usize> {
+        self.modules.iter().position(|m| m.path == path)
+    }
+}

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! What a guest thread stored, byte by byte: where an entry probe reads
+//! the arguments a calling convention passes on the stack (i386 cdecl, the
+//! fifth and later of o32 and AAPCS, ...).
+//!
+//! QEMU reports registers at a probed instruction, not memory. Arguments
+//! on the stack were stored there by the caller, though (`push`, `sw a4,
+//! 16(sp)`), so when some probe needs one, the hook library asks for the
+//! thread's stores and this shadow keeps the last byte written to each
+//! address. A slot no store of this thread wrote (the kernel's `argv` on
+//! the initial stack, another thread's store) reads as unknown, never as a
+//! guess.
+
+use std::collections::HashMap;
+
+const PAGE: u64 = 4096;
+
+/// One page's bytes and which of them were written.
+struct Page {
+    bytes: Box<[u8; PAGE as usize]>,
+    known: Box<[u64; (PAGE / 64) as usize]>,
+}
+
+/// A thread's stores, in guest byte order.
+#[derive(Default)]
+pub struct Shadow {
+    pages: HashMap<u64, Page>,
+}
+
+impl Shadow {
+    /// A store of `size` bytes of `value` at `addr`.
+    pub fn store(&mut self, addr: u64, value: u64, size: u8, big_endian: bool) {
+        let n = usize::from(size.min(8));
+        let le = value.to_le_bytes();
+        for i in 0..n {
+            let b = if big_endian { le[n - 1 - i] } else { le[i] };
+            let a = addr.wrapping_add(i as u64);
+            let p = self.pages.entry(a / PAGE).or_insert_with(|| Page {
+                bytes: Box::new([0; PAGE as usize]),
+                known: Box::new([0; (PAGE / 64) as usize]),
+            });
+            let o = (a % PAGE) as usize;
+            p.bytes[o] = b;
+            p.known[o / 64] |= 1 << (o % 64);
+        }
+    }
+
+    /// The `size`-byte word at `addr`, if every byte of it was stored.
+    pub fn load(&self, addr: u64, size: u64, big_endian: bool) -> Option<u64> {
+        let mut v = 0u64;
+        for i in 0..size {
+            let a = addr.wrapping_add(i);
+            let p = self.pages.get(&(a / PAGE))?;
+            let o = (a % PAGE) as usize;
+            if p.known[o / 64] & (1 << (o % 64)) == 0 {
+                return None;
+            }
+            let b = u64::from(p.bytes[o]);
+            v = if big_endian {
+                v << 8 | b
+            } else {
+                v | b << (8 * i)
+            };
+        }
+        Some(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stores_are_read_back_in_guest_byte_order() {
+        let mut s = Shadow::default();
+        s.store(0x1ffe, 0x1122_3344, 4, false);
+        assert_eq!(s.load(0x1ffe, 4, false), Some(0x1122_3344));
+        assert_eq!(s.load(0x1fff, 2, false), Some(0x2233));
+        assert_eq!(s.load(0x1ffd, 4, false), None);
+        s.store(0x3000, 0xaabb_ccdd, 4, true);
+        assert_eq!(s.load(0x3000, 4, true), Some(0xaabb_ccdd));
+        assert_eq!(s.load(0x3000, 1, true), Some(0xaa));
+        s.store(0x3001, 0x55, 1, true);
+        assert_eq!(s.load(0x3000, 4, true), Some(0xaa55_ccdd));
+    }
+}

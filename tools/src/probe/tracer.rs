@@ -1,0 +1,430 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The client side of a probe run: the parallel callbacks keep the
+//! registers of hooked pcs (and, where arguments are on the stack, the
+//! thread's stores); the serial phase runs each thread's probed call stack
+//! and writes the hits.
+//!
+//! Returns are matched to entries by the frame key of [`super::conv`]: at
+//! a return with key `k`, frames with a smaller key are left without a
+//! return (a `longjmp` skipped them: reported `unwound`), and every frame
+//! with key `k` returns with this value (a chain of tail calls returns at
+//! once: the callee's result is each caller's). A return instruction that
+//! leaves neither the innermost frame nor one of its own function is a
+//! `longjmp` landing (it restores a caller's stack pointer and jumps):
+//! every frame it leaves is `unwound`.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use cannoli::{Cannoli, ClientInfo};
+
+use super::isa;
+use super::out::{At, Hit};
+use super::plan::{Plan, Site};
+use super::shadow::Shadow;
+use super::{run_state, Mode};
+
+/// What the parallel phase hands on.
+pub enum Item {
+    /// A hooked pc and the registers before it ran.
+    Hit { pc: u64, regs: Box<[u64]> },
+    /// A store of this thread (only when arguments are on the stack).
+    Store { addr: u64, value: u64, size: u8 },
+    /// Instructions that ran without a hook of ours (`--insns`).
+    Count(u64),
+    /// A library with probes was mapped: its offset 0 is at `base`.
+    Map { module: usize, base: u64 },
+}
+
+/// A process: the plan, and the load bias of each library with probes as
+/// its threads learn it (the thread that maps a library sees the event;
+/// its other threads look here).
+pub struct Pid {
+    plan: Arc<Plan>,
+    biases: Mutex<Vec<Option<u64>>>,
+}
+
+/// A thread's register layout, by the plan's needs.
+pub struct Layout {
+    names: Vec<String>,
+    mask: u64,
+    args: Vec<Option<usize>>,
+    ret: Option<usize>,
+    sp: Option<usize>,
+    bits64: bool,
+}
+
+/// A probed call that has not returned.
+struct Frame {
+    target: usize,
+    key: u64,
+    insn: Option<u64>,
+}
+
+/// A conditional return seen, not yet known to be taken.
+struct Pending {
+    pc: u64,
+    target: usize,
+    ret: isa::Ret,
+    regs: Box<[u64]>,
+    insn: u64,
+}
+
+/// A guest thread.
+pub struct Probe {
+    pid: i32,
+    tid: i32,
+    plan: Arc<Plan>,
+    layout: Arc<Layout>,
+    stack: Vec<Frame>,
+    shadow: Shadow,
+    insns: u64,
+    hits: u64,
+    pending: Option<Pending>,
+    /// The load bias of each library this thread saw mapped.
+    biases: Vec<Option<u64>>,
+    buf: String,
+}
+
+fn reg(regs: &[u64], i: Option<usize>) -> Option<u64> {
+    i.and_then(|i| regs.get(i).copied())
+}
+
+impl Cannoli for Probe {
+    type Trace = Item;
+    type TidContext = Arc<Layout>;
+    type PidContext = Pid;
+
+    fn init_pid(_ci: &ClientInfo) -> Arc<Pid> {
+        let plan = run_state().plan.clone();
+        let n = plan.modules.len();
+        Arc::new(Pid {
+            plan,
+            biases: Mutex::new(vec![None; n]),
+        })
+    }
+
+    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Probe, Arc<Layout>) {
+        let plan = &pid.plan;
+        run_state().threads.fetch_add(1, Ordering::Relaxed);
+        let names: Vec<String> = ci.regs.names.clone();
+        let find = |n: &str| names.iter().position(|x| x == n);
+        let abi = plan.abi;
+        let bytes = ci.regs.bytes;
+        let layout = Arc::new(Layout {
+            args: abi.arg_regs().iter().map(|n| find(n)).collect(),
+            ret: find(abi.ret_reg()),
+            sp: find(abi.sp_reg()),
+            mask: if (1..8).contains(&bytes) {
+                (1u64 << (bytes * 8)) - 1
+            } else {
+                u64::MAX
+            },
+            bits64: ci.guest_bits == 64,
+            names,
+        });
+        let p = Probe {
+            pid: ci.pid,
+            tid: ci.tid,
+            plan: plan.clone(),
+            layout: layout.clone(),
+            stack: Vec::new(),
+            shadow: Shadow::default(),
+            insns: 0,
+            hits: 0,
+            pending: None,
+            biases: vec![None; plan.modules.len()],
+            buf: String::new(),
+        };
+        (p, layout)
+    }
+
+    fn exec_run(_p: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
+        count(trace, pcs.len() as u64);
+    }
+
+    fn regs(pid: &Pid, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+        let plan = &pid.plan;
+        // A library's pcs are known once it is mapped (serial phase).
+        if !plan.sites.contains_key(&pc) && plan.modules.is_empty() {
+            // A recording with registers everywhere: not ours.
+            count(trace, 1);
+            return;
+        }
+        let n = (regs.len() / 8).min(l.names.len());
+        let v: Box<[u64]> = (0..n)
+            .map(|i| u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & l.mask)
+            .collect();
+        trace.push(Item::Hit { pc, regs: v });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mmap(
+        pid: &Pid,
+        _l: &Arc<Layout>,
+        base: u64,
+        _len: u64,
+        anon: bool,
+        _read: bool,
+        _write: bool,
+        _exec: bool,
+        path: &str,
+        offset: u64,
+        trace: &mut Vec<Item>,
+    ) {
+        if anon || offset != 0 || pid.plan.modules.is_empty() {
+            return;
+        }
+        let p = std::path::Path::new(path);
+        let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        if let Some(module) = pid.plan.module_of(&p) {
+            trace.push(Item::Map { module, base });
+        }
+    }
+
+    fn write(
+        pid: &Pid,
+        _l: &Arc<Layout>,
+        _pc: u64,
+        addr: u64,
+        value: u64,
+        size: u8,
+        trace: &mut Vec<Item>,
+    ) {
+        if pid.plan.stores {
+            trace.push(Item::Store { addr, value, size });
+        }
+    }
+
+    fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
+        for item in trace {
+            match item {
+                Item::Map { module, base } => {
+                    let bias = base.wrapping_sub(self.plan.modules[*module].low);
+                    self.biases[*module] = Some(bias);
+                    super::lock(&pid.biases)[*module] = Some(bias);
+                }
+                Item::Count(n) => self.insns += n,
+                Item::Store { addr, value, size } => {
+                    self.shadow
+                        .store(*addr, *value, *size, self.plan.big_endian)
+                }
+                Item::Hit { pc, regs } => {
+                    self.hit(pid, *pc, regs);
+                    self.insns += 1;
+                }
+            }
+        }
+        self.flush();
+    }
+}
+
+fn count(trace: &mut Vec<Item>, n: u64) {
+    match trace.last_mut() {
+        Some(Item::Count(c)) => *c += n,
+        _ => trace.push(Item::Count(n)),
+    }
+}
+
+impl Probe {
+    fn insn(&self) -> Option<u64> {
+        self.plan.count.then_some(self.insns)
+    }
+
+    /// The sites at `pc`: the program's, or a mapped library's.
+    fn sites(&mut self, pid: &Pid, pc: u64) -> Vec<Site> {
+        if let Some(v) = self.plan.sites.get(&pc) {
+            return v.clone();
+        }
+        for (m, module) in self.plan.modules.iter().enumerate() {
+            if self.biases[m].is_none() {
+                self.biases[m] = super::lock(&pid.biases)[m];
+            }
+            if let Some(b) = self.biases[m] {
+                if let Some(v) = module.sites.get(&pc.wrapping_sub(b)) {
+                    return v.clone();
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    fn hit(&mut self, pid: &Pid, pc: u64, regs: &[u64]) {
+        let plan = self.plan.clone();
+        let sites = self.sites(pid, pc);
+        if sites.is_empty() && self.pending.is_none() {
+            return;
+        }
+        if let Some(p) = self.pending.take() {
+            if !sites.contains(&Site::NotTaken(p.ret.pc)) {
+                self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
+            }
+        }
+        for s in &sites {
+            match *s {
+                Site::Entry(t) => self.entered(pc, t, regs),
+                Site::Return(target, ret) if ret.cond_next.is_some() => {
+                    self.pending = Some(Pending {
+                        pc,
+                        target,
+                        ret,
+                        regs: regs.into(),
+                        insn: self.insns,
+                    });
+                }
+                Site::Return(t, r) => self.returned(pc, t, &r, regs, self.insns),
+                Site::NotTaken(_) => {}
+                Site::Pc(p) => {
+                    let layout = self.layout.clone();
+                    let names = &layout.names;
+                    let h = Hit {
+                        regs: names
+                            .iter()
+                            .zip(regs)
+                            .filter(|(n, _)| n.as_str() != "pc")
+                            .map(|(n, v)| (n.as_str(), *v))
+                            .collect(),
+                        ..self.base(At::Pc, &plan.specs[p].text, None, pc)
+                    };
+                    self.emit(&h);
+                }
+            }
+        }
+    }
+
+    fn base<'a>(&self, at: At, probe: &'a str, function: Option<&'a str>, pc: u64) -> Hit<'a> {
+        Hit {
+            pid: self.pid,
+            tid: self.tid,
+            insn: self.insn(),
+            at,
+            probe,
+            function,
+            pc,
+            args: Vec::new(),
+            ret: None,
+            unwound: false,
+            insns: None,
+            regs: Vec::new(),
+            depth: self.stack.len(),
+        }
+    }
+
+    fn entered(&mut self, pc: u64, t: usize, regs: &[u64]) {
+        let plan = self.plan.clone();
+        let abi = plan.abi;
+        let l = self.layout.clone();
+        let sp = reg(regs, l.sp).unwrap_or(0);
+        self.stack.push(Frame {
+            target: t,
+            key: abi.entry_key(sp),
+            insn: self.insn(),
+        });
+        let target = &plan.targets[t];
+        let Some((p, n)) = target.on_entry else {
+            return;
+        };
+        let args = (0..n)
+            .map(|i| {
+                if abi.on_stack(i) {
+                    let w = abi.word();
+                    self.shadow.load(abi.stack_slot(sp, i), w, plan.big_endian)
+                } else {
+                    reg(regs, l.args[i])
+                }
+            })
+            .collect();
+        let h = Hit {
+            args,
+            ..self.base(At::Entry, &plan.specs[p].text, Some(&target.name), pc)
+        };
+        self.emit(&h);
+    }
+
+    fn returned(&mut self, pc: u64, t: usize, r: &isa::Ret, regs: &[u64], insn: u64) {
+        let plan = self.plan.clone();
+        let l = self.layout.clone();
+        let mut after: Vec<u64> = regs.to_vec();
+        let mut known = vec![true; after.len()];
+        if let Some(w) = r.delay {
+            isa::mips_delay(w, &mut after, &mut known, l.bits64);
+        }
+        let ok = |i: Option<usize>| i.filter(|&i| known.get(i) == Some(&true));
+        let Some(sp) = reg(&after, ok(l.sp)) else {
+            return;
+        };
+        let key = sp.wrapping_add(r.pops);
+        let value = reg(&after, ok(l.ret));
+        // A return leaves the innermost frame (a function that jumped into
+        // the middle of another, as `__mempcpy` into `__memcpy`, returns
+        // through the other's instruction), or its own function's frame
+        // and the deeper ones a longjmp skipped. Otherwise the "return"
+        // only restored a caller's stack pointer (glibc's `__longjmp` ends
+        // in `ret` or `jr ra`): every frame it leaves, even one with this
+        // key, was left without returning.
+        let genuine = self.stack.last().is_some_and(|f| f.key == key)
+            || self
+                .stack
+                .iter()
+                .rev()
+                .take_while(|f| f.key <= key)
+                .any(|f| f.target == t && f.key == key);
+        while let Some(top) = self.stack.last() {
+            if top.key > key {
+                break;
+            }
+            let unwound = top.key < key || !genuine;
+            let depth = self.stack.len();
+            let f = self.stack.pop().expect("looked at above");
+            let target = &plan.targets[f.target];
+            let probe = match (target.on_return, target.on_entry, plan.flow) {
+                (Some(p), _, _) => p,
+                (None, Some((p, _)), true) => p,
+                _ => continue,
+            };
+            let h = Hit {
+                insn: plan.count.then_some(insn),
+                ret: if unwound { None } else { value },
+                unwound,
+                insns: f.insn.map(|i| insn - i),
+                depth,
+                ..self.base(At::Return, &plan.specs[probe].text, Some(&target.name), pc)
+            };
+            self.emit(&h);
+        }
+    }
+
+    fn emit(&mut self, h: &Hit) {
+        self.hits += 1;
+        let run = run_state();
+        match run.mode {
+            Mode::Text => h.text(&mut self.buf),
+            Mode::Json => h.json(&mut self.buf),
+            Mode::Flow => h.flow(&mut self.buf),
+        }
+        if let Some(tl) = &run.timeline {
+            let ts = h.insn.unwrap_or(self.hits);
+            super::lock(tl).push(h.timeline(ts));
+        }
+        if self.buf.len() > 1 << 16 {
+            self.flush();
+        }
+    }
+
+    fn flush(&mut self) {
+        if !self.buf.is_empty() {
+            run_state().write(&self.buf);
+            self.buf.clear();
+        }
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
+        }
+        self.flush();
+        run_state().hits.fetch_add(self.hits, Ordering::Relaxed);
+    }
+}
