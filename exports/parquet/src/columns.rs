@@ -34,8 +34,8 @@ use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedW
 use parquet::schema::types::{ColumnDescPtr, SchemaDescPtr};
 
 use crate::pages;
+use crate::parts::{Table, ROWS_PER_FILE, ROW_GROUP};
 use crate::sink::Sink;
-use crate::tables::{Table, ROWS_PER_FILE, ROW_GROUP};
 
 /// zstd's level for the pages: the fastest of the positive levels; the
 /// negative ones were no faster overall here and wrote up to 15 % more.

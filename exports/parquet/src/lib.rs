@@ -23,6 +23,7 @@
 
 mod columns;
 mod pages;
+mod parts;
 mod resolve;
 mod sink;
 mod small;

@@ -16,7 +16,8 @@ use arrow_schema::SchemaRef;
 use cannoli::{ClientInfo, Signal, Syscall};
 use tools::coverage::space::Module;
 
-use crate::tables::{self, PartWriter, Table};
+use crate::parts::{PartWriter, Table};
+use crate::tables;
 
 /// Rows buffered per table before they are written.
 const FLUSH: usize = 1 << 16;
