@@ -53,6 +53,15 @@
 //! [`Cannoli::trace`] call), then its `TidContext`; the `PidContext` is dropped
 //! when the last thread of the process has ended. Put end-of-thread reporting
 //! in a `Drop` impl.
+//!
+//! ## A tool's own state
+//!
+//! `init_pid` gets no `self`; a tool that needs its configuration or
+//! run-wide results there starts the run with a value of its own,
+//! [`Server::with_state`] or [`replay_with`], reads it in `init_pid` with
+//! [`ClientInfo::state`] (cloning the `Arc` into its `PidContext`, so the hot
+//! callbacks reach it with no lookup), and reads the same `Arc` after the run
+//! returns. Two runs in one process, each with its own value, do not meet.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -72,11 +81,13 @@ mod pipeline;
 pub mod recording;
 mod reseq;
 mod server;
+mod state;
 
 pub use crew::default_workers;
 pub use event::{Signal, Syscall};
-pub use recording::{replay, Recording, Replayed};
+pub use recording::{replay, replay_with, Recording, Replayed};
 pub use server::{original_fd_limit, raise_fd_limit, Server};
+pub use state::ToolState;
 
 /// Re-export of the wire format crate (event tags, handshake messages).
 pub use wire;
@@ -356,6 +367,10 @@ pub struct ClientInfo {
     pub regs: wire::RegLayout,
     /// Syscall names by the guest's syscall numbers, where QEMU knows them.
     pub syscall_names: BTreeMap<u64, String>,
+    /// The value the run was started with ([`Server::with_state`],
+    /// [`Recording::replay_with`]), the same for every stream of the run;
+    /// read it with [`ClientInfo::state`].
+    pub tool_state: ToolState,
 }
 
 impl ClientInfo {
@@ -373,7 +388,32 @@ impl ClientInfo {
             jitter_version: h.jitter_version.clone(),
             regs: reg_layout(h),
             syscall_names: h.syscall_names.clone(),
+            tool_state: ToolState::default(),
         }
+    }
+
+    /// The value the run was started with, if it was started with an `S`:
+    /// what `init_pid` clones into its `PidContext`, so that a tool's
+    /// configuration and run-wide results need no module statics (see
+    /// [`ToolState`]). `None` in a run started without one ([`run`],
+    /// [`Server::run`], [`replay`]).
+    pub fn state<S: std::any::Any + Send + Sync>(&self) -> Option<Arc<S>> {
+        self.tool_state.get::<S>()
+    }
+
+    /// [`ClientInfo::state`] for a tool that is only ever run with its `S`.
+    ///
+    /// # Panics
+    ///
+    /// If the run was started without an `S`: a tool bug, not a runtime
+    /// condition.
+    pub fn expect_state<S: std::any::Any + Send + Sync>(&self) -> Arc<S> {
+        self.state::<S>().unwrap_or_else(|| {
+            panic!(
+                "cannoli: this run carries no {}; start it with Server::with_state or replay_with",
+                std::any::type_name::<S>()
+            )
+        })
     }
 
     /// The registers of a registers event as (name, value) pairs, in event

@@ -402,9 +402,14 @@ impl Fake {
 /// Runs `server` with `threads` workers on another thread; fails the test
 /// instead of hanging forever.
 fn run_with_timeout(server: Server, threads: usize) -> Stats {
+    run_with_timeout_as::<Rec>(server, threads)
+}
+
+/// [`run_with_timeout`] with the tool `T`.
+fn run_with_timeout_as<T: Cannoli>(server: Server, threads: usize) -> Stats {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(server.run::<Rec>(threads));
+        let _ = tx.send(server.run::<T>(threads));
     });
     rx.recv_timeout(Duration::from_secs(300))
         .expect("Server::run did not return within 300 s (a hang)")
@@ -1574,4 +1579,88 @@ fn run_forever_serves_any_number_of_processes() {
     let (c, want_c) = play(3002, 32);
     assert_eq!(c.join().unwrap(), None);
     assert!(wait_result(3002) == want_c);
+}
+
+/// One run's own value: what a tool keeps instead of module statics.
+struct RunTotals {
+    name: &'static str,
+    execs: AtomicU64,
+    pids: Mutex<Vec<i32>>,
+}
+
+/// Counts its run's exec events into the run's [`RunTotals`], found through
+/// `ClientInfo::state` in `init_pid` only.
+struct Counting;
+
+impl Cannoli for Counting {
+    type Trace = ();
+    type TidContext = ();
+    type PidContext = Option<Arc<RunTotals>>;
+
+    fn init_pid(ci: &ClientInfo) -> Arc<Self::PidContext> {
+        let totals = ci.state::<RunTotals>();
+        if let Some(t) = &totals {
+            t.pids.lock().unwrap().push(ci.pid);
+        }
+        Arc::new(totals)
+    }
+
+    fn init_tid(_: &Self::PidContext, _: &ClientInfo) -> (Self, ()) {
+        (Counting, ())
+    }
+
+    fn exec(_: &Self::PidContext, _: &(), _: u64, trace: &mut Vec<()>) {
+        trace.push(());
+    }
+
+    fn trace(&mut self, pid: &Self::PidContext, _: &(), trace: &[()]) {
+        if let Some(t) = pid {
+            t.execs.fetch_add(trace.len() as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn two_runs_at_once_each_get_their_own_state() {
+    let runs: Vec<_> = [("a", 3100, 40usize), ("b", 3200, 70)]
+        .into_iter()
+        .map(|(name, pid, chunks)| {
+            let totals = Arc::new(RunTotals {
+                name,
+                execs: AtomicU64::new(0),
+                pids: Mutex::new(Vec::new()),
+            });
+            let server = bind().with_state(totals.clone());
+            let addr = peer(&server);
+            let (stream, want) = make_stream(chunks, 4096, pid as u64);
+            let execs = want.iter().filter(|e| matches!(e, Ev::Exec(_))).count() as u64;
+            let fake = std::thread::spawn(move || {
+                Fake::new(pid, pid).play(addr, &stream, Ending::Goodbye { lost: 0 })
+            });
+            let run = std::thread::spawn(move || server.run::<Counting>(2));
+            (totals, pid, execs, fake, run)
+        })
+        .collect();
+    for (totals, pid, execs, fake, run) in runs {
+        assert_eq!(fake.join().unwrap(), None);
+        let stats = run.join().unwrap().expect("Server::run failed");
+        assert_eq!(stats.connections, 1);
+        assert_eq!(*totals.pids.lock().unwrap(), [pid], "run {}", totals.name);
+        assert_eq!(
+            totals.execs.load(Ordering::Relaxed),
+            execs,
+            "run {}",
+            totals.name
+        );
+    }
+
+    // A run started the old way carries no state.
+    let server = bind();
+    let addr = peer(&server);
+    let (stream, _) = make_stream(2, 4096, 1);
+    let fake = std::thread::spawn(move || {
+        Fake::new(3300, 3300).play(addr, &stream, Ending::Goodbye { lost: 0 })
+    });
+    run_with_timeout_as::<Counting>(server, 2);
+    assert_eq!(fake.join().unwrap(), None);
 }

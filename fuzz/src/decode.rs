@@ -91,6 +91,7 @@ impl Stream {
                 names: Vec::new(),
             },
             syscall_names: names().clone(),
+            tool_state: Default::default(),
         }
     }
 }

@@ -184,6 +184,8 @@ pub struct Launcher {
     qemu_args: Vec<OsString>,
     name: String,
     announce: bool,
+    /// The tool's value for the run (see [`Launcher::state`]).
+    state: cannoli::ToolState,
 }
 
 impl Launcher {
@@ -196,6 +198,7 @@ impl Launcher {
             qemu_args: Vec::new(),
             name: tool_name(),
             announce: true,
+            state: cannoli::ToolState::default(),
         }
     }
 
@@ -219,6 +222,15 @@ impl Launcher {
         self
     }
 
+    /// Starts the run, live or replayed, with `state` in every stream's
+    /// `ClientInfo` ([`cannoli::ClientInfo::state`]): the tool's
+    /// configuration and run-wide results, which it keeps its own clone of
+    /// to read after the run.
+    pub fn state(mut self, state: impl Into<cannoli::ToolState>) -> Launcher {
+        self.state = state.into();
+        self
+    }
+
     /// Replays the recording at `path` (made by `cannoli record`) through
     /// `T` instead of tracing a program: the same callbacks, contexts and
     /// order as the live run had. `needs` is what the tool needs the
@@ -234,7 +246,7 @@ impl Launcher {
             .check(rec.hooks())
             .map_err(|m| Error::Recording(format!("{}: {m}", path.display())))?;
         drop(rec);
-        let r = cannoli::replay::<T>(path, self.threads)
+        let r = cannoli::replay_with::<T>(path, self.threads, self.state)
             .map_err(|e| Error::Recording(e.to_string()))?;
         Ok(Report {
             // Unknown (QEMU started by hand) as in classic mode; a cut
@@ -260,7 +272,9 @@ impl Launcher {
 
     fn classic<T: Cannoli>(self) -> Result<Report, Error> {
         let addr = self.listen.clone().unwrap_or_else(cannoli::default_addr);
-        let server = cannoli::bind_by_hand_at(&addr).map_err(Error::Listen)?;
+        let server = cannoli::bind_by_hand_at(&addr)
+            .map_err(Error::Listen)?
+            .with_state(self.state.clone());
         if self.announce {
             let lib = find::find_hooks(&self.hooks)
                 .map(|p| p.display().to_string())
@@ -312,6 +326,7 @@ impl Launcher {
             None => None,
         };
         let writer = tee.clone();
+        let state = self.state.clone();
         let report = self.launch_serving(
             program,
             args,
@@ -319,7 +334,8 @@ impl Launcher {
                 let server = match writer {
                     Some(w) => server.tee(w),
                     None => server,
-                };
+                }
+                .with_state(state);
                 server.run_until::<T>(threads, done)
             }),
         )?;

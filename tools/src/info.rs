@@ -48,14 +48,13 @@ type Counts = [u64; KINDS.len()];
 struct Counter {
     counts: Counts,
     stream: usize,
+    /// The replay's totals, which this stream's counts go to when it ends.
+    totals: Arc<Totals>,
 }
 
-/// Counts by stream number, filled as streams end.
-static TOTALS: Mutex<BTreeMap<usize, Counts>> = Mutex::new(BTreeMap::new());
-
-/// Streams are replayed one at a time, in order: the n-th `init_tid` is
-/// stream n.
-static NEXT_STREAM: Mutex<usize> = Mutex::new(0);
+/// One replay's counts by stream number, filled as streams end: the
+/// replay's own value, read by [`main`] after it.
+type Totals = Mutex<BTreeMap<usize, Counts>>;
 
 #[inline(always)]
 fn add(trace: &mut Vec<(u8, u64)>, kind: u8, n: u64) {
@@ -74,13 +73,12 @@ impl Cannoli for Counter {
         Arc::new(())
     }
 
-    fn init_tid(_: &(), _: &ClientInfo) -> (Counter, ()) {
-        let mut n = NEXT_STREAM.lock().unwrap_or_else(|p| p.into_inner());
-        *n += 1;
+    fn init_tid(_: &(), ci: &ClientInfo) -> (Counter, ()) {
         (
             Counter {
                 counts: [0; KINDS.len()],
-                stream: *n - 1,
+                stream: ci.stream as usize,
+                totals: ci.expect_state::<Totals>(),
             },
             (),
         )
@@ -165,7 +163,7 @@ impl Cannoli for Counter {
 
 impl Drop for Counter {
     fn drop(&mut self) {
-        TOTALS
+        self.totals
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(self.stream, self.counts);
@@ -238,9 +236,10 @@ pub fn main(args: Args) -> i32 {
         (None, None)
     } else {
         // Replay's own messages about loss go to stderr as usual.
-        match rec.replay::<Counter>(args.threads as usize) {
+        let totals = Arc::new(Totals::default());
+        match rec.replay_with::<Counter>(args.threads as usize, totals.clone()) {
             Ok(r) => {
-                let t = std::mem::take(&mut *TOTALS.lock().unwrap_or_else(|p| p.into_inner()));
+                let t = std::mem::take(&mut *totals.lock().unwrap_or_else(|p| p.into_inner()));
                 (Some(t), Some(r.stats.is_complete()))
             }
             Err(e) => {

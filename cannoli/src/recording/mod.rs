@@ -18,7 +18,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::{Cannoli, Stats};
+use crate::{Cannoli, Stats, ToolState};
 
 pub mod format;
 mod reader;
@@ -203,6 +203,16 @@ impl std::error::Error for Error {
 /// `threads` workers decode each one.
 pub fn replay<T: Cannoli>(path: &Path, threads: usize) -> Result<Replayed, Error> {
     Recording::open(path)?.replay::<T>(threads)
+}
+
+/// [`replay`] with `state` in every stream's [`ClientInfo`](crate::ClientInfo)
+/// (see [`ToolState`](crate::ToolState)).
+pub fn replay_with<T: Cannoli>(
+    path: &Path,
+    threads: usize,
+    state: impl Into<ToolState>,
+) -> Result<Replayed, Error> {
+    Recording::open(path)?.replay_with::<T>(threads, state)
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ use super::{Error, Replayed};
 use crate::blocks::BlockCache;
 use crate::decode::{Decoded, Layout};
 use crate::pipeline::{Due, Feed, Next, Pipeline};
-use crate::{Cannoli, ClientInfo, Stats};
+use crate::{Cannoli, ClientInfo, Stats, ToolState};
 
 /// A line on stderr about what a replay lost, unless it is `quiet` (a
 /// second pass over the same recording has said it already).
@@ -43,17 +43,42 @@ impl Recording {
     /// Feeds every stream through `T` (see the module doc), with `threads`
     /// decoding workers per stream.
     pub fn replay<T: Cannoli>(&self, threads: usize) -> Result<Replayed, Error> {
-        self.replay_saying::<T>(threads, false)
+        self.replay_saying::<T>(threads, false, ToolState::default())
+    }
+
+    /// [`Recording::replay`] with `state` in every stream's [`ClientInfo`]
+    /// (see [`ToolState`]).
+    pub fn replay_with<T: Cannoli>(
+        &self,
+        threads: usize,
+        state: impl Into<ToolState>,
+    ) -> Result<Replayed, Error> {
+        self.replay_saying::<T>(threads, false, state.into())
     }
 
     /// [`Recording::replay`] without its lines on stderr about what the
     /// recording lost (the returned totals still count it): for a tool's
     /// second pass over a recording whose first pass said them.
     pub fn replay_quietly<T: Cannoli>(&self, threads: usize) -> Result<Replayed, Error> {
-        self.replay_saying::<T>(threads, true)
+        self.replay_saying::<T>(threads, true, ToolState::default())
     }
 
-    fn replay_saying<T: Cannoli>(&self, threads: usize, quiet: bool) -> Result<Replayed, Error> {
+    /// [`Recording::replay_quietly`] with `state`, as
+    /// [`Recording::replay_with`].
+    pub fn replay_quietly_with<T: Cannoli>(
+        &self,
+        threads: usize,
+        state: impl Into<ToolState>,
+    ) -> Result<Replayed, Error> {
+        self.replay_saying::<T>(threads, true, state.into())
+    }
+
+    fn replay_saying<T: Cannoli>(
+        &self,
+        threads: usize,
+        quiet: bool,
+        state: ToolState,
+    ) -> Result<Replayed, Error> {
         let threads = threads.max(1);
         self.progress().restart();
         let mut stats = Stats::default();
@@ -82,6 +107,7 @@ impl Recording {
             };
             let mut ci = ClientInfo::from_hello(&hello);
             ci.stream = s.number.into();
+            ci.tool_state = state.clone();
             let pid_ctx = live
                 .entry(process)
                 .or_insert_with(|| T::init_pid(&ci))

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! A recording written by [`Writer`] and read back by [`Recording`] and
-//! [`replay`], without QEMU: the round trip, and every way of damaging the
+//! [`replay_with`], without QEMU: the round trip, and every way of damaging the
 //! file (cut at every length, any byte flipped, another version) giving an
 //! error or a replay that says what it lost, never a panic, and never a
 //! "complete" replay of other events than were recorded.
@@ -9,44 +9,39 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::format::FORMAT_VERSION;
-use super::{replay, Recording};
+use super::{replay_with, Recording};
 use crate::{Cannoli, ClientInfo};
 
-/// What the test tool saw: (tid, pc) in trace order, per test file.
-static SEEN: Mutex<Vec<(String, i32, u64)>> = Mutex::new(Vec::new());
+/// What one replay's test tool saw: (tid, pc) in trace order. Each replay
+/// carries its own (tests run in parallel), as the run's state.
+type Seen1 = Mutex<Vec<(i32, u64)>>;
 
-/// Records every exec with its stream's tid and the file being replayed
-/// (tests run in parallel; each one keeps its own file's lines).
+/// Records every exec with its stream's tid into its replay's [`Seen1`].
 struct ExecLog {
     tid: i32,
-    file: String,
-}
-
-thread_local! {
-    static FILE: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 impl Cannoli for ExecLog {
     type Trace = u64;
     type TidContext = ();
-    type PidContext = ();
+    type PidContext = Arc<Seen1>;
 
-    fn init_pid(_: &ClientInfo) -> Arc<()> {
-        Arc::new(())
+    fn init_pid(ci: &ClientInfo) -> Arc<Arc<Seen1>> {
+        Arc::new(ci.expect_state::<Seen1>())
     }
 
-    fn init_tid(_: &(), ci: &ClientInfo) -> (ExecLog, ()) {
-        let file = FILE.with(|f| f.borrow().clone());
-        (ExecLog { tid: ci.tid, file }, ())
+    fn init_tid(_: &Arc<Seen1>, ci: &ClientInfo) -> (ExecLog, ()) {
+        (ExecLog { tid: ci.tid }, ())
     }
 
-    fn exec(_: &(), _: &(), pc: u64, t: &mut Vec<u64>) {
+    fn exec(_: &Arc<Seen1>, _: &(), pc: u64, t: &mut Vec<u64>) {
         t.push(pc);
     }
 
-    fn trace(&mut self, _: &(), _: &(), t: &[u64]) {
-        let mut s = SEEN.lock().unwrap();
-        s.extend(t.iter().map(|&pc| (self.file.clone(), self.tid, pc)));
+    fn trace(&mut self, seen: &Arc<Seen1>, _: &(), t: &[u64]) {
+        seen.lock()
+            .unwrap()
+            .extend(t.iter().map(|&pc| (self.tid, pc)));
     }
 }
 
@@ -57,8 +52,8 @@ type Seen = (Vec<(i32, u64)>, bool, Option<i32>);
 /// Replays `path`; `None` if it would not open.
 fn replay_file(path: &Path) -> Option<Seen> {
     let key = path.display().to_string();
-    FILE.with(|f| *f.borrow_mut() = key.clone());
-    let r = match replay::<ExecLog>(path, 2) {
+    let seen = Arc::new(Seen1::default());
+    let r = match replay_with::<ExecLog>(path, 2, seen.clone()) {
         Ok(r) => r,
         Err(e) => {
             let line = e.to_string();
@@ -67,13 +62,7 @@ fn replay_file(path: &Path) -> Option<Seen> {
             return None;
         }
     };
-    let mut seen = SEEN.lock().unwrap();
-    let mine: Vec<(i32, u64)> = seen
-        .iter()
-        .filter(|(f, _, _)| *f == key)
-        .map(|&(_, t, pc)| (t, pc))
-        .collect();
-    seen.retain(|(f, _, _)| *f != key);
+    let mine = std::mem::take(&mut *seen.lock().unwrap());
     Some((mine, r.stats.is_complete(), r.status))
 }
 

@@ -126,6 +126,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     let mut ci = ClientInfo::from_hello(&hello);
     let seq = lock(&shared.announced).connected(ci.pid);
     ci.stream = seq - 1;
+    ci.tool_state = shared.state.clone();
     if let (Some(writer), false) = (&shared.recorder, shared.decode) {
         let stream = Stream {
             consumer: &consumer,

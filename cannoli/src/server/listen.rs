@@ -27,7 +27,7 @@ use crate::announce::Announced;
 use crate::crew::Machine;
 use crate::handshake::{challenge, Refusal, Tables};
 use crate::recording::Writer;
-use crate::{Cannoli, Error, Stats};
+use crate::{Cannoli, Error, Stats, ToolState};
 
 /// How long [`Server::run`] keeps listening after the last connection ended,
 /// for a forked child that has not connected yet.
@@ -46,6 +46,8 @@ pub struct Server {
     trust_hello_pids: bool,
     /// Also write every stream to this recording (see [`Server::tee`]).
     tee: Option<Arc<Writer>>,
+    /// The tool's value (see [`Server::with_state`]).
+    state: ToolState,
 }
 
 enum Listener {
@@ -141,6 +143,7 @@ impl Server {
             handshake_timeout: wire::channel::HANDSHAKE_TIMEOUT,
             trust_hello_pids: false,
             tee: None,
+            state: ToolState::default(),
         })
     }
 
@@ -176,6 +179,18 @@ impl Server {
     /// [`Writer::finish`] after the run.
     pub fn tee(mut self, writer: Arc<Writer>) -> Server {
         self.tee = Some(writer);
+        self
+    }
+
+    /// Hands `state` to every stream of the run, in its [`ClientInfo`]
+    /// ([`ClientInfo::state`]): the tool's configuration and run-wide
+    /// results, which `init_pid` has no `self` to find them in. The caller
+    /// keeps its own clone to read after the run.
+    ///
+    /// [`ClientInfo`]: crate::ClientInfo
+    /// [`ClientInfo::state`]: crate::ClientInfo::state
+    pub fn with_state(mut self, state: impl Into<ToolState>) -> Server {
+        self.state = state.into();
         self
     }
 
@@ -289,6 +304,7 @@ impl Server {
             recorder,
             decode,
             machine: Machine::new(),
+            state: self.state.clone(),
         });
         let mut handles: Vec<JoinHandle<()>> = Vec::new();
         let mut pending = Waiting::new(max_pending());

@@ -14,7 +14,7 @@ use crate::announce::Announced;
 use crate::crew::Machine;
 use crate::handshake::Tables;
 use crate::recording::Writer;
-use crate::{Cannoli, ClientInfo, Stats};
+use crate::{Cannoli, ClientInfo, Stats, ToolState};
 
 type PidMap<T> = HashMap<i32, (Arc<<T as Cannoli>::PidContext>, usize)>;
 
@@ -46,6 +46,8 @@ pub(super) struct Shared<T: Cannoli> {
     pub(super) decode: bool,
     /// The cores the crews share (`crew.rs`).
     pub(super) machine: Machine,
+    /// The tool's value, put in every stream's `ClientInfo`.
+    pub(super) state: ToolState,
 }
 
 impl<T: Cannoli> Shared<T> {

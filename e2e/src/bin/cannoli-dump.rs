@@ -804,6 +804,7 @@ mod tests {
                 names: vec!["zero".into(), "at".into(), "v0".into()],
             },
             syscall_names: Default::default(),
+            tool_state: Default::default(),
         }
     }
 

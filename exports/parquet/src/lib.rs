@@ -260,19 +260,12 @@ impl Serial {
     }
 }
 
+/// One export's state: [`run`] builds it and replays with it; each
+/// stream's [`Exporter`] holds it, and the export takes it back after the
+/// replay.
 struct Shared {
     serial: Mutex<Serial>,
     jobs: SyncSender<Job>,
-}
-
-static SHARED: Mutex<Option<Arc<Shared>>> = Mutex::new(None);
-
-fn shared() -> Arc<Shared> {
-    SHARED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-        .expect("set before the replay")
 }
 
 /// A process's address space and its current snapshot.
@@ -301,7 +294,7 @@ impl Cannoli for Exporter {
     }
 
     fn init_tid(_: &Mutex<Proc>, ci: &ClientInfo) -> (Exporter, ()) {
-        let shared = shared();
+        let shared = ci.expect_state::<Shared>();
         let stream = ci.stream as i32;
         {
             let mut s = shared.serial.lock().unwrap_or_else(|p| p.into_inner());
@@ -899,14 +892,11 @@ fn run(args: &Args) -> Result<i32, String> {
         }),
         jobs: tx,
     });
-    *SHARED.lock().unwrap_or_else(|p| p.into_inner()) = Some(shared);
     let bar = tools::progress::Bar::new(&rec, TOOL);
-    let replayed = rec.replay::<Exporter>(args.threads as usize);
+    let replayed = rec.replay_with::<Exporter>(args.threads as usize, shared.clone());
     drop(bar);
     // Every stream's sender is gone with its exporter: this was the last.
-    let shared = SHARED.lock().unwrap_or_else(|p| p.into_inner()).take();
-    let serial = shared
-        .and_then(Arc::into_inner)
+    let serial = Arc::into_inner(shared)
         .map(|s| s.serial.into_inner().unwrap_or_else(|p| p.into_inner()))
         .ok_or("the replay kept a stream open")?;
     let (mut first_err, mut n_insns, mut n_mem) = (None, 0, 0);

@@ -204,12 +204,15 @@ struct Config {
     fp_lr: bool,
 }
 
-/// Set by `main` before the replay.
-static CONFIG: Mutex<Option<Config>> = Mutex::new(None);
-/// The output, taken by the chosen stream.
-static OUT: Mutex<Option<launch::Output>> = Mutex::new(None);
-/// What the chosen stream did, left by it when it ends.
-static DONE: Mutex<Option<Done>> = Mutex::new(None);
+/// One export: what [`main`] builds and hands to the replay, and what the
+/// chosen stream leaves there for `main` to read after it.
+struct Run {
+    config: Config,
+    /// The output, taken by the chosen stream.
+    out: Mutex<Option<launch::Output>>,
+    /// What the chosen stream did, left by it when it ends.
+    done: Mutex<Option<Done>>,
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -285,6 +288,7 @@ fn access(trace: &mut Vec<Item>, kind: &str, addr: u64, bytes: &[u8]) {
 }
 
 struct Exporter {
+    run: Arc<Run>,
     chosen: bool,
     out: Option<launch::Output>,
     prev: Option<Vec<u64>>,
@@ -315,11 +319,9 @@ impl Cannoli for Exporter {
     }
 
     fn init_tid(_: &(), ci: &ClientInfo) -> (Exporter, Arc<Ctx>) {
-        let (stream, fp_lr) = lock(&CONFIG)
-            .as_ref()
-            .map_or((0, false), |c| (c.stream, c.fp_lr));
-        let chosen = ci.stream == stream;
-        let names = Names::new(&ci.arch, &ci.regs.names, fp_lr);
+        let run = ci.expect_state::<Run>();
+        let chosen = ci.stream == run.config.stream;
+        let names = Names::new(&ci.arch, &ci.regs.names, run.config.fp_lr);
         let ctx = Arc::new(Ctx {
             chosen,
             mask: match ci.regs.bytes {
@@ -331,8 +333,9 @@ impl Cannoli for Exporter {
         });
         (
             Exporter {
+                out: if chosen { lock(&run.out).take() } else { None },
+                run,
                 chosen,
-                out: if chosen { lock(&OUT).take() } else { None },
                 prev: None,
                 pending: String::new(),
                 pending_n: 0,
@@ -448,7 +451,7 @@ impl Cannoli for Exporter {
 impl Drop for Exporter {
     fn drop(&mut self) {
         if self.chosen {
-            *lock(&DONE) = Some(Done {
+            *lock(&self.run.done) = Some(Done {
                 out: self.out.take(),
                 lines: self.lines,
                 accesses: self.accesses,
@@ -527,15 +530,17 @@ pub fn main(args: Args) -> i32 {
             }
         }
     };
-    *lock(&CONFIG) = Some(Config {
-        stream: stream.into(),
-        fp_lr: args.fp_lr,
+    let run = Arc::new(Run {
+        config: Config {
+            stream: stream.into(),
+            fp_lr: args.fp_lr,
+        },
+        out: Mutex::new(Some(out)),
+        done: Mutex::new(None),
     });
-    *lock(&OUT) = Some(out);
-    *lock(&DONE) = None;
-    let replayed = rec.replay::<Exporter>(args.threads as usize);
-    let done = lock(&DONE).take();
-    let left = lock(&OUT).take();
+    let replayed = rec.replay_with::<Exporter>(args.threads as usize, run.clone());
+    let done = lock(&run.done).take();
+    let left = lock(&run.out).take();
     let replayed = match replayed {
         Ok(r) => r,
         Err(e) => {

@@ -37,7 +37,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cannoli::recording::{Needs, RegsAt};
@@ -114,9 +114,24 @@ pub struct Args {
     pub program: Vec<OsString>,
 }
 
-/// `--binary`, for [`Backtrace::init_tid`]; set once before the server
-/// starts.
-static BINARY: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// One run of backtrace: what [`main`] builds from the command line and
+/// hands to the run (each process's [`Pid`] holds it), the symbol tables its
+/// processes share, and the totals `main` reports after it.
+#[derive(Default)]
+struct Run {
+    /// `--binary`, for [`Backtrace::init_tid`].
+    binary: Option<PathBuf>,
+    /// `None` once [`main`] has taken it back to finish it.
+    out: Mutex<Option<Out>>,
+    /// One table per guest executable.
+    tables: Mutex<HashMap<Option<PathBuf>, Arc<Functions>>>,
+    /// One table per library mapped, `None` if it cannot be read.
+    libs: Mutex<HashMap<String, Option<Arc<Functions>>>>,
+    enters: AtomicU64,
+    exits: AtomicU64,
+    deepest: AtomicUsize,
+    blind: AtomicU64,
+}
 
 // ---------------------------------------------------------------------------
 // Output and totals
@@ -127,13 +142,6 @@ struct Out {
     /// the events are still consumed, so that QEMU does not block.
     w: launch::Output,
 }
-
-static OUT: Mutex<Option<Out>> = Mutex::new(None);
-
-static ENTERS: AtomicU64 = AtomicU64::new(0);
-static EXITS: AtomicU64 = AtomicU64::new(0);
-static DEEPEST: AtomicUsize = AtomicUsize::new(0);
-static BLIND: AtomicU64 = AtomicU64::new(0);
 
 /// An address, serialized as a `"0x..."` string.
 struct Hex(u64);
@@ -166,12 +174,12 @@ struct Line<'a> {
     backtrace: Vec<&'a str>,
 }
 
-fn emit(out: &mut Out, pid: i32, tid: i32, c: &Change, st: &BacktraceState) {
+fn emit(run: &Run, out: &mut Out, pid: i32, tid: i32, c: &Change, st: &BacktraceState) {
     let depth = st.depth();
     let line = match c {
         Change::Enter { from, ret } => {
-            ENTERS.fetch_add(1, Ordering::Relaxed);
-            DEEPEST.fetch_max(depth, Ordering::Relaxed);
+            run.enters.fetch_add(1, Ordering::Relaxed);
+            run.deepest.fetch_max(depth, Ordering::Relaxed);
             let top = st.backtrace.last().expect("a frame was entered");
             Line {
                 event: "enter",
@@ -187,7 +195,7 @@ fn emit(out: &mut Out, pid: i32, tid: i32, c: &Change, st: &BacktraceState) {
             }
         }
         Change::Exit { frame, pc, from } => {
-            EXITS.fetch_add(1, Ordering::Relaxed);
+            run.exits.fetch_add(1, Ordering::Relaxed);
             Line {
                 event: "exit",
                 pid,
@@ -215,13 +223,8 @@ fn emit(out: &mut Out, pid: i32, tid: i32, c: &Change, st: &BacktraceState) {
 // Symbols, one table per guest executable
 // ---------------------------------------------------------------------------
 
-type Tables = HashMap<Option<PathBuf>, Arc<Functions>>;
-
-static TABLES: Mutex<Option<Tables>> = Mutex::new(None);
-
-fn table_for(exe: Option<&Path>) -> Arc<Functions> {
-    let mut tables = TABLES.lock().unwrap();
-    let tables = tables.get_or_insert_with(HashMap::new);
+fn table_for(run: &Run, exe: Option<&Path>) -> Arc<Functions> {
+    let mut tables = run.tables.lock().unwrap();
     let key = exe.map(Path::to_path_buf);
     if let Some(t) = tables.get(&key) {
         return t.clone();
@@ -252,11 +255,9 @@ fn table_for(exe: Option<&Path>) -> Arc<Functions> {
 
 /// The functions of a shared library (or of any ELF file the guest maps
 /// executable), `None` if it cannot be read.
-fn library_table(path: &str) -> Option<Arc<Functions>> {
-    static LIBS: Mutex<Option<HashMap<String, Option<Arc<Functions>>>>> = Mutex::new(None);
-    let mut libs = LIBS.lock().unwrap();
-    libs.get_or_insert_with(HashMap::new)
-        .entry(path.to_string())
+fn library_table(run: &Run, path: &str) -> Option<Arc<Functions>> {
+    let mut libs = run.libs.lock().unwrap();
+    libs.entry(path.to_string())
         .or_insert_with(|| Functions::from_elf(Path::new(path)).ok().map(Arc::new))
         .clone()
 }
@@ -385,6 +386,7 @@ enum Item {
 struct Pid {
     pid: i32,
     state: Mutex<Proc>,
+    run: Arc<Run>,
 }
 
 #[derive(Default)]
@@ -488,13 +490,14 @@ impl Cannoli for Backtrace {
         Arc::new(Pid {
             pid: ci.pid,
             state: Mutex::new(Proc::default()),
+            run: ci.expect_state::<Run>(),
         })
     }
 
     fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Self, Tid) {
-        let exe = BINARY
-            .get()
-            .expect("--binary is set before the server starts")
+        let exe = pid
+            .run
+            .binary
             .clone()
             .or_else(|| ci.exe.as_ref().map(PathBuf::from));
         let rules = arch::rules(&ci.arch);
@@ -527,7 +530,7 @@ impl Cannoli for Backtrace {
             .insert(ci.tid, BacktraceState::default());
         let tid = Tid {
             tid: ci.tid,
-            funcs: table_for(exe.as_deref()),
+            funcs: table_for(&pid.run, exe.as_deref()),
             exe: exe.map(|p| {
                 let c = std::fs::canonicalize(&p).ok();
                 (p, c)
@@ -638,7 +641,8 @@ impl Cannoli for Backtrace {
         } = &mut *guard;
         let st = threads.entry(tid.tid).or_default();
         let blind = st.blind_landings;
-        let mut out = OUT.lock().unwrap();
+        let run = &*pid.run;
+        let mut out = run.out.lock().unwrap();
         let Some(out) = out.as_mut() else { return };
         for item in trace {
             match item {
@@ -650,7 +654,7 @@ impl Cannoli for Backtrace {
                         lens,
                     };
                     st.insn(&rules, &r, *pc, *branch, *regs, &mut |c, s| {
-                        emit(out, pid.pid, tid.tid, c, s)
+                        emit(run, out, pid.pid, tid.tid, c, s)
                     });
                 }
                 Item::Write { pc, addr, val, sz } => st.write(&rules, *pc, *addr, *val, *sz),
@@ -676,12 +680,12 @@ impl Cannoli for Backtrace {
                         continue;
                     }
                     if *offset == 0 {
-                        if let Some(f) = library_table(path) {
+                        if let Some(f) = library_table(run, path) {
                             loads.insert(path.clone(), base.wrapping_sub(f.first_page));
                         }
                     }
                     if *exec {
-                        let funcs = library_table(path);
+                        let funcs = library_table(run, path);
                         // Without the mapping at offset 0: the usual layout,
                         // code at the same offset in file and memory.
                         let bias = loads
@@ -705,7 +709,8 @@ impl Cannoli for Backtrace {
                 }
             }
         }
-        BLIND.fetch_add(st.blind_landings - blind, Ordering::Relaxed);
+        run.blind
+            .fetch_add(st.blind_landings - blind, Ordering::Relaxed);
     }
 }
 
@@ -730,15 +735,26 @@ pub fn main(args: Args) -> i32 {
     if let Some(addr) = args.listen {
         launcher = launcher.listen(addr);
     }
-    BINARY.set(args.binary).expect("backtrace runs once");
-    *OUT.lock().unwrap() = Some(Out { w });
+    let run = Arc::new(Run {
+        binary: args.binary,
+        out: Mutex::new(Some(Out { w })),
+        ..Run::default()
+    });
+    let launcher = launcher.state(run.clone());
 
     let start = Instant::now();
     let result =
         crate::input::run::<Backtrace>(launcher, args.replay.as_deref(), NEEDS, args.program);
     let secs = start.elapsed().as_secs_f64();
 
-    let written = OUT.lock().unwrap().take().expect("set above").w.finish();
+    let written = run
+        .out
+        .lock()
+        .unwrap()
+        .take()
+        .expect("set above")
+        .w
+        .finish();
     match result {
         Ok(report) => {
             let st = &report.stats;
@@ -750,12 +766,12 @@ pub fn main(args: Args) -> i32 {
                     st.events,
                     st.connections,
                     if st.connections == 1 { "" } else { "s" },
-                    ENTERS.load(Ordering::Relaxed),
-                    EXITS.load(Ordering::Relaxed),
-                    DEEPEST.load(Ordering::Relaxed),
+                    run.enters.load(Ordering::Relaxed),
+                    run.exits.load(Ordering::Relaxed),
+                    run.deepest.load(Ordering::Relaxed),
                 );
             }
-            let blind = BLIND.load(Ordering::Relaxed);
+            let blind = run.blind.load(Ordering::Relaxed);
             if blind > 0 {
                 eprintln!(
                     "backtrace: warning: {blind} branch targets came without registers \

@@ -41,7 +41,7 @@ pub mod space;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cannoli::recording::Needs;
 use cannoli::{Cannoli, ClientInfo};
@@ -93,7 +93,9 @@ struct Coverage {
     bits: Option<u32>,
 }
 
-static COVERAGE: LazyLock<Mutex<Coverage>> = LazyLock::new(Default::default);
+/// One run's coverage: the run's own value (see [`cannoli::ToolState`]),
+/// reached from each process's [`Proc`] and read by [`finish`] after it.
+type Run = Arc<Mutex<Coverage>>;
 
 impl Coverage {
     /// The instruction at `pc` of module `m` ran.
@@ -127,14 +129,17 @@ struct AddrSpace {
     early_hits: HashSet<u64>,
     /// Instruction lengths at pcs in no known mapping yet.
     early_lens: HashMap<u64, u8>,
+    /// Where what never found a mapping goes when the space is dropped.
+    run: Run,
 }
 
 impl AddrSpace {
-    fn new(arch: &str, bits: u32) -> AddrSpace {
+    fn new(arch: &str, bits: u32, run: Run) -> AddrSpace {
         AddrSpace {
             space: Space::new(arch, bits),
             early_hits: HashSet::new(),
             early_lens: HashMap::new(),
+            run,
         }
     }
 
@@ -172,6 +177,7 @@ impl AddrSpace {
             space,
             early_hits,
             early_lens,
+            ..
         } = self;
         early_hits.retain(|&pc| match space.lookup(pc) {
             Some(m) => {
@@ -193,7 +199,7 @@ impl AddrSpace {
 impl Drop for AddrSpace {
     fn drop(&mut self) {
         if !self.early_hits.is_empty() {
-            lock(&COVERAGE).outside.extend(self.early_hits.drain());
+            lock(&self.run).outside.extend(self.early_hits.drain());
         }
     }
 }
@@ -203,7 +209,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// An address space shared by a process's threads. Dropping the last
-/// reference takes the [`COVERAGE`] lock (see [`AddrSpace`]'s `Drop`):
+/// reference takes the [`Run`]'s lock (see [`AddrSpace`]'s `Drop`):
 /// never while holding it.
 type Shared<T> = Arc<Mutex<T>>;
 
@@ -211,6 +217,7 @@ type Shared<T> = Arc<Mutex<T>>;
 /// the new image's first thread (tid == pid) connects again.
 struct Proc {
     space: Mutex<(Shared<AddrSpace>, bool)>,
+    run: Run,
 }
 
 /// Per guest thread: the address space it runs in.
@@ -226,24 +233,26 @@ impl Cannoli for Tracer {
     type PidContext = Proc;
 
     fn init_pid(ci: &ClientInfo) -> Arc<Proc> {
-        let mut c = lock(&COVERAGE);
+        let run = ci.expect_state::<Mutex<Coverage>>();
+        let mut c = lock(&run);
         c.pids.insert(ci.pid);
         c.bits.get_or_insert(ci.guest_bits);
+        drop(c);
+        let space = AddrSpace::new(&ci.arch, ci.guest_bits, run.clone());
         Arc::new(Proc {
-            space: Mutex::new((
-                Arc::new(Mutex::new(AddrSpace::new(&ci.arch, ci.guest_bits))),
-                false,
-            )),
+            space: Mutex::new((Arc::new(Mutex::new(space)), false)),
+            run,
         })
     }
 
     fn init_tid(pid: &Proc, ci: &ClientInfo) -> (Tracer, Thread) {
-        lock(&COVERAGE).threads += 1;
+        lock(&pid.run).threads += 1;
         let mut cur = lock(&pid.space);
         if ci.tid == ci.pid {
             // The process's first thread, or its image after an execve.
             if cur.1 {
-                cur.0 = Arc::new(Mutex::new(AddrSpace::new(&ci.arch, ci.guest_bits)));
+                let space = AddrSpace::new(&ci.arch, ci.guest_bits, pid.run.clone());
+                cur.0 = Arc::new(Mutex::new(space));
             }
             cur.1 = true;
         }
@@ -305,9 +314,9 @@ impl Cannoli for Tracer {
         trace.push(Ev::Protect { base, len, exec });
     }
 
-    fn trace(&mut self, _pid: &Proc, tid: &Thread, trace: &[Ev]) {
+    fn trace(&mut self, pid: &Proc, tid: &Thread, trace: &[Ev]) {
         let mut a = lock(&tid.space);
-        let mut c = lock(&COVERAGE);
+        let mut c = lock(&pid.run);
         let c = &mut *c;
         for ev in trace {
             match ev {
@@ -488,8 +497,9 @@ fn build(c: &Coverage) -> Vec<ModuleOut> {
 fn finish(
     mut w: launch::Output,
     report: &launch::Report,
+    run: &Run,
 ) -> Result<Result<(), launch::OutputError>, String> {
-    let c = lock(&COVERAGE);
+    let c = lock(run);
     let mods = build(&c);
     let mut bbs = Vec::new();
     let mut dropped = 0usize;
@@ -641,10 +651,12 @@ pub fn main(args: Args) -> i32 {
             return 1;
         }
     };
+    let run = Run::default();
     let launcher = launch::Launcher::new(launch::Options {
         hooks: "coverage",
         threads: args.threads,
-    });
+    })
+    .state(run.clone());
     let report =
         match crate::input::run::<Tracer>(launcher, args.replay.as_deref(), NEEDS, args.program) {
             Ok(r) => r,
@@ -655,7 +667,7 @@ pub fn main(args: Args) -> i32 {
                 return e.exit_code();
             }
         };
-    match finish(w, &report) {
+    match finish(w, &report, &run) {
         Ok(written) => report.finish_with_output("coverage", written),
         Err(e) => {
             eprintln!("coverage: {e}");
@@ -734,7 +746,7 @@ mod tests {
     #[test]
     fn block_lengths_go_to_the_module_of_each_instruction() {
         let mut c = Coverage::default();
-        let mut a = AddrSpace::new("armv5tel", 32);
+        let mut a = AddrSpace::new("armv5tel", 32, Run::default());
         a.space.map(
             0x10000,
             0x1000,
@@ -769,7 +781,8 @@ mod tests {
         // A second thread's events handled before the first thread's
         // mapping of the program.
         let mut c = Coverage::default();
-        let mut a = AddrSpace::new("mipsel", 32);
+        let run = Run::default();
+        let mut a = AddrSpace::new("mipsel", 32, run.clone());
         a.block(&mut c, 0x400100, &[4, 4]);
         a.hit(&mut c, 0x400100);
         a.hit(&mut c, 0x400104);
@@ -794,7 +807,7 @@ mod tests {
         assert_eq!(a.early_hits, HashSet::from([0x7000]));
         assert!(a.early_lens.is_empty());
         drop(a);
-        assert!(lock(&COVERAGE).outside.contains(&0x7000));
+        assert!(lock(&run).outside.contains(&0x7000));
     }
 
     #[test]

@@ -96,17 +96,20 @@ enum Item {
     Tail { pc: u64, regs: Vec<u64> },
 }
 
-/// Command-line settings the callbacks need.
-struct Config {
+/// One run of regtrace: what [`main`] builds from the command line and
+/// hands to the run (each process's [`Pid`] holds it), and what it counts,
+/// which `main` reports after the run.
+struct Run {
+    /// --changed: print only the instructions that changed a register.
     changed_only: bool,
-}
-
-static CONFIG: OnceLock<Config> = OnceLock::new();
-
-fn config() -> &'static Config {
-    CONFIG.get_or_init(|| Config {
-        changed_only: false,
-    })
+    out: Mutex<Out>,
+    /// --range and --func of a replay (a live run's hook library already
+    /// left the rest out), resolved by the first process.
+    replay: Option<ReplayRanges>,
+    resolved: OnceLock<Arc<[(u64, u64)]>>,
+    insns: AtomicU64,
+    changed: AtomicU64,
+    threads: AtomicU64,
 }
 
 /// Where lines go, and which thread wrote last (a header when it changes).
@@ -117,29 +120,15 @@ struct Out {
     last: Option<(i32, i32)>,
 }
 
-static OUT: OnceLock<Mutex<Out>> = OnceLock::new();
-static INSNS: AtomicU64 = AtomicU64::new(0);
-static CHANGED: AtomicU64 = AtomicU64::new(0);
-static THREADS: AtomicU64 = AtomicU64::new(0);
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn out() -> MutexGuard<'static, Out> {
-    lock(OUT.get_or_init(|| {
-        Mutex::new(Out {
-            w: Some(launch::Output::stdout("the trace")),
-            last: None,
-        })
-    }))
 }
 
 /// Writes `text` for thread (pid, tid). After a write error (or a closed
 /// pipe) nothing more is written, but the rest of the trace is still
 /// consumed, so that QEMU does not block; the error is reported at the end.
-fn emit(pid: i32, tid: i32, text: &str) {
-    let mut guard = out();
+fn emit(run: &Run, pid: i32, tid: i32, text: &str) {
+    let mut guard = lock(&run.out);
     let o = &mut *guard;
     let Some(w) = o.w.as_mut().filter(|w| w.is_writing()) else {
         return;
@@ -163,6 +152,8 @@ struct Layout {
     mask: u64,
     /// Hex digits of a pc.
     pc_digits: usize,
+    /// --changed (see [`Run`]).
+    changed_only: bool,
 }
 
 impl Layout {
@@ -188,7 +179,7 @@ impl Layout {
                 changed = true;
             }
         }
-        if !changed && config().changed_only {
+        if !changed && self.changed_only {
             buf.truncate(start);
         } else {
             buf.push('\n');
@@ -199,6 +190,7 @@ impl Layout {
 
 /// Per guest thread, serial phase: the last instruction seen.
 struct Tracer {
+    run: Arc<Run>,
     pid: i32,
     tid: i32,
     layout: Arc<Layout>,
@@ -210,14 +202,18 @@ struct Tracer {
 impl Cannoli for Tracer {
     type Trace = Item;
     type TidContext = Arc<Layout>;
-    type PidContext = Filter;
+    type PidContext = Pid;
 
-    fn init_pid(ci: &ClientInfo) -> Arc<Filter> {
-        Arc::new(Filter::of(ci))
+    fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
+        let run = ci.expect_state::<Run>();
+        Arc::new(Pid {
+            filter: Filter::of(&run, ci),
+            run,
+        })
     }
 
-    fn init_tid(_pid: &Filter, ci: &ClientInfo) -> (Tracer, Arc<Layout>) {
-        THREADS.fetch_add(1, Ordering::Relaxed);
+    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Tracer, Arc<Layout>) {
+        pid.run.threads.fetch_add(1, Ordering::Relaxed);
         let bytes = ci.regs.bytes;
         let layout = Arc::new(Layout {
             names: ci.regs.names.clone(),
@@ -228,9 +224,11 @@ impl Cannoli for Tracer {
                 u64::MAX
             },
             pc_digits: if ci.guest_bits <= 32 { 8 } else { 16 },
+            changed_only: pid.run.changed_only,
         });
         (
             Tracer {
+                run: pid.run.clone(),
                 pid: ci.pid,
                 tid: ci.tid,
                 layout: layout.clone(),
@@ -242,8 +240,8 @@ impl Cannoli for Tracer {
         )
     }
 
-    fn regs(f: &Filter, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
-        if !f.traces(pc) {
+    fn regs(p: &Pid, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+        if !p.filter.traces(pc) {
             return;
         }
         let n = l.count(regs);
@@ -283,7 +281,7 @@ impl Cannoli for Tracer {
         }
     }
 
-    fn trace(&mut self, _pid: &Filter, _l: &Arc<Layout>, trace: &[Item]) {
+    fn trace(&mut self, _pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
         let mut s = String::new();
         for item in trace {
             match item {
@@ -324,7 +322,7 @@ impl Cannoli for Tracer {
                 Item::Tail { pc, regs } => self.pending = Some((*pc, regs.clone())),
             }
         }
-        emit(self.pid, self.tid, &s);
+        emit(&self.run, self.pid, self.tid, &s);
     }
 }
 
@@ -337,17 +335,23 @@ impl Drop for Tracer {
                 pc,
                 w = self.layout.pc_digits + 2
             );
-            emit(self.pid, self.tid, &line);
+            emit(&self.run, self.pid, self.tid, &line);
         }
-        INSNS.fetch_add(self.insns, Ordering::Relaxed);
-        CHANGED.fetch_add(self.changed, Ordering::Relaxed);
+        self.run.insns.fetch_add(self.insns, Ordering::Relaxed);
+        self.run.changed.fetch_add(self.changed, Ordering::Relaxed);
     }
 }
 
 /// The ranges the client itself keeps instructions of. Empty in a live
 /// run, where the hook library already left the rest out.
 struct Filter {
-    ranges: &'static [(u64, u64)],
+    ranges: Arc<[(u64, u64)]>,
+}
+
+/// Per guest process: its filter, and the run.
+struct Pid {
+    filter: Filter,
+    run: Arc<Run>,
 }
 
 /// What [`Filter::of`] needs: `--range` and `--func` of a replay, whose
@@ -358,15 +362,14 @@ struct ReplayRanges {
     funcs: Vec<String>,
 }
 
-static REPLAY_RANGES: OnceLock<ReplayRanges> = OnceLock::new();
-static RESOLVED: OnceLock<Vec<(u64, u64)>> = OnceLock::new();
-
 impl Filter {
-    fn of(ci: &ClientInfo) -> Filter {
-        let Some(r) = REPLAY_RANGES.get() else {
-            return Filter { ranges: &[] };
+    fn of(run: &Run, ci: &ClientInfo) -> Filter {
+        let Some(r) = &run.replay else {
+            return Filter {
+                ranges: Arc::new([]),
+            };
         };
-        let ranges = RESOLVED.get_or_init(|| {
+        let ranges = run.resolved.get_or_init(|| {
             let mut ranges = r.ranges.clone();
             if !r.funcs.is_empty() {
                 // Too late to refuse the command line: the replay has begun.
@@ -382,9 +385,11 @@ impl Filter {
                     }
                 }
             }
-            ranges
+            ranges.into()
         });
-        Filter { ranges }
+        Filter {
+            ranges: ranges.clone(),
+        }
     }
 
     fn traces(&self, pc: u64) -> bool {
@@ -456,8 +461,9 @@ fn code_address(arch: object::Architecture, kind: SymbolKind, value: u64) -> u64
 /// something went wrong before or around it).
 pub fn main(args: Args) -> i32 {
     let mut ranges = args.ranges;
+    let mut replay = None;
     if args.replay.is_some() {
-        let _ = REPLAY_RANGES.set(ReplayRanges {
+        replay = Some(ReplayRanges {
             ranges: std::mem::take(&mut ranges),
             funcs: args.funcs,
         });
@@ -483,38 +489,46 @@ pub fn main(args: Args) -> i32 {
         if args.program.is_empty() {
             eprintln!("regtrace: start QEMU with {RANGES_ENV}={v} in its environment");
         }
+        // For the hook library, which runs inside QEMU (another process)
+        // and has nothing but its environment to learn the ranges from.
         // SAFETY: no other thread runs yet.
         std::env::set_var(RANGES_ENV, v);
     }
-    let _ = CONFIG.set(Config {
-        changed_only: args.changed,
-    });
-    if let Some(path) = &args.output {
-        match launch::Output::create(path, "the trace") {
-            Ok(w) => {
-                let _ = OUT.set(Mutex::new(Out {
-                    w: Some(w),
-                    last: None,
-                }));
-            }
+    let w = match &args.output {
+        None => launch::Output::stdout("the trace"),
+        Some(path) => match launch::Output::create(path, "the trace") {
+            Ok(w) => w,
             Err(e) => {
                 eprintln!("regtrace: {e}");
                 return 1;
             }
-        }
-    }
+        },
+    };
+    let run = Arc::new(Run {
+        changed_only: args.changed,
+        out: Mutex::new(Out {
+            w: Some(w),
+            last: None,
+        }),
+        replay,
+        resolved: OnceLock::new(),
+        insns: AtomicU64::new(0),
+        changed: AtomicU64::new(0),
+        threads: AtomicU64::new(0),
+    });
 
     let start = Instant::now();
     let launcher = launch::Launcher::new(launch::Options {
         hooks: "regtrace",
         threads: args.threads,
-    });
+    })
+    .state(run.clone());
     let needs = Needs {
         regs: Some(RegsAt::All),
         ..Needs::default()
     };
     let result = crate::input::run::<Tracer>(launcher, args.replay.as_deref(), needs, args.program);
-    let written = out().w.take().expect("finished once").finish();
+    let written = lock(&run.out).w.take().expect("finished once").finish();
     let report = match result {
         Ok(report) => report,
         Err(e) => {
@@ -528,10 +542,10 @@ pub fn main(args: Args) -> i32 {
     let secs = start.elapsed().as_secs_f64();
     eprintln!(
         "regtrace: {} instructions, {} changed registers, {} thread{}, {:.3} s",
-        INSNS.load(Ordering::Relaxed),
-        CHANGED.load(Ordering::Relaxed),
-        THREADS.load(Ordering::Relaxed),
-        if THREADS.load(Ordering::Relaxed) == 1 {
+        run.insns.load(Ordering::Relaxed),
+        run.changed.load(Ordering::Relaxed),
+        run.threads.load(Ordering::Relaxed),
+        if run.threads.load(Ordering::Relaxed) == 1 {
             ""
         } else {
             "s"
@@ -593,10 +607,12 @@ mod tests {
 
     #[test]
     fn a_replay_keeps_what_is_in_range() {
-        let all = Filter { ranges: &[] };
+        let all = Filter {
+            ranges: Arc::new([]),
+        };
         assert!(all.traces(0) && all.traces(u64::MAX));
         let some = Filter {
-            ranges: &[(0x10, 0x20), (0x40, 0x41)],
+            ranges: Arc::new([(0x10, 0x20), (0x40, 0x41)]),
         };
         let kept: Vec<u64> = [0xf, 0x10, 0x1f, 0x20, 0x40, 0x41]
             .into_iter()
@@ -626,6 +642,7 @@ mod tests {
             names,
             mask: 0xffff_ffff,
             pc_digits: 8,
+            changed_only: false,
         };
         let old = [0u64; 16];
         let mut new = [0u64; 16];

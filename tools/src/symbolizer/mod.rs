@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cannoli::recording::Needs;
@@ -120,25 +120,26 @@ struct Settings {
     color: bool,
 }
 
-static OPTS: OnceLock<Settings> = OnceLock::new();
-
-fn opts() -> &'static Settings {
-    OPTS.get()
-        .expect("options are set before the server starts")
+/// One run of the symbolizer: what [`main`] builds from the command line
+/// and hands to the run, reached by each process's [`Pid`].
+struct Run {
+    settings: Settings,
+    /// Symbol tables, one per guest executable (or `--binary`), shared by
+    /// the processes running it.
+    tables: Mutex<HashMap<Option<PathBuf>, Arc<Symbols>>>,
+    /// The trace output; [`main`] takes it back after the run.
+    out: Mutex<Option<Out>>,
 }
 
 // ---------------------------------------------------------------------------
 // Symbol tables, one per guest executable, shared by the processes running it
 // ---------------------------------------------------------------------------
 
-static TABLES: Mutex<Option<HashMap<Option<PathBuf>, Arc<Symbols>>>> = Mutex::new(None);
-
 /// The table for a process whose executable is `exe` (when no `--binary`).
-fn table_for(exe: Option<&str>) -> Arc<Symbols> {
-    let o = opts();
+fn table_for(run: &Run, exe: Option<&str>) -> Arc<Symbols> {
+    let o = &run.settings;
     let path = o.binary.clone().or_else(|| exe.map(PathBuf::from));
-    let mut tables = TABLES.lock().unwrap();
-    let tables = tables.get_or_insert_with(HashMap::new);
+    let mut tables = run.tables.lock().unwrap();
     if let Some(t) = tables.get(&path) {
         return t.clone();
     }
@@ -214,6 +215,7 @@ enum Line {
 
 struct Pid {
     pid: i32,
+    run: Arc<Run>,
     syms: Arc<Symbols>,
     /// Print memory accesses (no --no-mem).
     mem: bool,
@@ -238,8 +240,6 @@ struct Out {
     /// Thread whose lines were printed last.
     last: Option<(i32, i32)>,
 }
-
-static OUT: Mutex<Option<Out>> = Mutex::new(None);
 
 const RESET: &str = "\x1b[0m";
 const DIM: &str = "\x1b[2m";
@@ -298,7 +298,7 @@ fn write_sym(w: &mut impl Write, syms: &Symbols, at: Option<Loc>, p: &Pal) -> io
 }
 
 fn write_lines(out: &mut Out, pid: &Pid, tid: &Tid, trace: &[Line]) -> io::Result<()> {
-    let o = opts();
+    let o = &pid.run.settings;
     let p = Pal::new(o.color);
     let width = tid.width;
     if out.last != Some((pid.pid, tid.tid)) {
@@ -350,10 +350,12 @@ impl Cannoli for Symbolizer {
     type PidContext = Pid;
 
     fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
+        let run = ci.expect_state::<Run>();
         Arc::new(Pid {
             pid: ci.pid,
-            syms: table_for(ci.exe.as_deref()),
-            mem: opts().mem,
+            syms: table_for(&run, ci.exe.as_deref()),
+            mem: run.settings.mem,
+            run,
         })
     }
 
@@ -381,7 +383,7 @@ impl Cannoli for Symbolizer {
     }
 
     fn trace(&mut self, pid: &Pid, tid: &Tid, trace: &[Line]) {
-        let mut guard = OUT.lock().unwrap();
+        let mut guard = pid.run.out.lock().unwrap();
         let Some(out) = guard.as_mut() else { return };
         // After a write error (or --limit) the events are still consumed,
         // so that QEMU does not block, but no longer formatted.
@@ -443,22 +445,24 @@ pub fn main(args: Args) -> i32 {
         mem: !args.no_mem,
         limit: args.limit,
     };
-    if OPTS.set(settings).is_err() {
-        panic!("symbolizer::main runs once per process");
-    }
-    *OUT.lock().unwrap() = Some(Out {
-        w,
-        lines: 0,
-        stopped: false,
-        last: None,
+    let run = Arc::new(Run {
+        settings,
+        tables: Mutex::new(HashMap::new()),
+        out: Mutex::new(Some(Out {
+            w,
+            lines: 0,
+            stopped: false,
+            last: None,
+        })),
     });
+    let launcher = launcher.state(run.clone());
 
     let start = Instant::now();
     let result =
         crate::input::run::<Symbolizer>(launcher, args.replay.as_deref(), needs, args.program);
     let secs = start.elapsed().as_secs_f64();
 
-    let out = OUT.lock().unwrap().take().expect("set above");
+    let out = run.out.lock().unwrap().take().expect("set above");
     let (lines, stopped) = (out.lines, out.stopped || out.w.reader_gone());
     let written = out.w.finish();
     match result {
