@@ -34,8 +34,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 
-pub use crate::dump::{parse_dump_events, DumpEvents, RegsEvent, SyscallEvent};
+pub use crate::dump::{parse_dump_events, DumpEvents};
 pub use crate::lines::{for_lines, parse_hex};
+pub use crate::model::{RegsEvent, SyscallEvent};
 use crate::{
     assert_traced_success, finish_guest, qemu_builds, release_artifact, spawn_guest, DumpClient,
     GuestCmd, GuestRun, Plugin, RunDir,
@@ -658,7 +659,7 @@ pub enum ExeclogItem<'a> {
     /// `name -> value` (with `reg=`): the value as written (hex, or wider).
     Reg(&'a str, &'a str),
     /// `load, ADDR` / `store, ADDR`.
-    Access(crate::dump::MemKind, u64),
+    Access(crate::model::MemKind, u64),
 }
 
 /// Splits one libexeclog line (shared by every parser of that log).
@@ -684,9 +685,9 @@ pub fn split_execlog_line(line: &str) -> Result<ExeclogLine<'_>, String> {
             t = t.strip_prefix(", ").ok_or("access without address")?;
             let end = t.find(", ").unwrap_or(t.len());
             let kind = if item == "load" {
-                crate::dump::MemKind::Load
+                crate::model::MemKind::Load
             } else {
-                crate::dump::MemKind::Store
+                crate::model::MemKind::Store
             };
             items.push(ExeclogItem::Access(kind, parse_hex(&t[..end])?));
             t = &t[end..];

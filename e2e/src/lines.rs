@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-//! Reading big log files line by line, and the number formats of QEMU's own
-//! logs (`0x`-prefixed or bare hex, decimal). The `cannoli-dump` format has
-//! its own, stricter, parsers in [`crate::dump`].
+//! Reading big log files line by line, the number formats of QEMU's own
+//! logs (`0x`-prefixed or bare hex, decimal), and the last lines of a text.
+//! The `cannoli-dump` format has its own, stricter, parsers in
+//! [`crate::dump`].
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -95,6 +96,13 @@ pub fn dec<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     s.trim()
         .parse()
         .map_err(|_| format!("bad decimal number {s:?}"))
+}
+
+/// Last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    lines[from..].join("\n")
 }
 
 #[cfg(test)]
