@@ -64,17 +64,10 @@ fn each_line(
     }
 }
 
-/// A hex number of at most 16 digits, with or without `0x`.
+/// A hex number of at most 16 digits, with or without `0x`
+/// ([`cannoli::wire::parse_hex`], with an error naming the text).
 pub fn parse_hex(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let d = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(t);
-    if d.len() > 16 {
-        return Err(format!("bad hex number {s:?}"));
-    }
-    Ok(parse_hex128(s)? as u64)
+    cannoli::wire::parse_hex(s).ok_or_else(|| format!("bad hex number {s:?}"))
 }
 
 /// A hex number of at most 128 bits, with or without `0x` (libmem prints a
