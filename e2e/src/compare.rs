@@ -9,9 +9,9 @@ use std::io::{BufRead, Read};
 use std::path::Path;
 use std::sync::Mutex;
 
-use crate::dump::{MemAccess, SyscallEvent};
 use crate::lines::open_log;
-use crate::run::tail;
+use crate::lines::tail;
+use crate::model::{MemAccess, SyscallEvent};
 
 /// Lines of context shown around the first difference.
 pub const CONTEXT: usize = 5;

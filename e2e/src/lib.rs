@@ -11,6 +11,8 @@
 //!   same absolute program path and argv, same cwd, stdout/stderr to files,
 //!   same `-seed`, address space randomisation off), with QEMU's plugins or
 //!   with `-cannoli`;
+//! * [`model`]: the event model (memory accesses, registers, syscalls,
+//!   mappings, signals), what both the dump and the plugins are read into;
 //! * [`dump`]: the `cannoli-dump` formats, shared by the client (writer)
 //!   and the tests (parser);
 //! * [`plugins`]: parsers of QEMU's `libinsn`, `libexeclog` and `libmem`
@@ -22,8 +24,23 @@
 //! * [`ground`] and [`procs`]: more ground truth and helpers for the hook,
 //!   syscall and process tests.
 //!
-//! The items of `locate`, `run`, `dump`, `plugins` and `compare` are also
-//! re-exported here, so a test says `use e2e::*`.
+//! The items of `locate`, `run`, `model`, `dump`, `plugins` and `compare`
+//! are also re-exported here, so a test says `use e2e::*`.
+//!
+//! Modules import downward only (each from those listed before it; the
+//! unit tests aside, which may use any, e.g. [`run::RunDir`]):
+//!
+//! 1. [`lines`], [`locate`]: nothing of this crate;
+//! 2. [`model`]: nothing of this crate;
+//! 3. [`dump`]: `model`, `lines`;
+//! 4. [`pages`]: `model`, `lines`;
+//! 5. [`plugins`]: `model`, `lines`, `pages`;
+//! 6. [`run`]: `locate`, `lines`, `dump` (the `listening` line);
+//! 7. [`compare`]: `model`, `lines`;
+//! 8. [`recording`]: `locate`, `run`; [`parquet`]: `recording`;
+//! 9. [`ground`]: `model`, `dump`, `lines`, `locate`, `run`, `pages`;
+//! 10. [`tenet`]: `model`, `lines`, `pages`, `plugins`, `ground`;
+//! 11. [`procs`]: all of the above.
 //!
 //! A missing prerequisite panics with a message naming what is missing and
 //! the command that provides it: these tests fail, they never skip.
@@ -35,6 +52,7 @@ pub mod dump;
 pub mod ground;
 pub mod lines;
 pub mod locate;
+pub mod model;
 pub mod pages;
 pub mod parquet;
 pub mod plugins;
@@ -44,11 +62,11 @@ pub mod run;
 pub mod tenet;
 
 pub use compare::*;
-pub use dump::{
-    parse_dump, signals_in_context, Counts, DumpTrace, MapEvent, MemAccess, MemKind, RegsEvent,
-    SignalEvent, SignalInContext, StreamInfo, Summary, SyscallEvent,
-};
+pub use dump::{parse_dump, signals_in_context, DumpTrace, SignalInContext, StreamInfo, Summary};
 pub use locate::*;
+pub use model::{
+    Counts, MapEvent, MemAccess, MemKind, MemSlot, RegsEvent, SignalEvent, SyscallEvent,
+};
 pub use pages::{parse_page_layout, PageLayout, Relocation};
 pub use plugins::*;
 pub use run::*;

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-//! Reading big log files line by line, and the number formats of QEMU's own
-//! logs (`0x`-prefixed or bare hex, decimal). The `cannoli-dump` format has
-//! its own, stricter, parsers in [`crate::dump`].
+//! Reading big log files line by line, the number formats of QEMU's own
+//! logs (`0x`-prefixed or bare hex, decimal), and the last lines of a text.
+//! The `cannoli-dump` format has its own, stricter, parsers in
+//! [`crate::dump`].
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -63,17 +64,10 @@ fn each_line(
     }
 }
 
-/// A hex number of at most 16 digits, with or without `0x`.
+/// A hex number of at most 16 digits, with or without `0x`
+/// ([`cannoli::wire::parse_hex`], with an error naming the text).
 pub fn parse_hex(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let d = t
-        .strip_prefix("0x")
-        .or_else(|| t.strip_prefix("0X"))
-        .unwrap_or(t);
-    if d.len() > 16 {
-        return Err(format!("bad hex number {s:?}"));
-    }
-    Ok(parse_hex128(s)? as u64)
+    cannoli::wire::parse_hex(s).ok_or_else(|| format!("bad hex number {s:?}"))
 }
 
 /// A hex number of at most 128 bits, with or without `0x` (libmem prints a
@@ -95,6 +89,13 @@ pub fn dec<T: std::str::FromStr>(s: &str) -> Result<T, String> {
     s.trim()
         .parse()
         .map_err(|_| format!("bad decimal number {s:?}"))
+}
+
+/// Last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    lines[from..].join("\n")
 }
 
 #[cfg(test)]

@@ -22,8 +22,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
-use crate::dump::MemAccess;
 use crate::lines::{for_lines, parse_hex};
+use crate::model::MemAccess;
 
 /// The keys QEMU prints after the layout that follows the binary load.
 const LOAD_KEYS: &[&str] = &[
@@ -296,7 +296,7 @@ impl fmt::Display for Relocation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dump::MemKind;
+    use crate::model::MemKind;
     use crate::run::RunDir;
 
     const LOG: &str = "host mmap_min_addr=0x10000\n\

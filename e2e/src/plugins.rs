@@ -6,35 +6,13 @@
 //! may hold.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::fs;
 use std::path::Path;
 
-use crate::dump::{MemAccess, MemKind};
 use crate::lines::{dec, for_each_line, parse_hex, parse_hex128};
+pub use crate::model::MemSlot;
+use crate::model::{MemAccess, MemKind};
 use crate::pages::is_page_log_line;
-
-/// A memory access attributed to the n-th executed instruction, without
-/// size/value (what execlog shows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemSlot {
-    /// Index of the instruction in the exec sequence.
-    pub insn: u64,
-    pub kind: MemKind,
-    pub addr: u64,
-}
-
-impl fmt::Display for MemSlot {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "insn #{} {} {:x}",
-            self.insn,
-            self.kind.letter(),
-            self.addr
-        )
-    }
-}
 
 /// Output of `libinsn`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,6 +17,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use crate::dump::LISTENING;
+pub use crate::lines::tail;
 use crate::locate::{
     dump_client, jitter_lib, qemu_builds, Plugin, QEMU_COMMON_ARGS, QEMU_ENV, QEMU_SEED_ARGS,
 };
@@ -274,13 +275,6 @@ pub fn words(lines: usize) -> Vec<u8> {
         out.extend_from_slice(format!("{:08x} line {i} {}\n", x, x % 977).as_bytes());
     }
     out
-}
-
-/// Last `n` lines of `s`.
-pub fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    let from = lines.len().saturating_sub(n);
-    lines[from..].join("\n")
 }
 
 /// Starts `cmd` with a cleared environment, cwd `dir`, stdin from

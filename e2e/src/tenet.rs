@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::dump::{MemAccess, MemKind};
 use crate::ground::{split_execlog_line, ExeclogItem};
 use crate::lines::{for_lines, parse_hex};
+use crate::model::{MemAccess, MemKind};
 
 /// One libexeclog line: the instruction, the registers it changed (gdb's
 /// names, values after it) and its accesses in order.

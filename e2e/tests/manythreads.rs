@@ -75,10 +75,15 @@ fn many_threads(arch: &str) {
     let mut child = ChildGuard::new(c.spawn().unwrap(), format!("symbolizer {arch} manythreads"));
     let tool = child.id();
     // While it runs: the tool raised its own limit, QEMU has the one the
-    // tool was given.
-    let (mut raised, mut qemu_limit) = (None, None);
+    // tool was given. QEMU raises its soft limit for a moment whenever it
+    // makes a descriptor of its own in its room above the guest's bound
+    // (docs/guest-view.md), so a read can catch that: what counts is that
+    // QEMU is seen at the tool's limit.
+    let (mut raised, mut qemu_limits) = (None, std::collections::BTreeSet::new());
     let start = Instant::now();
-    while (raised.is_none() || qemu_limit.is_none()) && start.elapsed() < Duration::from_secs(60) {
+    while (raised.is_none() || !qemu_limits.contains(&SOFT))
+        && start.elapsed() < Duration::from_secs(60)
+    {
         if let Some(s) = soft_nofile(tool).filter(|&s| s != SOFT) {
             raised = Some(s);
         }
@@ -89,7 +94,7 @@ fn many_threads(arch: &str) {
                 let is_qemu = fs::read_link(format!("/proc/{q}/exe"))
                     .is_ok_and(|e| e.to_string_lossy().contains("qemu-"));
                 if is_qemu {
-                    qemu_limit = qemu_limit.or(soft_nofile(q));
+                    qemu_limits.extend(soft_nofile(q));
                 }
             }
         }
@@ -128,7 +133,10 @@ fn many_threads(arch: &str) {
         raised.is_some_and(|r| r > SOFT),
         "{arch}: the tool did not raise its own descriptor limit ({raised:?})"
     );
-    assert_eq!(qemu_limit, Some(SOFT), "{arch}: QEMU's descriptor limit");
+    assert!(
+        qemu_limits.contains(&SOFT),
+        "{arch}: QEMU's descriptor limit was never the tool's {SOFT}: {qemu_limits:?}"
+    );
 }
 
 #[test]

@@ -93,9 +93,11 @@ pub mod fdplace;
 // The crate's root items, one file per concept: `events` the event
 // layout's tags, frames and memory tags; `handshake` the hello, welcome and
 // control lines; `registers` guest architectures and their registers;
-// `text` untrusted text made printable.
+// `text` untrusted text made printable; `hex` hex numbers as people and
+// logs write them.
 mod events;
 mod handshake;
+mod hex;
 mod registers;
 mod text;
 
@@ -109,5 +111,6 @@ pub use handshake::{
     parse_control, parse_hello, Control, Expect, Goodbye, Hello, HelloError, Welcome, MAGIC,
     MAX_HELLO_NAME, MAX_HELLO_STRING, MAX_REGS, MAX_SYSCALL_NAMES,
 };
+pub use hex::parse_hex;
 pub use registers::{arch_name, reg_names, RegLayout};
 pub use text::{escape, tame};

@@ -34,6 +34,7 @@ use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::Write;
 use std::sync::{Mutex, OnceLock};
+use wire::parse_hex;
 
 /// What `hook_inst` and `hook_mem` answer inside the range.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,15 +75,6 @@ fn parse_mode(v: &str) -> Result<Mode, String> {
             ))
         }
     })
-}
-
-fn parse_hex(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let s = s
-        .strip_prefix("0x")
-        .or_else(|| s.strip_prefix("0X"))
-        .unwrap_or(s);
-    u64::from_str_radix(s, 16).ok()
 }
 
 fn parse_range(v: &str) -> Result<(u64, u64), String> {

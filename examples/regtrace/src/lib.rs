@@ -8,14 +8,10 @@
 
 use jitter::HookType;
 use std::sync::OnceLock;
+use wire::parse_hex;
 
 /// The environment variable the client passes the ranges in.
 pub const RANGES_ENV: &str = "CANNOLI_REGTRACE_RANGES";
-
-fn parse_hex(s: &str) -> Option<u64> {
-    let s = s.trim();
-    u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()
-}
 
 /// `LO-HI[,LO-HI...]`; `None` if malformed.
 pub fn parse_ranges(s: &str) -> Option<Vec<(u64, u64)>> {

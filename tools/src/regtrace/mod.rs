@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use cannoli::recording::{Needs, RegsAt};
+use cannoli::wire::parse_hex;
 use cannoli::{Cannoli, ClientInfo};
 use object::{Object, ObjectKind, ObjectSymbol, SymbolKind};
 
@@ -395,11 +396,6 @@ impl Filter {
     fn traces(&self, pc: u64) -> bool {
         self.ranges.is_empty() || self.ranges.iter().any(|&(lo, hi)| lo <= pc && pc < hi)
     }
-}
-
-fn parse_hex(s: &str) -> Option<u64> {
-    let s = s.trim();
-    u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
