@@ -206,7 +206,7 @@ pub fn replay<T: Cannoli>(path: &Path, threads: usize) -> Result<Replayed, Error
 }
 
 /// [`replay`] with `state` in every stream's [`ClientInfo`](crate::ClientInfo)
-/// (see [`ToolState`](crate::ToolState)).
+/// (see [`ToolState`]).
 pub fn replay_with<T: Cannoli>(
     path: &Path,
     threads: usize,
