@@ -729,11 +729,9 @@ fn replay_equals_live(arch: &str) {
 
 per_guest!(replay_equals_live: mipsel, i386, arm);
 
-/// `LIB:FUNC`: functions of the dynamically linked C library, by name,
-/// with the values the program prints (`atoi` tail-calls `strtol` on some
-/// guests: its return is found there).
-fn library_functions(arch: &str) {
-    let dir = RunDir::new();
+/// `tests/programs/dyn_probe.c` built for `arch` by Debian's cross compiler,
+/// not position-independent (probes refuse PIE programs), in `dir`.
+fn dyn_probe(dir: &RunDir, arch: &str) -> std::path::PathBuf {
     let prog = dir.file("dyn_probe");
     let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
     let cc = match guest_info(arch).triple {
@@ -747,6 +745,15 @@ fn library_functions(arch: &str) {
         .output()
         .unwrap_or_else(|e| panic!("{cc}: {e}; install it with scripts/deps.sh"));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    prog
+}
+
+/// `LIB:FUNC`: functions of the dynamically linked C library, by name,
+/// with the values the program prints (`atoi` tail-calls `strtol` on some
+/// guests: its return is found there).
+fn library_functions(arch: &str) {
+    let dir = RunDir::new();
+    let prog = dyn_probe(&dir, arch);
     let opts = [
         "--json",
         "-p",
@@ -800,15 +807,7 @@ per_guest!(library_functions: mipsel, mips, mips64el, arm, aarch64, riscv64, x86
 #[test]
 fn library_functions_replayed() {
     let dir = RunDir::new();
-    let prog = dir.file("dyn_probe");
-    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
-    let o = Command::new("mipsel-linux-gnu-gcc")
-        .args(["-O2", "-no-pie", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let prog = dyn_probe(&dir, "mipsel");
     let probes = ["-p", "libc:labs/1", "-p", "libc:atoi:return"];
     let live = run_probe(&dir, "live", &probes, &prog);
     assert_eq!(live.status, 0, "{}", live.stderr);
@@ -842,15 +841,7 @@ fn library_functions_replayed() {
 #[test]
 fn list_of_a_library() {
     let dir = RunDir::new();
-    let prog = dir.file("dyn_probe");
-    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
-    let o = Command::new("mipsel-linux-gnu-gcc")
-        .args(["-O2", "-no-pie", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let prog = dyn_probe(&dir, "mipsel");
     let o = Command::new(probe_exe())
         .args(["--list", "libc:labs"])
         .arg(&prog)
