@@ -178,7 +178,7 @@ pub fn client_info(h: &wire::Hello) -> ClientInfo {
 }
 
 /// A recorded thread's hello line, as QEMU's side writes it.
-fn hello_line(tid: i32) -> String {
+pub(crate) fn hello_line(tid: i32) -> String {
     let h = wire::Hello {
         magic: wire::MAGIC.into(),
         wire_version: wire::WIRE_VERSION,
@@ -208,7 +208,8 @@ fn exec_chunk(from: u64, n: u64) -> Vec<u8> {
 
 /// Writes a small recording to `path` (the recording tests' and the
 /// `recording` fuzzer's seed): two threads of one process, 3 and 2 chunks,
-/// chunks appended out of order as the recorder's workers may. Returns
+/// chunks handed to the writer out of order as the recorder's workers
+/// may (it writes each stream's in order). Returns
 /// the pcs each thread ran, in order.
 pub fn write_sample_recording(path: &Path) -> Vec<(i32, u64)> {
     let info = crate::recording::Info {

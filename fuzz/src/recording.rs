@@ -78,11 +78,23 @@ pub fn fix_checksums(file: &mut [u8]) {
 
 /// The seed: a small real recording (two threads, chunks out of order).
 pub fn seed() -> Vec<u8> {
-    let p = std::env::temp_dir().join(format!("cannoli-fuzz-seed-{}.cnl", std::process::id()));
+    let p = scratch("seed");
     cannoli::fuzzing::write_sample_recording(&p);
     let b = std::fs::read(&p).expect("the seed was written");
     let _ = std::fs::remove_file(&p);
     b
+}
+
+/// A scratch file name no other caller in this process is using: tests
+/// run on several threads of one process, so the pid alone is shared.
+fn scratch(what: &str) -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!(
+        "cannoli-fuzz-{what}-{}-{n}.cnl",
+        std::process::id()
+    ))
 }
 
 #[cfg(test)]
@@ -95,7 +107,7 @@ mod tests {
         let mut input = vec![0u8];
         input.extend_from_slice(&s);
         run(&input);
-        let p = std::env::temp_dir().join(format!("cannoli-fuzz-t-{}.cnl", std::process::id()));
+        let p = scratch("t");
         std::fs::write(&p, &s).unwrap();
         assert_eq!(cannoli::fuzzing::replay_recording(&p), Ok((250, true)));
         // An edit inside the info frame's JSON with fixed checksums gets

@@ -27,8 +27,10 @@
 //! Frames are appended whole, one at a time, so a recording cut short
 //! (the recorder killed, the disk full) is readable up to its last whole
 //! frame: a reader that finds no trailer scans the frames from the start.
-//! Frames of one stream are in chunk order, and every block-table entry a
-//! chunk names is in a table frame of its process before that chunk.
+//! Frames of one stream are in chunk order (unless one chunk's worker fell
+//! so far behind that the writer gave up waiting for it: a reader accepts
+//! any order), and every block-table entry a chunk names is in a table
+//! frame of its process before that chunk.
 
 use crate::recording::Hooks;
 

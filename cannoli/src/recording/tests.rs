@@ -153,3 +153,96 @@ fn another_version_or_not_a_recording_is_one_line() {
     let e = Recording::open(&path).err().unwrap().to_string();
     assert!(e.contains("not a cannoli recording"), "{e}");
 }
+
+/// The chunk seqs of stream 0's chunk frames, in file order.
+fn chunk_order(path: &Path) -> Vec<u64> {
+    use super::format::{Kind, FRAME_HEADER_BYTES, HEADER_BYTES};
+    let b = std::fs::read(path).unwrap();
+    let mut at = HEADER_BYTES;
+    let mut seqs = Vec::new();
+    while at + FRAME_HEADER_BYTES <= b.len() {
+        let word = |o: usize, n: usize| {
+            let mut w = [0u8; 8];
+            w[..n].copy_from_slice(&b[at + o..at + o + n]);
+            u64::from_le_bytes(w)
+        };
+        if b[at] == Kind::Chunk as u8 && word(4, 4) == 0 {
+            seqs.push(word(8, 8));
+        }
+        at += FRAME_HEADER_BYTES + word(16, 4) as usize;
+    }
+    seqs
+}
+
+/// Writes chunks of stream 0 in `order`, each `len` bytes that do not
+/// compress; returns the file's chunk order.
+fn write_in(name: &str, order: &[u64], len: usize) -> Vec<u64> {
+    let path = temp(name);
+    let info = super::Info {
+        writer: "test".into(),
+        hooks: super::Hooks::preset("pc"),
+        command: vec!["prog".into()],
+        guest: Some("mipsel".into()),
+        started_unix_ns: 1,
+    };
+    let w = super::Writer::create(&path, &info, 1).unwrap();
+    let mut p = w.packer();
+    let log = w.stream_start(&crate::fuzzing::hello_line(10), None);
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for &seq in order {
+        let data: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        w.chunk(&log, seq, &data, &mut p);
+    }
+    let end = super::StreamEnd {
+        goodbye: None,
+        published: 0,
+        violation: None,
+        written: order.len() as u64,
+        end_ns: 1,
+        control: None,
+    };
+    w.stream_end(&log, &end);
+    w.finish(&super::Exit {
+        status: Some(0),
+        refused_connections: 0,
+        missing_processes: 0,
+        strangers: 0,
+        end_ns: 2,
+    })
+    .unwrap();
+    let got = chunk_order(&path);
+    let _ = std::fs::remove_file(&path);
+    got
+}
+
+/// Workers hand chunks over in any order; the file has them in chunk
+/// order, so that a recording cut short loses only its tail.
+#[test]
+fn chunks_are_written_in_chunk_order() {
+    assert_eq!(
+        write_in("order.cnl", &[2, 0, 1, 5, 3, 4, 6], 1000),
+        [0, 1, 2, 3, 4, 5, 6]
+    );
+    // A chunk that never comes: the ones after it still reach the file
+    // when the stream ends.
+    assert_eq!(write_in("gap.cnl", &[0, 2, 3], 1000), [0, 2, 3]);
+}
+
+/// A chunk that takes long (its worker stalled) cannot make the stream
+/// hold more than `HELD_BYTES`: past it the held chunks are written, and
+/// the late one follows when it comes.
+#[test]
+fn held_chunks_stay_bounded() {
+    let len = 1 << 20;
+    let ahead = (super::writer::HELD_BYTES / len) as u64 + 1;
+    let mut order: Vec<u64> = (1..=ahead).collect();
+    order.extend([0, ahead + 1]);
+    assert_eq!(write_in("held.cnl", &order, len), order);
+}

@@ -8,11 +8,18 @@
 //! chunk's bytes with zstd on its own thread and appends the frame. One
 //! lock guards the file; compression happens outside it.
 //!
-//! Memory stays bounded: a frame is written as soon as it is compressed,
-//! and the index is written out every [`INDEX_ENTRIES_PER_FRAME`] frames,
+//! A stream's chunks are written in chunk order, so that a recording cut
+//! short loses only its tail: a worker that finishes a chunk before the
+//! ones ahead of it holds it back (compressed) until they are written. A
+//! worker stalled for long cannot make the others hold without bound: past
+//! [`HELD_BYTES`] the held chunks are written as they are and the missing
+//! ones follow when they come (readers accept any order).
+//!
+//! Memory stays bounded: a frame is written as soon as it is compressed
+//! and due (or the held ones pass [`HELD_BYTES`]), and the index is written out every [`INDEX_ENTRIES_PER_FRAME`] frames,
 //! each segment pointing at the one before.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -35,6 +42,10 @@ pub const DEFAULT_LEVEL: i32 = 1;
 
 /// Bytes the file's buffer collects before a write.
 const BUFFER: usize = 1 << 20;
+
+/// Compressed bytes one stream may hold back while a chunk ahead of them
+/// is still being compressed; past it, order gives way to memory.
+pub(crate) const HELD_BYTES: usize = 16 << 20;
 
 /// A recording being written. Shared by the recorder's connection threads.
 pub struct Writer {
@@ -84,6 +95,18 @@ pub(crate) struct ProcessLog {
 pub(crate) struct StreamLog {
     pub number: u32,
     process: Arc<ProcessLog>,
+    order: Mutex<Order>,
+}
+
+/// The chunks of one stream that wait for the ones ahead of them.
+#[derive(Default)]
+struct Order {
+    /// The chunk due next: every one before it is written (or was given up
+    /// on, and is written whenever it comes).
+    next: u64,
+    /// Chunks after `next`, compressed: codec, stored bytes, raw length.
+    held: BTreeMap<u64, (Codec, Vec<u8>, usize)>,
+    held_bytes: usize,
 }
 
 /// A worker's compression state, reused chunk after chunk.
@@ -168,7 +191,11 @@ impl Writer {
             hello: line.trim_end().to_string(),
         };
         self.json(Kind::Stream, number, &start);
-        StreamLog { number, process }
+        StreamLog {
+            number,
+            process,
+            order: Mutex::new(Order::default()),
+        }
     }
 
     /// The process of a stream with `table`: the one already seen with that
@@ -197,14 +224,49 @@ impl Writer {
     }
 
     /// Appends chunk `seq` of `stream`, after the table entries it may
-    /// name. Called by the stream's workers, in any order.
+    /// name, and after the chunks before it (see the module's doc). Called
+    /// by the stream's workers, in any order.
     pub(crate) fn chunk(&self, stream: &StreamLog, seq: u64, data: &[u8], packer: &mut Packer) {
         self.copy_table(&stream.process);
         let (codec, stored) = packer.pack(data);
+        let mut order = lock(&stream.order);
+        if seq > order.next {
+            order.held_bytes += stored.len();
+            order.held.insert(seq, (codec, stored.to_vec(), data.len()));
+            if order.held_bytes > HELD_BYTES {
+                // Give up on the missing ones: what is held goes out now.
+                let last = *order.held.keys().next_back().expect("just held");
+                self.release(stream, &mut order, last);
+            }
+            return;
+        }
+        self.chunk_frame(stream.number, seq, codec, stored, data.len());
+        if seq == order.next {
+            order.next += 1;
+            self.release(stream, &mut order, seq);
+        }
+    }
+
+    /// Writes the held chunks up to `through`, and those after it that
+    /// are then due; `next` moves past them.
+    fn release(&self, stream: &StreamLog, order: &mut Order, through: u64) {
+        while let Some(entry) = order.held.first_entry() {
+            let seq = *entry.key();
+            if seq > through && seq != order.next {
+                break;
+            }
+            let (codec, stored, raw) = entry.remove();
+            order.held_bytes -= stored.len();
+            self.chunk_frame(stream.number, seq, codec, &stored, raw);
+            order.next = order.next.max(seq + 1);
+        }
+    }
+
+    fn chunk_frame(&self, stream: u32, seq: u64, codec: Codec, stored: &[u8], raw: usize) {
         let mut out = lock(&self.out);
-        out.chunk_raw += data.len() as u64;
+        out.chunk_raw += raw as u64;
         out.chunk_stored += stored.len() as u64;
-        out.frame(Kind::Chunk, codec, stream.number, seq, stored, data.len());
+        out.frame(Kind::Chunk, codec, stream, seq, stored, raw);
     }
 
     /// Copies the entries `process`'s table published since the last call.
@@ -257,8 +319,13 @@ impl Writer {
         *copied = published;
     }
 
-    /// A stream ended.
+    /// A stream ended: what it still held (chunks after one that never
+    /// came), then its end frame.
     pub(crate) fn stream_end(&self, stream: &StreamLog, end: &StreamEnd) {
+        {
+            let mut order = lock(&stream.order);
+            self.release(stream, &mut order, u64::MAX);
+        }
         self.json(Kind::End, stream.number, end);
     }
 
