@@ -1,8 +1,15 @@
-//! The rare events' payloads, as the parallel callbacks [`Cannoli::syscall`]
-//! and [`Cannoli::signal`] receive them.
+//! The events' payloads, as the struct-taking parallel callbacks receive
+//! them ([`Cannoli::syscall`], [`Cannoli::signal`], [`Cannoli::mapped`],
+//! [`Cannoli::protected`], [`Cannoli::access_wide`],
+//! [`Cannoli::translated`]): one struct per event, so a field added later
+//! does not change every tool's signature.
 //!
 //! [`Cannoli::syscall`]: crate::Cannoli::syscall
 //! [`Cannoli::signal`]: crate::Cannoli::signal
+//! [`Cannoli::mapped`]: crate::Cannoli::mapped
+//! [`Cannoli::protected`]: crate::Cannoli::protected
+//! [`Cannoli::access_wide`]: crate::Cannoli::access_wide
+//! [`Cannoli::translated`]: crate::Cannoli::translated
 
 /// A guest system call, reported once it has finished (or, for one that does
 /// not return to the guest, when it is made).
@@ -51,4 +58,71 @@ pub struct Signal {
     pub fault_addr: u64,
     /// The guest handler that will run; `None` for the default action.
     pub handler: Option<u64>,
+}
+
+/// A mapping's protection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Prot {
+    /// Readable.
+    pub read: bool,
+    /// Writable.
+    pub write: bool,
+    /// Executable.
+    pub exec: bool,
+}
+
+/// The guest mapped memory: an `mmap`, or a mapping QEMU made for it (the
+/// program and its interpreter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mapping<'a> {
+    /// First address, masked to the guest's address width.
+    pub base: u64,
+    /// Bytes mapped.
+    pub len: u64,
+    /// Not backed by a file (`path` is then empty).
+    pub anon: bool,
+    /// Its protection.
+    pub prot: Prot,
+    /// The file mapped (converted lossily if it is not UTF-8).
+    pub path: &'a str,
+    /// Offset of `base` in the file.
+    pub offset: u64,
+}
+
+/// The guest changed the protection of `len` bytes at `base`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Protection {
+    /// First address, masked to the guest's address width.
+    pub base: u64,
+    /// Bytes changed.
+    pub len: u64,
+    /// The new protection.
+    pub prot: Prot,
+}
+
+/// A load or a store of the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// The instruction that made it.
+    pub pc: u64,
+    /// The guest address, masked to the guest's address width.
+    pub addr: u64,
+    /// The value, as the guest sees it in the memory order of a
+    /// little-endian access, masked to `size` bytes.
+    pub val: u128,
+    /// Bytes accessed: 1, 2, 4, 8 or 16.
+    pub size: u8,
+    /// A store (else a load).
+    pub store: bool,
+}
+
+/// QEMU translated a block (before it first runs; any thread of the
+/// process may run it later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Block<'a> {
+    /// Its first instruction's address.
+    pub pc: u64,
+    /// Each instruction's length in bytes, in order (0 where QEMU could
+    /// not tell).
+    pub lens: &'a [u8],
 }

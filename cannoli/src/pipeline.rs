@@ -9,6 +9,10 @@
 //! [`Cannoli::trace`] ([`Due`], [`Stitched`]). At the stream's end the
 //! block still open ran to its end ([`Pipeline::finish`]).
 //!
+//! Once the run's tool stopped or failed it ([`Halt`]), chunks are taken
+//! from the feed as before but neither decoded nor delivered: no callback
+//! runs after the one that ended the run.
+//!
 //! What differs between live and replay stays with the [`Feed`]: where the
 //! chunks come from (and a tee), what is counted and said about them, and
 //! whether a chunk is delivered at all (a replay stops at a damaged one).
@@ -17,6 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::blocks::BlockCache;
 use crate::decode::{decode, finish, stitch, Carry, Decoded, Layout, Seam};
+use crate::flow::Halt;
 use crate::reseq::Reseq;
 use crate::Cannoli;
 
@@ -78,6 +83,8 @@ pub(crate) struct Pipeline<'a, T: Cannoli, N, S> {
     tid_ctx: &'a T::TidContext,
     tool: Mutex<T>,
     layout: Layout<'a>,
+    /// The run's: whether its tool ended it.
+    halt: &'a Halt,
     /// Chunks back in order, with what stitching each one needs, and the
     /// block the chunks delivered so far left open.
     reseq: InOrder<T::Trace, N, S>,
@@ -93,6 +100,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
         tid_ctx: &'a T::TidContext,
         tool: T,
         layout: Layout<'a>,
+        halt: &'a Halt,
         window: usize,
     ) -> Self {
         Pipeline {
@@ -100,6 +108,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
             tid_ctx,
             tool: Mutex::new(tool),
             layout,
+            halt,
             reseq: Reseq::new(0, window),
         }
     }
@@ -119,6 +128,11 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
             };
             let mut seam = Seam::default();
             let note = match data {
+                Ok(data) if self.halt.is_halted() => {
+                    let len = data.len();
+                    buf.clear();
+                    feed.decoded(seq, len, &Decoded::default())
+                }
                 Ok(data) => {
                     let len = data.len();
                     let d = decode::<T>(
@@ -144,6 +158,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
                         tid_ctx: self.tid_ctx,
                         tool: &self.tool,
                         layout: &self.layout,
+                        halt: self.halt,
                         carry: &mut d.carry,
                         seam: &seam,
                         trace,
@@ -163,11 +178,15 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
     /// last one left open ran to its end (delivered as one last trace).
     /// Returns the events delivered.
     pub fn finish(&self, d: &mut Delivery<T::Trace, S>) -> u64 {
+        if self.halt.is_halted() {
+            return 0;
+        }
         let carry = &mut d.carry;
         carry.buf.clear();
         let n = finish::<T>(self.pid_ctx, self.tid_ctx, &mut carry.open, &mut carry.buf);
         if !carry.buf.is_empty() {
-            lock(&self.tool).trace(self.pid_ctx, self.tid_ctx, &carry.buf);
+            let flow = lock(&self.tool).trace_flow(self.pid_ctx, self.tid_ctx, &carry.buf);
+            self.halt.note(flow);
         }
         n
     }
@@ -181,6 +200,7 @@ pub(crate) struct Due<'d, T: Cannoli> {
     tid_ctx: &'d T::TidContext,
     tool: &'d Mutex<T>,
     layout: &'d Layout<'d>,
+    halt: &'d Halt,
     carry: &'d mut Carry<T::Trace>,
     seam: &'d Seam,
     trace: &'d [T::Trace],
@@ -192,6 +212,17 @@ impl<'d, T: Cannoli> Due<'d, T> {
     pub fn stitch(self) -> (u64, Stitched<'d, T>) {
         let carry = self.carry;
         carry.buf.clear();
+        if self.halt.is_halted() {
+            let none = Stitched {
+                pid_ctx: self.pid_ctx,
+                tid_ctx: self.tid_ctx,
+                tool: self.tool,
+                halt: self.halt,
+                head: &[],
+                trace: &[],
+            };
+            return (0, none);
+        }
         let n = stitch::<T>(
             self.pid_ctx,
             self.tid_ctx,
@@ -204,6 +235,7 @@ impl<'d, T: Cannoli> Due<'d, T> {
             pid_ctx: self.pid_ctx,
             tid_ctx: self.tid_ctx,
             tool: self.tool,
+            halt: self.halt,
             head: &carry.buf,
             trace: self.trace,
         };
@@ -216,23 +248,26 @@ pub(crate) struct Stitched<'d, T: Cannoli> {
     pid_ctx: &'d T::PidContext,
     tid_ctx: &'d T::TidContext,
     tool: &'d Mutex<T>,
+    halt: &'d Halt,
     head: &'d [T::Trace],
     trace: &'d [T::Trace],
 }
 
 impl<T: Cannoli> Stitched<'_, T> {
-    /// Hands the head's trace, then the chunk's, to the tool.
+    /// Hands the head's trace, then the chunk's, to the tool, unless the
+    /// run was ended (before, or by the head).
     pub fn trace(self) {
         let (head, trace) = (self.head, self.trace);
         if head.is_empty() && trace.is_empty() {
             return;
         }
         let mut tool = lock(self.tool);
-        if !head.is_empty() {
-            tool.trace(self.pid_ctx, self.tid_ctx, head);
-        }
-        if !trace.is_empty() {
-            tool.trace(self.pid_ctx, self.tid_ctx, trace);
+        for part in [head, trace] {
+            if part.is_empty() || self.halt.is_halted() {
+                continue;
+            }
+            let flow = tool.trace_flow(self.pid_ctx, self.tid_ctx, part);
+            self.halt.note(flow);
         }
     }
 }

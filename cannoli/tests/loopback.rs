@@ -1664,3 +1664,101 @@ fn two_runs_at_once_each_get_their_own_state() {
     run_with_timeout_as::<Counting>(server, 2);
     assert_eq!(fake.join().unwrap(), None);
 }
+
+/// How [`Ender`] ends a live run, and the serial calls it got.
+struct EndPlan {
+    after: usize,
+    fail: bool,
+    calls: AtomicU64,
+}
+
+/// A tool that stops or fails the run at its `after`-th serial call.
+struct Ender;
+
+impl Cannoli for Ender {
+    type Trace = u64;
+    type TidContext = ();
+    type PidContext = Arc<EndPlan>;
+
+    fn init_pid(ci: &ClientInfo) -> Arc<Arc<EndPlan>> {
+        Arc::new(ci.expect_state::<EndPlan>())
+    }
+
+    fn init_tid(_: &Arc<EndPlan>, _: &ClientInfo) -> (Ender, ()) {
+        (Ender, ())
+    }
+
+    fn exec(_: &Arc<EndPlan>, _: &(), pc: u64, t: &mut Vec<u64>) {
+        t.push(pc);
+    }
+
+    fn trace_flow(
+        &mut self,
+        plan: &Arc<EndPlan>,
+        _: &(),
+        _: &[u64],
+    ) -> Result<cannoli::Flow, cannoli::ToolError> {
+        let n = plan.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        if (n as usize) < plan.after {
+            Ok(cannoli::Flow::Continue)
+        } else if plan.fail {
+            Err(cannoli::ToolError::new(format!(
+                "the tool gave up at call {n}"
+            )))
+        } else {
+            Ok(cannoli::Flow::Stop)
+        }
+    }
+}
+
+/// A live run whose tool ends it: QEMU's side streams all of its chunks
+/// through a 4-chunk ring (so the client must go on taking them, or the
+/// fake would wait forever), the tool is not called again, and the run
+/// returns the stop or the tool's error.
+fn run_ended_by_tool(pid: i32, fail: bool) -> (Result<Stats, Error>, u64) {
+    let plan = Arc::new(EndPlan {
+        after: 3,
+        fail,
+        calls: AtomicU64::new(0),
+    });
+    let server = bind().with_state(plan.clone());
+    let addr = peer(&server);
+    let (stream, _) = make_stream(200, 4096, pid as u64);
+    let fake = std::thread::spawn(move || {
+        Fake::new(pid, pid).play(addr, &stream, Ending::Goodbye { lost: 0 })
+    });
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(server.run::<Ender>(4));
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(300))
+        .expect("Server::run did not return within 300 s (a hang)");
+    assert_eq!(
+        fake.join().unwrap(),
+        None,
+        "QEMU's side streamed to its end"
+    );
+    (r, plan.calls.load(Ordering::Relaxed))
+}
+
+#[test]
+fn a_tool_can_stop_a_live_run() {
+    let (r, calls) = run_ended_by_tool(3300, false);
+    let stats = r.expect("a stopped run is not an error");
+    assert_eq!(calls, 3, "not called after it stopped the run");
+    assert!(stats.stopped, "{stats:?}");
+    assert_eq!(stats.chunks, 200, "every chunk taken off the ring");
+    assert!(stats.is_complete(), "{}", stats.loss_summary());
+}
+
+#[test]
+fn a_tool_can_fail_a_live_run() {
+    let (r, calls) = run_ended_by_tool(3400, true);
+    match r {
+        Err(Error::Tool(e)) => assert_eq!(e.to_string(), "the tool gave up at call 3"),
+        Err(e) => panic!("another error: {e}"),
+        Ok(s) => panic!("the run went on: {s:?}"),
+    }
+    assert_eq!(calls, 3);
+}

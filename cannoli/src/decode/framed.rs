@@ -5,6 +5,7 @@ use std::borrow::Cow;
 
 use super::problem::Problem;
 use super::Layout;
+use crate::event::{Block, Mapping, Prot, Protection};
 use crate::{Cannoli, Signal, Syscall};
 use wire::{map_flags, tag};
 
@@ -117,31 +118,25 @@ pub(super) fn framed<T: Cannoli>(
         tag::MMAP => {
             // Borrowed unless the path is not UTF-8.
             let path: Cow<'_, str> = String::from_utf8_lossy(payload(5, f[4])?);
-            T::mmap(
-                pid,
-                tid,
-                f[1] & m,
-                f[2],
-                aux & map_flags::ANON != 0,
-                aux & map_flags::READ != 0,
-                aux & map_flags::WRITE != 0,
-                aux & map_flags::EXEC != 0,
-                &path,
-                f[3],
-                trace,
-            );
+            let map = Mapping {
+                base: f[1] & m,
+                len: f[2],
+                anon: aux & map_flags::ANON != 0,
+                prot: prot(aux),
+                path: &path,
+                offset: f[3],
+            };
+            T::mapped(pid, tid, &map, trace);
         }
         tag::MUNMAP => T::munmap(pid, tid, f[1] & m, f[2], trace),
-        tag::MPROTECT => T::mprotect(
-            pid,
-            tid,
-            f[1] & m,
-            f[2],
-            aux & map_flags::READ != 0,
-            aux & map_flags::WRITE != 0,
-            aux & map_flags::EXEC != 0,
-            trace,
-        ),
+        tag::MPROTECT => {
+            let p = Protection {
+                base: f[1] & m,
+                len: f[2],
+                prot: prot(aux),
+            };
+            T::protected(pid, tid, &p, trace);
+        }
         tag::SIGNAL => {
             let sig = Signal {
                 signo: f[1] as i32,
@@ -162,9 +157,22 @@ pub(super) fn framed<T: Cannoli>(
                     min: (2 + count.div_ceil(8)) as u64,
                 });
             };
-            T::block(pid, tid, words[1] & lay.addr_mask, lens, trace);
+            let b = Block {
+                pc: words[1] & lay.addr_mask,
+                lens,
+            };
+            T::translated(pid, tid, &b, trace);
         }
         _ => return Ok(Frame::Unknown(len)),
     }
     Ok(Frame::Known(len))
+}
+
+/// A mapping frame's protection bits.
+fn prot(aux: u32) -> Prot {
+    Prot {
+        read: aux & map_flags::READ != 0,
+        write: aux & map_flags::WRITE != 0,
+        exec: aux & map_flags::EXEC != 0,
+    }
 }

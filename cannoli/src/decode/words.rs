@@ -8,6 +8,7 @@ use super::place::{close, cut, place, Open};
 use super::problem::Problem;
 use super::Layout;
 use crate::blocks::Block;
+use crate::event::Access;
 use crate::Cannoli;
 use wire::blocks::NO_ENTRY;
 use wire::{tag, PC_BITS, PC_MASK};
@@ -404,9 +405,12 @@ fn mem128<T: Cannoli>(
     val: u128,
     trace: &mut Vec<T::Trace>,
 ) {
-    if t == tag::LOAD128 {
-        T::read_wide(pid, tid, pc, addr, val, 16, trace);
-    } else {
-        T::write_wide(pid, tid, pc, addr, val, 16, trace);
-    }
+    let a = Access {
+        pc,
+        addr,
+        val,
+        size: 16,
+        store: t != tag::LOAD128,
+    };
+    T::access_wide(pid, tid, &a, trace);
 }

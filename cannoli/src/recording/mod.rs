@@ -176,6 +176,9 @@ pub enum Error {
         /// What is wrong with it, where in the file.
         what: String,
     },
+    /// The tool failed the replay ([`crate::Cannoli::trace_flow`]
+    /// returned an error).
+    Tool(crate::ToolError),
 }
 
 impl fmt::Display for Error {
@@ -183,6 +186,7 @@ impl fmt::Display for Error {
         match self {
             Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
             Error::Format { path, what } => write!(f, "{}: {what}", path.display()),
+            Error::Tool(e) => write!(f, "{e}"),
         }
     }
 }
@@ -192,6 +196,7 @@ impl std::error::Error for Error {
         match self {
             Error::Io { source, .. } => Some(source),
             Error::Format { .. } => None,
+            Error::Tool(e) => Some(e),
         }
     }
 }

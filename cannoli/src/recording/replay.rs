@@ -26,6 +26,7 @@ use super::reader::{Recording, StreamRec};
 use super::{Error, Replayed};
 use crate::blocks::BlockCache;
 use crate::decode::{Decoded, Layout};
+use crate::flow::Halt;
 use crate::pipeline::{Due, Feed, Next, Pipeline};
 use crate::{Cannoli, ClientInfo, Stats, ToolState};
 
@@ -89,7 +90,16 @@ impl Recording {
         }
         let mut live: HashMap<u32, Arc<T::PidContext>> = HashMap::new();
         let mut tables = LiveTables::default();
+        let halt = Halt::default();
+        let pass = Pass {
+            threads,
+            quiet,
+            halt: &halt,
+        };
         for s in self.streams() {
+            if halt.is_halted() {
+                break; // the tool ended the run: nothing more is its
+            }
             let process = s.start.process;
             let hello = match parse_hello(&s.start.hello) {
                 Ok(h) => h,
@@ -115,7 +125,7 @@ impl Recording {
             let cache = tables.get(process, self, |r| {
                 r.load_table(process, ci.pid, ci.tid, quiet)
             });
-            let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, threads, quiet);
+            let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, &pass);
             stats.add(&totals);
             drop((pid_ctx, cache));
             release(&mut left, &mut live, &mut tables, process);
@@ -138,6 +148,10 @@ impl Recording {
                 None
             }
         };
+        if let Some(e) = halt.take_error() {
+            return Err(Error::Tool(e));
+        }
+        stats.stopped = halt.stopped();
         Ok(Replayed { stats, status })
     }
 
@@ -200,9 +214,13 @@ impl Recording {
         ci: &ClientInfo,
         pid_ctx: &T::PidContext,
         cache: &BlockCache,
-        threads: usize,
-        quiet: bool,
+        pass: &Pass<'_>,
     ) -> Stats {
+        let Pass {
+            threads,
+            quiet,
+            halt,
+        } = *pass;
         let (pid, tid) = (ci.pid, ci.tid);
         let (tool, tid_ctx) = T::init_tid(pid_ctx, ci);
         let layout = Layout::new(ci);
@@ -223,7 +241,7 @@ impl Recording {
         }
         let next = AtomicUsize::new(0);
         let pipe: Pipeline<'_, T, Result<Done, String>, Delivered> =
-            Pipeline::new(pid_ctx, &tid_ctx, tool, layout, 2 * threads + 4);
+            Pipeline::new(pid_ctx, &tid_ctx, tool, layout, halt, 2 * threads + 4);
         let worker = || {
             let mut frames = Frames {
                 rec: self,
@@ -234,6 +252,7 @@ impl Recording {
                 pid,
                 tid,
                 quiet,
+                halt,
             };
             pipe.work(Some(cache), &mut frames);
         };
@@ -245,7 +264,9 @@ impl Recording {
         });
         let mut delivery = pipe.take_serial();
         let d = &mut delivery.state;
-        let complete = stream_complete(s, d.chunks, pid, tid, &mut d.lost, quiet) && !d.stopped;
+        // A run the tool ended is not checked for what it did not read.
+        let complete = halt.is_halted()
+            || stream_complete(s, d.chunks, pid, tid, &mut d.lost, quiet) && !d.stopped;
         // The block the last chunk left open ran to its end, if the stream
         // ended there; if events are missing after it, who knows.
         if complete {
@@ -265,6 +286,17 @@ impl Recording {
             ..Stats::default()
         }
     }
+}
+
+/// How a replay goes, the same for each of its streams.
+#[derive(Clone, Copy)]
+struct Pass<'h> {
+    /// Decoding workers per stream.
+    threads: usize,
+    /// Nothing said on stderr.
+    quiet: bool,
+    /// Whether the tool ended the replay.
+    halt: &'h Halt,
 }
 
 /// A chunk decoded on a worker, for its in-order delivery.
@@ -302,6 +334,8 @@ struct Frames<'r> {
     pid: i32,
     tid: i32,
     quiet: bool,
+    /// The tool ended the run: no more chunks are read.
+    halt: &'r Halt,
 }
 
 impl<T: Cannoli> Feed<T> for Frames<'_> {
@@ -310,7 +344,7 @@ impl<T: Cannoli> Feed<T> for Frames<'_> {
 
     fn next(&mut self) -> Option<Next<'_, Self::Note>> {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
-        if i >= self.chunks.len() {
+        if i >= self.chunks.len() || self.halt.is_halted() {
             return None;
         }
         let read = self

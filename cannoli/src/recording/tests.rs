@@ -246,3 +246,102 @@ fn held_chunks_stay_bounded() {
     order.extend([0, ahead + 1]);
     assert_eq!(write_in("held.cnl", &order, len), order);
 }
+
+/// How [`Ender`] ends the run, and what it saw: trace calls, per tid.
+struct EndPlan {
+    /// After this many trace calls (over all threads)...
+    after: usize,
+    /// ...fail (else stop).
+    fail: bool,
+    calls: Mutex<Vec<i32>>,
+}
+
+/// A tool that ends the run after `EndPlan::after` serial calls.
+struct Ender {
+    tid: i32,
+}
+
+impl Cannoli for Ender {
+    type Trace = u64;
+    type TidContext = ();
+    type PidContext = Arc<EndPlan>;
+
+    fn init_pid(ci: &ClientInfo) -> Arc<Arc<EndPlan>> {
+        Arc::new(ci.expect_state::<EndPlan>())
+    }
+
+    fn init_tid(_: &Arc<EndPlan>, ci: &ClientInfo) -> (Ender, ()) {
+        (Ender { tid: ci.tid }, ())
+    }
+
+    fn exec(_: &Arc<EndPlan>, _: &(), pc: u64, t: &mut Vec<u64>) {
+        t.push(pc);
+    }
+
+    fn trace_flow(
+        &mut self,
+        plan: &Arc<EndPlan>,
+        _: &(),
+        _: &[u64],
+    ) -> Result<crate::Flow, crate::ToolError> {
+        let mut calls = plan.calls.lock().unwrap();
+        calls.push(self.tid);
+        if calls.len() < plan.after {
+            Ok(crate::Flow::Continue)
+        } else if plan.fail {
+            Err(crate::ToolError::new(format!(
+                "gave up after {} chunks",
+                calls.len()
+            )))
+        } else {
+            Ok(crate::Flow::Stop)
+        }
+    }
+}
+
+fn replay_ending(
+    name: &str,
+    after: usize,
+    fail: bool,
+) -> (Result<super::Replayed, super::Error>, Vec<i32>) {
+    let path = temp(name);
+    crate::fuzzing::write_sample_recording(&path);
+    let plan = Arc::new(EndPlan {
+        after,
+        fail,
+        calls: Mutex::new(Vec::new()),
+    });
+    // Several workers: chunks decoded ahead of the one that ends the run
+    // must not reach the tool either.
+    let r = replay_with::<Ender>(&path, 4, plan.clone());
+    let calls = plan.calls.lock().unwrap().clone();
+    (r, calls)
+}
+
+/// A tool that has what it wants stops the run: it is not called again,
+/// for this thread or the next, and the run says it was stopped (which is
+/// not loss).
+#[test]
+fn a_tool_can_stop_the_run() {
+    let (r, calls) = replay_ending("stop.cnl", 2, false);
+    let r = r.unwrap();
+    assert_eq!(calls, [10, 10], "the first thread's first two chunks");
+    assert!(r.stats.stopped && r.stats.is_complete(), "{:?}", r.stats);
+    // Without the stop, every chunk of both threads arrives.
+    let (r, calls) = replay_ending("nostop.cnl", 100, false);
+    assert!(!r.unwrap().stats.stopped);
+    assert_eq!(calls, [10, 10, 10, 11, 11]);
+}
+
+/// A tool's error fails the run with that error, and nothing after it
+/// reaches the tool.
+#[test]
+fn a_tool_can_fail_the_run() {
+    let (r, calls) = replay_ending("fail.cnl", 1, true);
+    match r {
+        Err(super::Error::Tool(e)) => assert_eq!(e.to_string(), "gave up after 1 chunks"),
+        Err(e) => panic!("another error: {e}"),
+        Ok(r) => panic!("the run went on: {:?}", r.stats),
+    }
+    assert_eq!(calls, [10]);
+}

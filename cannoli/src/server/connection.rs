@@ -155,7 +155,14 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
     let threads = shared.threads;
     let conn = Conn::<T> {
-        pipe: Pipeline::new(&*pid_ctx, &tid_ctx, tool, Layout::new(&ci), 2 * threads + 4),
+        pipe: Pipeline::new(
+            &*pid_ctx,
+            &tid_ctx,
+            tool,
+            Layout::new(&ci),
+            &shared.halt,
+            2 * threads + 4,
+        ),
         blocks,
         stream: Stream {
             consumer: &consumer,

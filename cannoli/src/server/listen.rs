@@ -25,6 +25,7 @@ use super::record::Recorder;
 use super::shared::Shared;
 use crate::announce::Announced;
 use crate::crew::Machine;
+use crate::flow::Halt;
 use crate::handshake::{challenge, Refusal, Tables};
 use crate::recording::Writer;
 use crate::{Cannoli, Error, Stats, ToolState};
@@ -292,6 +293,7 @@ impl Server {
         let shared = Arc::new(Shared::<T> {
             threads: threads.max(1),
             stats: Mutex::new(Stats::default()),
+            halt: Halt::default(),
             live: Mutex::new(0),
             pids: Mutex::new(HashMap::new()),
             wake: wake_tx,
@@ -436,8 +438,12 @@ impl Server {
                 pending.dropped, pending.cap
             );
         }
+        if let Some(e) = shared.halt.take_error() {
+            return Err(Error::Tool(e));
+        }
         let mut stats = lock(&shared.stats).clone();
         stats.missing_processes += shared.never_connected();
+        stats.stopped = shared.halt.stopped();
         Ok(stats)
     }
 }

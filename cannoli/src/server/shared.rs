@@ -12,6 +12,7 @@ use wire::Token;
 use super::lock;
 use crate::announce::Announced;
 use crate::crew::Machine;
+use crate::flow::Halt;
 use crate::handshake::Tables;
 use crate::recording::Writer;
 use crate::{Cannoli, ClientInfo, Stats, ToolState};
@@ -22,6 +23,8 @@ type PidMap<T> = HashMap<i32, (Arc<<T as Cannoli>::PidContext>, usize)>;
 pub(super) struct Shared<T: Cannoli> {
     pub(super) threads: usize,
     pub(super) stats: Mutex<Stats>,
+    /// Whether the tool stopped or failed the run (`flow.rs`).
+    pub(super) halt: Halt,
     /// Connections accepted whose thread has not finished.
     pub(super) live: Mutex<usize>,
     /// The process contexts, keyed by pid, with the number of live threads.
