@@ -30,9 +30,19 @@ pub(crate) struct Announced {
     order: VecDeque<(i32, u64)>,
     /// Connections so far.
     seq: u64,
+    /// Where the run's lines go.
+    notes: crate::Notes,
 }
 
 impl Announced {
+    /// No process announced yet; its lines go to `notes`.
+    pub(crate) fn saying_to(notes: crate::Notes) -> Announced {
+        Announced {
+            notes,
+            ..Announced::default()
+        }
+    }
+
     /// A connection of `pid` completed its handshake: it answers any
     /// announcement of `pid`. Returns the connection's sequence number.
     pub(crate) fn connected(&mut self, pid: i32) -> u64 {
@@ -71,7 +81,8 @@ impl Announced {
         if self.waiting.len() < MAX_WAITING || self.waiting.contains_key(&pid) {
             self.waiting.insert(pid, false);
         } else {
-            eprintln!(
+            crate::notes::note!(
+                self.notes,
                 "cannoli: more than {MAX_WAITING} processes announced and not connected; \
                  not waiting for {pid}"
             );

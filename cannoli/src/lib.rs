@@ -46,8 +46,9 @@
 //! ```
 //!
 //! The library prints nothing on stdout (that is your tool's); warnings, such
-//! as a QEMU that died before handing over its last events, go to stderr as
-//! single lines starting with `cannoli:`.
+//! as a QEMU that died before handing over its last events, are single lines
+//! starting with `cannoli:`, to stderr unless the tool gives the run its own
+//! [`Notes`] ([`Server::with_notes`], [`Recording::with_notes`]).
 //!
 //! When a thread's stream ends, its `Self` value is dropped (after its last
 //! [`Cannoli::trace`] call), then its `TidContext`; the `PidContext` is dropped
@@ -78,6 +79,7 @@ mod flow;
 #[doc(hidden)]
 pub mod fuzzing;
 mod handshake;
+pub mod notes;
 mod pipeline;
 pub mod recording;
 mod reseq;
@@ -88,6 +90,7 @@ mod tool;
 pub use crew::default_workers;
 pub use event::{Access, Block, Mapping, Prot, Protection, Signal, Syscall};
 pub use flow::{Flow, ToolError};
+pub use notes::Notes;
 pub use recording::{replay, replay_with, Recording, Replayed};
 pub use server::{original_fd_limit, raise_fd_limit, Server};
 pub use state::ToolState;

@@ -22,6 +22,7 @@ use super::format::{
     FRAME_HEADER_BYTES, HEADER_BYTES, INDEX_ENTRY_BYTES, MAGIC, TRAILER_BYTES, TRAILER_MAGIC,
 };
 use super::{Error, Hooks};
+use crate::Notes;
 
 /// An open recording.
 pub struct Recording {
@@ -39,6 +40,8 @@ pub struct Recording {
     totals: BTreeMap<Kind, (u64, u64, u64)>,
     /// How far the current replay has come.
     progress: Arc<Progress>,
+    /// Where a replay's lines go (see [`Recording::with_notes`]).
+    pub(super) notes: Notes,
 }
 
 /// How far a replay has come, for a progress display: it may be read from
@@ -108,6 +111,13 @@ impl std::fmt::Display for FrameError {
 }
 
 impl Recording {
+    /// Sends a replay's lines about what the recording lost to `notes`
+    /// instead of standard error.
+    pub fn with_notes(mut self, notes: Notes) -> Recording {
+        self.notes = notes;
+        self
+    }
+
     /// Opens `path` and reads everything but the chunks' bytes.
     pub fn open(path: &Path) -> Result<Recording, Error> {
         let io_err = |source| Error::Io {
@@ -174,6 +184,7 @@ impl Recording {
             cut: None,
             totals: BTreeMap::new(),
             progress: Arc::default(),
+            notes: Notes::default(),
         };
         let entries = match rec.read_index() {
             Some(e) => e,

@@ -27,24 +27,15 @@ use super::{Error, Replayed};
 use crate::blocks::BlockCache;
 use crate::decode::{Decoded, Layout};
 use crate::flow::Halt;
+use crate::notes::{note, Notes};
 use crate::pipeline::{Due, Feed, Next, Pipeline};
 use crate::{Cannoli, ClientInfo, Stats, ToolState};
-
-/// A line on stderr about what a replay lost, unless it is `quiet` (a
-/// second pass over the same recording has said it already).
-macro_rules! say {
-    ($quiet:expr, $($arg:tt)*) => {
-        if !$quiet {
-            eprintln!($($arg)*);
-        }
-    };
-}
 
 impl Recording {
     /// Feeds every stream through `T` (see the module doc), with `threads`
     /// decoding workers per stream.
     pub fn replay<T: Cannoli>(&self, threads: usize) -> Result<Replayed, Error> {
-        self.replay_saying::<T>(threads, false, ToolState::default())
+        self.replay_saying::<T>(threads, &self.notes, ToolState::default())
     }
 
     /// [`Recording::replay`] with `state` in every stream's [`ClientInfo`]
@@ -54,14 +45,14 @@ impl Recording {
         threads: usize,
         state: impl Into<ToolState>,
     ) -> Result<Replayed, Error> {
-        self.replay_saying::<T>(threads, false, state.into())
+        self.replay_saying::<T>(threads, &self.notes, state.into())
     }
 
-    /// [`Recording::replay`] without its lines on stderr about what the
+    /// [`Recording::replay`] without its lines (see [`Recording::with_notes`]) about what the
     /// recording lost (the returned totals still count it): for a tool's
     /// second pass over a recording whose first pass said them.
     pub fn replay_quietly<T: Cannoli>(&self, threads: usize) -> Result<Replayed, Error> {
-        self.replay_saying::<T>(threads, true, ToolState::default())
+        self.replay_saying::<T>(threads, &Notes::quiet(), ToolState::default())
     }
 
     /// [`Recording::replay_quietly`] with `state`, as
@@ -71,13 +62,13 @@ impl Recording {
         threads: usize,
         state: impl Into<ToolState>,
     ) -> Result<Replayed, Error> {
-        self.replay_saying::<T>(threads, true, state.into())
+        self.replay_saying::<T>(threads, &Notes::quiet(), state.into())
     }
 
     fn replay_saying<T: Cannoli>(
         &self,
         threads: usize,
-        quiet: bool,
+        notes: &Notes,
         state: ToolState,
     ) -> Result<Replayed, Error> {
         let threads = threads.max(1);
@@ -93,7 +84,7 @@ impl Recording {
         let halt = Halt::default();
         let pass = Pass {
             threads,
-            quiet,
+            notes,
             halt: &halt,
         };
         for s in self.streams() {
@@ -104,8 +95,8 @@ impl Recording {
             let hello = match parse_hello(&s.start.hello) {
                 Ok(h) => h,
                 Err(e) => {
-                    say!(
-                        quiet,
+                    note!(
+                        notes,
                         "cannoli: {}: stream {}: its hello cannot be read ({e}); its events are missing",
                         self.path().display(),
                         s.number
@@ -123,7 +114,7 @@ impl Recording {
                 .or_insert_with(|| T::init_pid(&ci))
                 .clone();
             let cache = tables.get(process, self, |r| {
-                r.load_table(process, ci.pid, ci.tid, quiet)
+                r.load_table(process, ci.pid, ci.tid, notes)
             });
             let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, &pass);
             stats.add(&totals);
@@ -138,8 +129,8 @@ impl Recording {
                 x.status
             }
             None => {
-                say!(
-                    quiet,
+                note!(
+                    notes,
                     "cannoli: {}: {}; the run's end and exit status are not in it, its last events may be missing",
                     self.path().display(),
                     self.cut().unwrap_or("the recording has no end record")
@@ -168,7 +159,7 @@ impl Recording {
     /// Process `process`'s block table, from its table frames: the entries
     /// from id 0 on, up to the first that is missing or damaged (a run
     /// naming a later one is then malformed, and counted).
-    fn load_table(&self, process: u32, pid: i32, tid: i32, quiet: bool) -> FlatTable {
+    fn load_table(&self, process: u32, pid: i32, tid: i32, notes: &Notes) -> FlatTable {
         let mut table = FlatTable::default();
         let mut words_read = 0usize;
         for f in self.table_frames(process) {
@@ -187,8 +178,8 @@ impl Recording {
                     .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
                     .collect::<Vec<u64>>(),
                 Ok(_) | Err(_) => {
-                    say!(
-                        quiet,
+                    note!(
+                        notes,
                         "cannoli: pid {pid} tid {tid}: the recording's block table frame at byte {} is damaged; \
                          the blocks from id {} on are unknown",
                         f.offset,
@@ -218,7 +209,7 @@ impl Recording {
     ) -> Stats {
         let Pass {
             threads,
-            quiet,
+            notes,
             halt,
         } = *pass;
         let (pid, tid) = (ci.pid, ci.tid);
@@ -233,8 +224,8 @@ impl Recording {
             .count();
         let chunks: &[IndexEntry] = &s.chunks[..dense];
         if dense < s.chunks.len() {
-            say!(
-                quiet,
+            note!(
+                notes,
                 "cannoli: pid {pid} tid {tid}: the recording lacks chunk {dense} of this stream (or has it twice); \
                  the events from there on are missing"
             );
@@ -251,7 +242,7 @@ impl Recording {
                 ctx: zstd::bulk::Decompressor::new().ok(),
                 pid,
                 tid,
-                quiet,
+                notes,
                 halt,
             };
             pipe.work(Some(cache), &mut frames);
@@ -266,7 +257,7 @@ impl Recording {
         let d = &mut delivery.state;
         // A run the tool ended is not checked for what it did not read.
         let complete = halt.is_halted()
-            || stream_complete(s, d.chunks, pid, tid, &mut d.lost, quiet) && !d.stopped;
+            || stream_complete(s, d.chunks, pid, tid, &mut d.lost, notes) && !d.stopped;
         // The block the last chunk left open ran to its end, if the stream
         // ended there; if events are missing after it, who knows.
         if complete {
@@ -293,8 +284,8 @@ impl Recording {
 struct Pass<'h> {
     /// Decoding workers per stream.
     threads: usize,
-    /// Nothing said on stderr.
-    quiet: bool,
+    /// Where its lines go.
+    notes: &'h Notes,
     /// Whether the tool ended the replay.
     halt: &'h Halt,
 }
@@ -333,7 +324,7 @@ struct Frames<'r> {
     ctx: Option<zstd::bulk::Decompressor<'static>>,
     pid: i32,
     tid: i32,
-    quiet: bool,
+    notes: &'r Notes,
     /// The tool ended the run: no more chunks are read.
     halt: &'r Halt,
 }
@@ -366,8 +357,8 @@ impl<T: Cannoli> Feed<T> for Frames<'_> {
     fn decoded(&mut self, i: u64, len: usize, d: &Decoded) -> Self::Note {
         let (pid, tid) = (self.pid, self.tid);
         let lost = d.error.map_or(0, |m| {
-            say!(
-                self.quiet,
+            note!(
+                self.notes,
                 "cannoli: pid {pid} tid {tid}: malformed chunk {i}: {m}"
             );
             m.lost_events()
@@ -390,7 +381,7 @@ impl<T: Cannoli> Feed<T> for Frames<'_> {
             Ok(done) => done,
             Err(m) => {
                 let (pid, tid) = (self.pid, self.tid);
-                say!(self.quiet, "cannoli: pid {pid} tid {tid}: {m}");
+                note!(self.notes, "cannoli: pid {pid} tid {tid}: {m}");
                 d.stopped = true;
                 return;
             }
@@ -416,7 +407,7 @@ fn stream_complete(
     pid: i32,
     tid: i32,
     lost: &mut u64,
-    quiet: bool,
+    notes: &Notes,
 ) -> bool {
     let Some(StreamEnd {
         goodbye,
@@ -427,8 +418,8 @@ fn stream_complete(
         ..
     }) = &s.end
     else {
-        say!(
-            quiet,
+        note!(
+            notes,
             "cannoli: pid {pid} tid {tid}: the recording ends before this stream did (the recorder was stopped); \
              events from chunk {delivered} on are missing"
         );
@@ -436,15 +427,15 @@ fn stream_complete(
     };
     let mut complete = true;
     if let Some(v) = violation {
-        say!(
-            quiet,
+        note!(
+            notes,
             "cannoli: pid {pid} tid {tid}: the ring broke its protocol ({v}); the events after it are missing"
         );
         complete = false;
     }
     if let Some(v) = control {
-        say!(
-            quiet,
+        note!(
+            notes,
             "cannoli: pid {pid} tid {tid}: QEMU's side broke the control protocol ({}); \
              the stream counts as incomplete",
             wire::tame(v, 200)
@@ -454,8 +445,8 @@ fn stream_complete(
     match goodbye {
         Some(g) => {
             if g.chunks != *published {
-                say!(
-                    quiet,
+                note!(
+                    notes,
                     "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
                     g.chunks
                 );
@@ -463,8 +454,8 @@ fn stream_complete(
             } else if complete && delivered > g.chunks {
                 // More chunks than the goodbye counts: not what the ring
                 // held (fewer is said below).
-                say!(
-                    quiet,
+                note!(
+                    notes,
                     "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the recording \
                      holds {delivered}; the stream counts as incomplete",
                     g.chunks
@@ -472,8 +463,8 @@ fn stream_complete(
                 complete = false;
             }
             if g.lost_events > 0 {
-                say!(
-                    quiet,
+                note!(
+                    notes,
                     "cannoli: pid {pid} tid {tid}: QEMU could not record {} events; the trace has gaps",
                     g.lost_events
                 );
@@ -481,8 +472,8 @@ fn stream_complete(
             }
         }
         None => {
-            say!(
-                quiet,
+            note!(
+                notes,
                 "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
                  events after chunk {} are missing",
                 published.saturating_sub(1)
@@ -492,8 +483,8 @@ fn stream_complete(
     }
     if delivered < *published {
         if delivered == s.chunks.len() as u64 && s.chunks.len() as u64 == *written {
-            say!(
-                quiet,
+            note!(
+                notes,
                 "cannoli: pid {pid} tid {tid}: the recorder wrote {delivered} of the stream's {published} chunks; \
                  the events after them are missing"
             );

@@ -345,3 +345,31 @@ fn a_tool_can_fail_the_run() {
     }
     assert_eq!(calls, [10]);
 }
+
+/// What a replay says about what the recording lost goes to the notes the
+/// tool gave, not to stderr.
+#[test]
+fn a_replay_says_its_lines_to_the_tools_notes() {
+    let path = temp("notes-src.cnl");
+    crate::fuzzing::write_sample_recording(&path);
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = temp("notes-cut.cnl");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    let l = lines.clone();
+    let rec = Recording::open(&cut)
+        .unwrap()
+        .with_notes(crate::Notes::to(move |s| l.lock().unwrap().push(s.into())));
+    let r = rec
+        .replay_with::<ExecLog>(2, Arc::new(Seen1::default()))
+        .unwrap();
+    assert!(!r.stats.is_complete());
+    let lines = lines.lock().unwrap();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("cannoli: ") && l.contains("cut short")),
+        "{lines:?}"
+    );
+    assert!(lines.iter().all(|l| !l.contains('\n')), "{lines:?}");
+}

@@ -19,6 +19,7 @@ use crate::announce::Announced;
 use crate::crew::Crew;
 use crate::decode::Layout;
 use crate::handshake::{handshake, Accepted, Opened, Refusal};
+use crate::notes::{note, Notes};
 use crate::pipeline::Pipeline;
 use crate::recording::{StreamEnd, StreamLog, Writer};
 use crate::{Cannoli, ClientInfo, Stats};
@@ -75,6 +76,8 @@ pub(super) struct Conn<'a, T: Cannoli> {
 pub(super) struct Stream<'a> {
     pub(super) consumer: &'a Consumer,
     pub(super) announced: &'a Mutex<Announced>,
+    /// Where the run's lines go.
+    pub(super) notes: &'a Notes,
     /// This connection's number among the run's connections (`Announced`).
     pub(super) seq: u64,
     pub(super) pid: i32,
@@ -104,18 +107,21 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
         blocks,
     } = match accepted {
         Ok(_) if live_streams > MAX_STREAMS => {
-            eprintln!("cannoli: rejected {peer}: more than {MAX_STREAMS} streams at once");
+            note!(
+                shared.notes,
+                "cannoli: rejected {peer}: more than {MAX_STREAMS} streams at once"
+            );
             lock(&shared.stats).refused_connections += 1;
             return;
         }
         Ok(a) => a,
         Err(Refusal::Stranger(m)) => {
-            eprintln!("cannoli: ignored {m}");
+            note!(shared.notes, "cannoli: ignored {m}");
             lock(&shared.stats).strangers += 1;
             return;
         }
         Err(Refusal::Refused(m)) => {
-            eprintln!("cannoli: rejected {m}");
+            note!(shared.notes, "cannoli: rejected {m}");
             lock(&shared.stats).refused_connections += 1;
             return;
         }
@@ -131,6 +137,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
         let stream = Stream {
             consumer: &consumer,
             announced: &shared.announced,
+            notes: &shared.notes,
             seq,
             pid: ci.pid,
             tid: ci.tid,
@@ -167,6 +174,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
         stream: Stream {
             consumer: &consumer,
             announced: &shared.announced,
+            notes: &shared.notes,
             seq,
             pid: ci.pid,
             tid: ci.tid,
@@ -226,7 +234,8 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     let lost = stream.lost.into_inner();
     let skipped = skipped.into_inner();
     if skipped > 0 {
-        eprintln!(
+        note!(
+            stream.notes,
             "cannoli: pid {} tid {}: skipped {skipped} event{} of a kind this client does not know \
              (framed tag {:#04x}, ...); QEMU's hook library is newer than this client (cannoli {}): \
              rebuild the client against the same cannoli version",

@@ -10,6 +10,7 @@ use wire::{parse_control, Control};
 
 use super::connection::Stream;
 use super::lock;
+use crate::notes::note;
 use crate::recording::Goodbye;
 
 /// How long the control connection is read after the goodbye for its end:
@@ -42,7 +43,10 @@ pub(super) fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> Contro
                 Ok(Control::Goodbye(g)) => break Some(g),
                 Ok(Control::Expect(e)) => lock(conn.announced).forked(e.expect_pid),
                 Err(e) => {
-                    eprintln!("cannoli: pid {pid} tid {tid}: ignoring a control message: {e}");
+                    note!(
+                        conn.notes,
+                        "cannoli: pid {pid} tid {tid}: ignoring a control message: {e}"
+                    );
                 }
             },
             Ok(None) => break None,
@@ -50,7 +54,8 @@ pub(super) fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> Contro
                 if e.kind() != io::ErrorKind::ConnectionReset
                     && e.kind() != io::ErrorKind::UnexpectedEof
                 {
-                    eprintln!(
+                    note!(
+                        conn.notes,
                         "cannoli: pid {pid} tid {tid}: reading the control connection failed: {e}"
                     );
                 }
@@ -63,12 +68,14 @@ pub(super) fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> Contro
         consumer.abandon();
         let published = consumer.published();
         if published == 0 {
-            eprintln!(
+            note!(
+                conn.notes,
                 "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
                  no chunk arrived, all of its events are missing"
             );
         } else {
-            eprintln!(
+            note!(
+                conn.notes,
                 "cannoli: pid {pid} tid {tid}: QEMU exited without handing over its last chunk; \
                  events after chunk {} are missing",
                 published - 1
@@ -92,7 +99,8 @@ pub(super) fn control(reader: &mut BufReader<Sock>, conn: &Stream<'_>) -> Contro
         lock(conn.announced).exec(pid, conn.seq);
     }
     if g.lost_events > 0 {
-        eprintln!(
+        note!(
+            conn.notes,
             "cannoli: pid {pid} tid {tid}: QEMU could not record {} events; the trace has gaps",
             g.lost_events
         );
@@ -144,19 +152,24 @@ pub(super) fn stream_complete(
     let (pid, tid) = (conn.pid, conn.tid);
     let consumer = conn.consumer;
     if let Some(e) = crew_failure {
-        eprintln!("cannoli: pid {pid} tid {tid}: {e}; the stream's events are missing");
+        note!(
+            conn.notes,
+            "cannoli: pid {pid} tid {tid}: {e}; the stream's events are missing"
+        );
         return false;
     }
     // A chunk the ring refused (a producer that broke the ring protocol)
     // ended the stream early: what came after it is unknown.
     if let Some(v) = consumer.violation() {
-        eprintln!(
+        note!(
+ conn.notes,
             "cannoli: pid {pid} tid {tid}: the ring broke its protocol ({v}); the events after it are missing"
         );
         return false;
     }
     if let Some(v) = &end.violation {
-        eprintln!(
+        note!(
+            conn.notes,
             "cannoli: pid {pid} tid {tid}: QEMU's side broke the control protocol ({v}); \
              the stream counts as incomplete"
         );
@@ -167,14 +180,16 @@ pub(super) fn stream_complete(
     };
     let published = consumer.published();
     if g.chunks != published {
-        eprintln!(
+        note!(
+ conn.notes,
             "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but the ring holds {published}",
             g.chunks
         );
         return false;
     }
     if g.chunks != delivered {
-        eprintln!(
+        note!(
+            conn.notes,
             "cannoli: pid {pid} tid {tid}: QEMU says it published {} chunks but {delivered} were \
              taken from its ring; the stream counts as incomplete",
             g.chunks

@@ -27,6 +27,7 @@ use crate::announce::Announced;
 use crate::crew::Machine;
 use crate::flow::Halt;
 use crate::handshake::{challenge, Refusal, Tables};
+use crate::notes::{note, Notes};
 use crate::recording::Writer;
 use crate::{Cannoli, Error, Stats, ToolState};
 
@@ -49,6 +50,8 @@ pub struct Server {
     tee: Option<Arc<Writer>>,
     /// The tool's value (see [`Server::with_state`]).
     state: ToolState,
+    /// Where the run's lines go (see [`Server::with_notes`]).
+    notes: Notes,
 }
 
 enum Listener {
@@ -145,6 +148,7 @@ impl Server {
             trust_hello_pids: false,
             tee: None,
             state: ToolState::default(),
+            notes: Notes::default(),
         })
     }
 
@@ -192,6 +196,13 @@ impl Server {
     /// [`ClientInfo::state`]: crate::ClientInfo::state
     pub fn with_state(mut self, state: impl Into<ToolState>) -> Server {
         self.state = state.into();
+        self
+    }
+
+    /// Sends the library's lines about the run (what was lost and why,
+    /// connections refused) to `notes` instead of standard error.
+    pub fn with_notes(mut self, notes: Notes) -> Server {
+        self.notes = notes;
         self
     }
 
@@ -297,7 +308,8 @@ impl Server {
             live: Mutex::new(0),
             pids: Mutex::new(HashMap::new()),
             wake: wake_tx,
-            announced: Mutex::new(Announced::default()),
+            announced: Mutex::new(Announced::saying_to(self.notes.clone())),
+            notes: self.notes.clone(),
             token: self.token.clone(),
             handshake_timeout: self.handshake_timeout,
             trust_hello_pids: self.trust_hello_pids,
@@ -364,13 +376,17 @@ impl Server {
                     Err(e) => {
                         *lock(&shared.live) -= 1;
                         lock(&shared.stats).refused_connections += 1;
-                        eprintln!("cannoli: cannot start a thread for {peer}: {e}; dropping it");
+                        note!(
+                            shared.notes,
+                            "cannoli: cannot start a thread for {peer}: {e}; dropping it"
+                        );
                     }
                 }
             }
             // Those that said nothing in time are strangers.
             for w in pending.take_expired(self.handshake_timeout) {
-                eprintln!(
+                note!(
+                    shared.notes,
                     "cannoli: ignored {}: sent no hello within {:.1} s",
                     w.peer,
                     self.handshake_timeout.as_secs_f64()
@@ -387,7 +403,7 @@ impl Server {
                             let opened = match challenge(&stream, &peer) {
                                 Ok(o) => o,
                                 Err(Refusal::Stranger(m) | Refusal::Refused(m)) => {
-                                    eprintln!("cannoli: ignored {m}");
+                                    note!(shared.notes, "cannoli: ignored {m}");
                                     lock(&shared.stats).strangers += 1;
                                     continue;
                                 }
@@ -411,7 +427,7 @@ impl Server {
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(e) => {
                             // ECONNABORTED, EMFILE, ...: report and go on.
-                            eprintln!("cannoli: accepting a connection failed: {e}");
+                            note!(shared.notes, "cannoli: accepting a connection failed: {e}");
                             std::thread::sleep(Duration::from_millis(10));
                             break;
                         }
@@ -432,10 +448,12 @@ impl Server {
             let _ = h.join();
         }
         if pending.dropped > 0 {
-            eprintln!(
+            note!(
+                shared.notes,
                 "cannoli: dropped {} connections that had said nothing while {} others waited \
                  for their hello (the oldest went first); counted as strangers",
-                pending.dropped, pending.cap
+                pending.dropped,
+                pending.cap
             );
         }
         if let Some(e) = shared.halt.take_error() {

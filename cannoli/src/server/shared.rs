@@ -14,6 +14,7 @@ use crate::announce::Announced;
 use crate::crew::Machine;
 use crate::flow::Halt;
 use crate::handshake::Tables;
+use crate::notes::{note, Notes};
 use crate::recording::Writer;
 use crate::{Cannoli, ClientInfo, Stats, ToolState};
 
@@ -23,6 +24,8 @@ type PidMap<T> = HashMap<i32, (Arc<<T as Cannoli>::PidContext>, usize)>;
 pub(super) struct Shared<T: Cannoli> {
     pub(super) threads: usize,
     pub(super) stats: Mutex<Stats>,
+    /// Where the run's lines go.
+    pub(super) notes: Notes,
     /// Whether the tool stopped or failed the run (`flow.rs`).
     pub(super) halt: Halt,
     /// Connections accepted whose thread has not finished.
@@ -65,7 +68,8 @@ impl<T: Cannoli> Shared<T> {
     pub(super) fn never_connected(&self) -> u64 {
         let missing = lock(&self.announced).take_missing();
         for pid in &missing {
-            eprintln!(
+            note!(
+                self.notes,
                 "cannoli: process {pid} was announced (fork or exec) but never connected; \
                  if it ran, its events are missing"
             );

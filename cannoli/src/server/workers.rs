@@ -9,6 +9,7 @@ use mempipe::{Chunk, ChunkBuf};
 use super::connection::Conn;
 use crate::blocks::{cache_for, BlockCache};
 use crate::decode::Decoded;
+use crate::notes::note;
 use crate::pipeline::{Due, Feed, Next};
 use crate::recording::Packer;
 use crate::Cannoli;
@@ -103,9 +104,11 @@ impl<T: Cannoli> Feed<T> for Ring<'_, '_, T> {
         }
         if let Some(m) = d.error {
             self.lost += m.lost_events();
-            eprintln!(
+            note!(
+                conn.stream.notes,
                 "cannoli: pid {} tid {}: malformed chunk {seq}: {m}",
-                conn.pid, conn.tid
+                conn.pid,
+                conn.tid
             );
         }
     }
