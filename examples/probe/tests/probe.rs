@@ -729,6 +729,72 @@ fn replay_equals_live(arch: &str) {
 
 per_guest!(replay_equals_live: mipsel, i386, arm);
 
+/// `tools::probe::main` with `args` (`probe` and its options, as on a
+/// command line) in this process; returns the exit status and what it wrote
+/// to `out`.
+fn probe_here(args: &[&std::ffi::OsStr], out: &Path) -> (i32, String) {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: tools::probe::Args,
+    }
+    let cli = <Cli as clap::Parser>::try_parse_from(
+        std::iter::once("probe".as_ref())
+            .chain(["-o".as_ref(), out.as_os_str()])
+            .chain(args.iter().copied()),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let code = tools::probe::main(cli.args);
+    (code, fs::read_to_string(out).unwrap_or_default())
+}
+
+/// probe is a value, not module statics: one process replays the same
+/// recording (every thread of `probe.c`) several times, one after another
+/// and two at once, and every run writes the hits that `probe --replay`
+/// writes in a process of its own. A run that kept anything of the one
+/// before (its plan, its output, its counts) would write other hits, or
+/// none.
+#[test]
+fn runs_twice_in_one_process() {
+    let dir = RunDir::new();
+    let prog = guest("mipsel", "probe");
+    let rec = dir.file("regs.cnl");
+    let (st, err) = cannoli(
+        &dir,
+        &[
+            "record".as_ref(),
+            "--hooks".as_ref(),
+            "regs".as_ref(),
+            "-o".as_ref(),
+            rec.as_os_str(),
+            prog.as_os_str(),
+        ],
+    );
+    assert_eq!(st, 0, "{err}");
+    let mut opts = vec!["--insns", "--replay", rec.to_str().unwrap()];
+    for p in PROBES {
+        opts.extend(["-p", p]);
+    }
+    let alone = run_probe(&dir, "alone", &opts, Path::new("--"));
+    assert_eq!(alone.status, 0, "{}", alone.stderr);
+    assert!(alone.out.lines().count() >= 20, "{}", alone.out);
+    let args: Vec<&std::ffi::OsStr> = opts.iter().map(|o| o.as_ref()).collect();
+    for tag in ["first", "second"] {
+        let (code, out) = probe_here(&args, &dir.file(&format!("{tag}.out")));
+        assert_eq!(code, 0, "{tag}");
+        assert_eq!(out, alone.out, "{tag}: not the hits of probe --replay");
+    }
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| probe_here(&args, &dir.file("left.out")));
+        let b = s.spawn(|| probe_here(&args, &dir.file("right.out")));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    for (tag, (code, out)) in [("left", a), ("right", b)] {
+        assert_eq!(code, 0, "{tag}");
+        assert_eq!(out, alone.out, "{tag}: not the hits of probe --replay");
+    }
+}
+
 /// `tests/programs/dyn_probe.c` built for `arch` by Debian's cross compiler,
 /// not position-independent (probes refuse PIE programs), in `dir`.
 fn dyn_probe(dir: &RunDir, arch: &str) -> std::path::PathBuf {

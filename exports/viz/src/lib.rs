@@ -20,7 +20,6 @@ pub mod survey;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -81,13 +80,15 @@ pub fn main(args: Args) -> i32 {
         }
     };
     let hooks = rec.hooks().clone();
-    survey::reset();
-    survey::FETCH_FROM_REGS.store(!hooks.exec, Ordering::Relaxed);
+    // Each pass's configuration and results: values of this call (see
+    // `survey::Survey`), so that viz can run twice in one process.
+    let fetch_from_regs = !hooks.exec;
+    let survey = Arc::new(survey::Survey::new(fetch_from_regs));
     let threads = args.threads as usize;
 
     // Pass 1: extents and names.
     let bar = tools::progress::Bar::new(&rec, "cannoli viz (pass 1 of 2)");
-    let first = match rec.replay::<survey::Surveyor>(threads) {
+    let first = match rec.replay_with::<survey::Surveyor>(threads, survey.clone()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{TOOL}: {e}");
@@ -95,13 +96,12 @@ pub fn main(args: Args) -> i32 {
         }
     };
     let survey_secs = start.elapsed().as_secs_f64();
-    let surveys = std::mem::take(&mut *survey::SURVEYS.lock().unwrap_or_else(|p| p.into_inner()));
-    let spaces = survey::SPACES
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take()
-        .unwrap_or_default();
-    let left_out = survey::LEFT_OUT.load(Ordering::Relaxed);
+    let survey::Found {
+        surveys,
+        left_out,
+        spaces,
+    } = survey.take();
+    drop(survey);
     let all_streams = surveys.len() as u64 + left_out;
     if left_out > 0 {
         eprintln!(
@@ -208,16 +208,15 @@ pub fn main(args: Args) -> i32 {
             )
         })
         .collect();
-    *paint::SETUP.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(setup));
-    paint::GRIDS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clear();
-    paint::COLS.store(plot_width as u64, Ordering::Relaxed);
-    paint::TIME_TOTAL.store(time_total, Ordering::Relaxed);
-    paint::TIME_IN_ACCESSES.store(in_accesses, Ordering::Relaxed);
+    let paint = Arc::new(paint::Paint::new(
+        setup,
+        plot_width,
+        time_total,
+        in_accesses,
+        fetch_from_regs,
+    ));
     bar.next_pass("cannoli viz (pass 2 of 2)");
-    let second = match rec.replay_quietly::<paint::Painter>(threads) {
+    let second = match rec.replay_quietly_with::<paint::Painter>(threads, paint.clone()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{TOOL}: {e}");
@@ -225,8 +224,8 @@ pub fn main(args: Args) -> i32 {
         }
     };
     drop(bar);
-    let grids = std::mem::take(&mut *paint::GRIDS.lock().unwrap_or_else(|p| p.into_inner()));
-    *paint::SETUP.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    let grids = paint.take_grids();
+    drop(paint);
 
     let title = format!(
         "{} ({}, --hooks {}){}",
@@ -281,15 +280,15 @@ pub fn main(args: Args) -> i32 {
     0
 }
 
-/// Registers DejaVu Sans as plotters' "sans-serif", once (no system fonts
-/// needed).
+/// Registers DejaVu Sans as plotters' "sans-serif" (no system fonts
+/// needed). Every picture does, rather than once per process behind a
+/// static: plotters keeps fonts in a process-wide registry of its own, and
+/// registering the same embedded font again only replaces it with itself
+/// (parsing its table directory: microseconds), so pictures drawn one after
+/// another or at once all find it.
 fn register_font() -> Result<(), String> {
-    static DONE: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    DONE.get_or_init(|| {
-        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-            .map_err(|_| "the embedded DejaVu Sans font does not load".to_string())
-    })
-    .clone()
+    plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+        .map_err(|_| "the embedded DejaVu Sans font does not load".to_string())
 }
 
 /// `1234567` as `1.23M`.

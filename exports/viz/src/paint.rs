@@ -5,7 +5,6 @@
 //! keeps the time and adds to the grid.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cannoli::{Cannoli, ClientInfo};
@@ -19,15 +18,60 @@ pub struct LaneSetup {
     pub rows: u32,
 }
 
-pub static SETUP: Mutex<Option<Arc<HashMap<u64, LaneSetup>>>> = Mutex::new(None);
-/// Grids, filled as streams end.
-pub static GRIDS: Mutex<BTreeMap<u64, Grid>> = Mutex::new(BTreeMap::new());
-/// Plot columns and the time axis's end.
-pub static COLS: AtomicU64 = AtomicU64::new(1);
-pub static TIME_TOTAL: AtomicU64 = AtomicU64::new(1);
-/// The time axis counts loads and stores (no instructions recorded).
-pub static TIME_IN_ACCESSES: AtomicBool = AtomicBool::new(false);
-pub use crate::survey::FETCH_FROM_REGS;
+/// One paint pass: its geometry, set before it, and the grids it fills.
+/// The pass is started with it ([`cannoli::Recording::replay_with`]) and
+/// every [`Painter`] reaches it through its `PidContext` (it is the
+/// `PidContext`): a value per pass rather than module statics, so that two
+/// pictures can be drawn in one process, one after the other or at once.
+pub struct Paint {
+    /// Per stream: its bands and rows (a stream not here is not drawn).
+    pub setup: HashMap<u64, LaneSetup>,
+    /// Plot columns.
+    pub cols: u32,
+    /// The time axis's end.
+    pub time_total: u64,
+    /// The time axis counts loads and stores (no instructions recorded).
+    pub in_accesses: bool,
+    /// Count `regs`/`branch` events as instructions (as the survey did).
+    pub fetch_from_regs: bool,
+    /// Grids, filled as streams end.
+    grids: Mutex<BTreeMap<u64, Grid>>,
+}
+
+impl Paint {
+    pub fn new(
+        setup: HashMap<u64, LaneSetup>,
+        cols: u32,
+        time_total: u64,
+        in_accesses: bool,
+        fetch_from_regs: bool,
+    ) -> Paint {
+        Paint {
+            setup,
+            cols,
+            time_total,
+            in_accesses,
+            fetch_from_regs,
+            grids: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The grids painted (once the pass has returned: every stream ended).
+    pub fn take_grids(&self) -> BTreeMap<u64, Grid> {
+        std::mem::take(&mut *self.grids.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Adds a finished stream's grid (merged with one of the same stream).
+    fn keep(&self, stream: u64, g: Grid) {
+        let mut grids = self.grids.lock().unwrap_or_else(|p| p.into_inner());
+        match grids.get_mut(&stream) {
+            Some(old) => old.merge(&g),
+            None => {
+                grids.insert(stream, g);
+            }
+        }
+    }
+}
 
 /// No row: the address is in no band (the time still counts).
 const NO_ROW: u32 = u32::MAX;
@@ -60,6 +104,9 @@ fn push(t: &mut Vec<Item>, row: u32, kind: Access, n: u32) {
 }
 
 pub struct Painter {
+    /// The pass, to hand the grid to when the stream ends (`None`: kept by
+    /// no one, in unit tests).
+    run: Option<Arc<Paint>>,
     stream: u64,
     grid: Grid,
     /// Time: events so far; the column of `t`, and the first time of the
@@ -115,38 +162,37 @@ fn first_time_of(col: u32, total: u64, width: u32) -> u64 {
 impl Cannoli for Painter {
     type Trace = Item;
     type TidContext = Lane;
-    type PidContext = ();
+    type PidContext = Paint;
 
-    fn init_pid(_: &ClientInfo) -> Arc<()> {
-        Arc::new(())
+    fn init_pid(ci: &ClientInfo) -> Arc<Paint> {
+        ci.expect_state::<Paint>()
     }
 
-    fn init_tid(_: &(), ci: &ClientInfo) -> (Painter, Lane) {
-        let setup = SETUP.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let (bands, rows) = setup
-            .as_ref()
-            .and_then(|s| s.get(&ci.stream))
+    fn init_tid(run: &Paint, ci: &ClientInfo) -> (Painter, Lane) {
+        let (bands, rows) = run
+            .setup
+            .get(&ci.stream)
             .map_or((Vec::new(), 0), |l| (l.bands.clone(), l.rows));
-        let cols = COLS.load(Ordering::Relaxed) as u32;
         (
             Painter {
+                run: Some(ci.expect_state::<Paint>()),
                 stream: ci.stream,
-                grid: Grid::new(if rows == 0 { 0 } else { cols }, rows),
+                grid: Grid::new(if rows == 0 { 0 } else { run.cols }, rows),
                 t: 0,
                 col: 0,
                 next: 0,
-                total: TIME_TOTAL.load(Ordering::Relaxed),
-                in_accesses: TIME_IN_ACCESSES.load(Ordering::Relaxed),
+                total: run.time_total,
+                in_accesses: run.in_accesses,
             },
             Lane { bands },
         )
     }
 
-    fn exec(_: &(), l: &Lane, pc: u64, t: &mut Vec<Item>) {
+    fn exec(_: &Paint, l: &Lane, pc: u64, t: &mut Vec<Item>) {
         push(t, row(l, pc), Access::Fetch, 1)
     }
 
-    fn exec_run(_: &(), l: &Lane, pcs: &[u64], t: &mut Vec<Item>) {
+    fn exec_run(_: &Paint, l: &Lane, pcs: &[u64], t: &mut Vec<Item>) {
         // The run's first pc stands for the whole run (a few instructions
         // in a row, a pixel at most apart): one lookup per run.
         if let Some(&a) = pcs.first() {
@@ -154,27 +200,27 @@ impl Cannoli for Painter {
         }
     }
 
-    fn regs(_: &(), l: &Lane, pc: u64, _: &[u8], t: &mut Vec<Item>) {
-        if FETCH_FROM_REGS.load(Ordering::Relaxed) {
+    fn regs(run: &Paint, l: &Lane, pc: u64, _: &[u8], t: &mut Vec<Item>) {
+        if run.fetch_from_regs {
             push(t, row(l, pc), Access::Fetch, 1)
         }
     }
 
-    fn branch(_: &(), l: &Lane, pc: u64, _: bool, _: &[u8], t: &mut Vec<Item>) {
-        if FETCH_FROM_REGS.load(Ordering::Relaxed) {
+    fn branch(run: &Paint, l: &Lane, pc: u64, _: bool, _: &[u8], t: &mut Vec<Item>) {
+        if run.fetch_from_regs {
             push(t, row(l, pc), Access::Fetch, 1)
         }
     }
 
-    fn read(_: &(), l: &Lane, _: u64, addr: u64, _: u64, _: u8, t: &mut Vec<Item>) {
+    fn read(_: &Paint, l: &Lane, _: u64, addr: u64, _: u64, _: u8, t: &mut Vec<Item>) {
         push(t, row(l, addr), Access::Load, 1)
     }
 
-    fn write(_: &(), l: &Lane, _: u64, addr: u64, _: u64, _: u8, t: &mut Vec<Item>) {
+    fn write(_: &Paint, l: &Lane, _: u64, addr: u64, _: u64, _: u8, t: &mut Vec<Item>) {
         push(t, row(l, addr), Access::Store, 1)
     }
 
-    fn trace(&mut self, _: &(), _: &Lane, trace: &[Item]) {
+    fn trace(&mut self, _: &Paint, _: &Lane, trace: &[Item]) {
         if self.grid.rows == 0 {
             return;
         }
@@ -196,13 +242,9 @@ impl Drop for Painter {
         if self.grid.rows == 0 {
             return;
         }
-        let g = std::mem::replace(&mut self.grid, Grid::new(0, 0));
-        let mut grids = GRIDS.lock().unwrap_or_else(|p| p.into_inner());
-        match grids.get_mut(&self.stream) {
-            Some(old) => old.merge(&g),
-            None => {
-                grids.insert(self.stream, g);
-            }
+        if let Some(run) = self.run.take() {
+            let g = std::mem::replace(&mut self.grid, Grid::new(0, 0));
+            run.keep(self.stream, g);
         }
     }
 }
@@ -221,6 +263,7 @@ mod tests {
             (u64::MAX / 3, 999),
         ] {
             let mut p = Painter {
+                run: None,
                 stream: 0,
                 grid: Grid::new(width, 1),
                 t: 0,
@@ -247,14 +290,13 @@ mod tests {
                     "t {t} total {total} width {width}"
                 );
             }
-            // Not handed to GRIDS when dropped.
-            p.grid = Grid::new(0, 0);
         }
     }
 
     #[test]
     fn runs_spread_over_their_columns() {
         let mut p = Painter {
+            run: None,
             stream: 0,
             grid: Grid::new(10, 2),
             t: 0,
@@ -264,7 +306,7 @@ mod tests {
             in_accesses: false,
         };
         p.trace(
-            &(),
+            &Paint::new(HashMap::new(), 10, 100, false, false),
             &Lane { bands: Vec::new() },
             &[
                 Item {
@@ -300,6 +342,5 @@ mod tests {
         assert_eq!(p.grid.get(2, 0, Access::Store), 2);
         assert_eq!(p.grid.get(7, 0, Access::Load), 1);
         assert_eq!(p.t, 75);
-        p.grid = Grid::new(0, 0);
     }
 }

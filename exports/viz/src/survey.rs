@@ -5,8 +5,8 @@
 //! folds runs of events on the same page into one value.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cannoli::{Cannoli, ClientInfo, Syscall};
 
@@ -167,12 +167,6 @@ pub fn basename(p: &str) -> &str {
     p.rsplit('/').find(|s| !s.is_empty()).unwrap_or(p)
 }
 
-/// Results, filled as streams end: the [`MAX_LANES`] busiest streams so
-/// far (see [`keep_busiest`]).
-pub static SURVEYS: Mutex<BTreeMap<u64, StreamSurvey>> = Mutex::new(BTreeMap::new());
-/// Streams left out of [`SURVEYS`] for busier ones.
-pub static LEFT_OUT: AtomicU64 = AtomicU64::new(0);
-
 /// Most lanes a picture has: a recording of more threads is drawn with its
 /// busiest streams (instructions and accesses together), and says so. A
 /// lane is a grid and a survey of the pages its thread touched: kept for
@@ -186,30 +180,78 @@ fn busyness(s: &StreamSurvey) -> (u64, std::cmp::Reverse<u64>) {
     (s.instructions + s.accesses, std::cmp::Reverse(s.stream))
 }
 
-/// Adds `s` to `surveys`, leaving the least busy one out (counted in
-/// [`LEFT_OUT`]) if there would be more than [`MAX_LANES`].
-pub fn keep_busiest(surveys: &mut BTreeMap<u64, StreamSurvey>, s: StreamSurvey) {
+/// Adds `s` to `surveys`, leaving the least busy one out if there would be
+/// more than [`MAX_LANES`]; returns whether one was left out.
+pub fn keep_busiest(surveys: &mut BTreeMap<u64, StreamSurvey>, s: StreamSurvey) -> bool {
     surveys.insert(s.stream, s);
-    if surveys.len() > MAX_LANES {
-        let least = surveys
-            .values()
-            .min_by_key(|s| busyness(s))
-            .map(|s| s.stream)
-            .expect("more than MAX_LANES surveys");
-        surveys.remove(&least);
-        LEFT_OUT.fetch_add(1, Ordering::Relaxed);
+    if surveys.len() <= MAX_LANES {
+        return false;
     }
+    let least = surveys
+        .values()
+        .min_by_key(|s| busyness(s))
+        .map(|s| s.stream)
+        .expect("more than MAX_LANES surveys");
+    surveys.remove(&least);
+    true
 }
-/// Address spaces, by (pid, program).
-pub static SPACES: Mutex<Option<HashMap<SpaceKey, Space>>> = Mutex::new(None);
-/// Count `regs`/`branch` events as instructions (the recording has no
-/// `exec` events).
-pub static FETCH_FROM_REGS: AtomicBool = AtomicBool::new(false);
 
-pub fn reset() {
-    SURVEYS.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    LEFT_OUT.store(0, Ordering::Relaxed);
-    *SPACES.lock().unwrap_or_else(|p| p.into_inner()) = Some(HashMap::new());
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One survey pass: what it was told and what it found. The pass is
+/// started with it ([`cannoli::Recording::replay_with`]) and every
+/// [`Surveyor`] reaches it through its `PidContext` (it is the
+/// `PidContext`): a value per pass rather than module statics, so that two
+/// pictures can be drawn in one process, one after the other or at once.
+#[derive(Debug, Default)]
+pub struct Survey {
+    /// Count `regs`/`branch` events as instructions (the recording has no
+    /// `exec` events).
+    pub fetch_from_regs: bool,
+    /// Filled as streams end: the [`MAX_LANES`] busiest streams so far
+    /// (see [`keep_busiest`]).
+    surveys: Mutex<BTreeMap<u64, StreamSurvey>>,
+    /// Streams left out of `surveys` for busier ones.
+    left_out: AtomicU64,
+    /// Address spaces, by (pid, program).
+    spaces: Mutex<HashMap<SpaceKey, Space>>,
+}
+
+/// What a finished [`Survey`] found.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// The busiest streams, by stream number.
+    pub surveys: BTreeMap<u64, StreamSurvey>,
+    /// Streams left out of `surveys` for busier ones.
+    pub left_out: u64,
+    pub spaces: HashMap<SpaceKey, Space>,
+}
+
+impl Survey {
+    pub fn new(fetch_from_regs: bool) -> Survey {
+        Survey {
+            fetch_from_regs,
+            ..Survey::default()
+        }
+    }
+
+    /// Adds a finished stream's survey (see [`keep_busiest`]).
+    pub fn keep(&self, s: StreamSurvey) {
+        if keep_busiest(&mut lock(&self.surveys), s) {
+            self.left_out.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What the pass found (once it has returned: every stream ended).
+    pub fn take(&self) -> Found {
+        Found {
+            surveys: std::mem::take(&mut *lock(&self.surveys)),
+            left_out: self.left_out.swap(0, Ordering::Relaxed),
+            spaces: std::mem::take(&mut *lock(&self.spaces)),
+        }
+    }
 }
 
 pub enum Item {
@@ -251,18 +293,20 @@ fn touch(t: &mut Vec<Item>, page: u64, insns: u32, mems: u32) {
 
 pub struct Surveyor {
     s: StreamSurvey,
+    /// The pass, to hand `s` to when the stream ends.
+    run: Arc<Survey>,
 }
 
 impl Cannoli for Surveyor {
     type Trace = Item;
     type TidContext = ();
-    type PidContext = ();
+    type PidContext = Survey;
 
-    fn init_pid(_: &ClientInfo) -> Arc<()> {
-        Arc::new(())
+    fn init_pid(ci: &ClientInfo) -> Arc<Survey> {
+        ci.expect_state::<Survey>()
     }
 
-    fn init_tid(_: &(), ci: &ClientInfo) -> (Surveyor, ()) {
+    fn init_tid(_: &Survey, ci: &ClientInfo) -> (Surveyor, ()) {
         let exe = ci.exe.clone().unwrap_or_default();
         let s = StreamSurvey {
             stream: ci.stream,
@@ -272,14 +316,20 @@ impl Cannoli for Surveyor {
             exe,
             ..Default::default()
         };
-        (Surveyor { s }, ())
+        (
+            Surveyor {
+                s,
+                run: ci.expect_state::<Survey>(),
+            },
+            (),
+        )
     }
 
-    fn exec(_: &(), _: &(), pc: u64, t: &mut Vec<Item>) {
+    fn exec(_: &Survey, _: &(), pc: u64, t: &mut Vec<Item>) {
         touch(t, pc >> PAGE_SHIFT, 1, 0)
     }
 
-    fn exec_run(_: &(), _: &(), pcs: &[u64], t: &mut Vec<Item>) {
+    fn exec_run(_: &Survey, _: &(), pcs: &[u64], t: &mut Vec<Item>) {
         let (Some(&a), Some(&b)) = (pcs.first(), pcs.last()) else {
             return;
         };
@@ -289,29 +339,29 @@ impl Cannoli for Surveyor {
         }
     }
 
-    fn regs(_: &(), _: &(), pc: u64, _: &[u8], t: &mut Vec<Item>) {
-        if FETCH_FROM_REGS.load(Ordering::Relaxed) {
+    fn regs(run: &Survey, _: &(), pc: u64, _: &[u8], t: &mut Vec<Item>) {
+        if run.fetch_from_regs {
             touch(t, pc >> PAGE_SHIFT, 1, 0)
         }
     }
 
-    fn branch(_: &(), _: &(), pc: u64, _: bool, _: &[u8], t: &mut Vec<Item>) {
-        if FETCH_FROM_REGS.load(Ordering::Relaxed) {
+    fn branch(run: &Survey, _: &(), pc: u64, _: bool, _: &[u8], t: &mut Vec<Item>) {
+        if run.fetch_from_regs {
             touch(t, pc >> PAGE_SHIFT, 1, 0)
         }
     }
 
-    fn read(_: &(), _: &(), _: u64, addr: u64, _: u64, _: u8, t: &mut Vec<Item>) {
+    fn read(_: &Survey, _: &(), _: u64, addr: u64, _: u64, _: u8, t: &mut Vec<Item>) {
         touch(t, addr >> PAGE_SHIFT, 0, 1)
     }
 
-    fn write(_: &(), _: &(), _: u64, addr: u64, _: u64, _: u8, t: &mut Vec<Item>) {
+    fn write(_: &Survey, _: &(), _: u64, addr: u64, _: u64, _: u8, t: &mut Vec<Item>) {
         touch(t, addr >> PAGE_SHIFT, 0, 1)
     }
 
     #[allow(clippy::too_many_arguments)]
     fn mmap(
-        _: &(),
+        _: &Survey,
         _: &(),
         base: u64,
         len: u64,
@@ -332,7 +382,7 @@ impl Cannoli for Surveyor {
         });
     }
 
-    fn syscall(_: &(), _: &(), sc: &Syscall<'_>, t: &mut Vec<Item>) {
+    fn syscall(_: &Survey, _: &(), sc: &Syscall<'_>, t: &mut Vec<Item>) {
         if sc.name == Some("brk") {
             if let Some(r) = sc.ret.filter(|&r| r > 0) {
                 t.push(Item::Brk(r as u64));
@@ -340,12 +390,9 @@ impl Cannoli for Surveyor {
         }
     }
 
-    fn trace(&mut self, _: &(), _: &(), trace: &[Item]) {
-        let mut spaces = SPACES.lock().unwrap_or_else(|p| p.into_inner());
-        let space = spaces
-            .get_or_insert_with(HashMap::new)
-            .entry(self.s.space.clone())
-            .or_default();
+    fn trace(&mut self, run: &Survey, _: &(), trace: &[Item]) {
+        let mut spaces = lock(&run.spaces);
+        let space = spaces.entry(self.s.space.clone()).or_default();
         for it in trace {
             match it {
                 Item::Touch { page, insns, mems } => {
@@ -371,7 +418,7 @@ impl Cannoli for Surveyor {
 impl Drop for Surveyor {
     fn drop(&mut self) {
         let s = std::mem::take(&mut self.s);
-        keep_busiest(&mut SURVEYS.lock().unwrap_or_else(|p| p.into_inner()), s);
+        self.run.keep(s);
     }
 }
 
@@ -382,7 +429,7 @@ mod tests {
     #[test]
     fn only_the_busiest_streams_get_lanes() {
         let mut m = BTreeMap::new();
-        let before = LEFT_OUT.load(Ordering::Relaxed);
+        let mut left_out = 0;
         // 100 streams; stream i does i * 10 things (stream 0 nothing).
         for i in 0..100u64 {
             let s = StreamSurvey {
@@ -391,13 +438,39 @@ mod tests {
                 accesses: i * 3,
                 ..StreamSurvey::default()
             };
-            keep_busiest(&mut m, s);
+            left_out += keep_busiest(&mut m, s) as u64;
             assert!(m.len() <= MAX_LANES);
         }
         let kept: Vec<u64> = m.keys().copied().collect();
         let want: Vec<u64> = (100 - MAX_LANES as u64..100).collect();
         assert_eq!(kept, want);
-        assert!(LEFT_OUT.load(Ordering::Relaxed) - before >= 100 - MAX_LANES as u64);
+        assert_eq!(left_out, 100 - MAX_LANES as u64);
+    }
+
+    #[test]
+    fn two_surveys_keep_their_own_streams() {
+        let (a, b) = (Survey::new(false), Survey::new(true));
+        for i in 0..40u64 {
+            let s = StreamSurvey {
+                stream: i,
+                instructions: i,
+                ..StreamSurvey::default()
+            };
+            a.keep(s);
+        }
+        b.keep(StreamSurvey {
+            stream: 7,
+            ..StreamSurvey::default()
+        });
+        let (fa, fb) = (a.take(), b.take());
+        assert_eq!(
+            (fa.surveys.len(), fa.left_out),
+            (MAX_LANES, 40 - MAX_LANES as u64)
+        );
+        assert_eq!(fb.surveys.keys().copied().collect::<Vec<_>>(), [7]);
+        assert_eq!(fb.left_out, 0);
+        // Taken: the survey is empty again.
+        assert!(a.take().surveys.is_empty());
     }
 
     #[test]

@@ -43,7 +43,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use cannoli::recording::{Needs, RegsAt};
 
@@ -115,9 +115,9 @@ pub enum Mode {
 }
 
 /// What every guest thread's probe shares: the plan and the output. One
-/// value for the whole run, in a `OnceLock`, because the `Cannoli` trait
-/// makes each thread's state in `init_pid`/`init_tid` from the
-/// `ClientInfo` alone and offers no way to hand a tool's own values in.
+/// value per run, made by [`main`] and handed to the run
+/// ([`launch::Launcher::state`]); each process's `PidContext` holds it
+/// (`ClientInfo::expect_state`), so that probe can run twice in one process.
 pub struct RunState {
     pub plan: Arc<Plan>,
     pub mode: Mode,
@@ -125,13 +125,6 @@ pub struct RunState {
     pub timeline: Option<Mutex<Vec<serde_json::Value>>>,
     pub hits: AtomicU64,
     pub threads: AtomicU64,
-}
-
-static RUN: OnceLock<RunState> = OnceLock::new();
-
-/// The run's shared state (set by [`main`] before any event).
-pub fn run_state() -> &'static RunState {
-    RUN.get().expect("probe::main sets the run state first")
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -284,7 +277,7 @@ pub fn main(args: Args) -> i32 {
     } else {
         Mode::Text
     };
-    let _ = RUN.set(RunState {
+    let run = Arc::new(RunState {
         plan: plan.clone(),
         mode,
         out: Mutex::new(Some(out)),
@@ -295,7 +288,8 @@ pub fn main(args: Args) -> i32 {
     let launcher = launch::Launcher::new(launch::Options {
         hooks: "probe",
         threads: args.threads,
-    });
+    })
+    .state(run.clone());
     let needs = Needs {
         regs: Some(RegsAt::All),
         mem: plan.stores,
@@ -305,7 +299,6 @@ pub fn main(args: Args) -> i32 {
     let result =
         crate::input::run::<tracer::Probe>(launcher, args.replay.as_deref(), needs, args.program);
     let _ = std::fs::remove_file(&plan_file);
-    let run = run_state();
     let written = lock(&run.out).take().expect("finished once").finish();
     let report = match result {
         Ok(report) => report,

@@ -22,7 +22,7 @@ use super::isa;
 use super::out::{At, Hit};
 use super::plan::{Plan, Site};
 use super::shadow::Shadow;
-use super::{run_state, Mode};
+use super::{Mode, RunState};
 
 /// What the parallel phase hands on.
 pub enum Item {
@@ -40,6 +40,7 @@ pub enum Item {
 /// its threads learn it (the thread that maps a library sees the event;
 /// its other threads look here).
 pub struct Pid {
+    run: Arc<RunState>,
     plan: Arc<Plan>,
     biases: Mutex<Vec<Option<u64>>>,
 }
@@ -72,6 +73,7 @@ struct Pending {
 
 /// A guest thread.
 pub struct Probe {
+    run: Arc<RunState>,
     pid: i32,
     tid: i32,
     plan: Arc<Plan>,
@@ -95,10 +97,12 @@ impl Cannoli for Probe {
     type TidContext = Arc<Layout>;
     type PidContext = Pid;
 
-    fn init_pid(_ci: &ClientInfo) -> Arc<Pid> {
-        let plan = run_state().plan.clone();
+    fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
+        let run = ci.expect_state::<RunState>();
+        let plan = run.plan.clone();
         let n = plan.modules.len();
         Arc::new(Pid {
+            run,
             plan,
             biases: Mutex::new(vec![None; n]),
         })
@@ -106,7 +110,7 @@ impl Cannoli for Probe {
 
     fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Probe, Arc<Layout>) {
         let plan = &pid.plan;
-        run_state().threads.fetch_add(1, Ordering::Relaxed);
+        pid.run.threads.fetch_add(1, Ordering::Relaxed);
         let names: Vec<String> = ci.regs.names.clone();
         let find = |n: &str| names.iter().position(|x| x == n);
         let abi = plan.abi;
@@ -124,6 +128,7 @@ impl Cannoli for Probe {
             names,
         });
         let p = Probe {
+            run: pid.run.clone(),
             pid: ci.pid,
             tid: ci.tid,
             plan: plan.clone(),
@@ -396,7 +401,7 @@ impl Probe {
 
     fn emit(&mut self, h: &Hit) {
         self.hits += 1;
-        let run = run_state();
+        let run = &self.run;
         match run.mode {
             Mode::Text => h.text(&mut self.buf),
             Mode::Json => h.json(&mut self.buf),
@@ -413,7 +418,7 @@ impl Probe {
 
     fn flush(&mut self) {
         if !self.buf.is_empty() {
-            run_state().write(&self.buf);
+            self.run.write(&self.buf);
             self.buf.clear();
         }
     }
@@ -425,6 +430,6 @@ impl Drop for Probe {
             self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
         }
         self.flush();
-        run_state().hits.fetch_add(self.hits, Ordering::Relaxed);
+        self.run.hits.fetch_add(self.hits, Ordering::Relaxed);
     }
 }
