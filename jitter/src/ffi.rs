@@ -254,16 +254,28 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
     }
 }
 
+/// Every lock-holding static (`forkguard`), in the one order the forking
+/// thread takes them (the order matters: taking them in another order than
+/// some path does could deadlock the fork). STREAMS, then PENDING_OF: no
+/// other path holds the second while it takes the first. Then TABLE. A new
+/// entry goes where no path holds it while taking an earlier one, nor holds
+/// a later one while taking it.
+static FORK_ORDER: [crate::forkguard::Entry; 3] = [
+    crate::stream::FORK_LOCK,
+    crate::events::FORK_LOCK,
+    crate::blocks::FORK_LOCK,
+];
+
 /// pthread_atfork's prepare handler: QEMU forks (a guest fork, vfork or
 /// posix_spawn) while other threads may be in our code outside the JIT.
-/// Takes every lock-holding static, in the order `forkguard` documents.
+/// Takes every lock-holding static, in [`FORK_ORDER`].
 extern "C" fn before_fork() {
-    crate::forkguard::before_fork();
+    crate::forkguard::before_fork(&FORK_ORDER);
 }
 
 /// pthread_atfork's parent and child handlers.
 extern "C" fn after_fork() {
-    crate::forkguard::after_fork();
+    crate::forkguard::after_fork(&FORK_ORDER);
 }
 
 /// # Safety

@@ -3,11 +3,13 @@
 //! mutexes. The child has only the forking thread, so a mutex another
 //! thread held at fork(2) would stay locked in the child forever. Hence
 //! pthread_atfork (registered in `ffi`): just before fork(2) the forking
-//! thread takes every lock-holding static in [`ORDER`], and just after it,
-//! in the parent and in the child, lets them go in reverse.
+//! thread takes every lock-holding static in `ffi::FORK_ORDER`, and just
+//! after it, in the parent and in the child, lets them go in reverse.
 //!
 //! A lock-holding static takes part by defining its [`Entry`] next to
-//! itself with [`entry!`] and adding that entry to [`ORDER`]: one line.
+//! itself with [`entry!`] and adding that entry to `ffi::FORK_ORDER`: one
+//! line. The order lives at the top (`ffi` imports every module already),
+//! so this module imports none of those it serves.
 
 use std::cell::RefCell;
 use std::sync::MutexGuard;
@@ -28,18 +30,6 @@ impl Entry {
         Entry { hold, release }
     }
 }
-
-/// Every lock-holding static, in the one order the forking thread takes
-/// them (the order matters: taking them in another order than some path
-/// does could deadlock the fork). STREAMS, then PENDING_OF: no other path
-/// holds the second while it takes the first. Then TABLE. A new entry goes
-/// where no path holds it while taking an earlier one, nor holds a later
-/// one while taking it.
-static ORDER: [Entry; 3] = [
-    crate::stream::FORK_LOCK,
-    crate::events::FORK_LOCK,
-    crate::blocks::FORK_LOCK,
-];
 
 /// An [`Entry`] for `$lock`, a `static Mutex<$t>` in scope, keeping its
 /// guard in a thread-local slot of its own across fork(2).
@@ -77,17 +67,17 @@ pub fn drop_kept<T: 'static>(slot: &'static Slot<T>) {
 }
 
 /// Just before fork(2) (pthread_atfork's prepare handler): takes every
-/// static in [`ORDER`], in that order.
-pub fn before_fork() {
-    for e in &ORDER {
+/// static in `order`, in that order.
+pub fn before_fork(order: &[Entry]) {
+    for e in order {
         (e.hold)();
     }
 }
 
 /// Just after fork(2), in the parent and in the child (pthread_atfork's
-/// parent and child handlers): lets them go in reverse order.
-pub fn after_fork() {
-    for e in ORDER.iter().rev() {
+/// parent and child handlers): lets the statics of `order` go in reverse.
+pub fn after_fork(order: &[Entry]) {
+    for e in order.iter().rev() {
         (e.release)();
     }
 }

@@ -4,13 +4,14 @@
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::consumer::Consumer;
-use crate::layout::{SLOT_FREE, SLOT_WAITER};
+use crate::layout::{Ring, SLOT_FREE, SLOT_WAITER};
 use crate::sys::futex_wake;
 
 /// A claimed chunk. Dropping it releases its slot back to the producer.
 pub struct Chunk<'a> {
-    pub(crate) consumer: &'a Consumer,
+    /// The consumer's mapping of the ring (borrowed from the consumer, so
+    /// the chunk cannot outlive it).
+    pub(crate) ring: &'a Ring,
     pub(crate) seq: u64,
     pub(crate) idx: usize,
     pub(crate) len: usize,
@@ -45,14 +46,14 @@ impl Chunk<'_> {
             return;
         }
         let n = self.len.div_ceil(8);
-        let src = self.consumer.ring.chunk_ptr(self.idx).cast::<u64>();
+        let src = self.ring.chunk_ptr(self.idx).cast::<u64>();
         buf.words.reserve(n);
         let dst = &mut buf.words.spare_capacity_mut()[..n];
         for (i, d) in dst.iter_mut().enumerate() {
             // SAFETY: i < n <= chunk_size / 8 (len <= chunk_size, checked
             // when claimed; chunk_size is a multiple of 4096), so the word
             // is inside this chunk, in the mapping, which outlives `self`
-            // (the Consumer is borrowed); it is 8-aligned (the data area
+            // (the Consumer's ring is borrowed); it is 8-aligned (the data area
             // and chunk_size are page multiples); this process only ever
             // reads it atomically.
             let w = unsafe { AtomicU64::from_ptr(src.add(i)) }.load(Ordering::Relaxed);
@@ -149,7 +150,7 @@ impl Drop for Chunk<'_> {
             // Not ours: the slot never held this chunk.
             return;
         }
-        let slot = self.consumer.ring.slot(self.idx);
+        let slot = self.ring.slot(self.idx);
         // Release: our reads of the chunk happen before the producer (Acquire)
         // reuses it. The swap is ordered with the producer's waiter-bit CAS, so
         // either it sees the bit and wakes the producer or the CAS fails.

@@ -465,7 +465,7 @@ impl Consumer {
         if let Some(v) = bad {
             self.refuse(v);
             return Chunk {
-                consumer: self,
+                ring: &self.ring,
                 seq,
                 idx,
                 len: 0,
@@ -473,7 +473,7 @@ impl Consumer {
             };
         }
         Chunk {
-            consumer: self,
+            ring: &self.ring,
             seq,
             idx,
             len: len as usize,
