@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use crate::blocks::{BlockCache, BlockSource};
-use crate::decode::{self, Layout, Seam};
+use crate::decode::{self, Seam, Shape};
 use crate::{Cannoli, ClientInfo};
 use wire::blocks::Entry;
 
@@ -138,7 +138,7 @@ pub fn decode<T: Cannoli>(
     ci: &ClientInfo,
     trace: &mut Vec<T::Trace>,
 ) -> Decoded {
-    let lay = Layout::new(ci);
+    let lay = Shape::new(ci);
     let mut seam = Seam::default();
     let mut body = Vec::new();
     let mut d = decode::decode::<T>(
@@ -168,7 +168,7 @@ pub fn decode_chunks<T: Cannoli>(
     ci: &ClientInfo,
     trace: &mut Vec<T::Trace>,
 ) -> Decoded {
-    let lay = Layout::new(ci);
+    let lay = Shape::new(ci);
     decode::decode_stream::<T>(pid, tid, chunks, &lay, Some(&fake().cache), trace).into()
 }
 

@@ -20,7 +20,7 @@
 use std::sync::{Mutex, MutexGuard};
 
 use crate::blocks::BlockCache;
-use crate::decode::{decode, finish, stitch, Carry, Decoded, Layout, Seam};
+use crate::decode::{decode, finish, stitch, Carry, Decoded, Seam, Shape};
 use crate::flow::Halt;
 use crate::reseq::Reseq;
 use crate::Cannoli;
@@ -82,7 +82,7 @@ pub(crate) struct Pipeline<'a, T: Cannoli, N, S> {
     pid_ctx: &'a T::PidContext,
     tid_ctx: &'a T::TidContext,
     tool: Mutex<T>,
-    layout: Layout<'a>,
+    shape: Shape<'a>,
     /// The run's: whether its tool ended it.
     halt: &'a Halt,
     /// Chunks back in order, with what stitching each one needs, and the
@@ -99,7 +99,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
         pid_ctx: &'a T::PidContext,
         tid_ctx: &'a T::TidContext,
         tool: T,
-        layout: Layout<'a>,
+        shape: Shape<'a>,
         halt: &'a Halt,
         window: usize,
     ) -> Self {
@@ -107,7 +107,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
             pid_ctx,
             tid_ctx,
             tool: Mutex::new(tool),
-            layout,
+            shape,
             halt,
             reseq: Reseq::new(0, window),
         }
@@ -139,7 +139,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
                         self.pid_ctx,
                         self.tid_ctx,
                         data,
-                        &self.layout,
+                        &self.shape,
                         cache,
                         &mut buf,
                         &mut seam,
@@ -157,7 +157,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
                         pid_ctx: self.pid_ctx,
                         tid_ctx: self.tid_ctx,
                         tool: &self.tool,
-                        layout: &self.layout,
+                        shape: &self.shape,
                         halt: self.halt,
                         carry: &mut d.carry,
                         seam: &seam,
@@ -199,7 +199,7 @@ pub(crate) struct Due<'d, T: Cannoli> {
     pid_ctx: &'d T::PidContext,
     tid_ctx: &'d T::TidContext,
     tool: &'d Mutex<T>,
-    layout: &'d Layout<'d>,
+    shape: &'d Shape<'d>,
     halt: &'d Halt,
     carry: &'d mut Carry<T::Trace>,
     seam: &'d Seam,
@@ -226,7 +226,7 @@ impl<'d, T: Cannoli> Due<'d, T> {
         let n = stitch::<T>(
             self.pid_ctx,
             self.tid_ctx,
-            self.layout,
+            self.shape,
             &mut carry.open,
             self.seam,
             &mut carry.buf,

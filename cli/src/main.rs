@@ -69,7 +69,7 @@ fn drcov(a: DrcovArgs) -> i32 {
     match Coverage::try_parse_from(argv) {
         Ok(c) => tools::coverage::main(c.args),
         Err(e) => {
-            eprintln!("cannoli export drcov: {}", tools::cli::one_line(&e));
+            eprintln!("cannoli export drcov: {}", tools::args::one_line(&e));
             2
         }
     }
@@ -107,7 +107,7 @@ enum Command {
 }
 
 fn main() {
-    let cli: Cli = tools::cli::parse("cannoli");
+    let cli: Cli = tools::args::parse("cannoli");
     let code = match cli.command {
         Command::Record(a) => tools::record::main(a),
         Command::Trace(a) => tools::symbolizer::main(a),

@@ -5,8 +5,8 @@
 //! binaries (`examples/*`) run the same code: a tool traces a program live
 //! or replays a recording (`--replay FILE`, see [`input`]).
 
+pub mod args;
 pub mod backtrace;
-pub mod cli;
 pub mod coverage;
 pub mod info;
 pub mod input;

@@ -7,7 +7,7 @@ use super::place::Open;
 use super::problem::Problem;
 use super::seam::head_len;
 use super::words::{decode_words, Cursor, Input, Stop};
-use super::{finish, stitch, Decoded, Layout, Malformed, Seam};
+use super::{finish, stitch, Decoded, Malformed, Seam, Shape};
 use crate::blocks::{Block, BlockCache};
 use crate::Cannoli;
 use wire::blocks::EntryError;
@@ -27,7 +27,7 @@ pub(crate) fn decode<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
     data: &[u8],
-    lay: &Layout<'_>,
+    lay: &Shape<'_>,
     cache: Option<&BlockCache>,
     trace: &mut Vec<T::Trace>,
     seam: &mut Seam,
@@ -63,7 +63,7 @@ fn decode_chunk<T: Cannoli>(
     tid: &T::TidContext,
     words: &[u64],
     bytes: &[u8],
-    lay: &Layout<'_>,
+    lay: &Shape<'_>,
     cache: Option<&BlockCache>,
     trace: &mut Vec<T::Trace>,
     seam: &mut Seam,
@@ -138,7 +138,7 @@ pub(crate) fn decode_stream<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
     chunks: &[&[u8]],
-    lay: &Layout<'_>,
+    lay: &Shape<'_>,
     cache: Option<&BlockCache>,
     trace: &mut Vec<T::Trace>,
 ) -> Decoded {

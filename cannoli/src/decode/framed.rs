@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use super::problem::Problem;
-use super::Layout;
+use super::Shape;
 use crate::event::{Block, Mapping, Prot, Protection};
 use crate::{Cannoli, Signal, Syscall};
 use wire::{map_flags, tag};
@@ -57,7 +57,7 @@ pub(super) fn framed<T: Cannoli>(
     words: &[u64],
     bytes: &[u8],
     i: usize,
-    lay: &Layout<'_>,
+    lay: &Shape<'_>,
     trace: &mut Vec<T::Trace>,
 ) -> Result<Frame, Problem> {
     let (words, bytes) = (&words[i..], &bytes[i * 8..]);

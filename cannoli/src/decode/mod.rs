@@ -60,21 +60,21 @@
 //! - [`words`]: the hot loop over a chunk's words (JIT events);
 //! - [`place`]: the open block, and placing events in it;
 //! - [`framed`]: the rare framed events;
-//! - [`layout`]: what decoding needs to know about a stream;
+//! - [`shape`]: what decoding needs to know about a stream;
 //! - [`problem`]: what a chunk's decoding reports, malformed spots included.
 
 mod chunk;
 mod framed;
-mod layout;
 mod place;
 mod problem;
 mod seam;
+mod shape;
 mod words;
 
 #[cfg(test)]
 mod tests;
 
 pub(crate) use chunk::{decode, decode_stream};
-pub(crate) use layout::Layout;
 pub(crate) use problem::{Decoded, Malformed};
 pub(crate) use seam::{finish, stitch, Carry, Seam};
+pub(crate) use shape::Shape;

@@ -5,7 +5,7 @@ use super::chunk::le_bytes;
 use super::framed::frame_min;
 use super::place::{close, expand, Open, OpenBlock};
 use super::words::{decode_words, Cursor, Input, Stop};
-use super::Layout;
+use super::Shape;
 use crate::Cannoli;
 use wire::{tag, PC_BITS};
 
@@ -85,7 +85,7 @@ pub(super) fn head_len(words: &[u64], reg_words: usize) -> usize {
 pub(crate) fn stitch<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
-    lay: &Layout<'_>,
+    lay: &Shape<'_>,
     carry: &mut Option<OpenBlock>,
     seam: &Seam,
     trace: &mut Vec<T::Trace>,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::framed::{framed, Frame, Skipped};
 use super::place::{close, cut, place, Open};
 use super::problem::Problem;
-use super::Layout;
+use super::Shape;
 use crate::blocks::Block;
 use crate::event::Access;
 use crate::Cannoli;
@@ -55,7 +55,7 @@ pub(super) struct Input<'a, 'b> {
     /// The same words as little-endian bytes (for the byte payloads of
     /// framed events).
     pub bytes: &'a [u8],
-    pub lay: &'a Layout<'a>,
+    pub lay: &'a Shape<'a>,
     /// The block cache's slots (read-locked).
     pub slots: &'b [Option<Arc<Block>>],
 }

@@ -25,7 +25,7 @@ use super::format::{IndexEntry, StreamEnd};
 use super::reader::{Recording, StreamRec};
 use super::{Error, Replayed};
 use crate::blocks::BlockCache;
-use crate::decode::{Decoded, Layout};
+use crate::decode::{Decoded, Shape};
 use crate::flow::Halt;
 use crate::notes::{note, Notes};
 use crate::pipeline::{Due, Feed, Next, Pipeline};
@@ -214,7 +214,7 @@ impl Recording {
         } = *pass;
         let (pid, tid) = (ci.pid, ci.tid);
         let (tool, tid_ctx) = T::init_tid(pid_ctx, ci);
-        let layout = Layout::new(ci);
+        let shape = Shape::new(ci);
         // The chunks the file holds, in order from 0: a gap ends them.
         let dense = s
             .chunks
@@ -232,7 +232,7 @@ impl Recording {
         }
         let next = AtomicUsize::new(0);
         let pipe: Pipeline<'_, T, Result<Done, String>, Delivered> =
-            Pipeline::new(pid_ctx, &tid_ctx, tool, layout, halt, 2 * threads + 4);
+            Pipeline::new(pid_ctx, &tid_ctx, tool, shape, halt, 2 * threads + 4);
         let worker = || {
             let mut frames = Frames {
                 rec: self,

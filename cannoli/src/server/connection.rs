@@ -17,7 +17,7 @@ use super::shared::{LiveGuard, Shared};
 use super::workers::{end_of_stream, worker};
 use crate::announce::Announced;
 use crate::crew::Crew;
-use crate::decode::Layout;
+use crate::decode::Shape;
 use crate::handshake::{handshake, Accepted, Opened, Refusal};
 use crate::notes::{note, Notes};
 use crate::pipeline::Pipeline;
@@ -166,7 +166,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
             &*pid_ctx,
             &tid_ctx,
             tool,
-            Layout::new(&ci),
+            Shape::new(&ci),
             &shared.halt,
             2 * threads + 4,
         ),

@@ -13,6 +13,6 @@ struct Cli {
 
 fn main() {
     std::process::exit(tools::backtrace::main(
-        tools::cli::parse::<Cli>("backtrace").args,
+        tools::args::parse::<Cli>("backtrace").args,
     ))
 }

@@ -13,6 +13,6 @@ struct Cli {
 
 fn main() {
     std::process::exit(tools::coverage::main(
-        tools::cli::parse::<Cli>("coverage").args,
+        tools::args::parse::<Cli>("coverage").args,
     ))
 }

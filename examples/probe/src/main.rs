@@ -10,6 +10,6 @@ struct Cli {
 }
 
 fn main() {
-    let cli = tools::cli::parse::<Cli>("probe");
+    let cli = tools::args::parse::<Cli>("probe");
     std::process::exit(tools::probe::main(cli.args))
 }

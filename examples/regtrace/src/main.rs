@@ -11,6 +11,6 @@ struct Cli {
 }
 
 fn main() {
-    let cli = tools::cli::parse::<Cli>("regtrace");
+    let cli = tools::args::parse::<Cli>("regtrace");
     std::process::exit(tools::regtrace::main(cli.args))
 }

@@ -11,6 +11,6 @@ struct Cli {
 }
 
 fn main() {
-    let cli = tools::cli::parse::<Cli>("symbolizer");
+    let cli = tools::args::parse::<Cli>("symbolizer");
     std::process::exit(tools::symbolizer::main(cli.args))
 }

@@ -260,13 +260,13 @@ impl Column {
 }
 
 /// The Parquet schema of a table and the properties its files carry.
-pub struct Layout {
+pub struct FileSchema {
     pub schema: SchemaDescPtr,
     props: Arc<WriterProperties>,
 }
 
-impl Layout {
-    pub fn new(arrow: &SchemaRef) -> Result<Layout, String> {
+impl FileSchema {
+    pub fn new(arrow: &SchemaRef) -> Result<FileSchema, String> {
         let schema = ArrowSchemaConverter::new()
             .convert(arrow)
             .map_err(|e| e.to_string())?;
@@ -277,7 +277,7 @@ impl Layout {
             ))
             .build();
         add_encoded_arrow_schema_to_metadata(arrow, &mut props);
-        Ok(Layout {
+        Ok(FileSchema {
             schema: Arc::new(schema),
             props: Arc::new(props),
         })
@@ -292,7 +292,7 @@ impl Layout {
 /// opening the next after [`ROWS_PER_FILE`] rows.
 pub struct Part {
     table: Arc<Table>,
-    layout: Arc<Layout>,
+    layout: Arc<FileSchema>,
     /// The columns, in schema order.
     pub cols: Vec<Column>,
     pub scratch: Scratch,
@@ -305,7 +305,11 @@ pub struct Part {
 }
 
 impl Part {
-    pub fn new(table: Arc<Table>, layout: Arc<Layout>, cols: Vec<Column>) -> Result<Part, String> {
+    pub fn new(
+        table: Arc<Table>,
+        layout: Arc<FileSchema>,
+        cols: Vec<Column>,
+    ) -> Result<Part, String> {
         Ok(Part {
             table,
             layout,

@@ -7,7 +7,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
 use crate::batch::{Batch, Spares};
-use crate::columns::{Layout, Part};
+use crate::columns::{FileSchema, Part};
 use crate::pages;
 use crate::resolve::{Resolver, Snapshot};
 use crate::tables::{self, Table};
@@ -28,7 +28,7 @@ pub fn encoder(
     spares: Arc<Spares>,
     insns: Arc<Table>,
     mem: Arc<Table>,
-    layouts: (Arc<Layout>, Arc<Layout>),
+    layouts: (Arc<FileSchema>, Arc<FileSchema>),
 ) -> Result<(u64, u64), String> {
     let (li, lm) = layouts;
     let mut wi = Part::new(insns, li.clone(), tables::insn_columns(&li))?;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use cannoli::recording::Recording;
 
 use crate::batch::Spares;
-use crate::columns::Layout;
+use crate::columns::FileSchema;
 use crate::encode::{encoder, Job};
 use crate::exporter::{Exporter, Serial, Shared};
 use crate::small::Small;
@@ -78,8 +78,8 @@ fn run(args: &Args) -> Result<i32, String> {
     let (tx, rx) = sync_channel::<Job>(8 * args.jobs as usize);
     let rx = Arc::new(Mutex::new(rx));
     let layouts = (
-        Arc::new(Layout::new(&tables::insns())?),
-        Arc::new(Layout::new(&tables::mem())?),
+        Arc::new(FileSchema::new(&tables::insns())?),
+        Arc::new(FileSchema::new(&tables::mem())?),
     );
     let spares = Arc::new(Spares::default());
     let encoders: Vec<_> = (0..args.jobs)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::basic::Encoding;
 
-use crate::columns::{Column, Layout};
+use crate::columns::{Column, FileSchema};
 pub use crate::parts::Table;
 
 fn field(name: &str, t: DataType, nullable: bool) -> Field {
@@ -136,7 +136,7 @@ pub fn symbols() -> SchemaRef {
 }
 
 /// The `insns` table's columns, in [`insns`]'s order.
-pub fn insn_columns(l: &Layout) -> Vec<Column> {
+pub fn insn_columns(l: &FileSchema) -> Vec<Column> {
     (0..6)
         .map(|i| Column::new(l.column(i), Encoding::DELTA_BINARY_PACKED))
         .collect()
@@ -146,7 +146,7 @@ pub fn insn_columns(l: &Layout) -> Vec<Column> {
 pub const KINDS: &[&str] = &["load", "store"];
 
 /// The `mem` table's columns, in [`mem`]'s order.
-pub fn mem_columns(l: &Layout) -> Vec<Column> {
+pub fn mem_columns(l: &FileSchema) -> Vec<Column> {
     (0..8)
         .map(|i| match i {
             5 => Column::dictionary(l.column(i), KINDS),

@@ -13,7 +13,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tools::coverage::space::{Modules, Space};
 
 use crate::batch::Batch;
-use crate::columns::{Layout, Part};
+use crate::columns::{FileSchema, Part};
 use crate::encode::{insn_pages, mem_pages, InsnScratch, Job, MemRows};
 use crate::resolve::{ModInfo, Snapshot};
 use crate::tables::{self, Table};
@@ -79,7 +79,7 @@ fn tempdir(name: &str) -> PathBuf {
 fn mem_pages_read_back() {
     let dir = tempdir("mem");
     let table = Arc::new(Table::create(&dir, "mem", tables::mem()).unwrap());
-    let layout = Arc::new(Layout::new(&tables::mem()).unwrap());
+    let layout = Arc::new(FileSchema::new(&tables::mem()).unwrap());
     let mut part = Part::new(table, layout.clone(), tables::mem_columns(&layout)).unwrap();
     let mut seed = 7;
     let mut want = Vec::new();
@@ -197,7 +197,7 @@ fn mem_pages_read_back() {
 fn insn_pages_read_back_with_modules_and_nulls() {
     let dir = tempdir("insns");
     let table = Arc::new(Table::create(&dir, "insns", tables::insns()).unwrap());
-    let layout = Arc::new(Layout::new(&tables::insns()).unwrap());
+    let layout = Arc::new(FileSchema::new(&tables::insns()).unwrap());
     let mut part = Part::new(table, layout.clone(), tables::insn_columns(&layout)).unwrap();
     // Two modules (files that are not ELF files: no symbols) and
     // memory outside both.

@@ -92,7 +92,7 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
     /// Worker threads per traced thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
     pub threads: usize,
     /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
     /// 127.0.0.1:11458); with a PROGRAM the client listens on a free port
@@ -796,7 +796,7 @@ mod tests {
 
     /// `s` as backtrace's command line; `Err` is clap's one-line message.
     fn parse(s: &str) -> Result<Args, String> {
-        crate::cli::parse_line("backtrace", s)
+        crate::args::parse_line("backtrace", s)
     }
 
     #[test]
@@ -820,9 +820,9 @@ mod tests {
         let o = parse("-q ./prog -o x --threads 3").unwrap();
         assert!(o.quiet);
         assert_eq!(o.output, None);
-        assert_eq!(o.program, crate::cli::words("./prog -o x --threads 3"));
+        assert_eq!(o.program, crate::args::words("./prog -o x --threads 3"));
         let o = parse("-- --odd-name a").unwrap();
-        assert_eq!(o.program, crate::cli::words("--odd-name a"));
+        assert_eq!(o.program, crate::args::words("--odd-name a"));
         assert!(parse("--listen 127.0.0.1:1 prog")
             .unwrap_err()
             .contains("--listen"));

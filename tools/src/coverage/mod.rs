@@ -610,7 +610,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
     pub threads: usize,
     /// Read a recording made by `cannoli record` instead of running a
     /// program
@@ -682,7 +682,7 @@ mod tests {
 
     /// `s` as coverage's command line; `Err` is clap's one-line message.
     fn parse(s: &str) -> Result<Args, String> {
-        crate::cli::parse_line("coverage", s)
+        crate::args::parse_line("coverage", s)
     }
 
     #[test]
@@ -695,8 +695,11 @@ mod tests {
         let o = parse("-o a.drcov --threads 3 ./prog -o x --threads").unwrap();
         assert_eq!(o.output.as_deref(), Some(Path::new("a.drcov")));
         assert_eq!(o.threads, 3);
-        assert_eq!(o.program, crate::cli::words("./prog -o x --threads"));
-        assert_eq!(parse("-- -odd").unwrap().program, crate::cli::words("-odd"));
+        assert_eq!(o.program, crate::args::words("./prog -o x --threads"));
+        assert_eq!(
+            parse("-- -odd").unwrap().program,
+            crate::args::words("-odd")
+        );
         assert!(parse("--bogus").unwrap_err().contains("--bogus"));
         assert!(parse("-o").unwrap_err().contains("--output"));
         assert!(parse("--threads 0").unwrap_err().contains("at least 1"));
@@ -710,7 +713,7 @@ mod tests {
     #[test]
     fn the_file_is_named_after_the_program() {
         assert_eq!(
-            default_output(&crate::cli::words("/bin/ls -l")),
+            default_output(&crate::args::words("/bin/ls -l")),
             Path::new("ls.drcov")
         );
         assert_eq!(default_output(&[]), Path::new("coverage.drcov"));

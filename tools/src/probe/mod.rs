@@ -93,7 +93,7 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
     pub threads: usize,
     /// Read a recording made by `cannoli record --hooks regs` instead of
     /// running a program
@@ -338,7 +338,7 @@ mod tests {
     use super::*;
 
     fn parse(s: &str) -> Result<Args, String> {
-        crate::cli::parse_line("probe", s)
+        crate::args::parse_line("probe", s)
     }
 
     #[test]

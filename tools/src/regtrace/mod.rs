@@ -68,7 +68,7 @@ pub struct Args {
     #[arg(long)]
     pub changed: bool,
     /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
     pub threads: usize,
     /// Read a recording made by `cannoli record` (with registers at every
     /// instruction) instead of running a program; --func then looks in the
@@ -146,7 +146,7 @@ fn emit(run: &Run, pid: i32, tid: i32, text: &str) {
 }
 
 /// Per guest thread: the register layout.
-struct Layout {
+struct ThreadRegs {
     names: Vec<String>,
     /// Shown: all but the program counter (ARM's r15).
     shown: Vec<bool>,
@@ -157,7 +157,7 @@ struct Layout {
     changed_only: bool,
 }
 
-impl Layout {
+impl ThreadRegs {
     fn value(&self, regs: &[u8], i: usize) -> u64 {
         u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & self.mask
     }
@@ -194,7 +194,7 @@ struct Tracer {
     run: Arc<Run>,
     pid: i32,
     tid: i32,
-    layout: Arc<Layout>,
+    layout: Arc<ThreadRegs>,
     pending: Option<(u64, Vec<u64>)>,
     insns: u64,
     changed: u64,
@@ -202,7 +202,7 @@ struct Tracer {
 
 impl Cannoli for Tracer {
     type Trace = Item;
-    type TidContext = Arc<Layout>;
+    type TidContext = Arc<ThreadRegs>;
     type PidContext = Pid;
 
     fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
@@ -213,10 +213,10 @@ impl Cannoli for Tracer {
         })
     }
 
-    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Tracer, Arc<Layout>) {
+    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Tracer, Arc<ThreadRegs>) {
         pid.run.threads.fetch_add(1, Ordering::Relaxed);
         let bytes = ci.regs.bytes;
-        let layout = Arc::new(Layout {
+        let layout = Arc::new(ThreadRegs {
             names: ci.regs.names.clone(),
             shown: ci.regs.names.iter().map(|n| n != "pc").collect(),
             mask: if (1..8).contains(&bytes) {
@@ -241,7 +241,7 @@ impl Cannoli for Tracer {
         )
     }
 
-    fn regs(p: &Pid, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+    fn regs(p: &Pid, l: &Arc<ThreadRegs>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
         if !p.filter.traces(pc) {
             return;
         }
@@ -282,7 +282,7 @@ impl Cannoli for Tracer {
         }
     }
 
-    fn trace(&mut self, _pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
+    fn trace(&mut self, _pid: &Pid, _l: &Arc<ThreadRegs>, trace: &[Item]) {
         let mut s = String::new();
         for item in trace {
             match item {
@@ -564,7 +564,7 @@ mod tests {
 
     /// `s` as regtrace's command line; `Err` is clap's one-line message.
     fn parse(s: &str) -> Result<Args, String> {
-        crate::cli::parse_line("regtrace", s)
+        crate::args::parse_line("regtrace", s)
     }
 
     #[test]
@@ -633,7 +633,7 @@ mod tests {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let l = Layout {
+        let l = ThreadRegs {
             shown: names.iter().map(|n| n != "pc").collect(),
             names,
             mask: 0xffff_ffff,

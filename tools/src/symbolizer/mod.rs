@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long, value_name = "ADDR", default_value = "0", value_parser = parse_num)]
     pub base: u64,
     /// Worker threads per traced thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::cli::threads)]
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
     pub threads: usize,
     /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
     /// 127.0.0.1:11458)
@@ -505,7 +505,7 @@ mod tests {
 
     /// `s` as symbolizer's command line; `Err` is clap's one-line message.
     fn parse(s: &str) -> Result<Args, String> {
-        crate::cli::parse_line("symbolizer", s)
+        crate::args::parse_line("symbolizer", s)
     }
 
     #[test]
@@ -536,11 +536,11 @@ mod tests {
         let o = parse("--no-mem ./prog --limit 3 -x").unwrap();
         assert!(o.no_mem);
         assert_eq!(o.limit, None);
-        assert_eq!(o.program, crate::cli::words("./prog --limit 3 -x"));
+        assert_eq!(o.program, crate::args::words("./prog --limit 3 -x"));
         let o = parse("--threads 1 -- --weird-name a").unwrap();
         assert_eq!(
             (o.threads, o.program),
-            (1, crate::cli::words("--weird-name a"))
+            (1, crate::args::words("--weird-name a"))
         );
         let o = parse("-o /tmp/t.txt prog").unwrap();
         assert_eq!(

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use super::*;
 use crate::blocks::BlockCache;
 use crate::{Cannoli, ClientInfo, Signal, Syscall};
-use layout::addr_mask;
 use place::OpenBlock;
 use problem::Problem;
 use seam::head_len;
+use shape::addr_mask;
 use wire::blocks::{EntryError, NO_ENTRY};
 use wire::{tag, PC_MASK};
 
@@ -147,8 +147,8 @@ fn names() -> &'static BTreeMap<u64, String> {
     })
 }
 
-fn layout(bits: u32) -> Layout<'static> {
-    Layout {
+fn layout(bits: u32) -> Shape<'static> {
+    Shape {
         addr_mask: addr_mask(bits),
         reg_words: REGS,
         syscall_names: names(),

@@ -6,7 +6,7 @@ use crate::ClientInfo;
 
 /// What decoding needs to know about a stream, from its [`ClientInfo`].
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Layout<'a> {
+pub(crate) struct Shape<'a> {
     /// From [`addr_mask`].
     pub addr_mask: u64,
     /// Register words in a registers event.
@@ -14,9 +14,9 @@ pub(crate) struct Layout<'a> {
     pub syscall_names: &'a BTreeMap<u64, String>,
 }
 
-impl<'a> Layout<'a> {
-    pub fn new(ci: &'a ClientInfo) -> Layout<'a> {
-        Layout {
+impl<'a> Shape<'a> {
+    pub fn new(ci: &'a ClientInfo) -> Shape<'a> {
+        Shape {
             addr_mask: addr_mask(ci.guest_bits),
             reg_words: ci.regs.count as usize,
             syscall_names: &ci.syscall_names,
