@@ -277,7 +277,7 @@ impl Cannoli for Count {
 
 /// Opens and replays the recording at `path` as any tool would:
 /// `Ok((events, complete))`, or the one-line error of opening it.
-pub fn replay_recording(path: &Path) -> Result<(u64, bool), String> {
-    let r = crate::recording::replay::<Count>(path, 2).map_err(|e| e.to_string())?;
+pub fn replay_recording(path: &Path) -> Result<(u64, bool), crate::recording::Error> {
+    let r = crate::recording::replay::<Count>(path, 2)?;
     Ok((r.stats.events, r.stats.is_complete()))
 }

@@ -685,7 +685,7 @@ mod tests {
             );
             (s.map(drop), ring)
         });
-        let e = r.unwrap_err();
+        let e = r.unwrap_err().to_string();
         assert!(e.contains("cannot open its block table"), "{e}");
         assert!(e.contains("not sealed"), "{e}");
         assert!(matches!(a, Err(Refusal::Refused(_))));

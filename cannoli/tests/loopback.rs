@@ -53,6 +53,7 @@ fn connect_fake(peer: &Peer, hello: Hello, ring: &Producer) -> Result<Sock, Stri
         &RingOffer::Fd(ring.fd().expect("the ring's fd")),
         None,
     )
+    .map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -119,7 +119,7 @@ pub fn check_control(line: &str) {
     match wire::parse_control(line) {
         Ok(Control::Expect(e)) => assert!(e.expect_pid > 1, "{e:?}"),
         Ok(Control::Goodbye(_)) => {}
-        Err(e) => check_message(&e),
+        Err(e) => check_message(&e.to_string()),
     }
 }
 

@@ -5,6 +5,7 @@
 //! child's translations must not land in the parent's table, and the blocks
 //! it inherited keep their ids).
 
+use crate::error::Error;
 use mempipe::TableWriter;
 use std::os::fd::BorrowedFd;
 use std::sync::{Mutex, MutexGuard};
@@ -19,9 +20,8 @@ fn lock() -> MutexGuard<'static, Option<TableWriter>> {
 
 /// Creates the table, its fd out of the guest's reach. Without one every
 /// block is reported an instruction at a time, as before tables.
-pub fn create() -> Result<(), String> {
-    let t = TableWriter::create(crate::fds::fd_place())
-        .map_err(|e| format!("cannot create the block table: {e}"))?;
+pub fn create() -> crate::error::Result<()> {
+    let t = TableWriter::create(crate::fds::fd_place()).map_err(Error::BlockTable)?;
     *lock() = Some(t);
     Ok(())
 }

@@ -5,7 +5,7 @@
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::OnceLock;
 
-use wire::channel::{dial, Addr, RingOffer, Sock};
+use wire::channel::{dial, Addr, RingOffer, Sock, TokenError};
 use wire::{Hello, RingRef, Token, MAGIC, WIRE_VERSION};
 
 use crate::config::Guest;
@@ -13,8 +13,8 @@ use crate::config::Guest;
 /// The run's secret, read once (from `CANNOLI_TOKEN`, else the token file):
 /// a forked child inherits it, and an exec'd QEMU reads the same
 /// environment again.
-fn token() -> Result<&'static Token, String> {
-    static TOKEN: OnceLock<Result<Token, String>> = OnceLock::new();
+fn token() -> Result<&'static Token, TokenError> {
+    static TOKEN: OnceLock<Result<Token, TokenError>> = OnceLock::new();
     TOKEN
         .get_or_init(Token::from_env)
         .as_ref()
@@ -31,10 +31,8 @@ pub fn connect(
     guest: &Guest,
     ring: &mempipe::Producer,
     blocks: Option<BorrowedFd<'_>>,
-) -> Result<Sock, String> {
-    let fd = ring
-        .fd()
-        .ok_or("the event ring has no file descriptor to hand over")?;
+) -> crate::error::Result<Sock> {
+    let fd = ring.fd().ok_or(crate::error::Error::NoRingFd)?;
     fn offer<'a>(addr: &Addr, fd: BorrowedFd<'a>) -> RingOffer<'a> {
         match addr {
             Addr::Unix(_) => RingOffer::Fd(fd),
@@ -68,12 +66,12 @@ pub fn connect(
         blocks: None,
     };
     let blocks = blocks.map(|b| offer(addr, b));
-    dial(
+    Ok(dial(
         addr,
         token(),
         crate::fds::fd_place(),
         hello,
         &offer(addr, fd),
         blocks.as_ref(),
-    )
+    )?)
 }

@@ -70,11 +70,11 @@ fn xsave_bytes() -> i32 {
 }
 
 /// Size of the XSAVE area for every state component the OS enabled.
-pub fn xsave_area_bytes() -> Result<i32, String> {
+pub fn xsave_area_bytes() -> crate::error::Result<i32> {
     use std::arch::x86_64::__cpuid_count;
     let l1 = __cpuid_count(1, 0);
     if l1.ecx & (1 << 27) == 0 {
-        return Err("the host CPU or OS lacks XSAVE (OSXSAVE), which cannoli needs".into());
+        return Err(crate::error::Error::NoXsave);
     }
     // Leaf 0xd exists when OSXSAVE is set.
     let d = __cpuid_count(0xd, 0);

@@ -55,8 +55,6 @@ pub fn get() -> Option<&'static Config> {
 }
 
 /// Sets the configuration, once.
-pub fn set(c: Config) -> Result<(), String> {
-    CONFIG
-        .set(c)
-        .map_err(|_| "cannoli was initialised twice".to_string())
+pub fn set(c: Config) -> crate::error::Result<()> {
+    CONFIG.set(c).map_err(|_| crate::error::Error::InitTwice)
 }

@@ -221,7 +221,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         })
     });
     if let Err(e) = config {
-        set_err(&e);
+        set_err(&e.to_string());
         return -1;
     }
     // Still behind QEMU's fence: the block table, and the address space
@@ -248,7 +248,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
             0
         }
         Err(e) => {
-            set_err(&e);
+            set_err(&e.to_string());
             -1
         }
     }

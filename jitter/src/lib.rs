@@ -39,6 +39,7 @@ mod channel;
 mod codegen;
 mod config;
 mod delay;
+mod error;
 mod events;
 mod fds;
 mod ffi;

@@ -111,9 +111,9 @@ fn with_mine<R>(f: impl FnOnce(&mut Option<Stream>) -> R) -> R {
 
 impl Stream {
     /// Connects this guest thread to the client and opens its ring.
-    pub fn connect() -> Result<Stream, String> {
+    pub fn connect() -> crate::error::Result<Stream> {
         let guest = &crate::config::get()
-            .ok_or("cannoli used before init")?
+            .ok_or(crate::error::Error::NotInit)?
             .guest;
         let addr = wire::client_addr();
         let (chunk_size, chunks) = geometry();
@@ -129,7 +129,7 @@ impl Stream {
                 crate::fds::fd_place(),
             )
         }
-        .map_err(|e| format!("cannot create the event ring: {e}"))?;
+        .map_err(crate::error::Error::Ring)?;
         let sock =
             crate::blocks::with_fd(|table| crate::channel::connect(&addr, guest, &ring, table))?;
         // The client has its own descriptor of the ring now.
@@ -348,7 +348,7 @@ fn connect_if_needed(s: &mut Option<Stream>) -> Option<&mut Stream> {
 
 /// The process's first connect, at init, failed: the successor of a traced
 /// exec goes on untraced rather than failing the guest's exec.
-pub fn go_untraced(why: &str) {
+pub fn go_untraced(why: impl std::fmt::Display) {
     UNTRACED.store(true, std::sync::atomic::Ordering::Relaxed);
     eprintln!(
         "qemu: cannoli: {why}; process {} goes on untraced",

@@ -176,6 +176,30 @@ pub struct ElfInfo {
     pub interp: Option<String>,
 }
 
+/// What is wrong with a file that starts like an ELF file: the phrase
+/// after "malformed ELF: " in [`Error::NotElf`].
+#[derive(Debug, thiserror::Error)]
+enum BadElf {
+    /// The `object` crate could not parse it.
+    #[error("{0}")]
+    Parse(#[from] object::read::Error),
+    /// Not an ELF file after all (another kind `object` knows).
+    #[error("unexpected file kind {0:?}")]
+    Kind(FileKind),
+    /// A relocatable object.
+    #[error("an object file (.o), not a linked program")]
+    Object,
+    /// A core dump.
+    #[error("a core dump, not a program")]
+    Core,
+    /// Another ELF type.
+    #[error("ELF type {0} is not a program")]
+    Type(u16),
+    /// A `PT_INTERP` segment naming nothing.
+    #[error("empty PT_INTERP")]
+    EmptyInterp,
+}
+
 /// Reads the ELF header and program headers of `path` (only those bytes).
 pub fn elf_info(path: &Path) -> Result<ElfInfo, Error> {
     let not_elf = |what: String| Error::NotElf {
@@ -202,8 +226,8 @@ pub fn elf_info(path: &Path) -> Result<ElfInfo, Error> {
     let parsed = match FileKind::parse(&data) {
         Ok(FileKind::Elf32) => header::<elf::FileHeader32<Endianness>, _>(&data, 32),
         Ok(FileKind::Elf64) => header::<elf::FileHeader64<Endianness>, _>(&data, 64),
-        Ok(k) => Err(format!("unexpected file kind {k:?}")),
-        Err(e) => Err(e.to_string()),
+        Ok(k) => Err(BadElf::Kind(k)),
+        Err(e) => Err(BadElf::Parse(e)),
     };
     parsed.map_err(|e| not_elf(format!("malformed ELF: {e}")))
 }
@@ -211,22 +235,19 @@ pub fn elf_info(path: &Path) -> Result<ElfInfo, Error> {
 fn header<'d, H: FileHeader<Endian = Endianness>, R: ReadRef<'d>>(
     data: R,
     bits: u8,
-) -> Result<ElfInfo, String> {
-    let h = H::parse(data).map_err(|e| e.to_string())?;
-    let endian = h.endian().map_err(|e| e.to_string())?;
+) -> Result<ElfInfo, BadElf> {
+    let h = H::parse(data)?;
+    let endian = h.endian()?;
     match h.e_type(endian) {
         elf::ET_EXEC | elf::ET_DYN => {}
-        elf::ET_REL => return Err("an object file (.o), not a linked program".into()),
-        elf::ET_CORE => return Err("a core dump, not a program".into()),
-        t => return Err(format!("ELF type {t} is not a program")),
+        elf::ET_REL => return Err(BadElf::Object),
+        elf::ET_CORE => return Err(BadElf::Core),
+        t => return Err(BadElf::Type(t)),
     }
     let mut interp = None;
-    for ph in h.program_headers(endian, data).map_err(|e| e.to_string())? {
+    for ph in h.program_headers(endian, data)? {
         if ph.p_type(endian) == elf::PT_INTERP {
-            let i = ph
-                .interpreter(endian, data)
-                .map_err(|e| e.to_string())?
-                .ok_or("empty PT_INTERP")?;
+            let i = ph.interpreter(endian, data)?.ok_or(BadElf::EmptyInterp)?;
             interp = Some(String::from_utf8_lossy(i).into_owned());
         }
     }

@@ -7,7 +7,7 @@
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::error::Error;
+use crate::error::{Error, GeometryError};
 use crate::mapping::Mapping;
 use crate::sys::futex_wake;
 
@@ -116,19 +116,19 @@ pub(crate) struct Geometry {
 }
 
 impl Geometry {
-    pub(crate) fn new(chunk_size: usize, chunk_count: usize) -> Result<Geometry, String> {
+    pub(crate) fn new(chunk_size: usize, chunk_count: usize) -> Result<Geometry, GeometryError> {
         if chunk_size < PAGE_SIZE || chunk_size & (PAGE_SIZE - 1) != 0 {
-            return Err(format!(
-                "chunk_size {chunk_size} must be a multiple of {PAGE_SIZE} and at least {PAGE_SIZE}"
-            ));
+            return Err(GeometryError::ChunkSize(chunk_size));
         }
         if chunk_count < 2 || !chunk_count.is_power_of_two() {
-            return Err(format!(
-                "chunk_count {chunk_count} must be a power of two and at least 2"
-            ));
+            return Err(GeometryError::ChunkCount(chunk_count));
         }
-        let too_big =
-            || format!("chunk_size {chunk_size} * chunk_count {chunk_count} is too large");
+        let too_large = |capped| GeometryError::TooLarge {
+            chunk_size,
+            chunk_count,
+            capped,
+        };
+        let too_big = || too_large(false);
         let slots_end = chunk_count
             .checked_mul(SLOT_SIZE)
             .and_then(|s| s.checked_add(HEADER_SIZE))
@@ -140,7 +140,7 @@ impl Geometry {
             .checked_mul(chunk_count)
             .and_then(|d| d.checked_add(data_offset))
             .filter(|&l| l <= MAX_RING_LEN)
-            .ok_or_else(|| format!("{} (at most {MAX_RING_LEN} bytes)", too_big()))?;
+            .ok_or_else(|| too_large(true))?;
         Ok(Geometry {
             chunk_size,
             chunk_count,

@@ -62,7 +62,7 @@ impl Producer {
     /// Bytes of address space a ring of this geometry maps.
     pub fn mapped_len(chunk_size: usize, chunk_count: usize) -> Result<usize, Error> {
         Ok(Geometry::new(chunk_size, chunk_count)
-            .map_err(Error::InvalidArgument)?
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?
             .file_len)
     }
 
@@ -96,7 +96,8 @@ impl Producer {
         at: Option<usize>,
         place: impl Into<FdPlace>,
     ) -> Result<Producer, Error> {
-        let geo = Geometry::new(chunk_size, chunk_count).map_err(Error::InvalidArgument)?;
+        let geo = Geometry::new(chunk_size, chunk_count)
+            .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         let at = match at {
             None => None,
             Some(a) => Some(std::ptr::NonNull::new(a as *mut u8).ok_or_else(|| {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use wire::FdPlace;
 
-use crate::error::{io_error, Error};
+use crate::error::{io_error, Error, OwnerError};
 
 /// Longest single futex sleep; liveness and flags are re-checked between slices.
 /// Unit tests use a long slice so that a lost wake-up shows as a timing failure.
@@ -178,7 +178,7 @@ pub(crate) fn check_sealed_file(
     let meta = file
         .metadata()
         .map_err(|e| io_error(format_args!("fstat of {what}"), e))?;
-    check_owner(&meta, what, say.origin).map_err(refuse)?;
+    check_owner(&meta, what, say.origin).map_err(|e| refuse(e.to_string()))?;
     // SAFETY: F_GET_SEALS on an fd the caller owns; it takes no argument.
     let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
     if seals < 0 || seals & RING_SEALS != RING_SEALS {
@@ -194,19 +194,22 @@ pub(crate) fn check_sealed_file(
 }
 
 /// Refuses a file that is not a regular file of this user.
-fn check_owner(meta: &std::fs::Metadata, what: &str, fix: &str) -> Result<(), String> {
+fn check_owner(meta: &std::fs::Metadata, what: &str, fix: &str) -> Result<(), OwnerError> {
     use std::os::unix::fs::MetadataExt;
     if !meta.is_file() {
-        return Err(format!("{what} is not a regular file; {fix}"));
+        return Err(OwnerError::NotFile {
+            what: what.into(),
+            fix: fix.into(),
+        });
     }
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     if meta.uid() != me {
-        return Err(format!(
-            "{what} belongs to uid {}, not to this user ({me}); a ring is made by \
-             the traced QEMU running as the same user",
-            meta.uid()
-        ));
+        return Err(OwnerError::NotMine {
+            what: what.into(),
+            uid: meta.uid(),
+            me,
+        });
     }
     Ok(())
 }
@@ -254,7 +257,7 @@ pub(crate) fn open_proc_fd(
     let meta = probe
         .metadata()
         .map_err(|e| io_error(format_args!("fstat of {what} {path}"), e))?;
-    check_owner(&meta, &format!("{what} {path}"), fix).map_err(refused)?;
+    check_owner(&meta, &format!("{what} {path}"), fix).map_err(|e| refused(e.to_string()))?;
     let again = format!("/proc/self/fd/{}", probe.as_raw_fd());
     let file = OpenOptions::new()
         .read(true)

@@ -413,7 +413,8 @@ impl TableReader {
             data: 0,
             id: (meta.dev(), meta.ino()),
         };
-        let (cap, data) = Table::check_header(&r, FILE_WORDS).map_err(Error::TableRefused)?;
+        let (cap, data) =
+            Table::check_header(&r, FILE_WORDS).map_err(|e| Error::TableRefused(e.to_string()))?;
         (r.cap, r.data) = (cap, data);
         Ok(r)
     }

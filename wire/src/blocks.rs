@@ -146,26 +146,39 @@ impl<T: ?Sized + Words> Words for &T {
     }
 }
 
+/// Why a block table's header was refused ([`Table::check_header`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Not a block table.
+    #[error("the block table has the wrong magic (not a cannoli block table)")]
+    Magic,
+    /// A block table of another version (the one it names).
+    #[error(
+        "the block table is version {0}, this client reads version {TABLE_VERSION}; \
+         rebuild the client and the hook library from the same cannoli"
+    )]
+    Version(u64),
+    /// Sizes that do not fit the file.
+    #[error("the block table's sizes do not fit its file")]
+    Sizes,
+}
+
 /// Reads and checks entries of a table laid out as above.
 pub struct Table<W: Words>(pub W);
 
 impl<W: Words> Table<W> {
     /// Checks the header: magic, version, and sizes that fit `mapped_words`.
-    pub fn check_header(words: &W, mapped_words: usize) -> Result<(usize, usize), String> {
+    pub fn check_header(words: &W, mapped_words: usize) -> Result<(usize, usize), HeaderError> {
         let w = |i| words.word(i).unwrap_or(0);
         if w(0) != MAGIC {
-            return Err("the block table has the wrong magic (not a cannoli block table)".into());
+            return Err(HeaderError::Magic);
         }
         if w(1) != TABLE_VERSION {
-            return Err(format!(
-                "the block table is version {}, this client reads version {TABLE_VERSION}; \
-                 rebuild the client and the hook library from the same cannoli",
-                w(1)
-            ));
+            return Err(HeaderError::Version(w(1)));
         }
         let (cap, data) = (w(2) as usize, w(3) as usize);
         if cap > CAPACITY || data > DATA_WORDS || HEADER_WORDS + cap + data > mapped_words {
-            return Err("the block table's sizes do not fit its file".into());
+            return Err(HeaderError::Sizes);
         }
         Ok((cap, data))
     }

@@ -46,6 +46,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use hmac::{Hmac, Mac};
@@ -152,6 +153,159 @@ pub fn private_dir(dir: &Path) -> io::Result<()> {
     ))
 }
 
+/// Why there is no [`Token`]: one line, as QEMU's side prints it.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TokenError {
+    /// Not 64 hex digits ([`Token::from_hex`]).
+    #[error("a cannoli token is 64 hex digits")]
+    NotHex,
+    /// [`TOKEN_ENV`] is set but not 64 hex digits ([`Token::from_env`]).
+    #[error("{TOKEN_ENV} is not a cannoli token ({})", TokenError::NotHex)]
+    EnvNotHex,
+    /// [`TOKEN_ENV`] is unset and the token file cannot be used
+    /// ([`Token::from_env`]).
+    #[error(
+        "no secret to present to the cannoli client: {TOKEN_ENV} is unset and the token file {} \
+         cannot be used ({source}); start the client first (it writes that file), or pass the client's \
+         token in {TOKEN_ENV}",
+        .path.display()
+    )]
+    NoFile {
+        /// The token file looked at ([`token_file`]).
+        path: PathBuf,
+        /// Why it cannot be used (shared, so that the error can be kept
+        /// and handed out again).
+        source: Arc<io::Error>,
+    },
+}
+
+/// Why QEMU's side of the handshake ([`dial`]) failed: one line for
+/// QEMU's stderr.
+#[derive(Debug, thiserror::Error)]
+pub enum DialError {
+    /// No socket could be made for the connection.
+    #[error("no socket for the connection to {addr}: {source}")]
+    NoSocket {
+        /// The client's address.
+        addr: Addr,
+        /// Why not.
+        source: io::Error,
+    },
+    /// Nothing listens at the address.
+    #[error(
+        "no cannoli client is listening on {addr} ({source}): start your client first, or \
+         point {ADDR_ENV} at it"
+    )]
+    NoClient {
+        /// The client's address.
+        addr: Addr,
+        /// The connect error.
+        source: io::Error,
+    },
+    /// No secret to prove this QEMU is the run's.
+    #[error(transparent)]
+    Token(#[from] TokenError),
+    /// The connection failed while the handshake was under way.
+    #[error("lost the client at {addr} during the handshake: {source}")]
+    Lost {
+        /// The client's address.
+        addr: Addr,
+        /// The failed read, write or setting.
+        source: io::Error,
+    },
+    /// Reading the challenge failed.
+    #[error("the client at {addr} did not open the handshake: {source}")]
+    NoChallenge {
+        /// The client's address.
+        addr: Addr,
+        /// The failed read.
+        source: io::Error,
+    },
+    /// The peer closed the connection before its challenge.
+    #[error("the client at {addr} closed the connection at once (is it a cannoli client?)")]
+    ClosedAtOnce {
+        /// The client's address.
+        addr: Addr,
+    },
+    /// The challenge was refused ([`parse_challenge`]).
+    #[error("{addr} {source}")]
+    Challenge {
+        /// The client's address.
+        addr: Addr,
+        /// What is wrong with it.
+        source: ChallengeError,
+    },
+    /// Reading the welcome failed.
+    #[error("the client at {addr} did not answer the hello: {source}")]
+    NoWelcome {
+        /// The client's address.
+        addr: Addr,
+        /// The failed read.
+        source: io::Error,
+    },
+    /// The peer closed the connection instead of answering the hello.
+    #[error("the client at {addr} closed the connection during the handshake")]
+    ClosedInHandshake {
+        /// The client's address.
+        addr: Addr,
+    },
+    /// The answer to the hello is not a welcome.
+    #[error("{addr} answered the hello with something that is not a cannoli welcome")]
+    NotWelcome {
+        /// The client's address.
+        addr: Addr,
+    },
+    /// The client refused the trace, saying why.
+    #[error("the client at {addr} refused the trace: {}", crate::tame(.reason, 400))]
+    Refused {
+        /// The client's address.
+        addr: Addr,
+        /// The client's reason, as it sent it.
+        reason: String,
+    },
+    /// The welcome's proof does not check out.
+    #[error(
+        "the process listening on {addr} could not prove it holds this run's secret; \
+         it is not the client this QEMU was started for"
+    )]
+    Unproved {
+        /// The client's address.
+        addr: Addr,
+    },
+}
+
+/// Why a client's challenge was refused ([`parse_challenge`]): a phrase
+/// that follows the peer's address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChallengeError {
+    /// Not JSON.
+    #[error("opened the handshake with something that is not a cannoli client's challenge")]
+    NotJson,
+    /// JSON without the cannoli magic.
+    #[error("is not a cannoli client (no cannoli challenge)")]
+    NotCannoli,
+    /// A cannoli challenge of another wire version.
+    #[error(
+        "is a cannoli client speaking wire version {}, but this hook library speaks \
+         wire version {WIRE_VERSION}; rebuild the client and the hook library from the same \
+         cannoli version",
+        .theirs.map_or_else(|| "none".to_string(), |t| t.to_string())
+    )]
+    Version {
+        /// The version it names; `None` when it names none.
+        theirs: Option<u64>,
+    },
+    /// Of our version, but malformed.
+    #[error("sent a malformed challenge ({})", crate::tame(.reason, 200))]
+    Malformed {
+        /// The JSON parser's message.
+        reason: String,
+    },
+    /// The nonce is not 32 hex digits.
+    #[error("sent a challenge whose nonce is not 32 hex digits")]
+    BadNonce,
+}
+
 /// The run's secret.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Token([u8; 32]);
@@ -171,28 +325,22 @@ impl Token {
     }
 
     /// Parses 64 hex digits (surrounding white space ignored).
-    pub fn from_hex(s: &str) -> Result<Token, String> {
+    pub fn from_hex(s: &str) -> Result<Token, TokenError> {
         let mut b = [0u8; 32];
-        hex::decode_to_slice(s.trim(), &mut b)
-            .map_err(|_| "a cannoli token is 64 hex digits".to_string())?;
+        hex::decode_to_slice(s.trim(), &mut b).map_err(|_| TokenError::NotHex)?;
         Ok(Token(b))
     }
 
     /// The secret QEMU's side uses: [`TOKEN_ENV`] if set, else the token
     /// file ([`token_file`]) a client started by hand wrote.
-    pub fn from_env() -> Result<Token, String> {
+    pub fn from_env() -> Result<Token, TokenError> {
         if let Some(v) = std::env::var_os(TOKEN_ENV).filter(|v| !v.is_empty()) {
-            return Token::from_hex(&v.to_string_lossy())
-                .map_err(|e| format!("{TOKEN_ENV} is not a cannoli token ({e})"));
+            return Token::from_hex(&v.to_string_lossy()).map_err(|_| TokenError::EnvNotHex);
         }
         let path = token_file();
-        Token::read_file(&path).map_err(|e| {
-            format!(
-                "no secret to present to the cannoli client: {TOKEN_ENV} is unset and the token file {} \
-                 cannot be used ({e}); start the client first (it writes that file), or pass the client's \
-                 token in {TOKEN_ENV}",
-                path.display()
-            )
+        Token::read_file(&path).map_err(|e| TokenError::NoFile {
+            path,
+            source: Arc::new(e),
         })
     }
 
@@ -735,39 +883,50 @@ impl RingOffer<'_> {
 /// no other descriptor. Errors are one line for QEMU's stderr.
 pub fn dial(
     addr: &Addr,
-    token: Result<&Token, String>,
+    token: Result<&Token, TokenError>,
     place: impl Into<FdPlace>,
     mut hello: Hello,
     ring: &RingOffer<'_>,
     blocks: Option<&RingOffer<'_>>,
-) -> Result<Sock, String> {
+) -> Result<Sock, DialError> {
+    let addr_ = || addr.clone();
     let sock = match Sock::connect_made(addr, place.into()) {
         Ok(s) => s,
-        Err(Unconnected::NotMade(e)) => {
-            return Err(format!("no socket for the connection to {addr}: {e}"))
+        Err(Unconnected::NotMade(source)) => {
+            return Err(DialError::NoSocket {
+                addr: addr_(),
+                source,
+            })
         }
-        Err(Unconnected::Refused(e)) => {
-            return Err(format!(
-                "no cannoli client is listening on {addr} ({e}): start your client first, or \
-                 point {ADDR_ENV} at it"
-            ))
+        Err(Unconnected::Refused(source)) => {
+            return Err(DialError::NoClient {
+                addr: addr_(),
+                source,
+            })
         }
     };
     // The secret is looked at only now, so that a missing client is
     // reported as such rather than as a missing secret.
     let token = token?;
-    let lost = |e: io::Error| format!("lost the client at {addr} during the handshake: {e}");
+    let lost = |source: io::Error| DialError::Lost {
+        addr: addr_(),
+        source,
+    };
     sock.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(lost)?;
     sock.set_write_timeout(Some(HANDSHAKE_TIMEOUT))
         .map_err(lost)?;
     let mut reader = BufReader::new(&sock);
     let line = read_line(&mut reader)
-        .map_err(|e| format!("the client at {addr} did not open the handshake: {e}"))?
-        .ok_or_else(|| {
-            format!("the client at {addr} closed the connection at once (is it a cannoli client?)")
-        })?;
-    let challenge = parse_challenge(&line).map_err(|e| format!("{addr} {e}"))?;
+        .map_err(|source| DialError::NoChallenge {
+            addr: addr_(),
+            source,
+        })?
+        .ok_or_else(|| DialError::ClosedAtOnce { addr: addr_() })?;
+    let challenge = parse_challenge(&line).map_err(|source| DialError::Challenge {
+        addr: addr_(),
+        source,
+    })?;
     hello.nonce = nonce().map_err(lost)?;
     hello.proof = token.prove(Role::Hello, &challenge.nonce, &hello.nonce);
     hello.ring = ring.named();
@@ -789,28 +948,25 @@ pub fn dial(
     }
     .map_err(lost)?;
     let reply = read_line(&mut reader)
-        .map_err(|e| format!("the client at {addr} did not answer the hello: {e}"))?
-        .ok_or_else(|| {
-            format!("the client at {addr} closed the connection during the handshake")
-        })?;
-    let welcome: Welcome = serde_json::from_str(reply.trim_end()).map_err(|_| {
-        format!("{addr} answered the hello with something that is not a cannoli welcome")
-    })?;
-    if let Some(e) = welcome.error {
-        return Err(format!(
-            "the client at {addr} refused the trace: {}",
-            crate::tame(&e, 400)
-        ));
+        .map_err(|source| DialError::NoWelcome {
+            addr: addr_(),
+            source,
+        })?
+        .ok_or_else(|| DialError::ClosedInHandshake { addr: addr_() })?;
+    let welcome: Welcome = serde_json::from_str(reply.trim_end())
+        .map_err(|_| DialError::NotWelcome { addr: addr_() })?;
+    if let Some(reason) = welcome.error {
+        return Err(DialError::Refused {
+            addr: addr_(),
+            reason,
+        });
     }
     let proved = welcome
         .proof
         .as_deref()
         .is_some_and(|p| token.check(Role::Welcome, &challenge.nonce, &hello.nonce, p));
     if !proved {
-        return Err(format!(
-            "the process listening on {addr} could not prove it holds this run's secret; \
-             it is not the client this QEMU was started for"
-        ));
+        return Err(DialError::Unproved { addr: addr_() });
     }
     drop(reader);
     let _ = sock.set_read_timeout(None);
@@ -820,30 +976,21 @@ pub fn dial(
 
 /// Parses the client's challenge, refusing a wire version other than ours
 /// with a message naming both.
-pub fn parse_challenge(line: &str) -> Result<Challenge, String> {
-    let v: serde_json::Value = serde_json::from_str(line.trim_end()).map_err(|_| {
-        "opened the handshake with something that is not a cannoli client's challenge".to_string()
-    })?;
+pub fn parse_challenge(line: &str) -> Result<Challenge, ChallengeError> {
+    let v: serde_json::Value =
+        serde_json::from_str(line.trim_end()).map_err(|_| ChallengeError::NotJson)?;
     if v.get("magic").and_then(|m| m.as_str()) != Some(MAGIC) {
-        return Err("is not a cannoli client (no cannoli challenge)".into());
+        return Err(ChallengeError::NotCannoli);
     }
     let theirs = v.get("wire_version").and_then(|w| w.as_u64());
     if theirs != Some(WIRE_VERSION as u64) {
-        let theirs = theirs.map_or_else(|| "none".to_string(), |t| t.to_string());
-        return Err(format!(
-            "is a cannoli client speaking wire version {theirs}, but this hook library speaks \
-             wire version {WIRE_VERSION}; rebuild the client and the hook library from the same \
-             cannoli version"
-        ));
+        return Err(ChallengeError::Version { theirs });
     }
-    let c: Challenge = serde_json::from_value(v).map_err(|e| {
-        format!(
-            "sent a malformed challenge ({})",
-            crate::tame(&e.to_string(), 200)
-        )
+    let c: Challenge = serde_json::from_value(v).map_err(|e| ChallengeError::Malformed {
+        reason: e.to_string(),
     })?;
     if c.nonce.len() != 32 || !c.nonce.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err("sent a challenge whose nonce is not 32 hex digits".into());
+        return Err(ChallengeError::BadNonce);
     }
     Ok(c)
 }
@@ -893,6 +1040,62 @@ mod tests {
     }
 
     #[test]
+    fn errors_say_what_they_said_as_strings() {
+        assert_eq!(
+            Token::from_hex("abcd").unwrap_err().to_string(),
+            "a cannoli token is 64 hex digits"
+        );
+        assert_eq!(
+            TokenError::EnvNotHex.to_string(),
+            "CANNOLI_TOKEN is not a cannoli token (a cannoli token is 64 hex digits)"
+        );
+        let nofile = TokenError::NoFile {
+            path: "/r/token".into(),
+            source: Arc::new(io::Error::other("gone")),
+        };
+        assert_eq!(
+            nofile.to_string(),
+            "no secret to present to the cannoli client: CANNOLI_TOKEN is unset and the token file \
+             /r/token cannot be used (gone); start the client first (it writes that file), or pass \
+             the client's token in CANNOLI_TOKEN"
+        );
+        let addr = Addr::parse("unix:/r/s");
+        assert_eq!(
+            DialError::Challenge {
+                addr: addr.clone(),
+                source: ChallengeError::Version { theirs: None },
+            }
+            .to_string(),
+            format!(
+                "unix:/r/s is a cannoli client speaking wire version none, but this hook library \
+                 speaks wire version {WIRE_VERSION}; rebuild the client and the hook library from \
+                 the same cannoli version"
+            )
+        );
+        assert_eq!(
+            DialError::Refused {
+                addr: addr.clone(),
+                reason: "no\nway".into(),
+            }
+            .to_string(),
+            "the client at unix:/r/s refused the trace: no\\nway"
+        );
+        assert_eq!(
+            DialError::from(TokenError::NotHex).to_string(),
+            "a cannoli token is 64 hex digits"
+        );
+        assert_eq!(
+            DialError::NoClient {
+                addr,
+                source: io::Error::other("refused"),
+            }
+            .to_string(),
+            "no cannoli client is listening on unix:/r/s (refused): start your client first, or \
+             point CANNOLI_ADDR at it"
+        );
+    }
+
+    #[test]
     fn token_file_must_be_private() {
         let dir = std::env::temp_dir().join(format!("cannoli-wire-test-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
@@ -937,7 +1140,7 @@ mod tests {
         );
         assert!(parse_challenge(&good).is_ok());
         let old = good.replace(&format!(":{WIRE_VERSION},"), ":4,");
-        let e = parse_challenge(&old).unwrap_err();
+        let e = parse_challenge(&old).unwrap_err().to_string();
         assert!(
             e.contains("wire version 4") && e.contains(&WIRE_VERSION.to_string()),
             "{e}"

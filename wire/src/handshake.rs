@@ -119,7 +119,65 @@ pub enum HelloError {
         jitter_version: Option<String>,
     },
     /// Of our version but malformed or out of bounds.
-    Malformed(String),
+    Malformed(BadHello),
+}
+
+/// What is wrong with a hello of our wire version ([`HelloError::Malformed`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadHello {
+    /// It does not parse as a hello: the JSON parser's message.
+    #[error("{0}")]
+    Json(String),
+    /// A field longer than it may be.
+    #[error("{what} is longer than {max} bytes")]
+    TooLong {
+        /// The field.
+        what: &'static str,
+        /// Its bound, in bytes.
+        max: usize,
+    },
+    /// A name holding a control character.
+    #[error("{what} holds a control character")]
+    ControlChar {
+        /// The field.
+        what: &'static str,
+    },
+    /// A pid, tid or ppid out of range.
+    #[error("pid, tid and ppid must be positive")]
+    Ids,
+    /// `guest_bits` neither 32 nor 64.
+    #[error("guest_bits is {0}, not 32 or 64")]
+    GuestBits(u32),
+    /// More than [`MAX_REGS`] registers.
+    #[error("regs.count is {0}, more than {MAX_REGS}")]
+    TooManyRegs(u32),
+    /// A register size other than 4 or 8.
+    #[error("regs.bytes is {0}, not 4 or 8")]
+    RegBytes(u32),
+    /// More register names than registers.
+    #[error("more register names than registers")]
+    TooManyRegNames,
+    /// More than [`MAX_SYSCALL_NAMES`] syscall names.
+    #[error("more than {MAX_SYSCALL_NAMES} syscall names")]
+    TooManySyscallNames,
+    /// The ring named by a negative fd number.
+    #[error("the ring's fd number is negative")]
+    NegativeRingFd,
+    /// The block table named by a negative fd number.
+    #[error("the block table's fd number is negative")]
+    NegativeTableFd,
+}
+
+/// Why a control line was refused ([`parse_control`]): a phrase about
+/// the line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// An expect naming a pid no child can have.
+    #[error("announces pid {0}, which cannot be a child")]
+    NotAChild(i32),
+    /// Neither an [`Expect`] nor a [`Goodbye`].
+    #[error("neither an expect nor a goodbye")]
+    Unknown,
 }
 
 impl std::fmt::Display for HelloError {
@@ -139,7 +197,9 @@ impl std::fmt::Display for HelloError {
                     .map_or_else(|| "of unknown version".into(), |v| tame(v, MAX_HELLO_NAME)),
                 theirs.map_or_else(|| "none".to_string(), |t| t.to_string()),
             ),
-            HelloError::Malformed(m) => write!(f, "malformed hello: {}", tame(m, 300)),
+            HelloError::Malformed(m) => {
+                write!(f, "malformed hello: {}", tame(&m.to_string(), 300))
+            }
         }
     }
 }
@@ -165,15 +225,16 @@ pub fn parse_hello(line: &str) -> Result<Hello, HelloError> {
             jitter_version,
         });
     }
-    let h: Hello = serde_json::from_value(v).map_err(|e| HelloError::Malformed(e.to_string()))?;
+    let h: Hello = serde_json::from_value(v)
+        .map_err(|e| HelloError::Malformed(BadHello::Json(e.to_string())))?;
     check_hello(&h).map_err(HelloError::Malformed)?;
     Ok(h)
 }
 
-fn check_hello(h: &Hello) -> Result<(), String> {
-    let long = |what: &str, s: &str, max: usize| {
+fn check_hello(h: &Hello) -> Result<(), BadHello> {
+    let long = |what: &'static str, s: &str, max: usize| {
         if s.len() > max {
-            Err(format!("{what} is longer than {max} bytes"))
+            Err(BadHello::TooLong { what, max })
         } else {
             Ok(())
         }
@@ -181,18 +242,18 @@ fn check_hello(h: &Hello) -> Result<(), String> {
     // Names QEMU's side makes up itself (not the guest's file names, which
     // may hold anything and are escaped where printed): never a control
     // character, which a tool would print as is.
-    let name = |what: &str, s: &str, max: usize| {
+    let name = |what: &'static str, s: &str, max: usize| {
         long(what, s, max)?;
         if s.chars().any(char::is_control) {
-            return Err(format!("{what} holds a control character"));
+            return Err(BadHello::ControlChar { what });
         }
         Ok(())
     };
     if h.pid <= 0 || h.tid <= 0 || h.ppid < 0 {
-        return Err("pid, tid and ppid must be positive".into());
+        return Err(BadHello::Ids);
     }
     if h.guest_bits != 32 && h.guest_bits != 64 {
-        return Err(format!("guest_bits is {}, not 32 or 64", h.guest_bits));
+        return Err(BadHello::GuestBits(h.guest_bits));
     }
     name("arch", &h.arch, MAX_HELLO_NAME)?;
     name("jitter_version", &h.jitter_version, MAX_HELLO_NAME)?;
@@ -202,34 +263,31 @@ fn check_hello(h: &Hello) -> Result<(), String> {
         long("a program name", s, MAX_HELLO_STRING)?;
     }
     if h.regs.count > MAX_REGS {
-        return Err(format!(
-            "regs.count is {}, more than {MAX_REGS}",
-            h.regs.count
-        ));
+        return Err(BadHello::TooManyRegs(h.regs.count));
     }
     if h.regs.count > 0 && h.regs.bytes != 4 && h.regs.bytes != 8 {
-        return Err(format!("regs.bytes is {}, not 4 or 8", h.regs.bytes));
+        return Err(BadHello::RegBytes(h.regs.bytes));
     }
     if h.regs.names.len() > h.regs.count as usize {
-        return Err("more register names than registers".into());
+        return Err(BadHello::TooManyRegNames);
     }
     for n in &h.regs.names {
         name("a register name", n, MAX_HELLO_NAME)?;
     }
     if h.syscall_names.len() > MAX_SYSCALL_NAMES {
-        return Err(format!("more than {MAX_SYSCALL_NAMES} syscall names"));
+        return Err(BadHello::TooManySyscallNames);
     }
     for n in h.syscall_names.values() {
         name("a syscall name", n, MAX_HELLO_NAME)?;
     }
     if let RingRef::ProcFd(fd) = h.ring {
         if fd < 0 {
-            return Err("the ring's fd number is negative".into());
+            return Err(BadHello::NegativeRingFd);
         }
     }
     if let Some(RingRef::ProcFd(fd)) = h.blocks {
         if fd < 0 {
-            return Err("the block table's fd number is negative".into());
+            return Err(BadHello::NegativeTableFd);
         }
     }
     Ok(())
@@ -237,20 +295,17 @@ fn check_hello(h: &Hello) -> Result<(), String> {
 
 /// Parses a control line (after the handshake): an [`Expect`] or a
 /// [`Goodbye`]. A pid QEMU announces must be a real child's: above 1.
-pub fn parse_control(line: &str) -> Result<Control, String> {
+pub fn parse_control(line: &str) -> Result<Control, ControlError> {
     let line = line.trim_end();
     if let Ok(e) = serde_json::from_str::<Expect>(line) {
         if e.expect_pid <= 1 {
-            return Err(format!(
-                "announces pid {}, which cannot be a child",
-                e.expect_pid
-            ));
+            return Err(ControlError::NotAChild(e.expect_pid));
         }
         return Ok(Control::Expect(e));
     }
     serde_json::from_str::<Goodbye>(line)
         .map(Control::Goodbye)
-        .map_err(|_| "neither an expect nor a goodbye".into())
+        .map_err(|_| ControlError::Unknown)
 }
 
 #[cfg(test)]
@@ -363,7 +418,10 @@ mod tests {
             let mut h = good_hello();
             f(&mut h);
             match parse_hello(&line(&h)) {
-                Err(HelloError::Malformed(m)) => assert!(m.contains(what), "{what}: {m}"),
+                Err(HelloError::Malformed(m)) => {
+                    let m = m.to_string();
+                    assert!(m.contains(what), "{what}: {m}")
+                }
                 other => panic!("{what}: {other:?}"),
             }
         }

@@ -101,15 +101,15 @@ mod hex;
 mod registers;
 mod text;
 
-pub use channel::{client_addr, Addr, RingRef, Token, ADDR_ENV, TOKEN_ENV};
+pub use channel::{client_addr, Addr, RingRef, Token, TokenError, ADDR_ENV, TOKEN_ENV};
 pub use events::{
     frame, framed_len, map_flags, mem32_tag, mem_tag, mem_words, pc_fits, tag, unframe, RegsKind,
     MAX_JIT_EVENT, MAX_SYSCALL_DATA, PC_BITS, PC_MASK,
 };
 pub use fdplace::FdPlace;
 pub use handshake::{
-    parse_control, parse_hello, Control, Expect, Goodbye, Hello, HelloError, Welcome, MAGIC,
-    MAX_HELLO_NAME, MAX_HELLO_STRING, MAX_REGS, MAX_SYSCALL_NAMES,
+    parse_control, parse_hello, BadHello, Control, ControlError, Expect, Goodbye, Hello,
+    HelloError, Welcome, MAGIC, MAX_HELLO_NAME, MAX_HELLO_STRING, MAX_REGS, MAX_SYSCALL_NAMES,
 };
 pub use hex::parse_hex;
 pub use registers::{arch_name, reg_names, RegLayout};

@@ -114,38 +114,82 @@ pub struct Needs {
 impl Needs {
     /// `Err` says in one phrase what `hooks` lack and which `cannoli record
     /// --hooks` preset has it. A `custom` recording is taken as it is.
-    pub fn check(&self, hooks: &Hooks) -> Result<(), String> {
+    pub fn check(&self, hooks: &Hooks) -> Result<(), Lacks> {
         if hooks.preset == "custom" {
             return Ok(());
         }
-        let lacks = |what: &str, preset: &str| {
-            Err(format!(
-                "recorded with --hooks {}, which has no {what}; record it again with --hooks {preset}",
-                hooks.preset
-            ))
-        };
+        let preset = || hooks.preset.clone();
         if self.exec && !hooks.exec {
-            return lacks(
-                "exec event for every instruction",
-                if self.mem { "mem" } else { "pc" },
-            );
+            return Err(Lacks::Exec {
+                preset: preset(),
+                mem: self.mem,
+            });
         }
         if self.mem && !hooks.mem {
-            return match self.mem_optional {
-                Some(opt) => lacks("memory accesses", &format!("mem, or pass {opt}")),
-                None => lacks("memory accesses", "mem"),
-            };
+            return Err(Lacks::Mem {
+                preset: preset(),
+                optional: self.mem_optional,
+            });
         }
         match self.regs {
             Some(RegsAt::All) if hooks.regs != RegsAt::All => {
-                lacks("registers at every instruction", "regs")
+                Err(Lacks::RegsEverywhere { preset: preset() })
             }
             Some(RegsAt::Branches) if hooks.regs != RegsAt::Branches => {
-                lacks("registers at branches", "branches")
+                Err(Lacks::RegsAtBranches { preset: preset() })
             }
             _ => Ok(()),
         }
     }
+}
+
+/// What a recording lacks that a tool needs ([`Needs::check`]): one
+/// phrase naming the `--hooks` preset it was recorded with and the one
+/// that has what is missing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Lacks {
+    /// No exec event for every instruction.
+    #[error(
+        "recorded with --hooks {preset}, which has no exec event for every instruction; \
+         record it again with --hooks {}",
+        if *.mem { "mem" } else { "pc" }
+    )]
+    Exec {
+        /// The preset it was recorded with.
+        preset: String,
+        /// The tool needs the memory accesses too.
+        mem: bool,
+    },
+    /// No memory accesses.
+    #[error(
+        "recorded with --hooks {preset}, which has no memory accesses; record it again with \
+         --hooks mem{}",
+        .optional.map_or_else(String::new, |opt| format!(", or pass {opt}"))
+    )]
+    Mem {
+        /// The preset it was recorded with.
+        preset: String,
+        /// The tool's option that does without them, if it has one.
+        optional: Option<&'static str>,
+    },
+    /// No registers at every instruction.
+    #[error(
+        "recorded with --hooks {preset}, which has no registers at every instruction; record \
+         it again with --hooks regs"
+    )]
+    RegsEverywhere {
+        /// The preset it was recorded with.
+        preset: String,
+    },
+    /// No registers at branches.
+    #[error(
+        "recorded with --hooks {preset}, which has no registers at branches; record it again \
+         with --hooks branches"
+    )]
+    RegsAtBranches {
+        /// The preset it was recorded with.
+        preset: String,
+    },
 }
 
 /// How a replay ended.

@@ -110,6 +110,15 @@ impl std::fmt::Display for FrameError {
     }
 }
 
+impl std::error::Error for FrameError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FrameError::Io(e) => e.source(),
+            FrameError::Damaged(_) => None,
+        }
+    }
+}
+
 impl Recording {
     /// Sends a replay's lines about what the recording lost to `notes`
     /// instead of standard error.

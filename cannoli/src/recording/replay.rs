@@ -22,7 +22,7 @@ use wire::blocks::{Entry, EntryError, MAX_BLOCK_INSNS};
 use wire::parse_hello;
 
 use super::format::{IndexEntry, StreamEnd};
-use super::reader::{Recording, StreamRec};
+use super::reader::{FrameError, Recording, StreamRec};
 use super::{Error, Replayed};
 use crate::blocks::BlockCache;
 use crate::decode::{Decoded, Shape};
@@ -231,7 +231,7 @@ impl Recording {
             );
         }
         let next = AtomicUsize::new(0);
-        let pipe: Pipeline<'_, T, Result<Done, String>, Delivered> =
+        let pipe: Pipeline<'_, T, Result<Done, Damaged>, Delivered> =
             Pipeline::new(pid_ctx, &tid_ctx, tool, shape, halt, 2 * threads + 4);
         let worker = || {
             let mut frames = Frames {
@@ -298,6 +298,21 @@ struct Done {
     bytes: u64,
 }
 
+/// A chunk that could not be read: it stops its stream's delivery there.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the recording's chunk {chunk} (byte {offset}) is damaged ({source}); the events from there \
+     on are missing"
+)]
+struct Damaged {
+    /// Its index in the stream.
+    chunk: usize,
+    /// Where its frame starts in the file.
+    offset: u64,
+    /// What is wrong with it.
+    source: FrameError,
+}
+
 /// A stream's in-order delivery: what was delivered (a chunk counts once
 /// it is delivered, not when decoded).
 #[derive(Default)]
@@ -330,7 +345,7 @@ struct Frames<'r> {
 }
 
 impl<T: Cannoli> Feed<T> for Frames<'_> {
-    type Note = Result<Done, String>;
+    type Note = Result<Done, Damaged>;
     type Serial = Delivered;
 
     fn next(&mut self) -> Option<Next<'_, Self::Note>> {
@@ -343,10 +358,11 @@ impl<T: Cannoli> Feed<T> for Frames<'_> {
             .read_frame_into(&self.chunks[i], &mut self.raw, self.ctx.as_mut());
         let data = match read {
             Ok(()) => Ok(&self.raw[..]),
-            Err(e) => Err(Err(format!(
-                "the recording's chunk {i} (byte {}) is damaged ({e}); the events from there on are missing",
-                self.chunks[i].offset
-            ))),
+            Err(source) => Err(Err(Damaged {
+                chunk: i,
+                offset: self.chunks[i].offset,
+                source,
+            })),
         };
         Some(Next {
             seq: i as u64,

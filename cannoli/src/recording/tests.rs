@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::format::FORMAT_VERSION;
-use super::{replay_with, Recording};
+use super::{replay_with, Hooks, Lacks, Needs, Recording, RegsAt};
 use crate::{Cannoli, ClientInfo};
 
 /// What one replay's test tool saw: (tid, pc) in trace order. Each replay
@@ -372,4 +372,63 @@ fn a_replay_says_its_lines_to_the_tools_notes() {
         "{lines:?}"
     );
     assert!(lines.iter().all(|l| !l.contains('\n')), "{lines:?}");
+}
+
+#[test]
+fn needs_say_what_the_recording_lacks() {
+    let hooks = |preset: &str, exec, mem, regs| Hooks {
+        preset: preset.into(),
+        exec,
+        mem,
+        regs,
+    };
+    let pc = hooks("pc", true, false, RegsAt::None);
+    let mem = Needs {
+        exec: true,
+        mem: true,
+        ..Needs::default()
+    };
+    assert_eq!(
+        mem.check(&pc).unwrap_err().to_string(),
+        "recorded with --hooks pc, which has no memory accesses; record it again with --hooks mem"
+    );
+    let optional = Needs {
+        mem_optional: Some("--no-mem"),
+        ..mem
+    };
+    assert_eq!(
+        optional.check(&pc).unwrap_err().to_string(),
+        "recorded with --hooks pc, which has no memory accesses; record it again with --hooks \
+         mem, or pass --no-mem"
+    );
+    let none = hooks("none", false, false, RegsAt::None);
+    assert_eq!(
+        mem.check(&none),
+        Err(Lacks::Exec {
+            preset: "none".into(),
+            mem: true
+        })
+    );
+    assert_eq!(
+        mem.check(&none).unwrap_err().to_string(),
+        "recorded with --hooks none, which has no exec event for every instruction; record it \
+         again with --hooks mem"
+    );
+    let regs = |at| Needs {
+        regs: Some(at),
+        ..Needs::default()
+    };
+    assert_eq!(
+        regs(RegsAt::All).check(&pc).unwrap_err().to_string(),
+        "recorded with --hooks pc, which has no registers at every instruction; record it again \
+         with --hooks regs"
+    );
+    assert_eq!(
+        regs(RegsAt::Branches).check(&pc).unwrap_err().to_string(),
+        "recorded with --hooks pc, which has no registers at branches; record it again with \
+         --hooks branches"
+    );
+    assert!(regs(RegsAt::All)
+        .check(&hooks("custom", false, false, RegsAt::None))
+        .is_ok());
 }
