@@ -3,7 +3,7 @@
  * dyn_probe: calls of the dynamically linked C library with known
  * arguments and results, for `cannoli probe -p libc:FUNC` (through
  * pointers, so that GCC neither computes them nor inlines glibc's
- * `atoi`). Built -no-pie by the test (probes need link-time addresses).
+ * `atoi`). The tests build it both -no-pie and -pie.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,10 @@
 //! exec event, for `--insns`), then one hex pc per line. For `LIB:FUNC`
 //! probes, `exe LOW PATH` names the program and where its offset 0 is
 //! linked, and each `lib LOW PATH` is followed by `+PC` lines at the
-//! library's link-time addresses.
+//! library's link-time addresses. A position-independent program is such
+//! a `lib` too, and `anchor ENTRY LOW PATH` replaces `exe`: the file whose
+//! entry QEMU runs first (the dynamic loader, or a static-pie program),
+//! its `e_entry` and where its offset 0 is linked.
 //!
 //! A library's pcs are known once the dynamic loader has mapped it. Until
 //! every library is found, an instruction on a page not looked at before
@@ -17,7 +20,10 @@
 //! after it is mapped, so its first translation finds it): there the
 //! program's mapping of its offset 0 gives where guest memory is in QEMU's
 //! address space, and each library's mapping of its offset 0 its load
-//! address, which moves its pcs.
+//! address, which moves its pcs. With an anchor, the first instruction
+//! QEMU translates is the anchor's entry, at guest address `pc`; the
+//! anchor's mapping of its offset 0 at host address `H` then says that
+//! guest memory starts at `H - (pc - ENTRY + LOW)`.
 
 use jitter::HookType;
 use std::collections::HashSet;
@@ -39,6 +45,12 @@ struct Plan {
     stores: bool,
     count: bool,
     exe: Option<(u64, String)>,
+    /// `(entry, low, path)` of the file QEMU starts in.
+    anchor: Option<(u64, u64, String)>,
+    /// Where guest memory is in QEMU's address space, once known.
+    guest_base: Option<u64>,
+    /// The first instruction was looked at (the anchor's entry).
+    started: bool,
     libs: Vec<Lib>,
     /// Pages whose instructions were looked up in the mappings already.
     seen: HashSet<u64>,
@@ -56,6 +68,9 @@ fn parse(text: &str) -> Result<Plan, String> {
         stores: false,
         count: false,
         exe: None,
+        anchor: None,
+        guest_base: None,
+        started: false,
         libs: Vec::new(),
         seen: HashSet::new(),
         before: HashSet::new(),
@@ -70,7 +85,13 @@ fn parse(text: &str) -> Result<Plan, String> {
     }
     let hex = |s: &str| u64::from_str_radix(s.trim(), 16).map_err(|_| format!("bad pc {s:?}"));
     for l in lines {
-        if let Some(rest) = l.strip_prefix("exe ").or_else(|| l.strip_prefix("lib ")) {
+        if let Some(rest) = l.strip_prefix("anchor ") {
+            let mut w = rest.splitn(3, ' ');
+            let (Some(entry), Some(low), Some(path)) = (w.next(), w.next(), w.next()) else {
+                return Err(format!("bad line {l:?}"));
+            };
+            plan.anchor = Some((hex(entry)?, hex(low)?, path.to_string()));
+        } else if let Some(rest) = l.strip_prefix("exe ").or_else(|| l.strip_prefix("lib ")) {
             let (low, path) = rest.split_once(' ').ok_or(format!("bad line {l:?}"))?;
             if l.starts_with("exe ") {
                 plan.exe = Some((hex(low)?, path.to_string()));
@@ -93,13 +114,33 @@ fn parse(text: &str) -> Result<Plan, String> {
         }
     }
     if !plan.libs.is_empty() {
-        plan.before = file_starts(&read_maps())
+        // QEMU's own files, mapped before the guest's: from when this
+        // library was loaded, else (no snapshot) from now, when the
+        // guest's libraries are not mapped yet (but its dynamic loader
+        // is: a position-independent program needs the snapshot).
+        let maps = QEMU_MAPS.get().cloned().unwrap_or_else(read_maps);
+        plan.before = file_starts(&maps)
             .into_iter()
             .map(|(s, p)| (s, p.to_string()))
             .collect();
     }
     Ok(plan)
 }
+
+/// QEMU's mappings when it loaded this library, before it loaded the
+/// guest (see [`snapshot`]).
+static QEMU_MAPS: OnceLock<String> = OnceLock::new();
+
+/// Run by the dynamic linker when QEMU loads this library, before it maps
+/// the guest: QEMU's own files, which on a guest of the host's
+/// architecture include the guest's dynamic loader and C library.
+extern "C" fn snapshot() {
+    let _ = QEMU_MAPS.set(read_maps());
+}
+
+#[used]
+#[link_section = ".init_array"]
+static SNAPSHOT: extern "C" fn() = snapshot;
 
 fn read_maps() -> String {
     std::fs::read_to_string("/proc/self/maps").unwrap_or_default()
@@ -122,17 +163,43 @@ fn file_starts(maps: &str) -> Vec<(u64, &str)> {
 }
 
 impl Plan {
-    /// Looks for the libraries not found yet in QEMU's mappings.
-    fn find_libs(&mut self) {
-        let Some((exe_low, exe)) = &self.exe else {
-            return;
-        };
+    /// Looks for the libraries not found yet in QEMU's mappings; `pc` is
+    /// the instruction being translated.
+    fn find_libs(&mut self, pc: u64) {
+        let first = !std::mem::replace(&mut self.started, true);
         let maps = read_maps();
         let starts = file_starts(&maps);
-        let Some(host_exe) = starts.iter().find(|(_, p)| p == exe).map(|(s, _)| *s) else {
+        if self.guest_base.is_none() {
+            self.guest_base = match (&self.anchor, &self.exe) {
+                (Some((entry, low, path)), _) if first => {
+                    let before = &self.before;
+                    let host = starts
+                        .iter()
+                        .find(|(s, p)| *p == path && !before.contains(&(*s, p.to_string())));
+                    match host {
+                        Some((h, _)) => {
+                            Some(h.wrapping_sub(pc.wrapping_sub(*entry).wrapping_add(*low)))
+                        }
+                        None => {
+                            eprintln!(
+                                "libprobe: {path} is not mapped when the guest starts: the \
+                                 position-independent program's probes cannot be placed"
+                            );
+                            self.libs.iter_mut().for_each(|l| l.found = true);
+                            return;
+                        }
+                    }
+                }
+                (None, Some((exe_low, exe))) => starts
+                    .iter()
+                    .find(|(_, p)| p == exe)
+                    .map(|(s, _)| s.wrapping_sub(*exe_low)),
+                _ => None,
+            };
+        }
+        let Some(guest_base) = self.guest_base else {
             return;
         };
-        let guest_base = host_exe.wrapping_sub(*exe_low);
         for lib in self.libs.iter_mut().filter(|l| !l.found) {
             let before = &self.before;
             let guest = starts
@@ -176,7 +243,7 @@ fn plan() -> MutexGuard<'static, Plan> {
 fn hook_inst(pc: u64, _branch: bool) -> HookType {
     let mut p = plan();
     if p.libs.iter().any(|l| !l.found) && p.seen.insert(pc >> 12) {
-        p.find_libs();
+        p.find_libs(pc);
     }
     if p.pcs.contains(&pc) {
         HookType::Register

@@ -796,16 +796,23 @@ fn runs_twice_in_one_process() {
 }
 
 /// `tests/programs/dyn_probe.c` built for `arch` by Debian's cross compiler,
-/// not position-independent (probes refuse PIE programs), in `dir`.
+/// not position-independent, in `dir`.
 fn dyn_probe(dir: &RunDir, arch: &str) -> std::path::PathBuf {
-    let prog = dir.file("dyn_probe");
-    let src = e2e::workspace_root().join("tests/programs/dyn_probe.c");
+    build(dir, arch, "dyn_probe", "dyn_probe", &["-O2", "-no-pie"])
+}
+
+/// `tests/programs/NAME.c` built for `arch` by Debian's cross compiler with
+/// `flags`, as `dir/out`.
+fn build(dir: &RunDir, arch: &str, name: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let prog = dir.file(out);
+    let src = e2e::workspace_root().join(format!("tests/programs/{name}.c"));
     let cc = match guest_info(arch).triple {
         Some(t) => format!("{t}-gcc"),
         None => "gcc".into(),
     };
     let o = Command::new(&cc)
-        .args(["-O2", "-no-pie", "-o"])
+        .args(flags)
+        .arg("-o")
         .arg(&prog)
         .arg(&src)
         .output()
@@ -820,6 +827,12 @@ fn dyn_probe(dir: &RunDir, arch: &str) -> std::path::PathBuf {
 fn library_functions(arch: &str) {
     let dir = RunDir::new();
     let prog = dyn_probe(&dir, arch);
+    library_functions_of(&dir, arch, &prog);
+}
+
+/// The `libc:atoi` and `libc:labs` probes of [`library_functions`] on
+/// `prog`, a build of `dyn_probe.c`; returns the hits.
+fn library_functions_of(dir: &RunDir, arch: &str, prog: &Path) -> Vec<Value> {
     let opts = [
         "--json",
         "-p",
@@ -831,7 +844,7 @@ fn library_functions(arch: &str) {
         "-p",
         "libc:labs:return",
     ];
-    let r = run_probe(&dir, arch, &opts, &prog);
+    let r = run_probe(dir, arch, &opts, prog);
     assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
     let bits = guest_info(arch).bits;
     let mut want = Vec::new();
@@ -865,6 +878,10 @@ fn library_functions(arch: &str) {
         })
         .collect();
     assert_eq!(got, want, "{arch}");
+    r.out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 per_guest!(library_functions: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
@@ -917,4 +934,197 @@ fn list_of_a_library() {
     let w: Vec<&str> = out.split_whitespace().collect();
     assert_eq!((w[0], w.len()), ("labs", 4), "{out}");
     assert!(w[3].ends_with("/libc.so.6"), "{out}");
+}
+
+/// The cross `nm` of `file` (`-D`: its dynamic symbols): each defined
+/// function's address (ARM: even).
+fn nm_funcs(arch: &str, file: &Path, dynamic: bool) -> BTreeMap<String, u64> {
+    let nm = match guest_info(arch).triple {
+        Some(t) => format!("{t}-nm"),
+        None => "nm".into(),
+    };
+    let mut cmd = Command::new(&nm);
+    if dynamic {
+        cmd.arg("-D");
+    }
+    let o = cmd
+        .arg("--defined-only")
+        .arg(file)
+        .output()
+        .unwrap_or_else(|e| panic!("{nm}: {e}"));
+    assert!(o.status.success(), "{nm} {}", file.display());
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let [addr, ty, name] = w[..] else {
+                return None;
+            };
+            if !matches!(ty, "T" | "t" | "W" | "i") {
+                return None;
+            }
+            let a = u64::from_str_radix(addr, 16).ok()?;
+            let a = if arch == "arm" { a & !1 } else { a };
+            Some((name.split('@').next().unwrap().to_string(), a))
+        })
+        .collect()
+}
+
+/// The load bias the entry hits of `hits` imply: each one's pc less the
+/// `nm` address of its function is one and the same page-aligned bias
+/// (on ppc64le the probe sits at the ELFv2 local entry, up to 16 bytes
+/// on).
+fn load_bias(arch: &str, hits: &[Value], nm: &BTreeMap<String, u64>) -> u64 {
+    let mut biases = BTreeSet::new();
+    for h in hits.iter().filter(|h| h["at"] == "entry") {
+        let f = h["function"].as_str().unwrap();
+        let at = nm.get(f).unwrap_or_else(|| panic!("{arch}: nm lacks {f}"));
+        let mut d = hex(&h["pc"]).unwrap().wrapping_sub(*at);
+        if arch == "ppc64le" && d & 0xfff <= 16 {
+            d &= !0xfff;
+        }
+        biases.insert(d);
+    }
+    assert_eq!(biases.len(), 1, "{arch}: one load bias: {biases:x?}");
+    let b = biases.into_iter().next().unwrap();
+    assert_eq!(b % 0x1000, 0, "{arch}: a page-aligned load bias: {b:#x}");
+    b
+}
+
+/// A position-independent program (`-pie -fPIE`, Debian's default):
+/// planned at link-time addresses and moved by where QEMU put it, with
+/// the same known values, at the `nm` addresses plus one load bias.
+fn pie_known_values(arch: &str) {
+    let dir = RunDir::new();
+    let prog = build(
+        &dir,
+        arch,
+        "probe",
+        "probe-pie",
+        &["-O2", "-pie", "-fPIE", "-pthread"],
+    );
+    pie_values_and_addresses(&dir, arch, &prog);
+}
+
+/// ELF `e_type` ET_DYN.
+fn is_pie(prog: &Path) -> bool {
+    let b = fs::read(prog).unwrap();
+    let t = if b[5] == 2 {
+        [b[17], b[16]]
+    } else {
+        [b[16], b[17]]
+    };
+    u16::from_le_bytes(t) == 3
+}
+
+fn pie_values_and_addresses(dir: &RunDir, arch: &str, prog: &Path) {
+    // ET_DYN: really position independent.
+    assert!(is_pie(prog), "{arch}: not a PIE");
+    known_values_of(dir, arch, prog);
+    let r = run_probe(dir, "pie", &["--json", "-p", "pr_*"], prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let hits: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(hits.len() > 10, "{arch}: {}", r.out);
+    load_bias(arch, &hits, &nm_funcs(arch, prog, false));
+}
+
+per_guest!(pie_known_values: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// A static-pie program: QEMU starts in the program itself.
+fn static_pie_known_values(arch: &str) {
+    let dir = RunDir::new();
+    let prog = build(
+        &dir,
+        arch,
+        "probe",
+        "probe-spie",
+        &["-O2", "-static-pie", "-pthread"],
+    );
+    pie_values_and_addresses(&dir, arch, &prog);
+}
+
+// The guests whose Debian cross toolchain links -static-pie.
+per_guest!(static_pie_known_values: aarch64, x86_64, i386);
+
+/// `LIB:FUNC` probes in a position-independent program: the known values,
+/// at the cross `nm -D` addresses of the library plus a load bias.
+fn pie_library_functions(arch: &str) {
+    let dir = RunDir::new();
+    let prog = build(
+        &dir,
+        arch,
+        "dyn_probe",
+        "dyn_probe-pie",
+        &["-O2", "-pie", "-fPIE"],
+    );
+    assert!(is_pie(&prog), "{arch}: not a PIE");
+    let hits = library_functions_of(&dir, arch, &prog);
+    let o = Command::new(probe_exe())
+        .args(["--list", "libc:labs"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    let libc = PathBuf::from(out.split_whitespace().nth(3).expect("a libc path"));
+    let labs: Vec<Value> = hits
+        .into_iter()
+        .filter(|h| h["function"] == "labs")
+        .collect();
+    assert_eq!(labs.len(), 6, "{arch}");
+    load_bias(arch, &labs, &nm_funcs(arch, &libc, true));
+}
+
+per_guest!(pie_library_functions: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// A recording of a position-independent program: the program's mapping
+/// event places it.
+#[test]
+fn pie_replayed() {
+    let dir = RunDir::new();
+    let prog = build(
+        &dir,
+        "aarch64",
+        "dyn_probe",
+        "dyn_probe-pie",
+        &["-O2", "-pie", "-fPIE"],
+    );
+    let probes = [
+        "-p",
+        "main/1",
+        "-p",
+        "libc:labs/1",
+        "-p",
+        "libc:atoi:return",
+    ];
+    let live = run_probe(&dir, "live", &probes, &prog);
+    assert_eq!(live.status, 0, "{}", live.stderr);
+    let rec = dir.file("pie.cnl");
+    let (st, err) = cannoli(
+        &dir,
+        &[
+            "record".as_ref(),
+            "--hooks".as_ref(),
+            "regs".as_ref(),
+            "-o".as_ref(),
+            rec.as_os_str(),
+            prog.as_os_str(),
+        ],
+    );
+    assert_eq!(st, 0, "{err}");
+    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
+    ropts.extend(probes);
+    let replay = run_probe(&dir, "replay", &ropts, Path::new("--"));
+    assert_eq!(replay.status, 0, "{}", replay.stderr);
+    let strip = |s: &str| -> Vec<String> {
+        s.lines()
+            .map(|l| l.split_once(' ').unwrap().1.to_string())
+            .collect()
+    };
+    assert_eq!(strip(&replay.out), strip(&live.out));
+    assert_eq!(live.out.lines().count(), 7, "{}", live.out);
 }

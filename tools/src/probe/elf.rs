@@ -47,6 +47,11 @@ pub struct Image {
     /// Where the file's offset 0 is, at link-time addresses: a shared
     /// library's load bias is its mapping of offset 0 minus this.
     pub low: u64,
+    /// How many bytes from `low` its loadable segments cover.
+    pub span: u64,
+    /// Where it starts running (`e_entry`; ARM: the even address): the
+    /// first instruction QEMU runs of the file it starts in.
+    pub entry: u64,
     /// Sorted by start; one name per start (the first in the table).
     pub funcs: Vec<Func>,
     /// Loadable executable segments: (address, bytes).
@@ -66,6 +71,21 @@ fn low_page<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> u
             v - o
         })
         .min()
+        .unwrap_or(0)
+}
+
+/// How far the loadable segments reach past the low page.
+fn span<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>, low: u64) -> u64 {
+    let e = f.endian();
+    f.elf_program_headers()
+        .iter()
+        .filter(|p| p.p_type(e) == elf::PT_LOAD)
+        .map(|p| {
+            let v: u64 = p.p_vaddr(e).into();
+            let m: u64 = p.p_memsz(e).into();
+            (v + m).saturating_sub(low)
+        })
+        .max()
         .unwrap_or(0)
 }
 
@@ -96,9 +116,9 @@ impl Image {
                 file.architecture()
             )
         })?;
-        let (code, low) = match &file {
-            object::File::Elf32(f) => (segments(f), low_page(f)),
-            object::File::Elf64(f) => (segments(f), low_page(f)),
+        let (code, low, span) = match &file {
+            object::File::Elf32(f) => (segments(f), low_page(f), span(f, low_page(f))),
+            object::File::Elf64(f) => (segments(f), low_page(f), span(f, low_page(f))),
             _ => return Err(format!("{} is not an ELF file", path.display())),
         };
         let ppc = abi == Abi::Elfv2;
@@ -151,6 +171,8 @@ impl Image {
             big_endian: !file.is_little_endian(),
             pie: file.kind() == object::ObjectKind::Dynamic,
             low,
+            span,
+            entry: if arm { file.entry() & !1 } else { file.entry() },
             funcs,
             code,
         })

@@ -15,17 +15,14 @@ use std::path::{Path, PathBuf};
 /// The library `lib` (a file name prefix: `libc` for `libc.so.6`) of the
 /// dynamically linked `program`, canonical; `Err` is one line.
 pub fn find(program: &Path, lib: &str) -> Result<PathBuf, String> {
-    let guest = launch::arch::inspect(program).map_err(|e| e.to_string())?;
-    let Some(interp) = guest.interp.clone() else {
+    let (interp, root) = sysroot(program)?;
+    let Some(interp) = interp else {
         return Err(format!(
             "{}: {lib}:... names a shared library, but the program is statically linked; \
              probe its own functions (they include the C library's)",
             program.display()
         ));
     };
-    let root = launch::find::find_sysroot(&guest, &launch::find::env_qemu_args())
-        .map_err(|e| e.to_string())?
-        .unwrap_or_else(|| PathBuf::from("/"));
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(d) = Path::new(&interp).parent() {
         dirs.push(root.join(d.strip_prefix("/").unwrap_or(d)));
@@ -75,6 +72,36 @@ pub fn find(program: &Path, lib: &str) -> Result<PathBuf, String> {
             .collect::<Vec<_>>()
             .join(", ")
     ))
+}
+
+/// The `PT_INTERP` path of `program` (`None`: statically linked) and the
+/// sysroot QEMU will look for it and its libraries in.
+fn sysroot(program: &Path) -> Result<(Option<String>, PathBuf), String> {
+    let guest = launch::arch::inspect(program).map_err(|e| e.to_string())?;
+    let root = launch::find::find_sysroot(&guest, &launch::find::env_qemu_args())
+        .map_err(|e| e.to_string())?
+        .unwrap_or_else(|| PathBuf::from("/"));
+    Ok((guest.interp, root))
+}
+
+/// The dynamic loader's file of the dynamically linked `program`, as QEMU
+/// will map it (canonical); `None` for a statically linked one; `Err` is
+/// one line.
+pub fn interpreter(program: &Path) -> Result<Option<PathBuf>, String> {
+    let (interp, root) = sysroot(program)?;
+    let Some(interp) = interp else {
+        return Ok(None);
+    };
+    let p = Path::new(&interp);
+    let file = root.join(p.strip_prefix("/").unwrap_or(p));
+    match file.canonicalize() {
+        Ok(c) if is_elf(&c) => Ok(Some(c)),
+        _ => Err(format!(
+            "{}: its dynamic loader {interp} is not in {} (the sysroot QEMU will use)",
+            program.display(),
+            root.display()
+        )),
+    }
 }
 
 fn is_elf(p: &Path) -> bool {

@@ -21,7 +21,10 @@
 //!
 //! `LIB:FUNC` probes are planned in the library's file and moved to where
 //! the dynamic loader puts it, by the hook library and the client each
-//! ([`libs`]).
+//! ([`libs`]). A position-independent program is planned the same way,
+//! as a module at its link-time addresses; the hook library finds where
+//! guest memory is from the first instruction QEMU runs, the entry of the
+//! dynamic loader or of a static-pie program ([`plan::Anchor`]).
 //!
 //! The modules: [`spec`] parses `-p`, [`elf`] reads a file's functions,
 //! [`libs`] finds a shared library's file, [`conv`] is each guest's calling

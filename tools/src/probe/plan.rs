@@ -6,7 +6,8 @@
 //!
 //! `LIB:FUNC` probes are planned the same way in the library's file, at
 //! its link-time addresses ([`Module`]): the hook library and the client
-//! each move them by the library's load bias once it is mapped.
+//! each move them by the library's load bias once it is mapped. A
+//! position-independent program is such a module too (module 0).
 //!
 //! Every probed function gets its entry and its return instructions
 //! hooked, whatever was asked: the returns keep the call depth and match
@@ -57,7 +58,23 @@ pub struct Module {
     pub path: PathBuf,
     /// Where its offset 0 is at link time ([`Image::low`]).
     pub low: u64,
+    /// How far its segments reach past `low` ([`Image::span`]).
+    pub span: u64,
     pub sites: HashMap<u64, Vec<Site>>,
+}
+
+/// The file whose entry is the first instruction QEMU runs: the dynamic
+/// loader, or a static-pie program. Where its offset 0 is mapped in QEMU's
+/// address space, less where it is in the guest's (the first pc, less its
+/// entry, plus its link-time low page), is where guest memory starts.
+#[derive(Debug, Clone)]
+pub struct Anchor {
+    /// Its `e_entry` (ARM: even).
+    pub entry: u64,
+    /// Its link-time low page ([`Image::low`]).
+    pub low: u64,
+    /// Canonical: as QEMU's mappings name it.
+    pub path: PathBuf,
 }
 
 /// Everything the probes of one run need.
@@ -70,8 +87,11 @@ pub struct Plan {
     /// The libraries of `LIB:FUNC` probes.
     pub modules: Vec<Module>,
     /// The program and its lowest page, for the hook library to find where
-    /// QEMU put guest memory (libraries only).
+    /// QEMU put guest memory (libraries of a program at its link address).
     pub exe: (PathBuf, u64),
+    /// A position-independent program: the file QEMU starts running in,
+    /// from which the hook library finds where guest memory is.
+    pub anchor: Option<Anchor>,
     /// Some argument is on the stack: the thread's stores are needed.
     pub stores: bool,
     /// Count every instruction (`--insns`).
@@ -84,15 +104,32 @@ impl Plan {
     /// Resolves `specs` in `img`; `Err` is one line naming the probe that
     /// matched nothing and how to see what there is.
     pub fn new(img: &Image, specs: Vec<Spec>, count: bool, flow: bool) -> Result<Plan, String> {
-        // The hook library finds where QEMU put guest memory (and so the
-        // libraries) from the program's own mapping, at its link address.
-        if img.pie {
-            return Err(format!(
-                "{} is position independent, so its functions' run-time addresses are not known \
-                 before it runs; build it with -no-pie (or -static)",
-                img.path.display()
-            ));
-        }
+        let exe = img.path.canonicalize().unwrap_or_else(|_| img.path.clone());
+        // A position-independent program is placed like a library: its
+        // sites are at link-time addresses, moved by its load bias. Where
+        // QEMU put guest memory is found from the first instruction it
+        // runs, the entry of the dynamic loader (or of a static-pie
+        // program itself).
+        let anchor = if img.pie {
+            let a = match super::libs::interpreter(&img.path)? {
+                Some(ld) => {
+                    let li = Image::read(&ld)?;
+                    Anchor {
+                        entry: li.entry,
+                        low: li.low,
+                        path: ld,
+                    }
+                }
+                None => Anchor {
+                    entry: img.entry,
+                    low: img.low,
+                    path: exe.clone(),
+                },
+            };
+            Some(a)
+        } else {
+            None
+        };
         let mut plan = Plan {
             abi: img.abi,
             big_endian: img.big_endian,
@@ -100,21 +137,33 @@ impl Plan {
             targets: Vec::new(),
             sites: HashMap::new(),
             modules: Vec::new(),
-            exe: (
-                img.path.canonicalize().unwrap_or_else(|_| img.path.clone()),
-                img.low,
-            ),
+            exe: (exe.clone(), img.low),
+            anchor,
             stores: false,
             count,
             flow,
         };
+        // The program's own sites: in `sites`, or in module 0 when it is
+        // position independent.
+        let exe_module = if img.pie {
+            plan.modules.push(Module {
+                path: exe,
+                low: img.low,
+                span: img.span,
+                sites: HashMap::new(),
+            });
+            Some(0)
+        } else {
+            None
+        };
+        let first_lib = plan.modules.len();
         // Targets by (module, entry): a function probed twice is one target.
         let mut by_entry: HashMap<(Option<usize>, u64), usize> = HashMap::new();
         let mut libs: Vec<(String, Image)> = Vec::new();
         for (p, spec) in specs.iter().enumerate() {
             let (module, image) = match &spec.lib {
                 Some(lib) => {
-                    let m = match libs.iter().position(|(l, _)| l == lib) {
+                    let i = match libs.iter().position(|(l, _)| l == lib) {
                         Some(m) => m,
                         None => {
                             let path = super::libs::find(&img.path, lib)
@@ -123,18 +172,19 @@ impl Plan {
                             plan.modules.push(Module {
                                 path,
                                 low: li.low,
+                                span: li.span,
                                 sites: HashMap::new(),
                             });
                             libs.push((lib.clone(), li));
                             libs.len() - 1
                         }
                     };
-                    (Some(m), &libs[m].1)
+                    (Some(first_lib + i), &libs[i].1)
                 }
-                None => (None, img),
+                None => (exe_module, img),
             };
-            if let (Point::Addr(a), None) = (spec.point, module) {
-                plan.add(None, a, Site::Pc(p));
+            if let (Point::Addr(a), None) = (spec.point, &spec.lib) {
+                plan.add(exe_module, a, Site::Pc(p));
                 continue;
             }
             let mut any = false;
@@ -262,7 +312,9 @@ impl Plan {
         for pc in pcs {
             let _ = writeln!(s, "{pc:x}");
         }
-        if !self.modules.is_empty() {
+        if let Some(a) = &self.anchor {
+            let _ = writeln!(s, "anchor {:x} {:x} {}", a.entry, a.low, a.path.display());
+        } else if !self.modules.is_empty() {
             let _ = writeln!(s, "exe {:x} {}", self.exe.1, self.exe.0.display());
         }
         for m in &self.modules {

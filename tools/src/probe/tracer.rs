@@ -25,6 +25,7 @@ use super::shadow::Shadow;
 use super::{Mode, RunState};
 
 /// What the parallel phase hands on.
+#[derive(Clone)]
 pub enum Item {
     /// A hooked pc and the registers before it ran.
     Hit { pc: u64, regs: Box<[u64]> },
@@ -43,6 +44,25 @@ pub struct Pid {
     run: Arc<RunState>,
     plan: Arc<Plan>,
     biases: Mutex<Vec<Option<u64>>>,
+    /// Threads that ended with hits waiting for the program's placement
+    /// (see [`Probe::deferred`]).
+    parked: Arc<Mutex<Vec<Probe>>>,
+}
+
+impl Drop for Pid {
+    fn drop(&mut self) {
+        // The last thread ended: what is known is all there will be.
+        unpark(self);
+    }
+}
+
+/// Runs the hits of the threads parked waiting for the program's
+/// placement, now that it is known (or will never be).
+fn unpark(pid: &Pid) {
+    let parked = std::mem::take(&mut *super::lock(&pid.parked));
+    for mut p in parked {
+        p.drain(pid);
+    }
 }
 
 /// A thread's register layout, by the plan's needs.
@@ -86,6 +106,14 @@ pub struct Probe {
     /// The load bias of each library this thread saw mapped.
     biases: Vec<Option<u64>>,
     buf: String,
+    /// A position-independent program is placed by its mapping event, in
+    /// the main thread's stream, which may reach the serial phase after
+    /// another thread's hits (a quiet thread's events wait in its ring):
+    /// this thread's events from its first hit that needs the placement
+    /// wait here until it is known. A thread that ends still waiting is
+    /// parked in its process ([`Pid::parked`]) and finished there.
+    deferred: Vec<Item>,
+    parked: Arc<Mutex<Vec<Probe>>>,
 }
 
 fn reg(regs: &[u64], i: Option<usize>) -> Option<u64> {
@@ -105,6 +133,7 @@ impl Cannoli for Probe {
             run,
             plan,
             biases: Mutex::new(vec![None; n]),
+            parked: Arc::new(Mutex::new(Vec::new())),
         })
     }
 
@@ -140,6 +169,8 @@ impl Cannoli for Probe {
             pending: None,
             biases: vec![None; plan.modules.len()],
             buf: String::new(),
+            deferred: Vec::new(),
+            parked: pid.parked.clone(),
         };
         (p, layout)
     }
@@ -183,6 +214,13 @@ impl Cannoli for Probe {
         let p = std::path::Path::new(path);
         let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         if let Some(module) = pid.plan.module_of(&p) {
+            // Known to the other threads at once: the program is mapped
+            // before any thread runs, and a thread's hits may reach the
+            // serial phase before the mapping thread's event does.
+            let m = &pid.plan.modules[module];
+            let mut biases = super::lock(&pid.biases);
+            biases[module] = Some(bias_after(m, biases[module], base));
+            drop(biases);
             trace.push(Item::Map { module, base });
         }
     }
@@ -202,25 +240,37 @@ impl Cannoli for Probe {
     }
 
     fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
+        if !self.deferred.is_empty() && self.placed(pid) {
+            self.drain(pid);
+        }
         for item in trace {
-            match item {
-                Item::Map { module, base } => {
-                    let bias = base.wrapping_sub(self.plan.modules[*module].low);
-                    self.biases[*module] = Some(bias);
-                    super::lock(&pid.biases)[*module] = Some(bias);
-                }
-                Item::Count(n) => self.insns += n,
-                Item::Store { addr, value, size } => {
-                    self.shadow
-                        .store(*addr, *value, *size, self.plan.big_endian)
-                }
-                Item::Hit { pc, regs } => {
-                    self.hit(pid, *pc, regs);
-                    self.insns += 1;
-                }
+            if !self.deferred.is_empty() || self.needs_placement(pid, item) {
+                self.deferred.push(item.clone());
+            } else {
+                self.apply(pid, item);
             }
         }
         self.flush();
+    }
+}
+
+/// The load bias of `m` after a mapping of its offset 0 at `base`, given
+/// the one `known`. A mapping inside the file as placed, above its start,
+/// is a later segment mapping the file's first page again (a small file's
+/// data segment starts in it), not a new placement; one below the start
+/// but overlapping it is the real start seen late.
+fn bias_after(m: &super::plan::Module, known: Option<u64>, base: u64) -> u64 {
+    let bias = base.wrapping_sub(m.low);
+    match known {
+        Some(b) => {
+            let start = b.wrapping_add(m.low);
+            if base > start && base - start < m.span {
+                b
+            } else {
+                bias
+            }
+        }
+        None => bias,
     }
 }
 
@@ -232,6 +282,59 @@ fn count(trace: &mut Vec<Item>, n: u64) {
 }
 
 impl Probe {
+    fn apply(&mut self, pid: &Pid, item: &Item) {
+        match item {
+            Item::Map { module, base } => {
+                let m = &self.plan.modules[*module];
+                let known = self.biases[*module];
+                self.biases[*module] = Some(bias_after(m, known, *base));
+                let mut biases = super::lock(&pid.biases);
+                let first = biases[*module].is_none();
+                biases[*module] = Some(bias_after(m, biases[*module], *base));
+                drop(biases);
+                if first {
+                    unpark(pid);
+                }
+            }
+            Item::Count(n) => self.insns += n,
+            Item::Store { addr, value, size } => {
+                self.shadow
+                    .store(*addr, *value, *size, self.plan.big_endian)
+            }
+            Item::Hit { pc, regs } => {
+                self.hit(pid, *pc, regs);
+                self.insns += 1;
+            }
+        }
+    }
+
+    /// Whether the position-independent program's placement is known.
+    fn placed(&mut self, pid: &Pid) -> bool {
+        if self.plan.anchor.is_none() {
+            return true;
+        }
+        if self.biases[0].is_none() {
+            self.biases[0] = super::lock(&pid.biases)[0];
+        }
+        self.biases[0].is_some()
+    }
+
+    /// A hooked pc that is not the program's at a fixed address, while
+    /// the position-independent program is not placed yet.
+    fn needs_placement(&mut self, pid: &Pid, item: &Item) -> bool {
+        matches!(item, Item::Hit { pc, .. } if !self.plan.sites.contains_key(pc))
+            && !self.placed(pid)
+    }
+
+    /// Runs the events that waited for the program's placement (with what
+    /// is known: a process that never placed it loses them).
+    fn drain(&mut self, pid: &Pid) {
+        for item in std::mem::take(&mut self.deferred) {
+            self.apply(pid, &item);
+        }
+        self.flush();
+    }
+
     fn insn(&self) -> Option<u64> {
         self.plan.count.then_some(self.insns)
     }
@@ -426,6 +529,28 @@ impl Probe {
 
 impl Drop for Probe {
     fn drop(&mut self) {
+        if !self.deferred.is_empty() {
+            // Finished by the process once the program is placed.
+            let parked = self.parked.clone();
+            let me = Probe {
+                run: self.run.clone(),
+                pid: self.pid,
+                tid: self.tid,
+                plan: self.plan.clone(),
+                layout: self.layout.clone(),
+                stack: std::mem::take(&mut self.stack),
+                shadow: std::mem::take(&mut self.shadow),
+                insns: self.insns,
+                hits: std::mem::take(&mut self.hits),
+                pending: self.pending.take(),
+                biases: self.biases.clone(),
+                buf: std::mem::take(&mut self.buf),
+                deferred: std::mem::take(&mut self.deferred),
+                parked: self.parked.clone(),
+            };
+            super::lock(&parked).push(me);
+            return;
+        }
         if let Some(p) = self.pending.take() {
             self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
         }
