@@ -66,7 +66,7 @@ fn unpark(pid: &Pid) {
 }
 
 /// A thread's register layout, by the plan's needs.
-pub struct Layout {
+pub struct ThreadRegs {
     names: Vec<String>,
     mask: u64,
     args: Vec<Option<usize>>,
@@ -97,7 +97,7 @@ pub struct Probe {
     pid: i32,
     tid: i32,
     plan: Arc<Plan>,
-    layout: Arc<Layout>,
+    layout: Arc<ThreadRegs>,
     stack: Vec<Frame>,
     shadow: Shadow,
     insns: u64,
@@ -122,7 +122,7 @@ fn reg(regs: &[u64], i: Option<usize>) -> Option<u64> {
 
 impl Cannoli for Probe {
     type Trace = Item;
-    type TidContext = Arc<Layout>;
+    type TidContext = Arc<ThreadRegs>;
     type PidContext = Pid;
 
     fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
@@ -137,14 +137,14 @@ impl Cannoli for Probe {
         })
     }
 
-    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Probe, Arc<Layout>) {
+    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Probe, Arc<ThreadRegs>) {
         let plan = &pid.plan;
         pid.run.threads.fetch_add(1, Ordering::Relaxed);
         let names: Vec<String> = ci.regs.names.clone();
         let find = |n: &str| names.iter().position(|x| x == n);
         let abi = plan.abi;
         let bytes = ci.regs.bytes;
-        let layout = Arc::new(Layout {
+        let layout = Arc::new(ThreadRegs {
             args: abi.arg_regs().iter().map(|n| find(n)).collect(),
             ret: find(abi.ret_reg()),
             sp: find(abi.sp_reg()),
@@ -175,11 +175,11 @@ impl Cannoli for Probe {
         (p, layout)
     }
 
-    fn exec_run(_p: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
+    fn exec_run(_p: &Pid, _l: &Arc<ThreadRegs>, pcs: &[u64], trace: &mut Vec<Item>) {
         count(trace, pcs.len() as u64);
     }
 
-    fn regs(pid: &Pid, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+    fn regs(pid: &Pid, l: &Arc<ThreadRegs>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
         let plan = &pid.plan;
         // A library's pcs are known once it is mapped (serial phase).
         if !plan.sites.contains_key(&pc) && plan.modules.is_empty() {
@@ -197,7 +197,7 @@ impl Cannoli for Probe {
     #[allow(clippy::too_many_arguments)]
     fn mmap(
         pid: &Pid,
-        _l: &Arc<Layout>,
+        _l: &Arc<ThreadRegs>,
         base: u64,
         _len: u64,
         anon: bool,
@@ -227,7 +227,7 @@ impl Cannoli for Probe {
 
     fn write(
         pid: &Pid,
-        _l: &Arc<Layout>,
+        _l: &Arc<ThreadRegs>,
         _pc: u64,
         addr: u64,
         value: u64,
@@ -239,7 +239,7 @@ impl Cannoli for Probe {
         }
     }
 
-    fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
+    fn trace(&mut self, pid: &Pid, _l: &Arc<ThreadRegs>, trace: &[Item]) {
         if !self.deferred.is_empty() && self.placed(pid) {
             self.drain(pid);
         }
