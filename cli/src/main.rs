@@ -9,7 +9,7 @@
 //! ```
 //!
 //! Every tool also traces a program live, as its example binary does
-//! (`cannoli trace ./prog`); the tools are the `cannoli-tools` crate's, so
+//! (`cannoli trace ./prog`); the tools are the `tools` crate's, so
 //! `cannoli trace` and `symbolizer` are the same code.
 
 use clap::{CommandFactory, Parser, Subcommand};

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-//! One-command launching (the `cannoli-launch` crate, used by the examples):
+//! One-command launching (the `launch` crate, used by the examples):
 //! `symbolizer PROGRAM ARGS...` starts the client, finds the patched QEMU and
 //! the hook library, runs the program and exits with its status; errors are
 //! one line; the classic two-terminal mode still works.

@@ -18,7 +18,7 @@
 //! `-cannoli lib.so`. The hooks run once per lift, when QEMU translates a
 //! guest instruction; their answers decide what x86-64 code this crate
 //! splices into the translation. That code runs at JIT speed and appends
-//! fixed-layout events (see the `cannoli-wire` crate) to a shared-memory
+//! fixed-layout events (see the `wire` crate) to a shared-memory
 //! chunk, which is handed to the client process when full.
 //!
 //! Modules, each importing only those below it: `ffi` is the C interface

@@ -3,7 +3,7 @@
 //! the first connection to the last event.
 //!
 //! ```sh
-//! benchmark --threads 1 ./nop_loop        # one command (cannoli-launch)
+//! benchmark --threads 1 ./nop_loop        # one command (the launch crate)
 //!
 //! benchmark --threads 1 &                 # or two: the client first,
 //! qemu-mipsel -cannoli target/release/libbenchmark.so ./nop_loop

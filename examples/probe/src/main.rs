@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! The `probe` example's client: the same code as `cannoli probe`, in
-//! `cannoli-tools` (`tools::probe`).
+//! `tools` (`tools::probe`).
 
 #[derive(clap::Parser)]
 #[command(name = "probe", about = tools::probe::ABOUT)]

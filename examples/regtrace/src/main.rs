@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! The `regtrace` example's client: the same code as `cannoli regtrace`,
-//! in `cannoli-tools` (`tools::regtrace`), so that the two cannot drift
+//! in `tools` (`tools::regtrace`), so that the two cannot drift
 //! apart.
 
 #[derive(clap::Parser)]

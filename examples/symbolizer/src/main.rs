@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! The `symbolizer` example's client: the same code as `cannoli
-//! symbolizer`, in `cannoli-tools` (`tools::symbolizer`), so that the two
+//! symbolizer`, in `tools` (`tools::symbolizer`), so that the two
 //! cannot drift apart.
 
 #[derive(clap::Parser)]

@@ -1,7 +1,7 @@
 //! The rare events QEMU's C code reports: registers, syscalls, mappings,
 //! signals; and what a fork or an execve does to a stream.
 //!
-//! Each is encoded as a framed event (see the `cannoli-wire` crate) and
+//! Each is encoded as a framed event (see the `wire` crate) and
 //! appended through the vCPU's cursor, so it lands in the thread's stream in
 //! execution order, between the exec and memory events around it.
 

@@ -6,7 +6,7 @@
 //! runs `./prog` under the patched QEMU with `-cannoli libsymbolizer.so` (the
 //! hook library of the `symbolizer` example, which records every
 //! instruction and memory access) and exits with the program's status (see
-//! the `cannoli-launch` crate). Or, in two terminals, start it without a
+//! the `launch` crate). Or, in two terminals, start it without a
 //! program, then QEMU:
 //!
 //! ```text
