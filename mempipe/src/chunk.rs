@@ -84,7 +84,7 @@ impl Chunk<'_> {
     }
 
     /// Whether the consumer refused this chunk: its slot broke the protocol
-    /// (see [`Consumer::violation`]). It has no data, and it is the last
+    /// (see [`Consumer::violation`](crate::Consumer::violation)). It has no data, and it is the last
     /// chunk of the stream.
     #[inline]
     pub fn is_refused(&self) -> bool {
