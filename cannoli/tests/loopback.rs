@@ -1354,13 +1354,27 @@ fn a_worker_that_cannot_start_ends_its_stream_counted() {
 }
 
 /// Streams `chunks` on `p` (connected as `s`), then says goodbye.
-fn stream_and_say_goodbye(mut p: Producer, mut s: Sock, chunks: &[Vec<u64>]) {
+fn stream_and_say_goodbye(p: Producer, s: Sock, chunks: &[Vec<u64>]) {
+    stream_and_say_goodbye_after(p, s, chunks, None)
+}
+
+/// [`stream_and_say_goodbye`], waiting at `before_goodbye` (if any) once
+/// every chunk is published.
+fn stream_and_say_goodbye_after(
+    mut p: Producer,
+    mut s: Sock,
+    chunks: &[Vec<u64>],
+    before_goodbye: Option<&Barrier>,
+) {
     for words in chunks {
         let buf = p.acquire_slice().unwrap();
         for (i, wd) in words.iter().enumerate() {
             buf[i * 8..i * 8 + 8].copy_from_slice(&wd.to_le_bytes());
         }
         p.publish(words.len() * 8).unwrap();
+    }
+    if let Some(b) = before_goodbye {
+        b.wait();
     }
     p.close();
     let g = format!("{{\"chunks\":{},\"lost_events\":0}}\n", p.published());
@@ -1376,9 +1390,14 @@ fn every_thread_of_a_process_hands_over_its_block_table() {
     let addr = peer(&server);
     let table = Arc::new(mempipe::TableWriter::create(0).unwrap());
     table.append(&[0x40_0000, 0x40_0004], |_| true).unwrap();
+    // Neither says goodbye before both have streamed all their chunks
+    // (through a 4-chunk ring, so both are being served): otherwise, on a
+    // busy machine, the first can end (and its process context go) before
+    // the second connects, and the process is initialised twice, rightly.
+    let both = Arc::new(Barrier::new(2));
     let fakes: Vec<_> = (0..2)
         .map(|i| {
-            let (addr, table) = (addr.clone(), table.clone());
+            let (addr, table, both) = (addr.clone(), table.clone(), both.clone());
             let (chunks, want) = make_stream(20, 4096, 40 + i as u64);
             let t = std::thread::spawn(move || {
                 let mut p = Producer::create_memfd(4096, 4).unwrap();
@@ -1392,7 +1411,7 @@ fn every_thread_of_a_process_hands_over_its_block_table() {
                 )
                 .expect("welcomed with a block table");
                 p.release_fd();
-                stream_and_say_goodbye(p, s, &chunks);
+                stream_and_say_goodbye_after(p, s, &chunks, Some(&both));
             });
             (t, want)
         })

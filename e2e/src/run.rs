@@ -678,3 +678,21 @@ pub fn unused_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     l.local_addr().unwrap().port()
 }
+
+/// `c.output()` for a program this test process has just written (a copied
+/// tool): retried while it is "text file busy". Another test thread's
+/// fork may still hold the file's write descriptor for the moment between
+/// its fork and exec (close-on-exec closes it only then), and exec of a
+/// file open for writing fails with ETXTBSY.
+pub fn output_of_fresh_copy(c: &mut Command) -> std::io::Result<std::process::Output> {
+    let mut tries = 0;
+    loop {
+        match c.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            r => return r,
+        }
+    }
+}

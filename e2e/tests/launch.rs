@@ -734,7 +734,7 @@ fn a_planted_qemu_env_above_the_tool_is_ignored() {
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .current_dir(dir.path())
             .stdin(Stdio::null());
-        let out = c.output().unwrap();
+        let out = e2e::run::output_of_fresh_copy(&mut c).unwrap();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
