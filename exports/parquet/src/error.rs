@@ -79,3 +79,23 @@ pub enum Error {
 
 /// The export's results.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_file() {
+        let e = Error::Create {
+            path: "/o/insns".into(),
+            source: io::Error::from(io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(e.to_string(), "cannot create /o/insns: permission denied");
+        assert_eq!(
+            Error::AlreadyExported("/o".into()).to_string(),
+            "/o already holds an export (insns/); remove it or choose another -o DIR"
+        );
+        let e = Error::Zstd(io::Error::other("bad level"));
+        assert_eq!(e.to_string(), "zstd: bad level");
+    }
+}

@@ -191,6 +191,13 @@ mod tests {
             let e = Spec::parse(bad).unwrap_err().to_string();
             assert!(e.contains("write FUNC") && !e.contains('\n'), "{bad}: {e}");
         }
+        let e = Spec::parse("f/99").unwrap_err();
+        assert_eq!(e.why, Why::ArgCount);
+        assert_eq!(
+            e.to_string(),
+            "probe \"f/99\": N of FUNC/N must be 0 to 16; write FUNC, FUNC/N, FUNC:return, \
+             FUNC+OFF, 0xADDR or LIB:FUNC"
+        );
     }
 
     #[test]
