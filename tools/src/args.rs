@@ -32,12 +32,17 @@ pub fn parse_from<P: Parser>(tool: &str, args: impl IntoIterator<Item = OsString
 }
 
 /// `--threads N` of every tool: a number, at least 1.
-pub fn threads(v: &str) -> Result<usize, String> {
+pub fn threads(v: &str) -> Result<usize, NotAThreadCount> {
     match v.parse() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err("needs a number (at least 1)".into()),
+        _ => Err(NotAThreadCount),
     }
 }
+
+/// A `--threads` value that is not a number of at least 1.
+#[derive(Debug, thiserror::Error)]
+#[error("needs a number (at least 1)")]
+pub struct NotAThreadCount;
 
 /// The words of `line`, as a command line's arguments (tests).
 #[cfg(test)]

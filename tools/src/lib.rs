@@ -8,6 +8,7 @@
 pub mod args;
 pub mod backtrace;
 pub mod coverage;
+pub mod elf;
 pub mod info;
 pub mod input;
 pub mod probe;

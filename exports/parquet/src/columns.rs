@@ -33,6 +33,7 @@ use parquet::file::statistics::Statistics;
 use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::{ColumnDescPtr, SchemaDescPtr};
 
+use crate::error::{Error, Result};
 use crate::pages;
 use crate::parts::{Table, ROWS_PER_FILE, ROW_GROUP};
 use crate::sink::Sink;
@@ -50,24 +51,24 @@ pub struct Scratch {
 }
 
 /// `data` as one zstd frame if that shrinks it by 1/16 at least.
-fn shrunk(z: &mut zstd::bulk::Compressor<'static>, data: &[u8]) -> Result<Option<Vec<u8>>, String> {
-    let c = z.compress(data).map_err(|e| format!("zstd: {e}"))?;
+fn shrunk(z: &mut zstd::bulk::Compressor<'static>, data: &[u8]) -> Result<Option<Vec<u8>>> {
+    let c = z.compress(data).map_err(Error::Zstd)?;
     Ok((c.len() * 16 <= data.len() * 15).then_some(c))
 }
 
 impl Scratch {
     /// `data` as one zstd frame if that shrinks it by 1/16 at least.
-    pub fn frame(&mut self, data: &[u8]) -> Result<Option<Vec<u8>>, String> {
+    pub fn frame(&mut self, data: &[u8]) -> Result<Option<Vec<u8>>> {
         shrunk(&mut self.z, data)
     }
 
     /// `data` as one zstd frame.
-    pub fn compress(&mut self, data: &[u8]) -> Result<Vec<u8>, String> {
-        self.z.compress(data).map_err(|e| format!("zstd: {e}"))
+    pub fn compress(&mut self, data: &[u8]) -> Result<Vec<u8>> {
+        self.z.compress(data).map_err(Error::Zstd)
     }
 
-    pub fn new() -> Result<Scratch, String> {
-        let z = zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(|e| format!("zstd: {e}"))?;
+    pub fn new() -> Result<Scratch> {
+        let z = zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(Error::Zstd)?;
         Ok(Scratch { raw: Vec::new(), z })
     }
 }
@@ -132,7 +133,7 @@ impl Column {
         levels: usize,
         nulls: usize,
         s: &mut Scratch,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         if let (Some(words), None) = (self.dict, self.dict_len) {
             let mut raw = Vec::new();
             pages::plain_words(words, &mut raw);
@@ -176,7 +177,7 @@ impl Column {
         nulls: usize,
         raw: &[u8],
         frames: Option<&[&[u8]]>,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let buf = match frames {
             Some(frames) => {
                 let len = levels + frames.iter().map(|f| f.len()).sum::<usize>();
@@ -205,22 +206,20 @@ impl Column {
         Ok(())
     }
 
-    fn write(&mut self, page: CompressedPage) -> Result<(), String> {
+    fn write(&mut self, page: CompressedPage) -> Result<()> {
         let spare = &mut self.spare;
         let out = self
             .out
             .get_or_insert_with(|| TrackedWrite::new(std::mem::take(spare)));
-        let spec = SerializedPageWriter::new(out)
-            .write_page(page)
-            .map_err(|e| e.to_string())?;
+        let spec = SerializedPageWriter::new(out).write_page(page)?;
         self.uncompressed += spec.uncompressed_size as i64;
         Ok(())
     }
 
     /// Ends the column chunk: its bytes and metadata, for `append_column`.
-    fn finish_chunk(&mut self) -> Result<(Bytes, ColumnCloseResult), String> {
+    fn finish_chunk(&mut self) -> Result<(Bytes, ColumnCloseResult)> {
         let bytes = match self.out.take() {
-            Some(o) => o.into_inner().map_err(|e| e.to_string())?,
+            Some(o) => o.into_inner()?,
             None => Vec::new(),
         };
         let mut encodings = vec![Encoding::RLE, self.encoding];
@@ -245,7 +244,7 @@ impl Column {
                 false,
             ));
         }
-        let metadata = b.build().map_err(|e| e.to_string())?;
+        let metadata = b.build()?;
         let close = ColumnCloseResult {
             bytes_written: bytes.len() as u64,
             rows_written: self.rows,
@@ -266,10 +265,8 @@ pub struct FileSchema {
 }
 
 impl FileSchema {
-    pub fn new(arrow: &SchemaRef) -> Result<FileSchema, String> {
-        let schema = ArrowSchemaConverter::new()
-            .convert(arrow)
-            .map_err(|e| e.to_string())?;
+    pub fn new(arrow: &SchemaRef) -> Result<FileSchema> {
+        let schema = ArrowSchemaConverter::new().convert(arrow)?;
         let mut props = WriterProperties::builder()
             .set_created_by(format!(
                 "cannoli export parquet {}",
@@ -305,11 +302,7 @@ pub struct Part {
 }
 
 impl Part {
-    pub fn new(
-        table: Arc<Table>,
-        layout: Arc<FileSchema>,
-        cols: Vec<Column>,
-    ) -> Result<Part, String> {
+    pub fn new(table: Arc<Table>, layout: Arc<FileSchema>, cols: Vec<Column>) -> Result<Part> {
         Ok(Part {
             table,
             layout,
@@ -324,7 +317,7 @@ impl Part {
 
     /// After every column got a page of `rows` rows: ends the row group if
     /// it is large enough.
-    pub fn paged(&mut self, rows: usize) -> Result<(), String> {
+    pub fn paged(&mut self, rows: usize) -> Result<()> {
         self.group_rows += rows;
         if self.group_rows >= ROW_GROUP {
             self.end_group()?;
@@ -332,24 +325,29 @@ impl Part {
         Ok(())
     }
 
-    fn end_group(&mut self) -> Result<(), String> {
+    fn end_group(&mut self) -> Result<()> {
         if self.group_rows == 0 {
             return Ok(());
         }
         if self.file.is_none() {
             let path = self.table.next_path();
-            let f = Sink::create(&path)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let f = Sink::create(&path).map_err(|source| Error::Create {
+                path: path.clone(),
+                source,
+            })?;
             let w = SerializedFileWriter::new(
                 f,
                 self.layout.schema.root_schema_ptr(),
                 self.layout.props.clone(),
             )
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+            .map_err(|source| Error::Open { path, source })?;
             self.file = Some(w);
         }
-        let dir = self.table.dir.display();
-        let err = |e: parquet::errors::ParquetError| format!("writing {dir}: {e}");
+        let dir = &self.table.dir;
+        let err = |source| Error::Write {
+            dir: dir.clone(),
+            source,
+        };
         let file = self.file.as_mut().expect("opened above");
         let mut rg = file.next_row_group().map_err(err)?;
         for c in &mut self.cols {
@@ -370,18 +368,24 @@ impl Part {
         Ok(())
     }
 
-    fn close_file(&mut self) -> Result<(), String> {
+    fn close_file(&mut self) -> Result<()> {
         if let Some(w) = self.file.take() {
-            let err = |e: String| format!("writing {}: {e}", self.table.dir.display());
-            let sink = w.into_inner().map_err(|e| err(e.to_string()))?;
-            sink.finish().map_err(|e| err(e.to_string()))?;
+            let dir = &self.table.dir;
+            let sink = w.into_inner().map_err(|source| Error::Write {
+                dir: dir.clone(),
+                source,
+            })?;
+            sink.finish().map_err(|source| Error::Finish {
+                dir: dir.clone(),
+                source,
+            })?;
         }
         self.file_rows = 0;
         Ok(())
     }
 
     /// Ends the open row group and writes the footer.
-    pub fn close(&mut self) -> Result<(), String> {
+    pub fn close(&mut self) -> Result<()> {
         self.end_group()?;
         self.close_file()
     }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::batch::{Batch, Spares};
 use crate::columns::{FileSchema, Part};
+use crate::error::Result;
 use crate::pages;
 use crate::resolve::{Resolver, Snapshot};
 use crate::tables::{self, Table};
@@ -29,7 +30,7 @@ pub fn encoder(
     insns: Arc<Table>,
     mem: Arc<Table>,
     layouts: (Arc<FileSchema>, Arc<FileSchema>),
-) -> Result<(u64, u64), String> {
+) -> Result<(u64, u64)> {
     let (li, lm) = layouts;
     let mut wi = Part::new(insns, li.clone(), tables::insn_columns(&li))?;
     let mut wm = Part::new(mem, lm.clone(), tables::mem_columns(&lm))?;
@@ -80,7 +81,7 @@ pub struct InsnScratch {
 }
 
 /// One page per `insns` column for a chunk's instructions.
-pub fn insn_pages(w: &mut Part, job: &Job, e: &mut InsnScratch) -> Result<(), String> {
+pub fn insn_pages(w: &mut Part, job: &Job, e: &mut InsnScratch) -> Result<()> {
     let b = &*job.batch;
     let n = b.insn_pc.len();
     let (cols, s) = (&mut w.cols, &mut w.scratch);
@@ -283,7 +284,7 @@ impl MemRows {
 }
 
 /// One page per `mem` column for the gathered accesses.
-pub fn mem_pages(w: &mut Part, m: &MemRows) -> Result<(), String> {
+pub fn mem_pages(w: &mut Part, m: &MemRows) -> Result<()> {
     let n = m.pc.len();
     if n == 0 {
         return Ok(());

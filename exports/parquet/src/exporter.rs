@@ -12,6 +12,7 @@ use tools::coverage::space::{Modules, Space};
 
 use crate::batch::{access, batch, next_seq, other, Ev, Slot, Spares};
 use crate::encode::Job;
+use crate::error::{Error, Result};
 use crate::resolve::{ModInfo, Snapshot};
 use crate::small::{self, Small};
 
@@ -25,7 +26,7 @@ pub struct Serial {
     /// Process number in the recording, by stream.
     process_of: Vec<u32>,
     /// The first error of the serial phase, which ends the export.
-    pub error: Option<String>,
+    pub error: Option<Error>,
 }
 
 impl Serial {
@@ -43,7 +44,7 @@ impl Serial {
 
     /// Adds the modules `Space` interned since the last call: their rows,
     /// their symbols.
-    fn new_modules(&mut self) -> Result<(), String> {
+    fn new_modules(&mut self) -> Result<()> {
         let known = self.infos.len();
         let new: Vec<_> = self
             .modules
@@ -71,7 +72,7 @@ impl Serial {
         Ok(())
     }
 
-    fn check(&mut self, r: Result<(), String>) {
+    fn check(&mut self, r: Result<()>) {
         if let (Err(e), None) = (r, &self.error) {
             self.error = Some(e);
         }

@@ -32,6 +32,7 @@
 mod batch;
 mod columns;
 mod encode;
+mod error;
 mod exporter;
 mod pages;
 mod parts;

@@ -15,6 +15,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 
+use crate::error::{Error, Result};
 use crate::sink::Sink;
 
 /// Rows of a row group (of the large tables: at least this many, whole
@@ -47,9 +48,11 @@ pub struct Table {
 
 impl Table {
     /// Creates `DIR/<name>/`.
-    pub fn create(out: &Path, name: &str, schema: SchemaRef) -> Result<Table, String> {
+    pub fn create(out: &Path, name: &str, schema: SchemaRef) -> Result<Table> {
         let dir = out.join(name);
-        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        if let Err(source) = fs::create_dir_all(&dir) {
+            return Err(Error::Create { path: dir, source });
+        }
         Ok(Table {
             dir,
             schema,
@@ -67,17 +70,19 @@ impl Table {
 
     /// Writes an empty part if the table has none, so that
     /// `DIR/<table>/*.parquet` matches a file with the schema.
-    pub fn ensure_file(&self) -> Result<(), String> {
+    pub fn ensure_file(&self) -> Result<()> {
         if self.next_part.load(Ordering::Relaxed) > 0 {
             return Ok(());
         }
         let path = self.dir.join("part-00000.parquet");
-        let f =
-            File::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let f = match File::create(&path) {
+            Ok(f) => f,
+            Err(source) => return Err(Error::Create { path, source }),
+        };
         let props = properties();
         ArrowWriter::try_new(f, self.schema.clone(), Some(props))
             .and_then(|w| w.close().map(|_| ()))
-            .map_err(|e| format!("{}: {e}", path.display()))
+            .map_err(|source| Error::Open { path, source })
     }
 }
 
@@ -107,22 +112,26 @@ impl PartWriter {
         &self.table
     }
 
-    pub fn write(&mut self, b: &RecordBatch) -> Result<(), String> {
+    pub fn write(&mut self, b: &RecordBatch) -> Result<()> {
         if b.num_rows() == 0 {
             return Ok(());
         }
         if self.cur.is_none() {
             let path = self.table.next_path();
-            let f = Sink::create(&path)
-                .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+            let f = Sink::create(&path).map_err(|source| Error::Create {
+                path: path.clone(),
+                source,
+            })?;
             let props = properties();
             let w = ArrowWriter::try_new(f, self.table.schema.clone(), Some(props))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|source| Error::Open { path, source })?;
             self.cur = Some((w, 0));
         }
         let (w, rows) = self.cur.as_mut().expect("opened above");
-        w.write(b)
-            .map_err(|e| format!("writing {}: {e}", self.table.dir.display()))?;
+        w.write(b).map_err(|source| Error::Write {
+            dir: self.table.dir.clone(),
+            source,
+        })?;
         *rows += b.num_rows();
         self.rows += b.num_rows() as u64;
         if *rows >= ROWS_PER_FILE {
@@ -132,11 +141,17 @@ impl PartWriter {
     }
 
     /// Closes the current part (writes its footer).
-    pub fn close(&mut self) -> Result<(), String> {
+    pub fn close(&mut self) -> Result<()> {
         if let Some((w, _)) = self.cur.take() {
-            let err = |e: String| format!("writing {}: {e}", self.table.dir.display());
-            let sink = w.into_inner().map_err(|e| err(e.to_string()))?;
-            sink.finish().map_err(|e| err(e.to_string()))?;
+            let dir = &self.table.dir;
+            let sink = w.into_inner().map_err(|source| Error::Write {
+                dir: dir.clone(),
+                source,
+            })?;
+            sink.finish().map_err(|source| Error::Finish {
+                dir: dir.clone(),
+                source,
+            })?;
         }
         Ok(())
     }

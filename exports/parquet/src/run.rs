@@ -12,6 +12,7 @@ use cannoli::recording::Recording;
 use crate::batch::Spares;
 use crate::columns::FileSchema;
 use crate::encode::{encoder, Job};
+use crate::error::{Error, Result};
 use crate::exporter::{Exporter, Serial, Shared};
 use crate::small::Small;
 use crate::tables::{self, Table};
@@ -38,18 +39,12 @@ pub struct Args {
 const TOOL: &str = "cannoli export parquet";
 
 /// Refuses to mix two exports: DIR must not hold one already.
-fn check_out(out: &Path) -> Result<(), String> {
+fn check_out(out: &Path) -> Result<()> {
     if out.join("insns").exists() {
-        return Err(format!(
-            "{} already holds an export (insns/); remove it or choose another -o DIR",
-            out.display()
-        ));
+        return Err(Error::AlreadyExported(out.to_path_buf()));
     }
     if out.exists() && !out.is_dir() {
-        return Err(format!(
-            "{} is not a directory; choose another -o DIR",
-            out.display()
-        ));
+        return Err(Error::NotDir(out.to_path_buf()));
     }
     Ok(())
 }
@@ -67,9 +62,9 @@ pub fn main(args: Args) -> i32 {
 
 /// The export: builds its value, replays the recording with it, then
 /// waits for the encoders and reports what was written.
-fn run(args: &Args) -> Result<i32, String> {
+fn run(args: &Args) -> Result<i32> {
     let start = Instant::now();
-    let rec = Recording::open(&args.recording).map_err(|e| e.to_string())?;
+    let rec = Recording::open(&args.recording)?;
     check_out(&args.out)?;
     let out = &args.out;
     let insns = Arc::new(Table::create(out, "insns", tables::insns())?);
@@ -99,23 +94,20 @@ fn run(args: &Args) -> Result<i32, String> {
     let replayed = rec.replay_with::<Exporter>(args.threads as usize, shared.clone());
     drop(bar);
     // Every stream's sender is gone with its exporter: this was the last.
-    let serial = Arc::into_inner(shared)
+    let mut serial = Arc::into_inner(shared)
         .map(|s| s.serial.into_inner().unwrap_or_else(|p| p.into_inner()))
-        .ok_or("the replay kept a stream open")?;
+        .ok_or(Error::StreamOpen)?;
     let (mut first_err, mut n_insns, mut n_mem) = (None, 0, 0);
     for e in encoders {
-        match e
-            .join()
-            .unwrap_or_else(|_| Err("an encoding thread panicked".into()))
-        {
+        match e.join().unwrap_or_else(|_| Err(Error::EncoderPanicked)) {
             Ok((i, m)) => (n_insns, n_mem) = (n_insns + i, n_mem + m),
             Err(e) => {
                 first_err.get_or_insert(e);
             }
         }
     }
-    let replayed = replayed.map_err(|e| e.to_string())?;
-    if let Some(e) = serial.error.clone().or(first_err) {
+    let replayed = replayed?;
+    if let Some(e) = serial.error.take().or(first_err) {
         return Err(e);
     }
     let counts = serial.small.finish()?;

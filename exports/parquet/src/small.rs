@@ -16,6 +16,8 @@ use arrow_schema::SchemaRef;
 use cannoli::{ClientInfo, Signal, Syscall};
 use tools::coverage::space::Module;
 
+use crate::error::Result;
+
 use crate::parts::{PartWriter, Table};
 use crate::tables;
 
@@ -58,7 +60,7 @@ trait Columns: Default {
 }
 
 impl<B: Columns> Out<B> {
-    fn new(out: &Path, name: &str, schema: SchemaRef) -> Result<Out<B>, String> {
+    fn new(out: &Path, name: &str, schema: SchemaRef) -> Result<Out<B>> {
         let t = Table::create(out, name, schema)?;
         Ok(Out {
             w: PartWriter::new(Arc::new(t)),
@@ -68,7 +70,7 @@ impl<B: Columns> Out<B> {
     }
 
     /// Counts a row added to the builders; writes them when enough.
-    fn added(&mut self) -> Result<(), String> {
+    fn added(&mut self) -> Result<()> {
         self.n += 1;
         if self.n >= FLUSH {
             self.flush()?;
@@ -76,19 +78,18 @@ impl<B: Columns> Out<B> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<(), String> {
+    fn flush(&mut self) -> Result<()> {
         if self.n == 0 {
             return Ok(());
         }
         self.n = 0;
-        let rb =
-            RecordBatch::try_new(self.w.schema(), self.b.columns()).map_err(|e| e.to_string())?;
+        let rb = RecordBatch::try_new(self.w.schema(), self.b.columns())?;
         self.w.write(&rb)
     }
 
     /// Writes the rest and closes; an empty table still gets a file, so
     /// that `DIR/<table>/*.parquet` always matches.
-    fn finish(mut self) -> Result<u64, String> {
+    fn finish(mut self) -> Result<u64> {
         self.flush()?;
         self.w.close()?;
         self.w.table().ensure_file()?;
@@ -229,7 +230,7 @@ fn prot_text(p: [bool; 3]) -> String {
 }
 
 impl Small {
-    pub fn create(out: &Path) -> Result<Small, String> {
+    pub fn create(out: &Path) -> Result<Small> {
         Ok(Small {
             syscalls: Out::new(out, "syscalls", tables::syscalls())?,
             mappings: Out::new(out, "mappings", tables::mappings())?,
@@ -265,7 +266,7 @@ impl Small {
         }
     }
 
-    pub fn syscall(&mut self, stream: i32, seq: i64, r: SyscallRow) -> Result<(), String> {
+    pub fn syscall(&mut self, stream: i32, seq: i64, r: SyscallRow) -> Result<()> {
         let b = &mut self.syscalls.b;
         b.stream.append_value(stream);
         b.seq.append_value(seq);
@@ -297,7 +298,7 @@ impl Small {
         prot: Option<[bool; 3]>,
         path: Option<String>,
         offset: u64,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let b = &mut self.mappings.b;
         b.stream.append_value(stream);
         b.seq.append_value(seq);
@@ -313,7 +314,7 @@ impl Small {
         self.mappings.added()
     }
 
-    pub fn signal(&mut self, stream: i32, seq: i64, s: &Signal) -> Result<(), String> {
+    pub fn signal(&mut self, stream: i32, seq: i64, s: &Signal) -> Result<()> {
         let b = &mut self.signals.b;
         b.stream.append_value(stream);
         b.seq.append_value(seq);
@@ -324,7 +325,7 @@ impl Small {
         self.signals.added()
     }
 
-    pub fn module(&mut self, id: i32, m: &Module) -> Result<(), String> {
+    pub fn module(&mut self, id: i32, m: &Module) -> Result<()> {
         let b = &mut self.modules.b;
         b.id.append_value(id);
         b.path.append_option(m.path.as_deref());
@@ -342,7 +343,7 @@ impl Small {
         name: &str,
         address: u64,
         size: u64,
-    ) -> Result<(), String> {
+    ) -> Result<()> {
         let b = &mut self.symbols.b;
         b.id.append_value(id);
         b.module.append_value(module);
@@ -353,7 +354,7 @@ impl Small {
     }
 
     /// Writes `threads` and `processes` and closes every table.
-    pub fn finish(mut self) -> Result<Counts, String> {
+    pub fn finish(mut self) -> Result<Counts> {
         let mut procs: BTreeMap<i32, (i32, &ThreadRow, i32)> = BTreeMap::new();
         let mut events = 0;
         for (&stream, t) in &self.streams {

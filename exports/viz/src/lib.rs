@@ -286,10 +286,15 @@ pub fn main(args: Args) -> i32 {
 /// registering the same embedded font again only replaces it with itself
 /// (parsing its table directory: microseconds), so pictures drawn one after
 /// another or at once all find it.
-fn register_font() -> Result<(), String> {
+fn register_font() -> Result<(), FontError> {
     plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
-        .map_err(|_| "the embedded DejaVu Sans font does not load".to_string())
+        .map_err(|_| FontError)
 }
+
+/// The font compiled in did not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("the embedded DejaVu Sans font does not load")]
+struct FontError;
 
 /// `1234567` as `1.23M`.
 pub fn si(v: u64) -> String {

@@ -14,6 +14,8 @@ use object::elf;
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
+use crate::elf::ReadError;
+
 /// One function: `[start, end)` at the ELF's link-time addresses.
 #[derive(Debug, Clone)]
 pub struct Func {
@@ -62,15 +64,13 @@ impl Functions {
     }
 
     /// Reads the function symbols (STT_FUNC, STT_GNU_IFUNC) of an ELF file.
-    pub fn from_elf(path: &Path) -> Result<Functions, String> {
-        let data =
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let file = object::File::parse(&*data)
-            .map_err(|e| format!("{} is not a usable ELF file: {e}", path.display()))?;
+    pub fn from_elf(path: &Path) -> Result<Functions, ReadError> {
+        let data = crate::elf::read(path)?;
+        let file = crate::elf::parse(path, &data)?;
         let (first_page, code) = match &file {
             object::File::Elf32(f) => (first_load_page(f), code_segments(f)),
             object::File::Elf64(f) => (first_load_page(f), code_segments(f)),
-            _ => return Err(format!("{} is not an ELF file", path.display())),
+            _ => return Err(ReadError::NotElf(path.to_path_buf())),
         };
         let mut raw: Vec<Raw> = file
             .symbols()

@@ -490,6 +490,11 @@ fn build(c: &Coverage) -> Vec<ModuleOut> {
     out
 }
 
+/// More modules than drcov's 16-bit module ids can number.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} modules: more than drcov's 65535")]
+struct TooManyModules(usize);
+
 /// Writes the file `w` (created before the run, so that a bad path fails
 /// before the program runs) and prints the summary on stderr. Returns
 /// whether writing the file worked (`Err` is a problem with the coverage
@@ -498,7 +503,7 @@ fn finish(
     mut w: launch::Output,
     report: &launch::Report,
     run: &Run,
-) -> Result<Result<(), launch::OutputError>, String> {
+) -> Result<Result<(), launch::OutputError>, TooManyModules> {
     let c = lock(run);
     let mods = build(&c);
     let mut bbs = Vec::new();
@@ -516,7 +521,7 @@ fn finish(
         }
     }
     if mods.len() > u16::MAX as usize {
-        return Err(format!("{} modules: more than drcov's 65535", mods.len()));
+        return Err(TooManyModules(mods.len()));
     }
     let rows: Vec<DrcovModule> = mods.iter().map(|m| m.row.clone()).collect();
     // `Output` keeps write errors; `finish` returns the first.

@@ -16,6 +16,7 @@ use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::{elf, Object, ObjectSymbol, SymbolKind};
 
 use super::conv::Abi;
+use super::error::Error;
 
 /// One function symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,23 +104,23 @@ fn segments<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> V
 
 impl Image {
     /// Reads `path`; `Err` is one line.
-    pub fn read(path: &Path) -> Result<Image, String> {
-        let data =
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let file = object::File::parse(&*data)
-            .map_err(|e| format!("{} is not an ELF file: {e}", path.display()))?;
-        let abi = Abi::of(&file).ok_or_else(|| {
-            format!(
-                "{}: no calling convention known for {:?}; probes work on mips, mipsel, mips64el, \
-                 arm, aarch64, riscv64, x86_64, i386 and ppc64le",
-                path.display(),
-                file.architecture()
-            )
+    pub fn read(path: &Path) -> Result<Image, Error> {
+        let data = std::fs::read(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let file = object::File::parse(&*data).map_err(|source| Error::NotElf {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let abi = Abi::of(&file).ok_or_else(|| Error::NoAbi {
+            path: path.to_path_buf(),
+            arch: file.architecture(),
         })?;
         let (code, low, span) = match &file {
             object::File::Elf32(f) => (segments(f), low_page(f), span(f, low_page(f))),
             object::File::Elf64(f) => (segments(f), low_page(f), span(f, low_page(f))),
-            _ => return Err(format!("{} is not an ELF file", path.display())),
+            _ => return Err(Error::NotElfFormat(path.to_path_buf())),
         };
         let ppc = abi == Abi::Elfv2;
         let arm = abi == Abi::Aapcs;

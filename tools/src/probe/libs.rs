@@ -12,16 +12,17 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use super::error::Error;
+
 /// The library `lib` (a file name prefix: `libc` for `libc.so.6`) of the
 /// dynamically linked `program`, canonical; `Err` is one line.
-pub fn find(program: &Path, lib: &str) -> Result<PathBuf, String> {
+pub fn find(program: &Path, lib: &str) -> Result<PathBuf, Error> {
     let (interp, root) = sysroot(program)?;
     let Some(interp) = interp else {
-        return Err(format!(
-            "{}: {lib}:... names a shared library, but the program is statically linked; \
-             probe its own functions (they include the C library's)",
-            program.display()
-        ));
+        return Err(Error::Static {
+            program: program.to_path_buf(),
+            lib: lib.into(),
+        });
     };
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(d) = Path::new(&interp).parent() {
@@ -63,23 +64,18 @@ pub fn find(program: &Path, lib: &str) -> Result<PathBuf, String> {
             }
         }
     }
-    Err(format!(
-        "no shared library {lib}.so* for {} in {}; name it by its file name's start (libc, libm, \
-         libpthread)",
-        program.display(),
-        dirs.iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
+    Err(Error::NoLibrary {
+        program: program.to_path_buf(),
+        lib: lib.into(),
+        dirs,
+    })
 }
 
 /// The `PT_INTERP` path of `program` (`None`: statically linked) and the
 /// sysroot QEMU will look for it and its libraries in.
-fn sysroot(program: &Path) -> Result<(Option<String>, PathBuf), String> {
-    let guest = launch::arch::inspect(program).map_err(|e| e.to_string())?;
-    let root = launch::find::find_sysroot(&guest, &launch::find::env_qemu_args())
-        .map_err(|e| e.to_string())?
+fn sysroot(program: &Path) -> Result<(Option<String>, PathBuf), Error> {
+    let guest = launch::arch::inspect(program)?;
+    let root = launch::find::find_sysroot(&guest, &launch::find::env_qemu_args())?
         .unwrap_or_else(|| PathBuf::from("/"));
     Ok((guest.interp, root))
 }
@@ -87,7 +83,7 @@ fn sysroot(program: &Path) -> Result<(Option<String>, PathBuf), String> {
 /// The dynamic loader's file of the dynamically linked `program`, as QEMU
 /// will map it (canonical); `None` for a statically linked one; `Err` is
 /// one line.
-pub fn interpreter(program: &Path) -> Result<Option<PathBuf>, String> {
+pub fn interpreter(program: &Path) -> Result<Option<PathBuf>, Error> {
     let (interp, root) = sysroot(program)?;
     let Some(interp) = interp else {
         return Ok(None);
@@ -96,11 +92,11 @@ pub fn interpreter(program: &Path) -> Result<Option<PathBuf>, String> {
     let file = root.join(p.strip_prefix("/").unwrap_or(p));
     match file.canonicalize() {
         Ok(c) if is_elf(&c) => Ok(Some(c)),
-        _ => Err(format!(
-            "{}: its dynamic loader {interp} is not in {} (the sysroot QEMU will use)",
-            program.display(),
-            root.display()
-        )),
+        _ => Err(Error::NoLoader {
+            program: program.to_path_buf(),
+            interp,
+            root,
+        }),
     }
 }
 

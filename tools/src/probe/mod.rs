@@ -34,6 +34,7 @@
 
 pub mod conv;
 pub mod elf;
+pub mod error;
 pub mod isa;
 pub mod libs;
 pub mod out;
@@ -51,6 +52,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use cannoli::recording::{Needs, RegsAt};
 
 use elf::Image;
+use error::Error;
 use plan::Plan;
 use spec::Spec;
 
@@ -162,7 +164,7 @@ fn list(img: &Image, pattern: &str) -> String {
 }
 
 /// The program a live run or `--list` reads; `Err` is one line.
-fn program_image(args: &Args) -> Result<Image, String> {
+fn program_image(args: &Args) -> Result<Image, Error> {
     // `--list PATTERN PROGRAM`: the program is the last word.
     let program = if args.list {
         args.program.last()
@@ -170,22 +172,22 @@ fn program_image(args: &Args) -> Result<Image, String> {
         args.program.first()
     };
     let Some(program) = program else {
-        return Err("give a PROGRAM to run (or --replay FILE)".into());
+        return Err(Error::NoProgram);
     };
-    let path = launch::find::resolve_program(program).map_err(|e| e.to_string())?;
+    let path = launch::find::resolve_program(program)?;
     Image::read(&path)
 }
 
 /// The recorded program of `--replay FILE`.
-fn replay_image(path: &Path) -> Result<Image, String> {
-    let rec = cannoli::Recording::open(path).map_err(|e| e.to_string())?;
-    let exe = rec.info().command.first().cloned().ok_or_else(|| {
-        format!(
-            "{}: the recording does not say which program ran",
-            path.display()
-        )
-    })?;
-    let exe = launch::find::resolve_program(&OsString::from(exe)).map_err(|e| e.to_string())?;
+fn replay_image(path: &Path) -> Result<Image, Error> {
+    let rec = cannoli::Recording::open(path)?;
+    let exe = rec
+        .info()
+        .command
+        .first()
+        .cloned()
+        .ok_or_else(|| Error::NoCommand(path.to_path_buf()))?;
+    let exe = launch::find::resolve_program(&OsString::from(exe))?;
     Image::read(&exe)
 }
 
@@ -243,7 +245,11 @@ pub fn main(args: Args) -> i32 {
         eprintln!("probe: no probe; give one with -p FUNC (or --list to see the functions)");
         return 2;
     }
-    let specs: Result<Vec<Spec>, String> = args.probes.iter().map(|p| Spec::parse(p)).collect();
+    let specs: Result<Vec<Spec>, Error> = args
+        .probes
+        .iter()
+        .map(|p| Spec::parse(p).map_err(Error::from))
+        .collect();
     let plan = specs.and_then(|s| Plan::new(&img, s, args.insns, args.flow));
     let plan = match plan {
         Ok(p) => Arc::new(p),

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 
 use super::conv::Abi;
 use super::elf::{Func, Image};
+use super::error::Error;
 use super::isa::{self, Ret};
 use super::spec::{Point, Spec};
 
@@ -103,7 +104,7 @@ pub struct Plan {
 impl Plan {
     /// Resolves `specs` in `img`; `Err` is one line naming the probe that
     /// matched nothing and how to see what there is.
-    pub fn new(img: &Image, specs: Vec<Spec>, count: bool, flow: bool) -> Result<Plan, String> {
+    pub fn new(img: &Image, specs: Vec<Spec>, count: bool, flow: bool) -> Result<Plan, Error> {
         let exe = img.path.canonicalize().unwrap_or_else(|_| img.path.clone());
         // A position-independent program is placed like a library: its
         // sites are at link-time addresses, moved by its load bias. Where
@@ -166,8 +167,11 @@ impl Plan {
                     let i = match libs.iter().position(|(l, _)| l == lib) {
                         Some(m) => m,
                         None => {
-                            let path = super::libs::find(&img.path, lib)
-                                .map_err(|e| format!("probe {:?}: {e}", spec.text))?;
+                            let path =
+                                super::libs::find(&img.path, lib).map_err(|e| Error::ProbeLib {
+                                    text: spec.text.clone(),
+                                    source: Box::new(e),
+                                })?;
                             let li = Image::read(&path)?;
                             plan.modules.push(Module {
                                 path,
@@ -192,12 +196,12 @@ impl Plan {
                 any = true;
                 if let Point::Offset(o) = spec.point {
                     if o >= (f.end - f.start).max(1) {
-                        return Err(format!(
-                            "probe {:?}: {} is {} bytes long, so +{o:#x} is outside it",
-                            spec.text,
-                            f.name,
-                            f.end - f.start
-                        ));
+                        return Err(Error::Outside {
+                            text: spec.text.clone(),
+                            func: f.name.clone(),
+                            len: f.end - f.start,
+                            off: o,
+                        });
                     }
                     plan.add(module, f.start + o, Site::Pc(p));
                     continue;
@@ -221,13 +225,11 @@ impl Plan {
                 }
             }
             if !any {
-                return Err(format!(
-                    "probe {:?}: no function {} in {}; `cannoli probe --list PATTERN PROGRAM` \
-                     lists the program's",
-                    spec.text,
-                    spec.func,
-                    image.path.display()
-                ));
+                return Err(Error::NoFunction {
+                    text: spec.text.clone(),
+                    func: spec.func.clone(),
+                    path: image.path.clone(),
+                });
             }
         }
         if flow {

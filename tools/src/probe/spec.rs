@@ -14,6 +14,8 @@
 //!
 //! FUNC may be a glob (`*` any run of characters, `?` one character).
 
+use super::error::{SpecError, Why};
+
 /// Arguments reported at an entry unless `FUNC/N` says otherwise.
 pub const DEFAULT_ARGS: usize = 6;
 
@@ -55,15 +57,16 @@ fn number(s: &str) -> Option<u64> {
 impl Spec {
     /// Parses one PROBE; `Err` is the one line naming the problem and the
     /// fix.
-    pub fn parse(text: &str) -> Result<Spec, String> {
-        let bad = |why: &str| {
-            Err(format!(
-                "probe {text:?}: {why}; write FUNC, FUNC/N, FUNC:return, FUNC+OFF, 0xADDR or LIB:FUNC"
-            ))
+    pub fn parse(text: &str) -> Result<Spec, SpecError> {
+        let bad = |why| {
+            Err(SpecError {
+                text: text.into(),
+                why,
+            })
         };
         let t = text.trim();
         if t.is_empty() {
-            return bad("empty");
+            return bad(Why::Empty);
         }
         if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
             return match u64::from_str_radix(h, 16) {
@@ -73,7 +76,7 @@ impl Spec {
                     func: String::new(),
                     point: Point::Addr(a),
                 }),
-                Err(_) => bad("the address is not hex"),
+                Err(_) => bad(Why::NotHex),
             };
         }
         let (rest, ret) = match t.strip_suffix(":return") {
@@ -82,20 +85,20 @@ impl Spec {
         };
         let (lib, rest) = match rest.split_once(':') {
             Some((l, f)) if !l.is_empty() && !f.contains(':') => (Some(l.to_string()), f),
-            Some(_) => return bad("too many ':'"),
+            Some(_) => return bad(Why::TooManyColons),
             None => (None, rest),
         };
         let (func, point) = if let Some((f, n)) = rest.split_once('/') {
             match n.parse::<usize>() {
                 Ok(n) if n <= MAX_ARGS && !ret => (f, Point::Entry(n)),
-                Ok(_) if ret => return bad("FUNC/N is an entry, not a return"),
-                _ => return bad(&format!("N of FUNC/N must be 0 to {MAX_ARGS}")),
+                Ok(_) if ret => return bad(Why::EntryReturn),
+                _ => return bad(Why::ArgCount),
             }
         } else if let Some((f, off)) = rest.split_once('+') {
             match number(off) {
                 Some(o) if !ret => (f, Point::Offset(o)),
-                Some(_) => return bad("FUNC+OFF is an instruction, not a return"),
-                None => return bad("OFF of FUNC+OFF must be a number (0x.. for hex)"),
+                Some(_) => return bad(Why::OffsetReturn),
+                None => return bad(Why::OffsetNotNumber),
             }
         } else if ret {
             (rest, Point::Return)
@@ -103,10 +106,10 @@ impl Spec {
             (rest, Point::Entry(DEFAULT_ARGS))
         };
         if func.is_empty() {
-            return bad("no function name");
+            return bad(Why::NoName);
         }
         if func.contains(char::is_whitespace) {
-            return bad("a function name has no spaces");
+            return bad(Why::Spaces);
         }
         Ok(Spec {
             text: text.into(),
@@ -185,9 +188,16 @@ mod tests {
             "/3",
             "f g",
         ] {
-            let e = Spec::parse(bad).unwrap_err();
+            let e = Spec::parse(bad).unwrap_err().to_string();
             assert!(e.contains("write FUNC") && !e.contains('\n'), "{bad}: {e}");
         }
+        let e = Spec::parse("f/99").unwrap_err();
+        assert_eq!(e.why, Why::ArgCount);
+        assert_eq!(
+            e.to_string(),
+            "probe \"f/99\": N of FUNC/N must be 0 to 16; write FUNC, FUNC/N, FUNC:return, \
+             FUNC+OFF, 0xADDR or LIB:FUNC"
+        );
     }
 
     #[test]

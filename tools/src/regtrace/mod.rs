@@ -376,7 +376,7 @@ impl Filter {
                 // Too late to refuse the command line: the replay has begun.
                 let found = match &ci.exe {
                     Some(exe) => func_ranges(Path::new(exe), &r.funcs),
-                    None => Err("--func: the recording does not say which program ran".into()),
+                    None => Err(FuncError::NoProgram),
                 };
                 match found {
                     Ok(f) => ranges.extend(f),
@@ -398,41 +398,89 @@ impl Filter {
     }
 }
 
-fn parse_range(s: &str) -> Result<(u64, u64), String> {
+/// A `--range` that is not `LO-HI`.
+#[derive(Debug, thiserror::Error)]
+#[error("want LO-HI in hex, LO < HI")]
+struct RangeError;
+
+fn parse_range(s: &str) -> Result<(u64, u64), RangeError> {
     s.split_once('-')
         .and_then(|(lo, hi)| Some((parse_hex(lo)?, parse_hex(hi)?)))
         .filter(|(lo, hi)| lo < hi)
-        .ok_or_else(|| "want LO-HI in hex, LO < HI".into())
+        .ok_or(RangeError)
+}
+
+/// Why `--func` names no range; one line, printed once.
+#[derive(Debug, thiserror::Error)]
+enum FuncError {
+    /// The program could not be found.
+    #[error(transparent)]
+    Launch(#[from] launch::Error),
+    /// The replayed recording does not name its program.
+    #[error("--func: the recording does not say which program ran")]
+    NoProgram,
+    /// The program could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The program is not an object file object knows.
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: object::read::Error,
+    },
+    /// The program is position independent.
+    #[error(
+        "--func {name}: {} is position independent, so its functions' run-time addresses \
+         are not known before it runs; use --range with run-time addresses",
+        path.display()
+    )]
+    Pie { name: String, path: PathBuf },
+    /// No symbol `name`.
+    #[error("--func {name}: no such symbol in {}", path.display())]
+    NoSymbol { name: String, path: PathBuf },
+    /// The symbol has size 0.
+    #[error("--func {name}: the symbol has no size in {}", path.display())]
+    NoSize { name: String, path: PathBuf },
 }
 
 /// `[start, end)` of function `name` in the symbol table of `path`.
-fn func_range(path: &Path, name: &str) -> Result<(u64, u64), String> {
-    let data = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{}: {e}", path.display()))?;
+fn func_range(path: &Path, name: &str) -> Result<(u64, u64), FuncError> {
+    let data = std::fs::read(path).map_err(|source| FuncError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let file = object::File::parse(&*data).map_err(|source| FuncError::Parse {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let named = || (name.to_string(), path.to_path_buf());
     if file.kind() != ObjectKind::Executable {
-        return Err(format!(
-            "--func {name}: {} is position independent, so its functions' run-time addresses \
-             are not known before it runs; use --range with run-time addresses",
-            path.display()
-        ));
+        let (name, path) = named();
+        return Err(FuncError::Pie { name, path });
     }
     let sym = file
         .symbols()
         .chain(file.dynamic_symbols())
         .find(|s| s.name() == Ok(name) && s.address() != 0)
-        .ok_or_else(|| format!("--func {name}: no such symbol in {}", path.display()))?;
+        .ok_or_else(|| {
+            let (name, path) = named();
+            FuncError::NoSymbol { name, path }
+        })?;
     if sym.size() == 0 {
-        return Err(format!(
-            "--func {name}: the symbol has no size in {}",
-            path.display()
-        ));
+        let (name, path) = named();
+        return Err(FuncError::NoSize { name, path });
     }
     let start = code_address(file.architecture(), sym.kind(), sym.address());
     Ok((start, start + sym.size()))
 }
 
 /// The ranges of `funcs` in `program`, each announced on stderr.
-fn func_ranges(program: &Path, funcs: &[String]) -> Result<Vec<(u64, u64)>, String> {
+fn func_ranges(program: &Path, funcs: &[String]) -> Result<Vec<(u64, u64)>, FuncError> {
     funcs
         .iter()
         .map(|f| {
@@ -469,7 +517,7 @@ pub fn main(args: Args) -> i32 {
             return 2;
         };
         let found = launch::find::resolve_program(program)
-            .map_err(|e| e.to_string())
+            .map_err(FuncError::from)
             .and_then(|path| func_ranges(&path, &args.funcs));
         match found {
             Ok(r) => ranges.extend(r),

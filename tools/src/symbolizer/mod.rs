@@ -102,13 +102,18 @@ impl Args {
 }
 
 /// A number in decimal or, with `0x`, in hex.
-fn parse_num(s: &str) -> Result<u64, String> {
+fn parse_num(s: &str) -> Result<u64, NotANumber> {
     let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(h) => u64::from_str_radix(h, 16),
         None => s.parse(),
     };
-    r.map_err(|_| "wants a number".to_string())
+    r.map_err(|_| NotANumber)
 }
+
+/// An option's value that is not a number.
+#[derive(Debug, thiserror::Error)]
+#[error("wants a number")]
+struct NotANumber;
 
 /// What the callbacks need of the command line.
 struct Settings {

@@ -11,6 +11,8 @@ use std::path::Path;
 
 use object::{Object, ObjectKind, ObjectSection, ObjectSymbol, SymbolKind};
 
+use crate::elf::{self, ReadError};
+
 /// A named address range.
 #[derive(Debug, Clone)]
 struct Range {
@@ -61,11 +63,9 @@ impl Symbols {
     /// Reads the symbol table (or, without one, the dynamic symbols) of an
     /// ELF file. `bias` is added to every address (the load address of a
     /// position independent executable).
-    pub fn from_elf(path: &Path, bias: u64) -> Result<Symbols, String> {
-        let data =
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let file = object::File::parse(&*data)
-            .map_err(|e| format!("{} is not a usable ELF file: {e}", path.display()))?;
+    pub fn from_elf(path: &Path, bias: u64) -> Result<Symbols, ReadError> {
+        let data = elf::read(path)?;
+        let file = elf::parse(path, &data)?;
         let arch = file.architecture();
         let mut raw: Vec<Raw> = file
             .symbols()
@@ -512,7 +512,9 @@ garbage line
 
     #[test]
     fn missing_file_is_a_clear_error() {
-        let e = Symbols::from_elf(Path::new("/nonexistent/prog"), 0).unwrap_err();
+        let e = Symbols::from_elf(Path::new("/nonexistent/prog"), 0)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/nonexistent/prog"), "{e}");
     }
 }
