@@ -3,8 +3,6 @@
 use std::fmt;
 use std::io;
 
-use crate::layout::{MAX_RING_LEN, PAGE_SIZE};
-
 #[allow(unused_imports)] // for the doc links
 use crate::{Consumer, Producer, TableReader};
 
@@ -86,51 +84,6 @@ impl std::error::Error for Error {
         match self {
             Error::Io(e) => e.source(),
             _ => None,
-        }
-    }
-}
-
-/// Why ring sizes were refused (`Geometry::new`); carried as the message
-/// of [`Error::InvalidArgument`] or [`Error::BadHeader`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GeometryError {
-    /// Not a whole number of pages, or less than one.
-    ChunkSize(usize),
-    /// Not a power of two, or less than 2.
-    ChunkCount(usize),
-    /// The ring's size overflows, or is over [`MAX_RING_LEN`] (`capped`).
-    TooLarge {
-        chunk_size: usize,
-        chunk_count: usize,
-        capped: bool,
-    },
-}
-
-impl fmt::Display for GeometryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            GeometryError::ChunkSize(chunk_size) => write!(
-                f,
-                "chunk_size {chunk_size} must be a multiple of {PAGE_SIZE} and at least {PAGE_SIZE}"
-            ),
-            GeometryError::ChunkCount(chunk_count) => write!(
-                f,
-                "chunk_count {chunk_count} must be a power of two and at least 2"
-            ),
-            GeometryError::TooLarge {
-                chunk_size,
-                chunk_count,
-                capped,
-            } => {
-                write!(
-                    f,
-                    "chunk_size {chunk_size} * chunk_count {chunk_count} is too large"
-                )?;
-                if capped {
-                    write!(f, " (at most {MAX_RING_LEN} bytes)")?;
-                }
-                Ok(())
-            }
         }
     }
 }

@@ -4,10 +4,11 @@
 //! [`Geometry`] of a ring, its parsing from an untrusted header
 //! ([`validate`]), and [`Ring`], a mapped ring with its geometry.
 
+use std::fmt;
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::error::{Error, GeometryError};
+use crate::error::Error;
 use crate::mapping::Mapping;
 use crate::sys::futex_wake;
 
@@ -271,4 +272,49 @@ pub(crate) fn validate(
         )));
     }
     Ok((geo, producer_pid))
+}
+
+/// Why ring sizes were refused (`Geometry::new`); carried as the message
+/// of [`Error::InvalidArgument`] or [`Error::BadHeader`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GeometryError {
+    /// Not a whole number of pages, or less than one.
+    ChunkSize(usize),
+    /// Not a power of two, or less than 2.
+    ChunkCount(usize),
+    /// The ring's size overflows, or is over [`MAX_RING_LEN`] (`capped`).
+    TooLarge {
+        chunk_size: usize,
+        chunk_count: usize,
+        capped: bool,
+    },
+}
+
+impl fmt::Display for GeometryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            GeometryError::ChunkSize(chunk_size) => write!(
+                f,
+                "chunk_size {chunk_size} must be a multiple of {PAGE_SIZE} and at least {PAGE_SIZE}"
+            ),
+            GeometryError::ChunkCount(chunk_count) => write!(
+                f,
+                "chunk_count {chunk_count} must be a power of two and at least 2"
+            ),
+            GeometryError::TooLarge {
+                chunk_size,
+                chunk_count,
+                capped,
+            } => {
+                write!(
+                    f,
+                    "chunk_size {chunk_size} * chunk_count {chunk_count} is too large"
+                )?;
+                if capped {
+                    write!(f, " (at most {MAX_RING_LEN} bytes)")?;
+                }
+                Ok(())
+            }
+        }
+    }
 }
