@@ -664,6 +664,47 @@ fn cannoli(dir: &RunDir, args: &[&std::ffi::OsStr]) -> (i32, String) {
     )
 }
 
+/// `cannoli record [--hooks HOOKS] -o rec prog args..`, which must succeed.
+fn record(dir: &RunDir, hooks: Option<&str>, rec: &Path, prog: &Path, args: &[&str]) {
+    use std::ffi::OsStr;
+    let mut a: Vec<&OsStr> = vec![OsStr::new("record")];
+    if let Some(h) = hooks {
+        a.extend([OsStr::new("--hooks"), OsStr::new(h)]);
+    }
+    a.extend([OsStr::new("-o"), rec.as_os_str(), prog.as_os_str()]);
+    a.extend(args.iter().map(OsStr::new));
+    let (st, err) = cannoli(dir, &a);
+    assert_eq!(st, 0, "{err}");
+}
+
+/// A probe run's lines without their thread ids (each run's own).
+fn without_tids(s: &str) -> Vec<String> {
+    s.lines()
+        .map(|l| l.split_once(' ').unwrap().1.to_string())
+        .collect()
+}
+
+/// Probes `prog args` live with `opts`, then the same probes on a
+/// recording of it made with `--hooks regs` (`rec`): the replay must give
+/// the live run's lines. Returns the live run.
+fn replay_matches_live(dir: &RunDir, prog: &Path, opts: &[&str], args: &[&str], rec: &str) -> Run {
+    let live = run_probe_args(dir, "live", opts, prog, args);
+    assert_eq!(live.status, 0, "{}", live.stderr);
+    let rec = dir.file(rec);
+    record(dir, Some("regs"), &rec, prog, args);
+    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
+    ropts.extend(opts);
+    let replay = run_probe(dir, "replay", &ropts, Path::new("--"));
+    assert_eq!(replay.status, 0, "{}", replay.stderr);
+    assert_eq!(
+        without_tids(&replay.out),
+        without_tids(&live.out),
+        "{}",
+        prog.display()
+    );
+    live
+}
+
 /// The same probes on a recording made with `--hooks regs` give the live
 /// run's hits, instruction indexes included (the guest's stdout is a pipe
 /// in both runs: glibc's `printf` takes another path for /dev/null); a recording without registers gets one line naming the
@@ -675,46 +716,10 @@ fn replay_equals_live(arch: &str) {
     for p in PROBES {
         opts.extend(["-p", p]);
     }
-    let live = run_probe_args(&dir, "live", &opts, &prog, &["nothreads"]);
-    assert_eq!(live.status, 0, "{}", live.stderr);
-    let rec = dir.file("regs.cnl");
-    let (st, err) = cannoli(
-        &dir,
-        &[
-            "record".as_ref(),
-            "--hooks".as_ref(),
-            "regs".as_ref(),
-            "-o".as_ref(),
-            rec.as_os_str(),
-            prog.as_os_str(),
-            "nothreads".as_ref(),
-        ],
-    );
-    assert_eq!(st, 0, "{err}");
-    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
-    ropts.extend(&opts);
-    let replay = run_probe(&dir, "replay", &ropts, Path::new("--"));
-    assert_eq!(replay.status, 0, "{}", replay.stderr);
-    // The thread ids are the two runs' own.
-    let strip = |s: &str| -> Vec<String> {
-        s.lines()
-            .map(|l| l.split_once(' ').unwrap().1.to_string())
-            .collect()
-    };
-    assert_eq!(strip(&replay.out), strip(&live.out), "{arch}");
+    let live = replay_matches_live(&dir, &prog, &opts, &["nothreads"], "regs.cnl");
     assert!(live.out.lines().count() >= 20, "{}", live.out);
     let mem = dir.file("mem.cnl");
-    let (st, err) = cannoli(
-        &dir,
-        &[
-            "record".as_ref(),
-            "-o".as_ref(),
-            mem.as_os_str(),
-            prog.as_os_str(),
-            "nothreads".as_ref(),
-        ],
-    );
-    assert_eq!(st, 0, "{err}");
+    record(&dir, None, &mem, &prog, &["nothreads"]);
     let r = run_probe(
         &dir,
         "nomem",
@@ -759,18 +764,7 @@ fn runs_twice_in_one_process() {
     let dir = RunDir::new();
     let prog = guest("mipsel", "probe");
     let rec = dir.file("regs.cnl");
-    let (st, err) = cannoli(
-        &dir,
-        &[
-            "record".as_ref(),
-            "--hooks".as_ref(),
-            "regs".as_ref(),
-            "-o".as_ref(),
-            rec.as_os_str(),
-            prog.as_os_str(),
-        ],
-    );
-    assert_eq!(st, 0, "{err}");
+    record(&dir, Some("regs"), &rec, &prog, &[]);
     let mut opts = vec!["--insns", "--replay", rec.to_str().unwrap()];
     for p in PROBES {
         opts.extend(["-p", p]);
@@ -892,31 +886,7 @@ fn library_functions_replayed() {
     let dir = RunDir::new();
     let prog = dyn_probe(&dir, "mipsel");
     let probes = ["-p", "libc:labs/1", "-p", "libc:atoi:return"];
-    let live = run_probe(&dir, "live", &probes, &prog);
-    assert_eq!(live.status, 0, "{}", live.stderr);
-    let rec = dir.file("dyn.cnl");
-    let (st, err) = cannoli(
-        &dir,
-        &[
-            "record".as_ref(),
-            "--hooks".as_ref(),
-            "regs".as_ref(),
-            "-o".as_ref(),
-            rec.as_os_str(),
-            prog.as_os_str(),
-        ],
-    );
-    assert_eq!(st, 0, "{err}");
-    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
-    ropts.extend(probes);
-    let replay = run_probe(&dir, "replay", &ropts, Path::new("--"));
-    assert_eq!(replay.status, 0, "{}", replay.stderr);
-    let strip = |s: &str| -> Vec<String> {
-        s.lines()
-            .map(|l| l.split_once(' ').unwrap().1.to_string())
-            .collect()
-    };
-    assert_eq!(strip(&replay.out), strip(&live.out));
+    let live = replay_matches_live(&dir, &prog, &probes, &[], "dyn.cnl");
     assert_eq!(live.out.lines().count(), 6, "{}", live.out);
 }
 
@@ -1101,30 +1071,6 @@ fn pie_replayed() {
         "-p",
         "libc:atoi:return",
     ];
-    let live = run_probe(&dir, "live", &probes, &prog);
-    assert_eq!(live.status, 0, "{}", live.stderr);
-    let rec = dir.file("pie.cnl");
-    let (st, err) = cannoli(
-        &dir,
-        &[
-            "record".as_ref(),
-            "--hooks".as_ref(),
-            "regs".as_ref(),
-            "-o".as_ref(),
-            rec.as_os_str(),
-            prog.as_os_str(),
-        ],
-    );
-    assert_eq!(st, 0, "{err}");
-    let mut ropts = vec!["--replay", rec.to_str().unwrap()];
-    ropts.extend(probes);
-    let replay = run_probe(&dir, "replay", &ropts, Path::new("--"));
-    assert_eq!(replay.status, 0, "{}", replay.stderr);
-    let strip = |s: &str| -> Vec<String> {
-        s.lines()
-            .map(|l| l.split_once(' ').unwrap().1.to_string())
-            .collect()
-    };
-    assert_eq!(strip(&replay.out), strip(&live.out));
+    let live = replay_matches_live(&dir, &prog, &probes, &[], "pie.cnl");
     assert_eq!(live.out.lines().count(), 7, "{}", live.out);
 }
