@@ -7,7 +7,7 @@
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 
-use cannoli::{Cannoli, ClientInfo, Signal, Syscall};
+use cannoli::{Access, Cannoli, ClientInfo, Signal, Syscall};
 use tools::coverage::space::{Modules, Space};
 
 use crate::batch::{access, batch, next_seq, other, Ev, Slot, Spares};
@@ -183,28 +183,9 @@ impl Cannoli for Exporter {
         access(sp, t, pc, a, v as u128, sz, true)
     }
 
-    fn read_wide(
-        _: &Mutex<Proc>,
-        sp: &Arc<Spares>,
-        pc: u64,
-        a: u64,
-        v: u128,
-        sz: u8,
-        t: &mut Vec<Slot>,
-    ) {
-        access(sp, t, pc, a, v, sz, false)
-    }
-
-    fn write_wide(
-        _: &Mutex<Proc>,
-        sp: &Arc<Spares>,
-        pc: u64,
-        a: u64,
-        v: u128,
-        sz: u8,
-        t: &mut Vec<Slot>,
-    ) {
-        access(sp, t, pc, a, v, sz, true)
+    /// Loads and stores of 16 bytes, one row each as the narrower ones.
+    fn access_wide(_: &Mutex<Proc>, sp: &Arc<Spares>, a: &Access, t: &mut Vec<Slot>) {
+        access(sp, t, a.pc, a.addr, a.val, a.size, a.store)
     }
 
     fn syscall(_: &Mutex<Proc>, sp: &Arc<Spares>, sc: &Syscall<'_>, t: &mut Vec<Slot>) {

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use cannoli::recording::{Needs, Recording, RegsAt};
-use cannoli::{Cannoli, ClientInfo};
+use cannoli::{Access, Cannoli, ClientInfo};
 
 /// One line for `cannoli --help`.
 pub const ABOUT: &str =
@@ -395,15 +395,10 @@ impl Cannoli for Exporter {
         }
     }
 
-    fn read_wide(_: &(), c: &Arc<Ctx>, _: u64, addr: u64, val: u128, _: u8, t: &mut Vec<Item>) {
+    fn access_wide(_: &(), c: &Arc<Ctx>, a: &Access, t: &mut Vec<Item>) {
         if c.chosen {
-            access(t, "mr", addr, &wide_bytes(val));
-        }
-    }
-
-    fn write_wide(_: &(), c: &Arc<Ctx>, _: u64, addr: u64, val: u128, _: u8, t: &mut Vec<Item>) {
-        if c.chosen {
-            access(t, "mw", addr, &wide_bytes(val));
+            let kind = if a.store { "mw" } else { "mr" };
+            access(t, kind, a.addr, &wide_bytes(a.val));
         }
     }
 
