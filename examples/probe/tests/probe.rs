@@ -890,6 +890,50 @@ fn library_functions_replayed() {
     assert_eq!(live.out.lines().count(), 6, "{}", live.out);
 }
 
+/// `LIB:FUNC` hits in threads that call the library while the main
+/// thread, whose stream holds the library's mapping event, waits for them
+/// (`tests/programs/dyn_probe_mt.c`): every thread's call is there, with
+/// the argument the program prints, none lost (they wait for the mapping).
+fn library_functions_in_threads(arch: &str) {
+    let dir = RunDir::new();
+    let prog = build(
+        &dir,
+        arch,
+        "dyn_probe_mt",
+        "dyn_probe_mt",
+        &["-O2", "-no-pie", "-pthread"],
+    );
+    let r = run_probe(&dir, arch, &["--json", "-p", "libc:labs/1"], &prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let bits = guest_info(arch).bits;
+    let want: BTreeSet<String> = r
+        .stdout
+        .lines()
+        .map(|l| {
+            let a = l.strip_prefix("labs(").unwrap().split(')').next().unwrap();
+            format!("labs entry {:#x} depth 1", mask(a.parse().unwrap(), bits))
+        })
+        .collect();
+    assert_eq!(want.len(), 8, "{arch}: the program's output: {}", r.stdout);
+    let hits: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let got: BTreeSet<String> = hits.iter().map(line).collect();
+    assert_eq!(got, want, "{arch}: {}", r.stderr);
+    assert_eq!(hits.len(), 8, "{arch}: {}", r.out);
+    let tids: BTreeSet<i64> = hits.iter().map(|h| h["tid"].as_i64().unwrap()).collect();
+    assert_eq!(tids.len(), 8, "{arch}: one call per thread: {}", r.out);
+    assert!(
+        hits.iter().all(|h| h["tid"] != h["pid"]),
+        "{arch}: the main thread calls no labs: {}",
+        r.out
+    );
+}
+
+per_guest!(library_functions_in_threads: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
 /// `--list LIB:PATTERN` lists a library's functions from its `.dynsym`.
 #[test]
 fn list_of_a_library() {

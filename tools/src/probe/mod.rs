@@ -130,6 +130,12 @@ pub struct RunState {
     pub timeline: Option<Mutex<Vec<serde_json::Value>>>,
     pub hits: AtomicU64,
     pub threads: AtomicU64,
+    /// A live run (its hook library asks for registers only at sites),
+    /// not a replay.
+    pub live: bool,
+    /// Hits lost because their library's placement was not known in time
+    /// (see `tracer::DEFER_LIMIT`).
+    pub unplaced: AtomicU64,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -293,6 +299,8 @@ pub fn main(args: Args) -> i32 {
         timeline: args.timeline.as_ref().map(|_| Mutex::new(Vec::new())),
         hits: AtomicU64::new(0),
         threads: AtomicU64::new(0),
+        live: args.replay.is_none(),
+        unplaced: AtomicU64::new(0),
     });
     let launcher = launch::Launcher::new(launch::Options {
         hooks: "probe",
@@ -339,7 +347,17 @@ pub fn main(args: Args) -> i32 {
             "s"
         }
     );
-    report.finish_with_output("probe", written)
+    let unplaced = run.unplaced.load(Ordering::Relaxed);
+    let code = report.finish_with_output("probe", written);
+    if unplaced > 0 {
+        eprintln!(
+            "probe: INCOMPLETE: {unplaced} hits lost: their library's placement was not known in time"
+        );
+        if code == 0 {
+            return 3;
+        }
+    }
+    code
 }
 
 #[cfg(test)]

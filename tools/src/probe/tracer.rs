@@ -13,6 +13,7 @@
 //! `longjmp` landing (it restores a caller's stack pointer and jumps):
 //! every frame it leaves is `unwound`.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -52,18 +53,26 @@ pub struct Pid {
 impl Drop for Pid {
     fn drop(&mut self) {
         // The last thread ended: what is known is all there will be.
-        unpark(self);
+        unpark(self, true);
     }
 }
 
-/// Runs the hits of the threads parked waiting for the program's
-/// placement, now that it is known (or will never be).
-fn unpark(pid: &Pid) {
+/// Runs the hits of the threads parked waiting for a placement, as far as
+/// what is known now allows; `last`: nothing more will be known (the
+/// process ended), so every event runs.
+fn unpark(pid: &Pid, last: bool) {
     let parked = std::mem::take(&mut *super::lock(&pid.parked));
     for mut p in parked {
-        p.drain(pid);
+        // A thread still waiting parks itself again when dropped.
+        p.drain(pid, last);
     }
 }
+
+/// The most events a thread holds back waiting for a placement. Past it
+/// the oldest run with what is known, and a hit that finds no site is
+/// counted as lost ([`super::RunState::unplaced`]): a thread cannot make
+/// the client hold its whole trace because a library never shows up.
+const DEFER_LIMIT: usize = 1 << 20;
 
 /// A thread's register layout, by the plan's needs.
 pub struct ThreadRegs {
@@ -106,13 +115,15 @@ pub struct Probe {
     /// The load bias of each library this thread saw mapped.
     biases: Vec<Option<u64>>,
     buf: String,
-    /// A position-independent program is placed by its mapping event, in
-    /// the main thread's stream, which may reach the serial phase after
-    /// another thread's hits (a quiet thread's events wait in its ring):
-    /// this thread's events from its first hit that needs the placement
-    /// wait here until it is known. A thread that ends still waiting is
-    /// parked in its process ([`Pid::parked`]) and finished there.
-    deferred: Vec<Item>,
+    /// A position-independent program, and every shared library with
+    /// probes, is placed by its mapping event, in the stream of the thread
+    /// that mapped it (the main thread, for what the loader maps), which
+    /// may reach the serial phase after another thread's hits (a quiet
+    /// thread's events wait in its ring): this thread's events from its
+    /// first hit that needs a placement wait here, in order, until it is
+    /// known. A thread that ends still waiting is parked in its process
+    /// ([`Pid::parked`]) and finished there.
+    deferred: VecDeque<Item>,
     parked: Arc<Mutex<Vec<Probe>>>,
 }
 
@@ -169,7 +180,7 @@ impl Cannoli for Probe {
             pending: None,
             biases: vec![None; plan.modules.len()],
             buf: String::new(),
-            deferred: Vec::new(),
+            deferred: VecDeque::new(),
             parked: pid.parked.clone(),
         };
         (p, layout)
@@ -240,12 +251,16 @@ impl Cannoli for Probe {
     }
 
     fn trace(&mut self, pid: &Pid, _l: &Arc<ThreadRegs>, trace: &[Item]) {
-        if !self.deferred.is_empty() && self.placed(pid) {
-            self.drain(pid);
+        if !self.deferred.is_empty() {
+            self.drain(pid, false);
         }
         for item in trace {
             if !self.deferred.is_empty() || self.needs_placement(pid, item) {
-                self.deferred.push(item.clone());
+                self.deferred.push_back(item.clone());
+                if self.deferred.len() > DEFER_LIMIT {
+                    self.run_oldest(pid);
+                    self.drain(pid, false);
+                }
             } else {
                 self.apply(pid, item);
             }
@@ -293,7 +308,7 @@ impl Probe {
                 biases[*module] = Some(bias_after(m, biases[*module], *base));
                 drop(biases);
                 if first {
-                    unpark(pid);
+                    unpark(pid, false);
                 }
             }
             Item::Count(n) => self.insns += n,
@@ -319,20 +334,76 @@ impl Probe {
         self.biases[0].is_some()
     }
 
-    /// A hooked pc that is not the program's at a fixed address, while
-    /// the position-independent program is not placed yet.
+    /// Whether `item` must wait for a placement: a hooked pc that is not
+    /// the program's at a fixed address, while the position-independent
+    /// program is not placed, or (live) that is no placed module's site
+    /// while a library with probes is not placed yet. A live run's hook
+    /// library asks for registers only at sites, so such a pc is the site
+    /// of a library whose mapping event has not reached this client yet;
+    /// a replay with registers everywhere has every pc here, most of them
+    /// no site at all, and does not wait.
     fn needs_placement(&mut self, pid: &Pid, item: &Item) -> bool {
-        matches!(item, Item::Hit { pc, .. } if !self.plan.sites.contains_key(pc))
-            && !self.placed(pid)
+        match item {
+            Item::Hit { pc, .. } => self.waits(pid, *pc),
+            _ => false,
+        }
     }
 
-    /// Runs the events that waited for the program's placement (with what
-    /// is known: a process that never placed it loses them).
-    fn drain(&mut self, pid: &Pid) {
-        for item in std::mem::take(&mut self.deferred) {
-            self.apply(pid, &item);
+    /// Whether a hit at `pc` must wait for a placement (see
+    /// [`Self::needs_placement`]).
+    fn waits(&mut self, pid: &Pid, pc: u64) -> bool {
+        if self.plan.sites.contains_key(&pc) {
+            return false;
+        }
+        if !self.placed(pid) {
+            return true;
+        }
+        self.run.live && !self.all_placed(pid) && self.sites(pid, pc).is_empty()
+    }
+
+    /// Whether every library with probes is placed in this process.
+    fn all_placed(&mut self, pid: &Pid) -> bool {
+        if self.biases.iter().all(Option::is_some) {
+            return true;
+        }
+        let known = super::lock(&pid.biases);
+        for (mine, theirs) in self.biases.iter_mut().zip(known.iter()) {
+            if mine.is_none() {
+                *mine = *theirs;
+            }
+        }
+        self.biases.iter().all(Option::is_some)
+    }
+
+    /// Runs the events that waited for a placement, up to the first that
+    /// must still wait; `last`: all of them, with what is known (a process
+    /// that never placed a module loses its hits there, counted).
+    fn drain(&mut self, pid: &Pid, last: bool) {
+        while let Some(item) = self.deferred.front() {
+            let pc = match item {
+                Item::Hit { pc, .. } => Some(*pc),
+                _ => None,
+            };
+            if !last && pc.is_some_and(|pc| self.waits(pid, pc)) {
+                break;
+            }
+            self.run_oldest(pid);
         }
         self.flush();
+    }
+
+    /// Runs the oldest waiting event with what is known; a hit that finds
+    /// no site then is lost, and counted.
+    fn run_oldest(&mut self, pid: &Pid) {
+        let Some(item) = self.deferred.pop_front() else {
+            return;
+        };
+        if let Item::Hit { pc, .. } = &item {
+            if self.run.live && self.pending.is_none() && self.sites(pid, *pc).is_empty() {
+                self.run.unplaced.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.apply(pid, &item);
     }
 
     fn insn(&self) -> Option<u64> {
