@@ -17,6 +17,7 @@ APT_PKGS=(
   build-essential ninja-build pkg-config libglib2.0-dev libfdt-dev libpixman-1-dev
   zlib1g-dev flex bison python3-venv dpkg-dev xz-utils ca-certificates
   debian-archive-keyring nix-bin
+  libc6-dbg valgrind
 )
 # Debian's cross compilers and C libraries, one pair per guest of the matrix
 # (x86_64 uses the host's gcc). Keep in step with scripts/build-guests.sh.

@@ -934,6 +934,91 @@ fn library_functions_in_threads(arch: &str) {
 
 per_guest!(library_functions_in_threads: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
+/// `strlen:return` on `tests/programs/probe_strlen.c` built with `flags`:
+/// the lengths the program prints are among the results, in order, and
+/// where the cross `nm` says `strlen` is an indirect function (`i`), every
+/// hit is in one of its implementations, never in the resolver.
+fn strlen_by_name(arch: &str, flags: &[&str], probe: &str) {
+    let dir = RunDir::new();
+    let prog = build(&dir, arch, "probe_strlen", "probe_strlen", flags);
+    let r = run_probe(&dir, arch, &["--json", "-p", probe], &prog);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let printed: Vec<u64> = r.stdout.lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(printed, [1, 5, 12, 0, 33], "{arch}");
+    let hits: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let rets: Vec<u64> = hits.iter().filter_map(|h| hex(&h["ret"])).collect();
+    let mut want = printed.iter().peekable();
+    for v in &rets {
+        if want.peek() == Some(&v) {
+            want.next();
+        }
+    }
+    assert!(
+        want.peek().is_none(),
+        "{arch}: the printed lengths {printed:?} are not among the results {rets:?}"
+    );
+    let nm = guest_info(arch)
+        .triple
+        .map_or("nm".to_string(), |t| format!("{t}-nm"));
+    let lib = probe.strip_suffix("strlen:return").unwrap_or("");
+    let file = if lib.is_empty() {
+        prog.clone()
+    } else {
+        PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6")
+    };
+    let o = Command::new(&nm).arg("-D").arg(&file).output().unwrap();
+    let o2 = Command::new(&nm).arg(&file).output().unwrap();
+    let listing =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o2.stdout);
+    let ifunc = listing
+        .lines()
+        .any(|l| l.ends_with(" i strlen") || l.contains(" i strlen@"));
+    for h in &hits {
+        let f = h["function"].as_str().unwrap();
+        if ifunc {
+            assert!(
+                f.starts_with("__strlen_"),
+                "{arch}: a hit in {f}, not an implementation: {h}"
+            );
+        } else {
+            assert_eq!(f, "strlen", "{arch}");
+        }
+    }
+}
+
+fn strlen_static(arch: &str) {
+    strlen_by_name(arch, &["-O2", "-static"], "strlen:return");
+}
+
+per_guest!(strlen_static: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// The host's C library (x86_64) is stripped: its implementations are
+/// named by its debug file (`libc6-dbg`, which `scripts/deps.sh` installs).
+#[test]
+fn strlen_of_the_host_libc() {
+    strlen_by_name("x86_64", &["-O2"], "libc:strlen:return");
+}
+
+/// A cross C library without its debug file: one line naming the fix.
+#[test]
+fn strlen_without_debug_symbols_is_one_line() {
+    let dir = RunDir::new();
+    let prog = build(&dir, "aarch64", "probe_strlen", "probe_strlen", &["-O2"]);
+    let r = run_probe(&dir, "aarch64", &["-p", "libc:strlen"], &prog);
+    assert_eq!(r.status, 2, "{}", r.stderr);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(
+        lines[0].contains("indirect function") && lines[0].contains("libc6-dbg"),
+        "{}",
+        r.stderr
+    );
+}
+
 /// `--list LIB:PATTERN` lists a library's functions from its `.dynsym`.
 #[test]
 fn list_of_a_library() {

@@ -35,6 +35,10 @@ pub struct Func {
     pub end: u64,
     /// ARM Thumb code.
     pub thumb: bool,
+    /// A GNU indirect function (`STT_GNU_IFUNC`): the code at `start` is
+    /// its resolver, which the dynamic loader runs once to choose the
+    /// implementation every call then reaches.
+    pub ifunc: bool,
 }
 
 /// An ELF file's functions and code, at its link-time addresses.
@@ -55,6 +59,9 @@ pub struct Image {
     pub entry: u64,
     /// Sorted by start; one name per start (the first in the table).
     pub funcs: Vec<Func>,
+    /// The separate debug file whose symbol table was read too, if the
+    /// file has none of its own but one is installed ([`debug_file`]).
+    pub debug: Option<PathBuf>,
     /// Loadable executable segments: (address, bytes).
     code: Vec<(u64, Vec<u8>)>,
 }
@@ -122,42 +129,22 @@ impl Image {
             object::File::Elf64(f) => (segments(f), low_page(f), span(f, low_page(f))),
             _ => return Err(Error::NotElfFormat(path.to_path_buf())),
         };
-        let ppc = abi == Abi::Elfv2;
-        let arm = abi == Abi::Aapcs;
-        // STT_FUNC, and STT_GNU_IFUNC (its value is the resolver, which
-        // is code too, and what `nm` lists).
-        let is_code = |s: &object::Symbol| {
-            s.kind() == SymbolKind::Text
-                || matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. } if st_info & 0xf == elf::STT_GNU_IFUNC)
-        };
-        let mut syms: Vec<object::Symbol> = file.symbols().collect();
-        if !syms.iter().any(is_code) {
-            syms = file.dynamic_symbols().collect();
-        }
-        let mut funcs: Vec<Func> = syms
-            .iter()
-            .filter(|s| is_code(s) && !s.is_undefined() && s.address() != 0)
-            .filter_map(|s| {
-                let name = s.name().ok()?.to_string();
-                if name.is_empty() || name.starts_with('$') {
-                    return None;
+        let mut funcs = functions(&file, abi);
+        // A stripped library (Debian's libc) keeps only `.dynsym`, which
+        // has no symbol for the implementations of its indirect functions
+        // (`strlen`'s `__strlen_avx2`...): its installed debug file has.
+        let mut debug = None;
+        if file.symbols().next().is_none() {
+            if let Some(d) = debug_file(&file) {
+                if let Some(more) = std::fs::read(&d)
+                    .ok()
+                    .and_then(|data| object::File::parse(&*data).ok().map(|f| functions(&f, abi)))
+                {
+                    funcs.extend(more);
+                    debug = Some(d);
                 }
-                let thumb = arm && s.address() & 1 == 1;
-                let start = if arm { s.address() & !1 } else { s.address() };
-                let local = match s.flags() {
-                    object::SymbolFlags::Elf { st_other, .. } if ppc => local_entry(st_other),
-                    _ => 0,
-                };
-                Some(Func {
-                    name,
-                    start,
-                    entry: start + local,
-                    size: s.size(),
-                    end: start + s.size(),
-                    thumb,
-                })
-            })
-            .collect();
+            }
+        }
         funcs.sort_by(|a, b| a.start.cmp(&b.start).then(a.name.cmp(&b.name)));
         funcs.dedup_by(|b, a| a.start == b.start && a.name == b.name);
         let starts: Vec<u64> = funcs.iter().map(|f| f.start).collect();
@@ -173,10 +160,27 @@ impl Image {
             pie: file.kind() == object::ObjectKind::Dynamic,
             low,
             span,
-            entry: if arm { file.entry() & !1 } else { file.entry() },
+            entry: if abi == Abi::Aapcs {
+                file.entry() & !1
+            } else {
+                file.entry()
+            },
             funcs,
+            debug,
             code,
         })
+    }
+
+    /// The implementations of the indirect function `f`, by glibc's naming
+    /// of them (`__strlen_avx2`, `__strlen_sse2` for `strlen`; the
+    /// resolver's own local name, `__strlen_ifunc`, is not one): whichever
+    /// the resolver picks at load time is probed. Empty when no symbol
+    /// names them (a stripped library without its debug file).
+    pub fn implementations<'a>(&'a self, f: &'a Func) -> impl Iterator<Item = &'a Func> + 'a {
+        let prefix = format!("__{}_", f.name);
+        self.funcs
+            .iter()
+            .filter(move |g| !g.ifunc && g.start != f.start && g.name.starts_with(&prefix))
     }
 
     /// The bytes of `[start, start + len)`, if code of the file.
@@ -210,6 +214,56 @@ impl Image {
             .iter()
             .filter(move |f| super::spec::glob(glob, &f.name))
     }
+}
+
+/// The function symbols of `file`: its symbol table's, or its dynamic
+/// symbol table's when it has no other, unsorted.
+fn functions(file: &object::File, abi: Abi) -> Vec<Func> {
+    let ppc = abi == Abi::Elfv2;
+    let arm = abi == Abi::Aapcs;
+    let ifunc = |s: &object::Symbol| matches!(s.flags(), object::SymbolFlags::Elf { st_info, .. } if st_info & 0xf == elf::STT_GNU_IFUNC);
+    // STT_FUNC, and STT_GNU_IFUNC (its value is the resolver, which is
+    // code too, and what `nm` lists).
+    let is_code = |s: &object::Symbol| s.kind() == SymbolKind::Text || ifunc(s);
+    let mut syms: Vec<object::Symbol> = file.symbols().collect();
+    if !syms.iter().any(is_code) {
+        syms = file.dynamic_symbols().collect();
+    }
+    syms.iter()
+        .filter(|s| is_code(s) && !s.is_undefined() && s.address() != 0)
+        .filter_map(|s| {
+            let name = s.name().ok()?.to_string();
+            if name.is_empty() || name.starts_with('$') {
+                return None;
+            }
+            let thumb = arm && s.address() & 1 == 1;
+            let start = if arm { s.address() & !1 } else { s.address() };
+            let local = match s.flags() {
+                object::SymbolFlags::Elf { st_other, .. } if ppc => local_entry(st_other),
+                _ => 0,
+            };
+            Some(Func {
+                name,
+                start,
+                entry: start + local,
+                size: s.size(),
+                end: start + s.size(),
+                thumb,
+                ifunc: ifunc(s),
+            })
+        })
+        .collect()
+}
+
+/// Where the separate debug file of `file` is installed, by its build id
+/// (`/usr/lib/debug/.build-id/NN/REST.debug`, where Debian's `-dbg`
+/// packages put them), if it is.
+fn debug_file(file: &object::File) -> Option<PathBuf> {
+    let id = file.build_id().ok()??;
+    let (first, rest) = id.split_first()?;
+    let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
+    let path = PathBuf::from(format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug"));
+    path.is_file().then_some(path)
 }
 
 /// Bytes from an ELFv2 function's global entry to its local entry, from

@@ -144,4 +144,18 @@ pub enum Error {
         func: String,
         path: PathBuf,
     },
+    /// FUNC is a GNU indirect function whose implementations have no
+    /// symbols.
+    #[error(
+        "probe {text:?}: {func} in {} is an indirect function (its symbol is the resolver \
+         that picks an implementation when the program is loaded), and no symbol names its \
+         implementations; install the library's debug symbols (Debian: libc6-dbg for the \
+         C library), or probe the implementation by address",
+        path.display()
+    )]
+    Ifunc {
+        text: String,
+        func: String,
+        path: PathBuf,
+    },
 }

@@ -191,8 +191,25 @@ impl Plan {
                 plan.add(exe_module, a, Site::Pc(p));
                 continue;
             }
+            let mut matched: Vec<&Func> = image.matching(&spec.func).collect();
+            if let Some(f) = matched.iter().find(|f| f.ifunc) {
+                // An indirect function named as such: its calls reach the
+                // implementation its resolver picked, not the resolver.
+                let named = !spec.func.contains(['*', '?']);
+                if named && matches!(spec.point, Point::Entry(_) | Point::Return) {
+                    let imps: Vec<&Func> = image.implementations(f).collect();
+                    if imps.is_empty() {
+                        return Err(Error::Ifunc {
+                            text: spec.text.clone(),
+                            func: f.name.clone(),
+                            path: image.path.clone(),
+                        });
+                    }
+                    matched = imps;
+                }
+            }
             let mut any = false;
-            for f in image.matching(&spec.func) {
+            for f in matched {
                 any = true;
                 if let Point::Offset(o) = spec.point {
                     if o >= (f.end - f.start).max(1) {
