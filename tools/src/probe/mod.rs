@@ -145,9 +145,9 @@ pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl RunState {
     /// Writes `text`; after a write error nothing more is written, but
     /// events are still consumed (QEMU is never held up).
-    pub fn write(&self, text: &str) {
+    pub fn write(&self, text: &[u8]) {
         if let Some(w) = lock(&self.out).as_mut().filter(|w| w.is_writing()) {
-            let _ = w.write_all(text.as_bytes());
+            let _ = w.write_all(text);
         }
     }
 }

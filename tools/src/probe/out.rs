@@ -3,7 +3,7 @@
 //! a line of SystemTap's call flow; and the flow's spans as a Chrome
 //! trace-event file (Perfetto, `chrome://tracing`).
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 
 use serde_json::{json, Map, Value};
 
@@ -46,34 +46,72 @@ pub struct Hit<'a> {
     /// At a return: instructions since the entry (`--insns`).
     pub insns: Option<u64>,
     /// At a pc probe: every register by name.
-    pub regs: Vec<(&'a str, u64)>,
+    pub regs: Regs<'a>,
     /// Probed frames open in this thread, this one included.
     pub depth: usize,
 }
 
 /// Appends `0x` and `v` in lower-case hex: a million hits of 32
 /// registers each are mostly this, and `write!` costs several times more.
-fn push_hex(s: &mut String, v: u64) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+fn push_hex(s: &mut Vec<u8>, v: u64) {
     let mut buf = [0u8; 18];
+    let len = hex_into(&mut buf, v);
+    s.extend_from_slice(&buf[..len]);
+}
+
+/// Writes `0x` and `v` in lower-case hex at the start of `out` (at least
+/// 18 bytes); returns how many bytes that took.
+fn hex_into(out: &mut [u8], v: u64) -> usize {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let digits = (64 - (v | 1).leading_zeros()).div_ceil(4) as usize;
+    out[0] = b'0';
+    out[1] = b'x';
+    let mut v = v;
+    for b in out[2..2 + digits].iter_mut().rev() {
+        *b = DIGITS[(v & 0xf) as usize];
+        v >>= 4;
+    }
+    2 + digits
+}
+
+/// Appends `v` in decimal (a thread id on every line).
+fn push_dec(s: &mut Vec<u8>, v: u64) {
+    let mut buf = [0u8; 20];
     let mut i = buf.len();
     let mut v = v;
     loop {
         i -= 1;
-        buf[i] = DIGITS[(v & 0xf) as usize];
-        v >>= 4;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
         if v == 0 {
             break;
         }
     }
-    s.push_str("0x");
-    s.extend(buf[i..].iter().map(|&b| char::from(b)));
+    s.extend_from_slice(&buf[i..]);
 }
 
-fn push_opt(s: &mut String, v: Option<u64>) {
+/// The registers of a pc probe: each name with its value, the pc left
+/// out (the line has it).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Regs<'a> {
+    pub names: &'a [String],
+    pub values: &'a [u64],
+}
+
+impl<'a> Regs<'a> {
+    fn iter(&self) -> impl Iterator<Item = (&'a str, u64)> + 'a {
+        self.names
+            .iter()
+            .zip(self.values.iter())
+            .filter(|(n, _)| n.as_str() != "pc")
+            .map(|(n, v)| (n.as_str(), *v))
+    }
+}
+
+fn push_opt(s: &mut Vec<u8>, v: Option<u64>) {
     match v {
         Some(v) => push_hex(s, v),
-        None => s.push('?'),
+        None => s.push(b'?'),
     }
 }
 
@@ -90,23 +128,25 @@ fn jhex(v: Option<u64>) -> Value {
 
 impl Hit<'_> {
     /// `TID INSN PROBE PC` and what the probe reports.
-    pub fn text(&self, s: &mut String) {
-        let _ = write!(s, "{} ", self.tid);
-        match self.insn {
-            Some(i) => {
-                let _ = write!(s, "{i}");
-            }
-            None => s.push('-'),
+    pub fn text(&self, s: &mut Vec<u8>) {
+        if self.tid < 0 {
+            s.push(b'-');
         }
-        s.push(' ');
-        s.push_str(self.probe);
-        s.push(' ');
+        push_dec(s, u64::from(self.tid.unsigned_abs()));
+        s.push(b' ');
+        match self.insn {
+            Some(i) => push_dec(s, i),
+            None => s.push(b'-'),
+        }
+        s.push(b' ');
+        s.extend_from_slice(self.probe.as_bytes());
+        s.push(b' ');
         push_hex(s, self.pc);
         self.values(s);
-        s.push('\n');
+        s.push(b'\n');
     }
 
-    fn values(&self, s: &mut String) {
+    fn values(&self, s: &mut Vec<u8>) {
         match self.at {
             At::Entry => {
                 for (i, a) in self.args.iter().enumerate() {
@@ -115,28 +155,39 @@ impl Hit<'_> {
                 }
             }
             At::Return => {
-                s.push_str(" ret=");
+                s.extend_from_slice(b" ret=");
                 push_opt(s, self.ret);
                 if self.unwound {
-                    s.push_str(" unwound");
+                    s.extend_from_slice(b" unwound");
                 }
                 if let Some(n) = self.insns {
                     let _ = write!(s, " insns={n}");
                 }
             }
             At::Pc => {
-                for (n, v) in &self.regs {
-                    s.push(' ');
-                    s.push_str(n);
-                    s.push('=');
-                    push_hex(s, *v);
+                // One copy per register: ` name=0x…` made on the stack.
+                for (n, v) in self.regs.iter() {
+                    let mut one = [0u8; 64];
+                    let name = n.as_bytes();
+                    if name.len() > one.len() - 20 {
+                        s.push(b' ');
+                        s.extend_from_slice(name);
+                        s.push(b'=');
+                        push_hex(s, v);
+                        continue;
+                    }
+                    one[0] = b' ';
+                    one[1..=name.len()].copy_from_slice(name);
+                    one[name.len() + 1] = b'=';
+                    let len = name.len() + 2 + hex_into(&mut one[name.len() + 2..], v);
+                    s.extend_from_slice(&one[..len]);
                 }
             }
         }
     }
 
     /// One JSON object on a line.
-    pub fn json(&self, s: &mut String) {
+    pub fn json(&self, s: &mut Vec<u8>) {
         let mut m = Map::new();
         m.insert("pid".into(), json!(self.pid));
         m.insert("tid".into(), json!(self.tid));
@@ -169,13 +220,13 @@ impl Hit<'_> {
             }
         }
         m.insert("depth".into(), json!(self.depth));
-        s.push_str(&Value::Object(m).to_string());
-        s.push('\n');
+        s.extend_from_slice(Value::Object(m).to_string().as_bytes());
+        s.push(b'\n');
     }
 
     /// SystemTap's call flow: `[INSN] TID: -> func(arg0=..)`, indented by
     /// depth, `<- func ret=..` at the return (INSN with `--insns`).
-    pub fn flow(&self, s: &mut String) {
+    pub fn flow(&self, s: &mut Vec<u8>) {
         let indent = "  ".repeat(self.depth.saturating_sub(1));
         let func = self.function.unwrap_or(self.probe);
         if let Some(i) = self.insn {
@@ -189,7 +240,7 @@ impl Hit<'_> {
                     let sep = if i == 0 { "" } else { ", " };
                     let _ = write!(s, "{sep}arg{i}={}", hex(*a));
                 }
-                s.push(')');
+                s.push(b')');
             }
             At::Return => {
                 let _ = write!(s, "<- {func}");
@@ -200,7 +251,7 @@ impl Hit<'_> {
                 self.values(s);
             }
         }
-        s.push('\n');
+        s.push(b'\n');
     }
 
     /// A Chrome trace event: `B` at an entry, `E` at a return, `i` at a
@@ -252,41 +303,47 @@ mod tests {
             ret: Some(0x15),
             unwound: false,
             insns: Some(12),
-            regs: vec![("a0", 1), ("sp", 0x7ff0)],
+            regs: Regs {
+                names: Box::leak(Box::new(["a0".into(), "pc".into(), "sp".into()])),
+                values: &[1, 0x40089c, 0x7ff0],
+            },
             depth: 2,
         }
     }
 
     #[test]
     fn hex_digits() {
-        for v in [0, 1, 0xf, 0x10, 0xdead_beef, u64::MAX] {
-            let mut s = String::new();
+        for v in [0, 1, 0xf, 0x10, 0xff, 0x100, 0xdead_beef, 1 << 63, u64::MAX] {
+            let mut s = Vec::new();
             push_hex(&mut s, v);
-            assert_eq!(s, format!("{v:#x}"));
+            assert_eq!(s, format!("{v:#x}").as_bytes());
+            let mut s = Vec::new();
+            push_dec(&mut s, v);
+            assert_eq!(s, format!("{v}").as_bytes());
         }
     }
 
     #[test]
     fn text_json_and_flow() {
-        let mut s = String::new();
+        let mut s = Vec::new();
         hit(At::Entry).text(&mut s);
         hit(At::Return).text(&mut s);
         hit(At::Pc).text(&mut s);
         assert_eq!(
-            s,
+            String::from_utf8(s).unwrap(),
             "8 100 pr_add6 0x40089c arg0=0x1 arg1=?\n\
              8 100 pr_add6 0x40089c ret=0x15 insns=12\n\
              8 100 pr_add6 0x40089c a0=0x1 sp=0x7ff0\n"
         );
-        let mut s = String::new();
+        let mut s = Vec::new();
         hit(At::Entry).json(&mut s);
-        let v: Value = serde_json::from_str(&s).unwrap();
+        let v: Value = serde_json::from_slice(&s).unwrap();
         assert_eq!(v["args"], json!(["0x1", null]));
         assert_eq!(
             (v["at"].as_str(), v["depth"].as_u64()),
             (Some("entry"), Some(2))
         );
-        let mut s = String::new();
+        let mut s = Vec::new();
         hit(At::Entry).flow(&mut s);
         hit(At::Return).flow(&mut s);
         let mut h = hit(At::Return);
@@ -294,7 +351,7 @@ mod tests {
         h.insns = None;
         h.flow(&mut s);
         assert_eq!(
-            s,
+            String::from_utf8(s).unwrap(),
             "       100 8:   -> pr_add6(arg0=0x1, arg1=?)\n       100 8:   <- pr_add6 ret=0x15 insns=12\n\
              8:   <- pr_add6 ret=0x15\n"
         );

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use cannoli::{Cannoli, ClientInfo};
 
 use super::isa;
-use super::out::{At, Hit};
+use super::out::{At, Hit, Regs};
 use super::plan::{Plan, Site};
 use super::shadow::Shadow;
 use super::{Mode, RunState};
@@ -114,7 +114,7 @@ pub struct Probe {
     pending: Option<Pending>,
     /// The load bias of each library this thread saw mapped.
     biases: Vec<Option<u64>>,
-    buf: String,
+    buf: Vec<u8>,
     /// A position-independent program, and every shared library with
     /// probes, is placed by its mapping event, in the stream of the thread
     /// that mapped it (the main thread, for what the loader maps), which
@@ -179,7 +179,7 @@ impl Cannoli for Probe {
             hits: 0,
             pending: None,
             biases: vec![None; plan.modules.len()],
-            buf: String::new(),
+            buf: Vec::new(),
             deferred: VecDeque::new(),
             parked: pid.parked.clone(),
         };
@@ -358,7 +358,8 @@ impl Probe {
         if !self.placed(pid) {
             return true;
         }
-        self.run.live && !self.all_placed(pid) && self.sites(pid, pc).is_empty()
+        let plan = self.plan.clone();
+        self.run.live && !self.all_placed(pid) && self.sites_in(&plan, pid, pc).is_empty()
     }
 
     /// Whether every library with probes is placed in this process.
@@ -399,7 +400,9 @@ impl Probe {
             return;
         };
         if let Item::Hit { pc, .. } = &item {
-            if self.run.live && self.pending.is_none() && self.sites(pid, *pc).is_empty() {
+            let plan = self.plan.clone();
+            if self.run.live && self.pending.is_none() && self.sites_in(&plan, pid, *pc).is_empty()
+            {
                 self.run.unplaced.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -410,27 +413,29 @@ impl Probe {
         self.plan.count.then_some(self.insns)
     }
 
-    /// The sites at `pc`: the program's, or a mapped library's.
-    fn sites(&mut self, pid: &Pid, pc: u64) -> Vec<Site> {
-        if let Some(v) = self.plan.sites.get(&pc) {
-            return v.clone();
+    /// The sites at `pc`: the program's, or a mapped library's (the
+    /// libraries' placements refreshed from the process first), borrowed
+    /// from `plan` (this thread's) without a copy: a hit's hot path.
+    fn sites_in<'p>(&mut self, plan: &'p Plan, pid: &Pid, pc: u64) -> &'p [Site] {
+        if let Some(v) = plan.sites.get(&pc) {
+            return v;
         }
-        for (m, module) in self.plan.modules.iter().enumerate() {
+        for (m, module) in plan.modules.iter().enumerate() {
             if self.biases[m].is_none() {
                 self.biases[m] = super::lock(&pid.biases)[m];
             }
             if let Some(b) = self.biases[m] {
                 if let Some(v) = module.sites.get(&pc.wrapping_sub(b)) {
-                    return v.clone();
+                    return v;
                 }
             }
         }
-        Vec::new()
+        &[]
     }
 
     fn hit(&mut self, pid: &Pid, pc: u64, regs: &[u64]) {
         let plan = self.plan.clone();
-        let sites = self.sites(pid, pc);
+        let sites = self.sites_in(&plan, pid, pc);
         if sites.is_empty() && self.pending.is_none() {
             return;
         }
@@ -439,7 +444,7 @@ impl Probe {
                 self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
             }
         }
-        for s in &sites {
+        for s in sites {
             match *s {
                 Site::Entry(t) => self.entered(pc, t, regs),
                 Site::Return(target, ret) if ret.cond_next.is_some() => {
@@ -455,14 +460,11 @@ impl Probe {
                 Site::NotTaken(_) => {}
                 Site::Pc(p) => {
                     let layout = self.layout.clone();
-                    let names = &layout.names;
                     let h = Hit {
-                        regs: names
-                            .iter()
-                            .zip(regs)
-                            .filter(|(n, _)| n.as_str() != "pc")
-                            .map(|(n, v)| (n.as_str(), *v))
-                            .collect(),
+                        regs: Regs {
+                            names: &layout.names,
+                            values: regs,
+                        },
                         ..self.base(At::Pc, &plan.specs[p].text, None, pc)
                     };
                     self.emit(&h);
@@ -484,7 +486,7 @@ impl Probe {
             ret: None,
             unwound: false,
             insns: None,
-            regs: Vec::new(),
+            regs: Regs::default(),
             depth: self.stack.len(),
         }
     }
