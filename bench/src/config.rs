@@ -28,6 +28,9 @@ pub enum Kind {
     /// `benchmark --threads workers --replay FILE` on the recording of
     /// `record-pc` (of the same round, or one made for it): no QEMU.
     Replay { workers: usize },
+    /// `cannoli probe` with the workload's probe points (`crate::probe`);
+    /// only workloads that have some.
+    Probe,
 }
 
 /// Which plugin library.
@@ -183,6 +186,13 @@ const TAIL: &[Config] = &[
     Config {
         name: "replay-pc-2w",
         kind: Kind::Replay { workers: 2 },
+        peer: None,
+        best_peer: None,
+    },
+    // `cannoli probe` at the workload's probe points, hits to /dev/null.
+    Config {
+        name: "probe",
+        kind: Kind::Probe,
         peer: None,
         best_peer: None,
     },

@@ -33,6 +33,7 @@
 
 mod config;
 mod plot;
+mod probe;
 mod proc;
 mod report;
 mod run;
@@ -51,7 +52,7 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
   --workload     nop-loop, busybox-sha256, sortcrc, rss-10x (default: all)
   --config       plain, never, plugin-insn, plugin-mem, plugin-insn-mem, plugin-tb,
                  plugin-tb-mem, cannoli-pc-<N>w, cannoli-pcmem-<N>w, record-pc,
-                 record-pcmem, replay-pc-2w, record-pc-l-3, record-pc-l1, record-pc-l3,
+                 record-pcmem, replay-pc-2w, probe, record-pc-l-3, record-pc-l1, record-pc-l3,
                  record-pcmem-l-3, record-pcmem-l1, record-pcmem-l3 (default: all but
                  the record-*-lN, with the cannoli rows of --workers)
                  cannoli-pc-<N>w / cannoli-pcmem-<N>w: cannoli tracing every pc /
@@ -65,7 +66,10 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
                  `benchmark --threads 2 --replay FILE` of record-pc's recording (its
                  checksum must equal the live rows'). A table of file sizes, bytes
                  per event and instruction, time against cannoli-pc-2w /
-                 cannoli-pcmem-2w and peak RSS, and the goals, follow the main table
+                 cannoli-pcmem-2w and peak RSS, and the goals, follow the main table;
+                 probe: `cannoli probe` at the workload's probe points, hits to
+                 /dev/null, their number checked (busybox-sha256 only: ten pcs of
+                 the SHA-256 block function, run once per 64 bytes)
   --workers N[,N] the worker threads of the generated cannoli rows, e.g. 1,2,4,8,14
                  (default: from the machine's CPUs, one of them left to QEMU: 1, 2,
                  4, 8, ... below CPUs - 1, and CPUs - 1; at least 1,2; 16 CPUs give

@@ -72,7 +72,7 @@ pub struct Sample {
 
 /// Guests whose address layout depends on the host's ASLR unless QEMU
 /// reserves their address space up front (as the exactness tests do).
-fn reserved_va(arch: &str) -> Option<&'static str> {
+pub fn reserved_va(arch: &str) -> Option<&'static str> {
     match arch {
         "riscv64" | "aarch64" | "x86_64" | "mips64el" => Some("0x100000000"),
         _ => None,
@@ -89,6 +89,13 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
     match c.kind {
         Kind::Record { hooks, level } => return run_record(ctx, w, c.name, hooks, level),
         Kind::Replay { workers } => return run_replay(ctx, w, c.name, workers),
+        Kind::Probe => {
+            let probes = w
+                .probes
+                .as_ref()
+                .ok_or("the workload has no probe points")?;
+            return crate::probe::run(ctx, w, c.name, probes);
+        }
         _ => {}
     }
     let tag = format!("{}.{}", w.name, c.name);
@@ -110,7 +117,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
     }
     let mut client = None;
     match c.kind {
-        Kind::Plain | Kind::Record { .. } | Kind::Replay { .. } => {}
+        Kind::Plain | Kind::Record { .. } | Kind::Replay { .. } | Kind::Probe => {}
         Kind::Plugins(plugins) => {
             for (lib, opts) in plugins {
                 let path = match lib {
@@ -274,7 +281,7 @@ fn run_record(
 /// The `CANNOLI_*` variables of our environment that the recorder and the
 /// replaying client get (ring geometry and other knobs set for the
 /// benchmark), without those that would change what they run or where to.
-fn forward_cannoli_env(cmd: &mut Command) {
+pub fn forward_cannoli_env(cmd: &mut Command) {
     for (k, v) in std::env::vars() {
         let skip = [
             "CANNOLI_QEMU",
@@ -457,7 +464,7 @@ fn run_replay(ctx: &Ctx, w: &Workload, name: &str, workers: usize) -> Result<Sam
 /// wait4's `ru_maxrss` of a process that reaped its children is the larger
 /// of its own peak and theirs, so it cannot tell the two apart. Returns
 /// the last values read (peaks only grow; the last 20 ms may be missed).
-fn wait_watching_rss(
+pub fn wait_watching_rss(
     p: &mut Proc,
     deadline: Instant,
 ) -> Result<(Option<u64>, Option<u64>), String> {
@@ -694,7 +701,7 @@ pub fn find_checksum(text: &str) -> Option<u64> {
 }
 
 /// ": <last line of stderr>" for an error message, or "".
-fn tail(stderr: &Path) -> String {
+pub fn tail(stderr: &Path) -> String {
     let text = fs::read_to_string(stderr).unwrap_or_default();
     match text.lines().rev().find(|l| !l.trim().is_empty()) {
         Some(l) => format!(": {}", l.trim()),

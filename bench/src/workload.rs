@@ -5,6 +5,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::probe::{sha256_blocks, Probes, SHA256_BLOCK};
+
 pub struct Workload {
     pub name: &'static str,
     /// Guest architecture (`qemu-<arch>`, `target/guests/<arch>/`).
@@ -22,6 +24,8 @@ pub struct Workload {
     pub expect_stdout: Option<String>,
     /// Input file to create before the first run: (path, size in bytes).
     input: Option<(PathBuf, u64)>,
+    /// The `probe` row's probe points, for workloads that have one.
+    pub probes: Option<Probes>,
 }
 
 /// Names accepted by `--workload`, in table order.
@@ -58,6 +62,7 @@ pub fn all(root: &Path, quick: bool) -> Vec<Workload> {
             about: format!("bench/programs/nop_loop.c: {nops} x 100 nops"),
             expect_stdout: Some(format!("nop_loop: {nops} x 100 nops\n")),
             input: None,
+            probes: None,
         },
         Workload {
             name: "busybox-sha256",
@@ -71,6 +76,10 @@ pub fn all(root: &Path, quick: bool) -> Vec<Workload> {
             ),
             expect_stdout: None,
             input: Some((sha_file, sha_bytes)),
+            probes: Some(Probes {
+                points: SHA256_BLOCK,
+                hits: SHA256_BLOCK.len() as u64 * sha256_blocks(sha_bytes),
+            }),
         },
         Workload {
             name: "sortcrc",
@@ -81,6 +90,7 @@ pub fn all(root: &Path, quick: bool) -> Vec<Workload> {
             about: format!("tests/programs/sortcrc.c {sort_n} {sort_rounds}: quicksort + crc32"),
             expect_stdout: None,
             input: None,
+            probes: None,
         },
         Workload {
             name: "rss-10x",
@@ -94,12 +104,16 @@ pub fn all(root: &Path, quick: bool) -> Vec<Workload> {
             ),
             expect_stdout: Some(format!("nop_loop: {} x 100 nops\n", nops * 10)),
             input: None,
+            probes: None,
         },
     ]
 }
 
 impl Workload {
     pub fn runs_config(&self, config: &str) -> bool {
+        if config == "probe" && self.probes.is_none() {
+            return false;
+        }
         match self.only {
             None => true,
             Some(only) => only.contains(&config),

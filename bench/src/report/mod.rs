@@ -46,7 +46,7 @@ impl Cell {
     /// What the tool saw: the client's events, or the plugins' totals.
     fn events(&self) -> Option<u64> {
         match self.config.kind {
-            Kind::Cannoli { .. } | Kind::Record { .. } | Kind::Replay { .. } => {
+            Kind::Cannoli { .. } | Kind::Record { .. } | Kind::Replay { .. } | Kind::Probe => {
                 self.med(|s| s.events)
             }
             Kind::Plugins(_) => self.med(|s| match (s.insns, s.mem) {

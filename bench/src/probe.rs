@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The `probe` row: `cannoli probe` with the workload's probe points,
+//! against plain QEMU on the same run. Only the probed pcs are hooked, so
+//! this row measures what a probe costs where it fires and nothing else.
+//!
+//! The hits are written to `/dev/null` (formatted, as a user's would be,
+//! but not stored: a million lines of 32 registers are 330 MB), and their
+//! number is checked against the workload's own arithmetic (SHA-256 runs
+//! its block function once per 64 bytes of input, plus the padding block).
+
+use std::fs::{self, File};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use crate::run::{forward_cannoli_env, reserved_va, tail, wait_watching_rss, Ctx, Sample};
+use crate::workload::Workload;
+
+/// What a workload's probe row probes, and how many hits that must give.
+#[derive(Debug, Clone)]
+pub struct Probes {
+    /// The `-p` arguments.
+    pub points: &'static [&'static str],
+    /// Hits a correct run reports.
+    pub hits: u64,
+}
+
+/// Ten pcs: the first ten instructions of the SHA-256 block function of
+/// Debian's busybox-static 1:1.35.0-4 for mipsel (stripped, so by address),
+/// each run once per 64-byte block.
+pub const SHA256_BLOCK: &[&str] = &[
+    "0x5c0910", "0x5c0914", "0x5c0918", "0x5c091c", "0x5c0920", "0x5c0924", "0x5c0928", "0x5c092c",
+    "0x5c0930", "0x5c0934",
+];
+
+/// How many times SHA-256 runs its block function on `bytes` of input:
+/// once per whole 64-byte block, then once or twice for the padding (the
+/// 0x80 byte and the 8-byte length must fit after the tail).
+pub fn sha256_blocks(bytes: u64) -> u64 {
+    bytes / 64 + if bytes % 64 < 56 { 1 } else { 2 }
+}
+
+/// Runs `cannoli probe` on `w` with `probes`, the same QEMU, `-seed 1`,
+/// empty environment, working directory and guest path as the other rows.
+pub fn run(ctx: &Ctx, w: &Workload, name: &str, probes: &Probes) -> Result<Sample, String> {
+    let cannoli = ctx.release.join("cannoli");
+    if !cannoli.is_file() {
+        return Err(format!(
+            "{} is missing: cargo build --release -p cannoli-cli",
+            cannoli.display()
+        ));
+    }
+    let tag = format!("{}.{name}", w.name);
+    let stdout_path = ctx.out.join(format!("{tag}.stdout"));
+    let stderr_path = ctx.out.join(format!("{tag}.stderr"));
+    let create =
+        |p: &Path| File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()));
+    let mut qemu_args = vec!["-seed", "1"];
+    if let Some(r) = reserved_va(w.arch) {
+        qemu_args.extend(["-R", r]);
+    }
+    let mut cmd = Command::new(&cannoli);
+    cmd.env_clear()
+        .current_dir(&ctx.out)
+        .stdin(Stdio::null())
+        .stdout(create(&stdout_path)?)
+        .stderr(create(&stderr_path)?);
+    forward_cannoli_env(&mut cmd);
+    cmd.env("CANNOLI_QEMU", ctx.qemu.binary(false, w.arch))
+        .env("CANNOLI_QEMU_ARGS", qemu_args.join(" "))
+        .arg("probe");
+    for p in probes.points {
+        cmd.args(["-p", p]);
+    }
+    cmd.args(["-o", "/dev/null"]).arg(&w.guest).args(&w.args);
+
+    let start = Instant::now();
+    let mut p = crate::proc::Proc::spawn("cannoli probe", &mut cmd)?;
+    let (own_kb, qemu_kb) = wait_watching_rss(&mut p, start + ctx.timeout)?;
+    let exit = p.exit().expect("reaped");
+    if !exit.success() {
+        return Err(format!(
+            "cannoli probe {}{}",
+            exit.describe(),
+            tail(&stderr_path)
+        ));
+    }
+    let wall = (exit.at - start).as_secs_f64();
+    let read = |p: &Path| {
+        fs::read(p)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))
+    };
+    let stdout = read(&stdout_path)?;
+    let stderr = read(&stderr_path)?;
+    let hits = parse_hits(&stderr)
+        .ok_or_else(|| format!("cannot find the hit count in {}", stderr_path.display()))?;
+    if hits != probes.hits {
+        return Err(format!(
+            "{hits} probe hits, not the workload's {} (difference {:+})",
+            probes.hits,
+            hits as i128 - probes.hits as i128
+        ));
+    }
+    Ok(Sample {
+        wall,
+        total: wall,
+        qemu_rss_kb: qemu_kb.unwrap_or(exit.maxrss_kb),
+        client_rss_kb: Some(own_kb.unwrap_or(exit.maxrss_kb)),
+        events: Some(hits),
+        lost: Some(0),
+        stdout,
+        ..Sample::default()
+    })
+}
+
+/// N from `probe: N hits of ...`.
+fn parse_hits(stderr: &str) -> Option<u64> {
+    stderr.lines().find_map(|l| {
+        l.strip_prefix("probe: ")?
+            .split_once(" hits of ")?
+            .0
+            .parse()
+            .ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_counts() {
+        // 7,000,000 bytes gave 109,376 calls of busybox's block function.
+        assert_eq!(sha256_blocks(7_000_000), 109_376);
+        assert_eq!(sha256_blocks(0), 1);
+        assert_eq!(sha256_blocks(55), 1);
+        assert_eq!(sha256_blocks(56), 2);
+        assert_eq!(sha256_blocks(64), 2);
+    }
+
+    #[test]
+    fn hit_line() {
+        let s = "x\nprobe: 1093760 hits of 10 probes in 0 functions, 1 thread\n";
+        assert_eq!(parse_hits(s), Some(1_093_760));
+        assert_eq!(parse_hits("probe: none"), None);
+    }
+}
