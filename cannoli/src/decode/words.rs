@@ -1,8 +1,6 @@
 //! The hot loop over a chunk's words: the JIT events, one compare each on
 //! the common path.
 
-use std::sync::Arc;
-
 use super::framed::{framed, Frame, Skipped};
 use super::place::{close, cut, place, Open};
 use super::problem::Problem;
@@ -57,7 +55,7 @@ pub(super) struct Input<'a, 'b> {
     pub bytes: &'a [u8],
     pub lay: &'a Shape<'a>,
     /// The block cache's slots (read-locked).
-    pub slots: &'b [Option<Arc<Block>>],
+    pub slots: &'b [Option<Block>],
 }
 
 /// The decode loop proper, over `input`'s words from `cur.i` on, with
