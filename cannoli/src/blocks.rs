@@ -3,9 +3,11 @@
 //!
 //! A [`BlockSource`] hands out checked entries by id (the shared-memory
 //! table of a QEMU process, or a list in a test). A [`BlockCache`] keeps
-//! them pre-decoded ([`Block`]: the pcs as a boxed slice, the exec mask,
-//! and whether every bit is set) in a plain vector indexed by id, so the
-//! decoder's lookup of a run event is one bounds check and one load. The
+//! them pre-decoded ([`Block`]: the pcs, the exec mask unless every bit is
+//! set, and the pcs' stride) in a plain vector indexed by id. A slot holds
+//! the block itself, not a pointer to it: the pcs' address and length are
+//! in the slot, so the decoder reaches a run event's pcs in two dependent
+//! loads (the slot, then the pcs), not three. The
 //! cache is shared by every worker of every stream that reads the same
 //! source ([`cache_for`]); a worker read-locks it once per chunk and only
 //! takes the write lock to fill an id it does not have yet (an entry never
@@ -39,15 +41,26 @@ impl BlockSource for mempipe::TableReader {
     }
 }
 
-/// One translated block, checked and ready for the decode loop.
-#[derive(Debug, PartialEq, Eq)]
+/// [`Block::shift`] of a block whose pcs are not evenly spaced by a power
+/// of two (variable-length instructions): events are placed by a scan.
+pub(crate) const IRREGULAR: u8 = u8::MAX;
+
+/// One translated block, checked and ready for the decode loop. Cloning it
+/// takes two reference counts; the slots of [`BlockCache`] hold it inline
+/// (see the module's doc).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Block {
     /// The instructions' pcs in execution order (1..=`MAX_BLOCK_INSNS`).
-    pub pcs: Box<[u64]>,
-    /// Exec mask, `pcs.len().div_ceil(64)` words.
-    pub mask: Box<[u64]>,
-    /// Every bit of the mask is set: expansion is a plain loop over `pcs`.
-    pub all: bool,
+    pub pcs: Arc<[u64]>,
+    /// Exec mask, `pcs.len().div_ceil(64)` words; `None` when every bit is
+    /// set, so that expansion is a plain loop over `pcs`.
+    pub mask: Option<Arc<[u64]>>,
+    /// Where every pc is `pcs[0] + (k << shift)` (mod 2^64), `shift`: an
+    /// event's instruction is then found by its pc in one subtraction and
+    /// one shift instead of a scan of the pcs (fixed-width instruction
+    /// sets; a memory event comes every few instructions). Else
+    /// [`IRREGULAR`].
+    pub shift: u8,
 }
 
 impl Block {
@@ -65,11 +78,18 @@ impl Block {
             mask[n / 64] &= (1u64 << (n % 64)) - 1;
         }
         let all = (0..n).all(|i| mask[i / 64] >> (i % 64) & 1 != 0);
+        let shift = shift_of(&e.pcs);
         Ok(Block {
-            pcs: e.pcs.into_boxed_slice(),
-            mask,
-            all,
+            pcs: e.pcs.into(),
+            mask: (!all).then(|| mask.into()),
+            shift,
         })
+    }
+
+    /// Every instruction is reported executed.
+    #[inline(always)]
+    pub fn all(&self) -> bool {
+        self.mask.is_none()
     }
 
     /// Instruction count.
@@ -81,12 +101,57 @@ impl Block {
     /// Whether instruction `i` (below [`Block::len`]) is reported executed.
     #[inline(always)]
     pub fn is_exec(&self, i: usize) -> bool {
-        self.all || self.mask[i / 64] >> (i % 64) & 1 != 0
+        match &self.mask {
+            None => true,
+            Some(m) => m[i / 64] >> (i % 64) & 1 != 0,
+        }
+    }
+
+    /// The index of the instruction at `pc` among those from `from` on, if
+    /// it is one of them (the first, should a pc repeat).
+    #[inline(always)]
+    pub fn find(&self, from: usize, pc: u64) -> Option<usize> {
+        if self.shift == IRREGULAR {
+            return self.pcs[from..]
+                .iter()
+                .position(|&p| p == pc)
+                .map(|k| from + k);
+        }
+        // Evenly spaced pcs are all different: the one at `pc` is where
+        // its distance from the first says, if that is a whole step within
+        // the block.
+        let d = pc.wrapping_sub(self.pcs[0]);
+        let j = d >> self.shift;
+        let whole = d & ((1u64 << self.shift) - 1) == 0;
+        (whole && j < self.pcs.len() as u64 && j >= from as u64).then_some(j as usize)
+    }
+}
+
+/// [`Block::shift`] of `pcs` (not empty).
+fn shift_of(pcs: &[u64]) -> u8 {
+    let step = match pcs {
+        [_] => return 0,
+        [a, b, ..] => b.wrapping_sub(*a),
+        [] => return IRREGULAR,
+    };
+    if !step.is_power_of_two() {
+        return IRREGULAR;
+    }
+    let shift = step.trailing_zeros();
+    let first = pcs[0];
+    let even = pcs
+        .iter()
+        .enumerate()
+        .all(|(k, &p)| p == first.wrapping_add((k as u64) << shift));
+    if even {
+        shift as u8
+    } else {
+        IRREGULAR
     }
 }
 
 /// The cache's slots, indexed by entry id.
-pub(crate) type Slots = Vec<Option<Arc<Block>>>;
+pub(crate) type Slots = Vec<Option<Block>>;
 
 /// Most ids a miss fills at once: the one asked for and the next ones the
 /// source already has (blocks are translated, hence numbered, in bursts, and
@@ -126,13 +191,13 @@ impl BlockCache {
             return Ok(()); // another worker was first
         }
         let first = Block::new(source.entry(id)?)?;
-        let mut found = vec![Arc::new(first)];
+        let mut found = vec![first];
         for next in id + 1..(id + FILL_AHEAD).min(wire::blocks::CAPACITY as u64) {
             if slots.get(next as usize).is_some_and(Option::is_some) {
                 break;
             }
             match source.entry(next).and_then(Block::new) {
-                Ok(b) => found.push(Arc::new(b)),
+                Ok(b) => found.push(b),
                 Err(_) => break,
             }
         }
@@ -148,7 +213,7 @@ impl BlockCache {
 
     /// Block `id` (filling it if needed), for callers off the hot path.
     #[cfg(test)]
-    pub fn get(&self, id: u64) -> Result<Arc<Block>, EntryError> {
+    pub fn get(&self, id: u64) -> Result<Block, EntryError> {
         if let Some(Some(b)) = self.read().get(id as usize) {
             return Ok(b.clone());
         }
@@ -197,9 +262,9 @@ pub(crate) mod tests {
     #[test]
     fn blocks_are_checked_and_predecoded() {
         let b = Block::new(entry(&[1, 2, 3], &[true, true, true])).unwrap();
-        assert!(b.all && b.len() == 3);
+        assert!(b.all() && b.len() == 3);
         let b = Block::new(entry(&[1, 2, 3], &[true, false, true])).unwrap();
-        assert!(!b.all);
+        assert!(!b.all());
         assert_eq!(
             (0..3).map(|i| b.is_exec(i)).collect::<Vec<_>>(),
             [true, false, true]
@@ -209,12 +274,13 @@ pub(crate) mod tests {
         let mut e = entry(&pcs, &[true; 70]);
         e.exec[1] |= 1 << 63;
         let b = Block::new(e).unwrap();
-        assert!(b.all);
-        assert_eq!(b.mask[1], (1 << 6) - 1);
+        assert!(b.all() && b.is_exec(69));
         let mut e = entry(&pcs, &[true; 70]);
         e.exec[1] &= !(1 << 5);
+        e.exec[1] |= 1 << 63;
         let b = Block::new(e).unwrap();
-        assert!(!b.all && !b.is_exec(69) && b.is_exec(68));
+        assert!(!b.all() && !b.is_exec(69) && b.is_exec(68));
+        assert_eq!(b.mask.as_deref().unwrap()[1], (1 << 5) - 1);
         // Damaged: empty, too long, or a mask of the wrong length.
         assert_eq!(Block::new(Entry::default()), Err(EntryError::Damaged));
         let big: Vec<u64> = (0..MAX_BLOCK_INSNS as u64 + 1).collect();
@@ -230,6 +296,38 @@ pub(crate) mod tests {
         assert_eq!(Block::new(e), Err(EntryError::Damaged));
     }
 
+    /// An instruction is found by its pc alone, by arithmetic where the
+    /// pcs are evenly spaced by a power of two, else by a scan; both agree
+    /// with a scan from `from` on.
+    #[test]
+    fn instructions_are_found_by_pc() {
+        let all = |n: usize| vec![true; n];
+        let cases: [&[u64]; 7] = [
+            &[0x400, 0x404, 0x408, 0x40c],
+            &[0x400, 0x402, 0x404],
+            &[0x400],
+            &[0x400, 0x403, 0x405, 0x40a],
+            &[0x400, 0x404, 0x40c],
+            &[u64::MAX - 3, 0, 4],
+            &[0x400, 0x401, 0x400],
+        ];
+        let shifts = [2, 1, 0, IRREGULAR, IRREGULAR, 2, IRREGULAR];
+        for (pcs, shift) in cases.iter().zip(shifts) {
+            let b = Block::new(entry(pcs, &all(pcs.len()))).unwrap();
+            assert_eq!(b.shift, shift, "{pcs:x?}");
+            let probes = pcs
+                .iter()
+                .flat_map(|&p| [p, p.wrapping_add(1), p.wrapping_add(2), p.wrapping_sub(4)])
+                .chain([0, u64::MAX, 0x3fc, 0x410, 0x1_0000_0400]);
+            for pc in probes {
+                for from in 0..=pcs.len() {
+                    let scan = pcs[from..].iter().position(|&p| p == pc).map(|k| from + k);
+                    assert_eq!(b.find(from, pc), scan, "{pcs:x?} from {from} pc {pc:#x}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn cache_fills_on_demand_and_ahead() {
         let table: Vec<Entry> = (0..5u64)
@@ -241,7 +339,7 @@ pub(crate) mod tests {
         // 1 and every later id the table has came in at once.
         assert_eq!(c.read().len(), 5);
         assert!(c.read()[0].is_none());
-        assert!(!c.get(2).unwrap().all);
+        assert!(!c.get(2).unwrap().all());
         assert_eq!(c.get(0).unwrap().pcs[..], [0, 4]);
         assert_eq!(c.fill(5), Err(EntryError::NotPublished));
         assert_eq!(c.fill(u64::MAX), Err(EntryError::NotPublished));

@@ -1,7 +1,6 @@
 //! A chunk on a worker, and a whole stream decoded the way the server does.
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use super::place::Open;
 use super::problem::Problem;
@@ -81,7 +80,7 @@ fn decode_chunk<T: Cannoli>(
     let bad = loop {
         // One read lock per chunk (and per miss).
         let guard = cache.map(BlockCache::read);
-        let slots: &[Option<Arc<Block>>] = guard.as_deref().map_or(&[], |v| &v[..]);
+        let slots: &[Option<Block>] = guard.as_deref().map_or(&[], |v| &v[..]);
         let mut open = None;
         match decode_words::<T>(
             pid,

@@ -1,8 +1,6 @@
 //! Block placement: the block a stream is in, and how events move through
 //! it (expanding the instructions they show ran).
 
-use std::sync::Arc;
-
 use crate::blocks::Block;
 use crate::Cannoli;
 
@@ -10,7 +8,7 @@ use crate::Cannoli;
 /// from `next` on have not been expanded yet.
 #[derive(Debug, Clone)]
 pub(crate) struct OpenBlock {
-    pub block: Arc<Block>,
+    pub block: Block,
     pub next: usize,
 }
 
@@ -18,7 +16,7 @@ pub(crate) struct OpenBlock {
 /// (or from the carried [`OpenBlock`]).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Open<'b> {
-    pub block: &'b Arc<Block>,
+    pub block: &'b Block,
     pub next: usize,
 }
 
@@ -43,7 +41,7 @@ pub(super) fn expand<T: Cannoli>(
     trace: &mut Vec<T::Trace>,
 ) -> u64 {
     let pcs = &b.pcs[from..to];
-    if b.all {
+    if b.all() {
         T::exec_run(pid, tid, pcs, trace);
         pcs.len() as u64
     } else {
@@ -93,10 +91,7 @@ pub(super) fn close<T: Cannoli>(
 /// Where the instruction at `pc` is in the unexpanded rest of `o`.
 #[inline(always)]
 fn find(o: &Open<'_>, pc: u64) -> Option<usize> {
-    o.block.pcs[o.next..]
-        .iter()
-        .position(|&p| p == pc)
-        .map(|k| o.next + k)
+    o.block.find(o.next, pc)
 }
 
 /// Places an event of the instruction at `pc` in the open block: expands

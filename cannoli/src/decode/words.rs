@@ -1,8 +1,6 @@
 //! The hot loop over a chunk's words: the JIT events, one compare each on
 //! the common path.
 
-use std::sync::Arc;
-
 use super::framed::{framed, Frame, Skipped};
 use super::place::{close, cut, place, Open};
 use super::problem::Problem;
@@ -12,6 +10,9 @@ use crate::event::Access;
 use crate::Cannoli;
 use wire::blocks::NO_ENTRY;
 use wire::{tag, PC_BITS, PC_MASK};
+
+/// The bits of a run event's word above its id: the [`tag::RUN`] tag.
+const RUN_WORD: u64 = (tag::RUN as u64) << PC_BITS;
 
 /// Value masks indexed by log2 of the access size.
 const VAL_MASK: [u64; 4] = [0xff, 0xffff, 0xffff_ffff, u64::MAX];
@@ -57,7 +58,7 @@ pub(super) struct Input<'a, 'b> {
     pub bytes: &'a [u8],
     pub lay: &'a Shape<'a>,
     /// The block cache's slots (read-locked).
-    pub slots: &'b [Option<Arc<Block>>],
+    pub slots: &'b [Option<Block>],
 }
 
 /// The decode loop proper, over `input`'s words from `cur.i` on, with
@@ -149,10 +150,12 @@ pub(super) fn decode_words<'b, T: Cannoli>(
             }
         }
         let w = words[i];
-        let t = (w >> PC_BITS) as u8;
         // The bulk of a block-granular stream: close the running block,
-        // open the next.
-        if t == tag::RUN {
+        // open the next. Tested on the whole word (its top byte is the
+        // tag), so that it stays one compare ahead of the match below: as
+        // a test of `t`, the compiler folds it into the match's jump
+        // table, an indirect jump per run event.
+        if w & !PC_MASK == RUN_WORD {
             close_open!();
             let id = w & PC_MASK;
             if id != NO_ENTRY {
@@ -165,15 +168,12 @@ pub(super) fn decode_words<'b, T: Cannoli>(
             extra += 1;
             continue;
         }
-        match t {
-            // Inside a block (outside one, the loop above took it).
-            tag::EXEC => {
-                place!(w);
-                T::exec(pid, tid, w, trace);
-                i += 1;
-            }
-            // Loads 0x10..=0x13, stores 0x18..=0x1b.
-            0x10..=0x13 | 0x18..=0x1b => {
+        let t = (w >> PC_BITS) as u8;
+        // The other bulk of a memory trace: loads and stores (0x10..=0x16,
+        // 0x18..=0x1e), also ahead of the jump table.
+        if t & 0xf0 == 0x10 && t & 7 != 7 {
+            if t & 4 == 0 {
+                // Loads 0x10..=0x13, stores 0x18..=0x1b.
                 if n - i < 3 {
                     malformed!(
                         t,
@@ -196,10 +196,9 @@ pub(super) fn decode_words<'b, T: Cannoli>(
                 );
                 i += 3;
                 extra += 2;
-            }
-            // Packed accesses of 32-bit guests: address and value share
-            // the second word.
-            0x14..=0x16 | 0x1c..=0x1e => {
+            } else {
+                // Packed accesses of 32-bit guests (0x14..=0x16,
+                // 0x1c..=0x1e): address and value share the second word.
                 if n - i < 2 {
                     malformed!(
                         t,
@@ -223,6 +222,15 @@ pub(super) fn decode_words<'b, T: Cannoli>(
                 );
                 i += 2;
                 extra += 1;
+            }
+            continue;
+        }
+        match t {
+            // Inside a block (outside one, the loop above took it).
+            tag::EXEC => {
+                place!(w);
+                T::exec(pid, tid, w, trace);
+                i += 1;
             }
             tag::LOAD128 | tag::STORE128 => {
                 if n - i < 4 {
