@@ -182,6 +182,8 @@ pub struct Launcher {
     threads: usize,
     listen: Option<String>,
     qemu_args: Vec<OsString>,
+    /// Variables QEMU is started with, for its hook library.
+    qemu_env: Vec<(OsString, OsString)>,
     name: String,
     announce: bool,
     /// The tool's value for the run (see [`Launcher::state`]).
@@ -196,6 +198,7 @@ impl Launcher {
             threads: opts.threads.max(1),
             listen: None,
             qemu_args: Vec::new(),
+            qemu_env: Vec::new(),
             name: tool_name(),
             announce: true,
             state: cannoli::ToolState::default(),
@@ -212,6 +215,15 @@ impl Launcher {
     /// Launch mode: one more QEMU option, after `$CANNOLI_QEMU_ARGS`.
     pub fn qemu_arg(mut self, arg: impl Into<OsString>) -> Launcher {
         self.qemu_args.push(arg.into());
+        self
+    }
+
+    /// Launch mode: a variable in QEMU's environment (a hook library's
+    /// configuration: QEMU hides `CANNOLI_*` variables from the guest).
+    /// Only the QEMU of this run gets it, not this process: two runs in one
+    /// process each give theirs their own.
+    pub fn qemu_env(mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> Launcher {
+        self.qemu_env.push((key.into(), value.into()));
         self
     }
 
@@ -316,6 +328,7 @@ impl Launcher {
             cmd.arg("-L").arg(root);
         }
         cmd.arg("-cannoli").arg(hooks).arg(&path).args(args);
+        cmd.envs(self.qemu_env.iter().map(|(k, v)| (k, v)));
         Ok(cmd)
     }
 

@@ -15,4 +15,5 @@ pub mod probe;
 pub mod progress;
 pub mod record;
 pub mod regtrace;
+pub mod scratch;
 pub mod symbolizer;

@@ -114,14 +114,14 @@ pub fn main(args: Args) -> i32 {
             return 1;
         }
     };
-    // Read by the hook library inside QEMU (which hides CANNOLI_* from
-    // the guest). Set before any thread starts.
-    std::env::set_var(PRESET_ENV, args.hooks.name());
     let start = Instant::now();
+    // Read by the hook library inside QEMU (which hides CANNOLI_* from
+    // the guest).
     let launcher = launch::Launcher::new(launch::Options {
         hooks: HOOKS_LIBRARY,
         threads: args.threads as usize,
-    });
+    })
+    .qemu_env(PRESET_ENV, args.hooks.name());
     let report = match launcher.record(args.program.clone(), writer.clone()) {
         Ok(r) => r,
         Err(e) => {

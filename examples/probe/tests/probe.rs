@@ -789,6 +789,60 @@ fn runs_twice_in_one_process() {
     }
 }
 
+/// Two live runs at once in one process, each with probes of its own: each
+/// hook library gets its own plan (through its QEMU's environment, not this
+/// process's), so each run writes the hits its probes give in a process of
+/// their own.
+#[test]
+fn two_live_runs_at_once_in_one_process() {
+    let dir = RunDir::new();
+    let prog = guest("mipsel", "probe");
+    let sets: [&[&str]; 2] = [&["-p", "pr_add6"], &["-p", "pr_rec:return"]];
+    let alone: Vec<Run> = sets
+        .iter()
+        .enumerate()
+        .map(|(i, opts)| run_probe(&dir, &format!("alone{i}"), opts, &prog))
+        .collect();
+    for a in &alone {
+        assert_eq!(a.status, 0, "{}", a.stderr);
+        assert!(!a.out.is_empty(), "{}", a.stderr);
+    }
+    assert_ne!(without_tids(&alone[0].out), without_tids(&alone[1].out));
+    // The launcher finds QEMU from target/qemu.env, above this test binary.
+    let outs = std::thread::scope(|s| {
+        let runs: Vec<_> = sets
+            .iter()
+            .enumerate()
+            .map(|(i, opts)| {
+                let dir = &dir;
+                let prog = &prog;
+                s.spawn(move || {
+                    let mut args: Vec<&std::ffi::OsStr> = opts.iter().map(|o| o.as_ref()).collect();
+                    args.push(prog.as_os_str());
+                    probe_here(&args, &dir.file(&format!("here{i}.out")))
+                })
+            })
+            .collect();
+        runs.into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    // Threads' lines interleave chunk by chunk: compare them as sets.
+    let sorted = |s: &str| {
+        let mut v = without_tids(s);
+        v.sort();
+        v
+    };
+    for (i, (code, out)) in outs.iter().enumerate() {
+        assert_eq!(*code, 0, "run {i}");
+        assert_eq!(
+            sorted(out),
+            sorted(&alone[i].out),
+            "run {i}: not the hits of its probes alone"
+        );
+    }
+}
+
 /// `tests/programs/dyn_probe.c` built for `arch` by Debian's cross compiler,
 /// not position-independent, in `dir`.
 fn dyn_probe(dir: &RunDir, arch: &str) -> std::path::PathBuf {

@@ -275,16 +275,18 @@ pub fn main(args: Args) -> i32 {
         None => launch::Output::stdout("the probe hits"),
     };
     // The hook library's plan, in a file of this run (a glob can hook more
-    // pcs than an environment variable holds).
-    let plan_file = std::env::temp_dir().join(format!("cannoli-probe-{}.plan", std::process::id()));
-    if args.replay.is_none() {
-        if let Err(e) = std::fs::write(&plan_file, plan.hooks()) {
-            eprintln!("probe: cannot write {}: {e}", plan_file.display());
-            return 1;
+    // pcs than an environment variable holds), named to QEMU alone.
+    let plan_file = if args.replay.is_none() {
+        match crate::scratch::Scratch::create("probe", plan.hooks().as_bytes()) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("probe: cannot write the hook library's plan: {e}");
+                return 1;
+            }
         }
-        // SAFETY: no other thread runs yet.
-        std::env::set_var(PLAN_ENV, &plan_file);
-    }
+    } else {
+        None
+    };
     let mode = if args.flow {
         Mode::Flow
     } else if args.json {
@@ -302,11 +304,14 @@ pub fn main(args: Args) -> i32 {
         live: args.replay.is_none(),
         unplaced: AtomicU64::new(0),
     });
-    let launcher = launch::Launcher::new(launch::Options {
+    let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "probe",
         threads: args.threads,
     })
     .state(run.clone());
+    if let Some(f) = &plan_file {
+        launcher = launcher.qemu_env(PLAN_ENV, f.path());
+    }
     let needs = Needs {
         regs: Some(RegsAt::All),
         mem: plan.stores,
@@ -315,7 +320,7 @@ pub fn main(args: Args) -> i32 {
     };
     let result =
         crate::input::run::<tracer::Probe>(launcher, args.replay.as_deref(), needs, args.program);
-    let _ = std::fs::remove_file(&plan_file);
+    drop(plan_file);
     let written = lock(&run.out).take().expect("finished once").finish();
     let report = match result {
         Ok(report) => report,

@@ -527,16 +527,16 @@ pub fn main(args: Args) -> i32 {
             }
         }
     }
+    // For the hook library, which runs inside QEMU (another process) and
+    // has nothing but its environment to learn the ranges from.
+    let mut ranges_env = None;
     if !ranges.is_empty() {
         let v: Vec<String> = ranges.iter().map(|(a, b)| format!("{a:x}-{b:x}")).collect();
         let v = v.join(",");
         if args.program.is_empty() {
             eprintln!("regtrace: start QEMU with {RANGES_ENV}={v} in its environment");
         }
-        // For the hook library, which runs inside QEMU (another process)
-        // and has nothing but its environment to learn the ranges from.
-        // SAFETY: no other thread runs yet.
-        std::env::set_var(RANGES_ENV, v);
+        ranges_env = Some(v);
     }
     let w = match &args.output {
         None => launch::Output::stdout("the trace"),
@@ -562,11 +562,14 @@ pub fn main(args: Args) -> i32 {
     });
 
     let start = Instant::now();
-    let launcher = launch::Launcher::new(launch::Options {
+    let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "regtrace",
         threads: args.threads,
     })
     .state(run.clone());
+    if let Some(v) = ranges_env {
+        launcher = launcher.qemu_env(RANGES_ENV, v);
+    }
     let needs = Needs {
         regs: Some(RegsAt::All),
         ..Needs::default()
