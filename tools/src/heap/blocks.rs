@@ -240,7 +240,7 @@ impl Heap {
         });
         let before = next.and_then(|b| {
             let gap = b.addr.saturating_sub(end);
-            (gap < 2 * self.word).then_some((gap, addr, b))
+            (gap < self.word).then_some((gap, addr, b))
         });
         let (_, first, b) = match (after, before) {
             (Some(a), Some(b)) => {
