@@ -102,10 +102,6 @@ pub struct Heap {
     pub frees: u64,
 }
 
-/// The allocator's alignment of chunks (glibc's and musl's on every
-/// guest: 16, 8 on some 32-bit ones, which 16 covers).
-const CHUNK_ALIGN: u64 = 16;
-
 impl Heap {
     pub fn new(word: u64) -> Heap {
         Heap {
@@ -235,7 +231,7 @@ impl Heap {
                 // Starts inside, ends past the end.
                 return Some((0, b.end(), b));
             }
-            let zone = b.end().next_multiple_of(CHUNK_ALIGN) + 2 * self.word;
+            let zone = b.end().next_multiple_of(2 * self.word) + self.word;
             (addr < zone).then(|| (addr - b.end(), addr, b))
         });
         let before = next.and_then(|b| {

@@ -228,3 +228,6 @@ pub fn main(args: Args) -> i32 {
         code
     }
 }
+
+#[cfg(test)]
+mod tests;
