@@ -45,6 +45,8 @@ pub enum Item {
         pc: u64,
         branch: bool,
         regs: Option<Regs>,
+        /// The return register, with `regs`.
+        value: Option<u64>,
     },
     /// An allocation function's entry or return: every register.
     Hit {
@@ -186,6 +188,8 @@ struct Open {
     args: Vec<u64>,
     pc: u64,
     stack: Option<Stack>,
+    /// The call stack's depth with its frame.
+    depth: usize,
 }
 
 /// A conditional return seen, taken unless the next instruction is the
@@ -330,6 +334,7 @@ impl Cannoli for Thread {
             pc,
             branch: false,
             regs: None,
+            value: None,
         });
     }
 
@@ -349,6 +354,7 @@ impl Cannoli for Thread {
             pc,
             branch,
             regs: l.bt(regs),
+            value: l.ret.and_then(|i| l.read(regs, i)),
         });
         if pid.is_site(pc) {
             let n = regs.len() / 8;
@@ -475,7 +481,12 @@ impl Drop for Thread {
 impl Thread {
     fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
         match item {
-            Item::Insn { pc, branch, regs } => {
+            Item::Insn {
+                pc,
+                branch,
+                regs,
+                value,
+            } => {
                 if let Some(p) = self.pending.take() {
                     if p.ret.cond_next != Some(*pc) {
                         self.returned(pid, st, p.target, &p.ret, &p.regs);
@@ -663,6 +674,9 @@ impl Thread {
             .unwrap_or(0);
         let role = self.run.roles[t];
         let outer = self.calls.is_empty();
+        if std::env::var_os("HEAPDBG").is_some() {
+            eprintln!("DBG enter {pc:#x} {role:?} outer {outer} depth {}", self.calls.len());
+        }
         let args: Vec<u64> = (0..role.args()).map(|i| self.arg(st, regs, i)).collect();
         let stack = (outer && role != Role::Internal).then(|| self.stack(st, pc));
         if outer {
@@ -693,6 +707,7 @@ impl Thread {
             args,
             pc,
             stack,
+            depth: self.bt.depth(),
         });
     }
 
@@ -730,6 +745,9 @@ impl Thread {
 
     /// The outermost allocation call `f` returned `value`.
     fn completed(&mut self, st: &mut Proc, f: &Open, value: u64) {
+        if std::env::var_os("HEAPDBG").is_some() {
+            eprintln!("DBG completed {:?} args {:x?} -> {value:#x} stack {}", f.role, f.args, f.stack.is_some());
+        }
         let Some(stack) = f.stack.clone() else {
             return;
         };
