@@ -501,6 +501,20 @@ impl Thread {
                     self.bt
                         .insn(&rules, &res, *pc, *branch, *regs, &mut |_, _| {});
                 }
+                // The outermost allocation function's frame is gone
+                // without a return instruction of its own: it ended in a
+                // tail call to a function outside the plan (calloc's `jmp
+                // memset` through the PLT).
+                if self.rules.is_some()
+                    && self
+                        .calls
+                        .first()
+                        .is_some_and(|f| self.bt.depth() < f.depth)
+                {
+                    let f = self.calls.remove(0);
+                    self.calls.clear();
+                    self.completed(st, &f, value.unwrap_or(0));
+                }
             }
             Item::Hit { pc, regs } => {
                 for s in pid.sites(*pc) {
@@ -674,9 +688,6 @@ impl Thread {
             .unwrap_or(0);
         let role = self.run.roles[t];
         let outer = self.calls.is_empty();
-        if std::env::var_os("HEAPDBG").is_some() {
-            eprintln!("DBG enter {pc:#x} {role:?} outer {outer} depth {}", self.calls.len());
-        }
         let args: Vec<u64> = (0..role.args()).map(|i| self.arg(st, regs, i)).collect();
         let stack = (outer && role != Role::Internal).then(|| self.stack(st, pc));
         if outer {
@@ -745,9 +756,6 @@ impl Thread {
 
     /// The outermost allocation call `f` returned `value`.
     fn completed(&mut self, st: &mut Proc, f: &Open, value: u64) {
-        if std::env::var_os("HEAPDBG").is_some() {
-            eprintln!("DBG completed {:?} args {:x?} -> {value:#x} stack {}", f.role, f.args, f.stack.is_some());
-        }
         let Some(stack) = f.stack.clone() else {
             return;
         };
