@@ -171,15 +171,18 @@ pub fn main(args: Args) -> i32 {
         },
         None => launch::Output::stderr("the findings"),
     };
-    let plan_file = std::env::temp_dir().join(format!("cannoli-heap-{}.plan", std::process::id()));
-    if args.replay.is_none() {
-        if let Err(e) = std::fs::write(&plan_file, plan.hooks()) {
-            eprintln!("heap: cannot write {}: {e}", plan_file.display());
-            return 1;
+    // The hook library's plan, a new file of this run, named to QEMU alone.
+    let plan_file = if args.replay.is_none() {
+        match crate::scratch::Scratch::create("heap", plan.hooks().as_bytes()) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("heap: cannot write the hook library's plan: {e}");
+                return 1;
+            }
         }
-        // SAFETY: no other thread runs yet.
-        std::env::set_var(PLAN_ENV, &plan_file);
-    }
+    } else {
+        None
+    };
     let run = Arc::new(Run {
         plan,
         roles,
@@ -189,11 +192,14 @@ pub fn main(args: Args) -> i32 {
         tables: Mutex::new(HashMap::new()),
         threads: Mutex::new(HashSet::new()),
     });
-    let launcher = launch::Launcher::new(launch::Options {
+    let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "heap",
         threads: args.threads,
     })
     .state(run.clone());
+    if let Some(f) = &plan_file {
+        launcher = launcher.qemu_env(PLAN_ENV, f.path());
+    }
     let needs = Needs {
         regs: Some(RegsAt::All),
         mem: true,
@@ -202,7 +208,7 @@ pub fn main(args: Args) -> i32 {
     };
     let result =
         crate::input::run::<tracer::Thread>(launcher, args.replay.as_deref(), needs, args.program);
-    let _ = std::fs::remove_file(&plan_file);
+    drop(plan_file);
     let report = match result {
         Ok(r) => r,
         Err(e) => {
