@@ -74,9 +74,7 @@ pub fn program_function(sym: &str) -> bool {
 }
 
 /// The innermost program function of a stack of symbol names.
-pub fn innermost_program_function<'a, I: IntoIterator<Item = &'a str>>(
-    stack: I,
-) -> Option<String> {
+pub fn innermost_program_function<'a, I: IntoIterator<Item = &'a str>>(stack: I) -> Option<String> {
     stack
         .into_iter()
         .find(|s| program_function(s))
@@ -159,7 +157,10 @@ fn valgrind(dir: &RunDir, tag: &str, opts: &[String], prog: &Path, args: &[&str]
     let out = File::create(dir.file(&format!("{tag}.stdout"))).expect("create stdout file");
     let status = Command::new("valgrind")
         .arg("--tool=memcheck")
-        .arg(format!("--log-file={}", dir.file(&format!("{tag}.log")).display()))
+        .arg(format!(
+            "--log-file={}",
+            dir.file(&format!("{tag}.log")).display()
+        ))
         .args(opts)
         .arg(prog)
         .args(args)

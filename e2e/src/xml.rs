@@ -189,7 +189,9 @@ impl<'a> Reader<'a> {
                 return Err(self.err(&format!("element <{}> is not closed", e.name)));
             }
             if let Some(after) = t.strip_prefix("</") {
-                let close = after.find('>').ok_or_else(|| self.err("unterminated end tag"))?;
+                let close = after
+                    .find('>')
+                    .ok_or_else(|| self.err("unterminated end tag"))?;
                 if after[..close].trim() != e.name {
                     return Err(self.err(&format!(
                         "</{}> closes <{}>",
@@ -203,7 +205,9 @@ impl<'a> Reader<'a> {
             } else if t.starts_with("<!--") {
                 self.skip_past("-->", "comment")?;
             } else if let Some(after) = t.strip_prefix("<![CDATA[") {
-                let end = after.find("]]>").ok_or_else(|| self.err("unterminated CDATA"))?;
+                let end = after
+                    .find("]]>")
+                    .ok_or_else(|| self.err("unterminated CDATA"))?;
                 text.push_str(&after[..end]);
                 self.pos += 9 + end + 3;
             } else if t.starts_with("<?") {
@@ -213,7 +217,9 @@ impl<'a> Reader<'a> {
                 let child = self.element()?;
                 e.children.push(Node::Element(child));
             } else if let Some(after) = t.strip_prefix('&') {
-                let end = after.find(';').ok_or_else(|| self.err("unterminated entity"))?;
+                let end = after
+                    .find(';')
+                    .ok_or_else(|| self.err("unterminated entity"))?;
                 text.push(entity(&after[..end]).ok_or_else(|| self.err("unknown entity"))?);
                 self.pos += 1 + end + 1;
             } else {
