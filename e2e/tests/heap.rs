@@ -88,7 +88,7 @@ fn reduce(f: &Value) -> Finding {
         function: innermost_program_function(stack),
         block_size: f["block"]["size"]
             .as_u64()
-            .or_else(|| f["block"]["size"].as_str().and_then(|s| parse_num(s))),
+            .or_else(|| f["block"]["size"].as_str().and_then(parse_num)),
     }
 }
 
@@ -103,7 +103,7 @@ fn parse_num(s: &str) -> Option<u64> {
 fn heap(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path, args: &[&str]) -> HeapRun {
     let mut a: Vec<&std::ffi::OsStr> = opts.iter().map(|o| o.as_ref()).collect();
     a.push(prog.as_os_str());
-    a.extend(args.iter().map(|o| std::ffi::OsStr::new(o)));
+    a.extend(args.iter().map(std::ffi::OsStr::new));
     heap_cmd(dir, tag, &a)
 }
 
