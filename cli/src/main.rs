@@ -89,6 +89,8 @@ enum Command {
     Regtrace(tools::regtrace::Args),
     #[command(about = tools::probe::ABOUT)]
     Probe(tools::probe::Args),
+    #[command(about = tools::heap::ABOUT)]
+    Heap(tools::heap::Args),
     #[command(about = tools::info::ABOUT)]
     Info(tools::info::Args),
     /// Export a recording to the formats other tools read
@@ -115,6 +117,7 @@ fn main() {
         Command::Backtrace(a) => tools::backtrace::main(a),
         Command::Regtrace(a) => tools::regtrace::main(a),
         Command::Probe(a) => tools::probe::main(a),
+        Command::Heap(a) => tools::heap::main(a),
         Command::Info(a) => tools::info::main(a),
         Command::Export { format } => match format {
             Export::Parquet(a) => export_parquet::main(a),

@@ -28,6 +28,7 @@ const BUFFER: usize = 1 << 16;
 
 enum Sink {
     Stdout(io::Stdout),
+    Stderr(io::Stderr),
     File(File),
 }
 
@@ -35,6 +36,7 @@ impl Write for Sink {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Sink::Stdout(s) => s.write(buf),
+            Sink::Stderr(s) => s.write(buf),
             Sink::File(f) => f.write(buf),
         }
     }
@@ -42,6 +44,7 @@ impl Write for Sink {
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Sink::Stdout(s) => s.flush(),
+            Sink::Stderr(s) => s.flush(),
             Sink::File(f) => f.flush(),
         }
     }
@@ -74,6 +77,12 @@ impl Output {
     /// `what` (e.g. "the trace") goes to stdout.
     pub fn stdout(what: &str) -> Output {
         Output::new(Sink::Stdout(io::stdout()), what, "stdout".into())
+    }
+
+    /// `what` (e.g. a checker's findings) goes to stderr, beside the
+    /// program's own stderr.
+    pub fn stderr(what: &str) -> Output {
+        Output::new(Sink::Stderr(io::stderr()), what, "stderr".into())
     }
 
     /// `what` goes to the file `path`, created (or truncated) now, so that
@@ -160,6 +169,8 @@ impl Output {
         let (sink, _unwritten) = w.into_parts();
         let closed = match sink {
             Sink::File(f) => close(f.into_raw_fd()),
+            // Stderr stays open for the last lines of the tool.
+            Sink::Stderr(_) => Ok(()),
             Sink::Stdout(s) => {
                 // SAFETY: dup of an fd we do not own leaves it open; the
                 // duplicate is ours to close.

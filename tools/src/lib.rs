@@ -9,6 +9,7 @@ pub mod args;
 pub mod backtrace;
 pub mod coverage;
 pub mod elf;
+pub mod heap;
 pub mod info;
 pub mod input;
 pub mod probe;

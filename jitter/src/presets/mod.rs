@@ -4,3 +4,4 @@
 //! record`'s presets ask QEMU for the same events.
 
 pub mod branches;
+pub mod plan;

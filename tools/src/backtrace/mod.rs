@@ -28,9 +28,9 @@
 //! after each branch, the return addresses x86 `call`s push, mappings, and
 //! the instruction lengths QEMU reports for each block it translates.
 
-mod arch;
-mod state;
-mod symbols;
+pub(crate) mod arch;
+pub(crate) mod state;
+pub(crate) mod symbols;
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -265,25 +265,25 @@ fn library_table(run: &Run, path: &str) -> Option<Arc<Functions>> {
 /// Code the guest mapped from a file other than the executable: a shared
 /// library, the dynamic linker.
 #[derive(Debug, Clone)]
-struct Module {
-    base: u64,
-    end: u64,
-    offset: u64,
+pub(crate) struct Module {
+    pub(crate) base: u64,
+    pub(crate) end: u64,
+    pub(crate) offset: u64,
     /// The file's name, for code without a symbol: `libc.so.6+0x1234`.
-    name: Arc<str>,
-    funcs: Option<Arc<Functions>>,
-    bias: u64,
+    pub(crate) name: Arc<str>,
+    pub(crate) funcs: Option<Arc<Functions>>,
+    pub(crate) bias: u64,
 }
 
 /// Names guest code: the executable's functions (moved by the load bias of a
 /// position independent executable), else a mapped library's functions, else
 /// the executable's section or the library's file offset.
-struct Resolver<'a> {
-    funcs: &'a Functions,
-    bias: u64,
-    modules: &'a [Module],
+pub(crate) struct Resolver<'a> {
+    pub(crate) funcs: &'a Functions,
+    pub(crate) bias: u64,
+    pub(crate) modules: &'a [Module],
     /// Instruction lengths from QEMU's block events.
-    lens: &'a HashMap<u64, u8>,
+    pub(crate) lens: &'a HashMap<u64, u8>,
 }
 
 impl Resolver<'_> {

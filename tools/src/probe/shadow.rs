@@ -66,6 +66,33 @@ impl Shadow {
     }
 }
 
+impl Shadow {
+    /// Every naturally aligned `word`-byte word all of whose bytes were
+    /// stored, with its value: where a leak check looks for pointers.
+    pub fn words(&self, word: u64, big_endian: bool) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.pages.iter().flat_map(move |(&page, p)| {
+            (0..PAGE / word).filter_map(move |i| {
+                let o = i * word;
+                let bits = (1u64 << word) - 1;
+                let known = p.known[(o / 64) as usize] >> (o % 64) & bits;
+                if known != bits {
+                    return None;
+                }
+                let mut v = 0u64;
+                for k in 0..word {
+                    let b = u64::from(p.bytes[(o + k) as usize]);
+                    v = if big_endian {
+                        v << 8 | b
+                    } else {
+                        v | b << (8 * k)
+                    };
+                }
+                Some((page * PAGE + o, v))
+            })
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -259,7 +259,7 @@ impl Cannoli for Probe {
 /// is a later segment mapping the file's first page again (a small file's
 /// data segment starts in it), not a new placement; one below the start
 /// but overlapping it is the real start seen late.
-fn bias_after(m: &super::plan::Module, known: Option<u64>, base: u64) -> u64 {
+pub fn bias_after(m: &super::plan::Module, known: Option<u64>, base: u64) -> u64 {
     let bias = base.wrapping_sub(m.low);
     match known {
         Some(b) => {

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Hook library of `cannoli heap` (`-cannoli libheap.so`):
+//!
+//! * registers at the allocation functions' entries and return
+//!   instructions, the pcs of the plan file `$CANNOLI_HEAP_PLAN` names
+//!   (the format and how a library's pcs are placed: `cannoli probe`'s,
+//!   [`jitter::presets::plan`]);
+//! * what the call stacks need (`jitter::presets::branches`): registers
+//!   at branches and where they land, every other instruction as an exec
+//!   event;
+//! * every load and store, with its value (the checks, and the memory a
+//!   leak scan reads).
+//!
+//! QEMU hides `CANNOLI_*` variables from the guest.
+
+use jitter::presets::branches;
+use jitter::presets::plan::{self, Plan};
+use jitter::HookType;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// The environment variable naming the plan file.
+const PLAN_ENV: &str = "CANNOLI_HEAP_PLAN";
+
+/// QEMU's mappings when it loaded this library, before it loaded the
+/// guest (see [`snapshot`]).
+static QEMU_MAPS: OnceLock<String> = OnceLock::new();
+
+/// Run by the dynamic linker when QEMU loads this library, before it maps
+/// the guest: QEMU's own files, which on a guest of the host's
+/// architecture include the guest's dynamic loader and C library.
+extern "C" fn snapshot() {
+    let _ = QEMU_MAPS.set(plan::read_maps());
+}
+
+#[used]
+#[link_section = ".init_array"]
+static SNAPSHOT: extern "C" fn() = snapshot;
+
+/// The plan, read at the first hook call. A static: QEMU calls the hooks
+/// as free functions, so the library has nowhere else to keep it.
+fn plan() -> MutexGuard<'static, Plan> {
+    static P: OnceLock<Mutex<Plan>> = OnceLock::new();
+    let m = P.get_or_init(|| {
+        let path = std::env::var_os(PLAN_ENV).unwrap_or_default();
+        if path.is_empty() {
+            eprintln!("libheap: no {PLAN_ENV}; start it through `cannoli heap`");
+            std::process::exit(2)
+        }
+        match std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| plan::parse(&t, QEMU_MAPS.get().map(String::as_str)))
+        {
+            Ok(p) => Mutex::new(p),
+            Err(e) => {
+                eprintln!("libheap: {PLAN_ENV}={}: {e}", path.to_string_lossy());
+                std::process::exit(2)
+            }
+        }
+    });
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[no_mangle]
+fn hook_inst(pc: u64, branch: bool) -> HookType {
+    let h = branches::inst(pc, branch);
+    if h == HookType::Always && plan().hooked(pc) {
+        HookType::Register
+    } else {
+        h
+    }
+}
+
+#[no_mangle]
+fn hook_mem(_pc: u64, _write: bool, _size: usize) -> bool {
+    true
+}
+
+/// No syscall events (mappings come regardless).
+#[no_mangle]
+fn hook_syscall(_num: u64) -> bool {
+    false
+}

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The plan file of a hook library that asks for registers at chosen pcs
+//! (`cannoli probe`'s `libprobe.so`, `cannoli heap`'s `libheap.so`): the
+//! client writes it before the program runs, the hook library reads it at
+//! its first hook call. Here so that both libraries read it with the same
+//! code.
+//!
+//! The plan: a line of settings (`stores=1`: every store too; `count=1`:
+//! every other instruction as an exec event), then one hex pc per line.
+//! For pcs in shared libraries, `exe LOW PATH` names the program and where
+//! its offset 0 is linked, and each `lib LOW PATH` is followed by `+PC`
+//! lines at the library's link-time addresses. A position-independent
+//! program is such a `lib` too, and `anchor ENTRY LOW PATH` replaces `exe`:
+//! the file whose entry QEMU runs first (the dynamic loader, or a
+//! static-pie program), its `e_entry` and where its offset 0 is linked.
+//!
+//! A library's pcs are known once the dynamic loader has mapped it. Until
+//! every library is found, an instruction on a page not looked at before
+//! makes the library read QEMU's `/proc/self/maps` (a library's code runs
+//! after it is mapped, so its first translation finds it): there the
+//! program's mapping of its offset 0 gives where guest memory is in QEMU's
+//! address space, and each library's mapping of its offset 0 its load
+//! address, which moves its pcs. With an anchor, the first instruction
+//! QEMU translates is the anchor's entry, at guest address `pc`; the
+//! anchor's mapping of its offset 0 at host address `H` then says that
+//! guest memory starts at `H - (pc - ENTRY + LOW)`.
+
+use std::collections::HashSet;
+
+/// A library whose pcs wait for its mapping.
+struct Lib {
+    path: String,
+    low: u64,
+    pcs: Vec<u64>,
+    found: bool,
+}
+
+/// The pcs a hook library asks registers at, with what places those of
+/// shared libraries.
+pub struct Plan {
+    pcs: HashSet<u64>,
+    /// `stores=1`: every store too.
+    pub stores: bool,
+    /// `count=1`: every other instruction as an exec event.
+    pub count: bool,
+    exe: Option<(u64, String)>,
+    /// `(entry, low, path)` of the file QEMU starts in.
+    anchor: Option<(u64, u64, String)>,
+    /// Where guest memory is in QEMU's address space, once known.
+    guest_base: Option<u64>,
+    /// The first instruction was looked at (the anchor's entry).
+    started: bool,
+    libs: Vec<Lib>,
+    /// Pages whose instructions were looked up in the mappings already.
+    seen: HashSet<u64>,
+    /// The files mapped before the guest ran (where they start): QEMU's
+    /// own libraries, which on a guest of the host's architecture are the
+    /// same files as the guest's (the host's libc).
+    before: HashSet<(u64, String)>,
+}
+
+/// Parses the plan file's `text`; `qemu_maps` is QEMU's `/proc/self/maps`
+/// from before it loaded the guest (`None`: read now).
+pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
+    let mut lines = text.lines();
+    let head = lines.next().ok_or("empty")?;
+    let mut plan = Plan {
+        pcs: HashSet::new(),
+        stores: false,
+        count: false,
+        exe: None,
+        anchor: None,
+        guest_base: None,
+        started: false,
+        libs: Vec::new(),
+        seen: HashSet::new(),
+        before: HashSet::new(),
+    };
+    for kv in head.split_whitespace() {
+        match kv {
+            "stores=1" => plan.stores = true,
+            "count=1" => plan.count = true,
+            "stores=0" | "count=0" => {}
+            _ => return Err(format!("unknown setting {kv:?}")),
+        }
+    }
+    let hex = |s: &str| u64::from_str_radix(s.trim(), 16).map_err(|_| format!("bad pc {s:?}"));
+    for l in lines {
+        if let Some(rest) = l.strip_prefix("anchor ") {
+            let mut w = rest.splitn(3, ' ');
+            let (Some(entry), Some(low), Some(path)) = (w.next(), w.next(), w.next()) else {
+                return Err(format!("bad line {l:?}"));
+            };
+            plan.anchor = Some((hex(entry)?, hex(low)?, path.to_string()));
+        } else if let Some(rest) = l.strip_prefix("exe ").or_else(|| l.strip_prefix("lib ")) {
+            let (low, path) = rest.split_once(' ').ok_or(format!("bad line {l:?}"))?;
+            if l.starts_with("exe ") {
+                plan.exe = Some((hex(low)?, path.to_string()));
+            } else {
+                plan.libs.push(Lib {
+                    path: path.to_string(),
+                    low: hex(low)?,
+                    pcs: Vec::new(),
+                    found: false,
+                });
+            }
+        } else if let Some(pc) = l.strip_prefix('+') {
+            let lib = plan
+                .libs
+                .last_mut()
+                .ok_or("a +PC line before any lib line")?;
+            lib.pcs.push(hex(pc)?);
+        } else {
+            plan.pcs.insert(hex(l)?);
+        }
+    }
+    if !plan.libs.is_empty() {
+        // QEMU's own files, mapped before the guest's: from when this
+        // library was loaded, else (no snapshot) from now, when the
+        // guest's libraries are not mapped yet (but its dynamic loader
+        // is: a position-independent program needs the snapshot).
+        let maps = qemu_maps.map_or_else(read_maps, str::to_string);
+        plan.before = file_starts(&maps)
+            .into_iter()
+            .map(|(s, p)| (s, p.to_string()))
+            .collect();
+    }
+    Ok(plan)
+}
+
+/// QEMU's own `/proc/self/maps`.
+pub fn read_maps() -> String {
+    std::fs::read_to_string("/proc/self/maps").unwrap_or_default()
+}
+
+/// `start-end perms offset dev inode path`: the start of each file's
+/// mapping of its offset 0.
+fn file_starts(maps: &str) -> Vec<(u64, &str)> {
+    maps.lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let range = w.next()?;
+            let _perms = w.next()?;
+            let offset = w.next()?;
+            let path = w.nth(2)?;
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            (u64::from_str_radix(offset, 16).ok()? == 0).then_some((start, path))
+        })
+        .collect()
+}
+
+impl Plan {
+    /// Looks for the libraries not found yet in QEMU's mappings; `pc` is
+    /// the instruction being translated.
+    fn find_libs(&mut self, pc: u64) {
+        let first = !std::mem::replace(&mut self.started, true);
+        let maps = read_maps();
+        let starts = file_starts(&maps);
+        if self.guest_base.is_none() {
+            self.guest_base = match (&self.anchor, &self.exe) {
+                (Some((entry, low, path)), _) if first => {
+                    let before = &self.before;
+                    let host = starts
+                        .iter()
+                        .find(|(s, p)| *p == path && !before.contains(&(*s, p.to_string())));
+                    match host {
+                        Some((h, _)) => {
+                            Some(h.wrapping_sub(pc.wrapping_sub(*entry).wrapping_add(*low)))
+                        }
+                        None => {
+                            eprintln!(
+                                "hook library: {path} is not mapped when the guest starts: the \
+                                 position-independent program's probes cannot be placed"
+                            );
+                            self.libs.iter_mut().for_each(|l| l.found = true);
+                            return;
+                        }
+                    }
+                }
+                (None, Some((exe_low, exe))) => starts
+                    .iter()
+                    .find(|(_, p)| p == exe)
+                    .map(|(s, _)| s.wrapping_sub(*exe_low)),
+                _ => None,
+            };
+        }
+        let Some(guest_base) = self.guest_base else {
+            return;
+        };
+        for lib in self.libs.iter_mut().filter(|l| !l.found) {
+            let before = &self.before;
+            let guest = starts
+                .iter()
+                .find(|(s, p)| *p == lib.path && !before.contains(&(*s, p.to_string())));
+            if let Some((start, _)) = guest {
+                let bias = start.wrapping_sub(guest_base).wrapping_sub(lib.low);
+                self.pcs
+                    .extend(lib.pcs.iter().map(|pc| pc.wrapping_add(bias)));
+                lib.found = true;
+            }
+        }
+    }
+
+    /// Whether registers are wanted at `pc`, about to be translated.
+    pub fn hooked(&mut self, pc: u64) -> bool {
+        if self.libs.iter().any(|l| !l.found) && self.seen.insert(pc >> 12) {
+            self.find_libs(pc);
+        }
+        self.pcs.contains(&pc)
+    }
+}

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Which functions allocate and free, and where their arguments are: the
+//! default list (the C library's and C++'s allocation functions, on
+//! glibc, musl and uClibc) and `--alloc NAME=ROLE`, planned as probes in
+//! the program and, for a dynamically linked one, in the C library (and
+//! the C++ library where the program imports `operator new`/`delete`).
+//!
+//! Allocator internals that run outside the public functions (glibc's
+//! thread-exit cache teardown) are `Internal`: their accesses are the
+//! allocator's own, not checked, and calls made inside them are ignored.
+
+use std::path::Path;
+
+use super::super::probe::elf::Image;
+use super::super::probe::spec::{self, Point, Spec};
+
+/// What a function does to the heap, with its argument positions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Returns a block of the size in argument `size` (`malloc`,
+    /// `memalign`, `operator new`).
+    Malloc { size: usize },
+    /// `calloc(n, size)`.
+    Calloc,
+    /// `realloc(ptr, size)`.
+    Realloc,
+    /// `reallocarray(ptr, n, size)`.
+    ReallocArray,
+    /// `posix_memalign(&ptr, align, size)`: the block is stored at `*ptr`.
+    PosixMemalign,
+    /// Frees the block in argument `ptr`.
+    Free { ptr: usize },
+    /// The allocator's own code: not checked, no event.
+    Internal,
+}
+
+impl Role {
+    /// Arguments read at its entry.
+    pub fn args(self) -> usize {
+        match self {
+            Role::Malloc { size } => size + 1,
+            Role::Calloc | Role::Realloc => 2,
+            Role::ReallocArray | Role::PosixMemalign => 3,
+            Role::Free { ptr } => ptr + 1,
+            Role::Internal => 0,
+        }
+    }
+
+    /// `--alloc NAME=ROLE`'s roles.
+    fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "malloc" => Role::Malloc { size: 0 },
+            "calloc" => Role::Calloc,
+            "realloc" => Role::Realloc,
+            "free" => Role::Free { ptr: 0 },
+            _ => return None,
+        })
+    }
+}
+
+/// The functions allocating by default: name globs, first match wins.
+pub const DEFAULTS: &[(&str, Role)] = &[
+    ("malloc", Role::Malloc { size: 0 }),
+    ("calloc", Role::Calloc),
+    ("realloc", Role::Realloc),
+    ("reallocarray", Role::ReallocArray),
+    ("free", Role::Free { ptr: 0 }),
+    ("cfree", Role::Free { ptr: 0 }),
+    ("memalign", Role::Malloc { size: 1 }),
+    ("aligned_alloc", Role::Malloc { size: 1 }),
+    ("posix_memalign", Role::PosixMemalign),
+    ("valloc", Role::Malloc { size: 0 }),
+    ("pvalloc", Role::Malloc { size: 0 }),
+    // The C library's own names for them (musl's `__libc_malloc`, called
+    // by other parts of the library without going through `malloc`).
+    ("__libc_malloc", Role::Malloc { size: 0 }),
+    ("__libc_calloc", Role::Calloc),
+    ("__libc_realloc", Role::Realloc),
+    ("__libc_free", Role::Free { ptr: 0 }),
+    ("__libc_memalign", Role::Malloc { size: 1 }),
+    // C++: operator new and new[] (plain, nothrow, aligned), delete and
+    // delete[] (plain, sized, aligned): the size or the pointer first.
+    ("_Znw*", Role::Malloc { size: 0 }),
+    ("_Zna*", Role::Malloc { size: 0 }),
+    ("_Zdl*", Role::Free { ptr: 0 }),
+    ("_Zda*", Role::Free { ptr: 0 }),
+    // glibc's allocator work outside the public functions.
+    ("tcache_thread_shutdown", Role::Internal),
+    ("__malloc_arena_thread_freeres", Role::Internal),
+    ("__libc_thread_freeres", Role::Internal),
+    ("__libc_freeres", Role::Internal),
+    ("malloc_trim", Role::Internal),
+    ("malloc_usable_size", Role::Internal),
+    ("__malloc_usable_size", Role::Internal),
+    ("malloc_info", Role::Internal),
+    ("malloc_stats", Role::Internal),
+    ("mallinfo*", Role::Internal),
+    ("__malloc_fork_*", Role::Internal),
+];
+
+/// One `--alloc NAME=ROLE`; `Err` is one line saying what is wrong.
+pub fn parse_alloc(s: &str) -> Result<(String, Role), String> {
+    let (name, role) = s.split_once('=').ok_or_else(|| {
+        format!("--alloc {s:?}: give NAME=ROLE, ROLE one of malloc, calloc, realloc, free")
+    })?;
+    let role = Role::parse(role).ok_or_else(|| {
+        format!("--alloc {s:?}: unknown role {role:?}; use malloc, calloc, realloc or free")
+    })?;
+    if name.is_empty() || name.contains(char::is_whitespace) || name.contains(':') {
+        return Err(format!("--alloc {s:?}: NAME must be one function name"));
+    }
+    Ok((name.to_string(), role))
+}
+
+/// The role of the function named `name`: the custom ones first.
+pub fn role_of(custom: &[(String, Role)], name: &str) -> Option<Role> {
+    custom
+        .iter()
+        .map(|(n, r)| (n.as_str(), *r))
+        .chain(DEFAULTS.iter().copied())
+        .find(|(pat, _)| spec::glob(pat, name))
+        .map(|(_, r)| r)
+}
+
+/// Probes for every allocation function in `img` (`lib`: the library
+/// prefix its probes are given with, `None` for the program).
+fn specs_in(img: &Image, lib: Option<&str>, custom: &[(String, Role)], out: &mut Vec<Spec>) {
+    let mut seen = std::collections::HashSet::new();
+    for f in img.matching("*") {
+        let Some(role) = role_of(custom, &f.name) else {
+            continue;
+        };
+        if !seen.insert(f.entry) {
+            continue;
+        }
+        let text = match lib {
+            Some(l) => format!("{l}:{}", f.name),
+            None => f.name.clone(),
+        };
+        out.push(Spec {
+            text,
+            lib: lib.map(str::to_string),
+            func: f.name.clone(),
+            point: Point::Entry(role.args()),
+        });
+    }
+}
+
+/// The probes of a run of `img`: its own allocation functions, and for a
+/// dynamically linked program those of the C library and, where it
+/// imports C++'s operators, the C++ library. `Err` is one line.
+pub fn specs(img: &Image, custom: &[(String, Role)]) -> Result<Vec<Spec>, String> {
+    let mut out = Vec::new();
+    specs_in(img, None, custom, &mut out);
+    let dynamic = super::super::probe::libs::interpreter(&img.path)
+        .map_err(|e| e.to_string())?
+        .is_some();
+    if dynamic {
+        let mut libs = vec!["libc"];
+        if imports_cxx(&img.path) {
+            libs.push("libstdc++");
+        }
+        for lib in libs {
+            let path =
+                super::super::probe::libs::find(&img.path, lib).map_err(|e| e.to_string())?;
+            let li = Image::read(&path).map_err(|e| e.to_string())?;
+            specs_in(&li, Some(lib), custom, &mut out);
+        }
+    }
+    if out.is_empty() {
+        return Err(format!(
+            "{}: no allocation function (malloc, free, ...) in its symbol tables; name yours with --alloc NAME=malloc",
+            img.path.display()
+        ));
+    }
+    Ok(out)
+}
+
+/// Whether the program imports C++'s `operator new` or `delete`.
+fn imports_cxx(path: &Path) -> bool {
+    use object::{Object, ObjectSymbol};
+    let Ok(data) = std::fs::read(path) else {
+        return false;
+    };
+    let Ok(f) = object::File::parse(&*data) else {
+        return false;
+    };
+    let any = f.dynamic_symbols().any(|s| {
+        s.is_undefined()
+            && s.name()
+                .is_ok_and(|n| n.starts_with("_Znw") || n.starts_with("_Zna"))
+    });
+    any
+}

@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The heap as the allocation functions describe it: an interval map of
+//! blocks, live and freed, that every load and store is checked against.
+//!
+//! A freed block stays known until the allocator hands its memory out
+//! again (a new block overlapping it) or the memory is unmapped: until
+//! then an access to it is a use after free. An access outside every
+//! block but close to a live one (its slack up to the allocator's
+//! alignment and the next chunk's header after it, a header's worth
+//! before it) is an overflow or underflow of that block; farther away it
+//! is not the heap's business (the stack, globals, the allocator's own
+//! free memory).
+//!
+//! Optimized string functions read whole aligned words and vectors past
+//! the end of a string (they cannot cross a page, so it is safe): as
+//! memcheck's partial-loads-ok rule says, a load naturally aligned to its
+//! size (a word or more) that overlaps a live block is fine, and a load of
+//! 16 bytes or more outside every block is never an overflow (AVX2
+//! `strlen` loads the aligned 32 bytes around a string's start, as two
+//! 16-byte halves, the first of which may lie before the block).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A symbolized call stack, innermost first.
+pub type Stack = Arc<[Arc<str>]>;
+
+/// One allocation.
+#[derive(Debug, Clone)]
+pub struct Block {
+    pub addr: u64,
+    pub size: u64,
+    /// Its allocation's sequence number in the process (from 1).
+    pub seq: u64,
+    pub tid: i32,
+    /// The pc of the allocation function's entry.
+    pub pc: u64,
+    pub alloc_stack: Stack,
+    /// Set when freed: the free's sequence number and stack.
+    pub freed: Option<(u64, Stack)>,
+}
+
+impl Block {
+    pub fn end(&self) -> u64 {
+        self.addr.wrapping_add(self.size)
+    }
+}
+
+/// What is wrong with an access or a free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    UseAfterFree,
+    Overflow,
+    DoubleFree,
+    InvalidFree,
+    Leak,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::UseAfterFree,
+        Kind::Overflow,
+        Kind::DoubleFree,
+        Kind::InvalidFree,
+        Kind::Leak,
+    ];
+
+    /// The name in the JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::UseAfterFree => "use-after-free",
+            Kind::Overflow => "heap-buffer-overflow",
+            Kind::DoubleFree => "double-free",
+            Kind::InvalidFree => "invalid-free",
+            Kind::Leak => "leak",
+        }
+    }
+}
+
+/// A bad access or free, with the block it concerns (a copy: the block
+/// may change later).
+#[derive(Debug, Clone)]
+pub struct Bad {
+    pub kind: Kind,
+    /// The first byte at fault (the pointer, for a free).
+    pub addr: u64,
+    pub block: Option<Block>,
+}
+
+/// The heap of one process.
+#[derive(Debug)]
+pub struct Heap {
+    /// Live blocks by address.
+    live: BTreeMap<u64, Block>,
+    /// Freed blocks whose memory was not handed out again, by address.
+    freed: BTreeMap<u64, Block>,
+    /// Bytes in one guest word (4 or 8).
+    word: u64,
+    pub live_bytes: u64,
+    pub peak_bytes: u64,
+    pub allocs: u64,
+    pub frees: u64,
+}
+
+impl Heap {
+    pub fn new(word: u64) -> Heap {
+        Heap {
+            live: BTreeMap::new(),
+            freed: BTreeMap::new(),
+            word,
+            live_bytes: 0,
+            peak_bytes: 0,
+            allocs: 0,
+            frees: 0,
+        }
+    }
+
+    pub fn live(&self) -> impl Iterator<Item = &Block> {
+        self.live.values()
+    }
+
+    /// The live block containing `addr` (its start, for an empty block).
+    pub fn live_at(&self, addr: u64) -> Option<&Block> {
+        let (_, b) = self.live.range(..=addr).next_back()?;
+        (addr < b.end() || addr == b.addr).then_some(b)
+    }
+
+    /// Forgets the freed blocks overlapping `[lo, hi)`: the allocator
+    /// handed the memory out again, or it was unmapped.
+    pub fn forget_freed(&mut self, lo: u64, hi: u64) {
+        let gone: Vec<u64> = overlapping(&self.freed, lo, hi).collect();
+        for a in gone {
+            self.freed.remove(&a);
+        }
+    }
+
+    /// The allocator returned `b`. A live block it overlaps was freed
+    /// without a call this tool saw; it is dropped.
+    pub fn alloc(&mut self, b: Block) {
+        let hi = b.addr.wrapping_add(b.size.max(1));
+        self.forget_freed(b.addr, hi);
+        let stale: Vec<u64> = overlapping(&self.live, b.addr, hi).collect();
+        for a in stale {
+            if let Some(old) = self.live.remove(&a) {
+                self.live_bytes -= old.size;
+            }
+        }
+        self.allocs += 1;
+        self.live_bytes += b.size;
+        self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+        self.live.insert(b.addr, b);
+    }
+
+    /// `free(addr)`, the free's sequence number and stack. `Err`: a
+    /// double or invalid free. Freeing null is nothing.
+    pub fn free(&mut self, addr: u64, seq: u64, stack: Stack) -> Result<(), Bad> {
+        if addr == 0 {
+            return Ok(());
+        }
+        if let Some(mut b) = self.live.remove(&addr) {
+            self.frees += 1;
+            self.live_bytes -= b.size;
+            b.freed = Some((seq, stack));
+            self.freed.insert(addr, b);
+            return Ok(());
+        }
+        if let Some(b) = self.freed.get(&addr) {
+            return Err(Bad {
+                kind: Kind::DoubleFree,
+                addr,
+                block: Some(b.clone()),
+            });
+        }
+        let inside = self.live_at(addr).or_else(|| self.freed_at(addr)).cloned();
+        Err(Bad {
+            kind: Kind::InvalidFree,
+            addr,
+            block: inside,
+        })
+    }
+
+    fn freed_at(&self, addr: u64) -> Option<&Block> {
+        let (_, b) = self.freed.range(..=addr).next_back()?;
+        (addr < b.end()).then_some(b)
+    }
+
+    /// Checks a load or store of `size` bytes at `addr`.
+    pub fn check(&self, addr: u64, size: u64, store: bool) -> Option<Bad> {
+        let end = addr.wrapping_add(size);
+        let prev = self.live.range(..=addr).next_back().map(|(_, b)| b);
+        if let Some(b) = prev {
+            if addr < b.end() && end <= b.end() {
+                return None;
+            }
+        }
+        let next = self
+            .live
+            .range(addr.wrapping_add(1)..)
+            .next()
+            .map(|(_, b)| b);
+        let load_ok_partly = !store && ((size >= self.word && addr % size == 0) || size >= 16);
+        let overlaps = |b: &Block| b.addr < end && addr < b.end();
+        if load_ok_partly && (prev.is_some_and(overlaps) || next.is_some_and(overlaps)) {
+            return None;
+        }
+        // A freed block: where the access starts, or overlapped.
+        if let Some(f) = self.freed_at(addr) {
+            return Some(Bad {
+                kind: Kind::UseAfterFree,
+                addr,
+                block: Some(f.clone()),
+            });
+        }
+        if let Some((_, f)) = self.freed.range(addr.wrapping_add(1)..end).next() {
+            if !load_ok_partly {
+                return Some(Bad {
+                    kind: Kind::UseAfterFree,
+                    addr: f.addr,
+                    block: Some(f.clone()),
+                });
+            }
+            return None;
+        }
+        if !store && size >= 16 {
+            return None;
+        }
+        // Overflow past `prev`, into its slack or the next chunk's
+        // header; or underflow before `next`.
+        let after = prev.and_then(|b| {
+            if addr < b.end() {
+                // Starts inside, ends past the end.
+                return Some((0, b.end(), b));
+            }
+            let zone = b.end().next_multiple_of(2 * self.word) + self.word;
+            (addr < zone).then(|| (addr - b.end(), addr, b))
+        });
+        let before = next.and_then(|b| {
+            let gap = b.addr.saturating_sub(end);
+            (gap < self.word).then_some((gap, addr, b))
+        });
+        let (_, first, b) = match (after, before) {
+            (Some(a), Some(b)) => {
+                if a.0 <= b.0 {
+                    a
+                } else {
+                    b
+                }
+            }
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => return None,
+        };
+        Some(Bad {
+            kind: Kind::Overflow,
+            addr: first,
+            block: Some(b.clone()),
+        })
+    }
+
+    /// The freed blocks' memory, `[start, end)`, sorted.
+    pub fn freed_ranges(&self) -> Vec<(u64, u64)> {
+        self.freed.values().map(|b| (b.addr, b.end())).collect()
+    }
+
+    /// How many blocks are live and freed.
+    pub fn block_count(&self) -> (usize, usize) {
+        (self.live.len(), self.freed.len())
+    }
+}
+
+/// The keys of the blocks of `map` overlapping `[lo, hi)`.
+fn overlapping(map: &BTreeMap<u64, Block>, lo: u64, hi: u64) -> impl Iterator<Item = u64> + '_ {
+    let first = map
+        .range(..lo)
+        .next_back()
+        .filter(|(_, b)| b.end() > lo)
+        .map(|(&a, _)| a);
+    first.into_iter().chain(map.range(lo..hi).map(|(&a, _)| a))
+}
+
+/// How `addr` lies relative to `b`, memcheck's words: "4 bytes after a
+/// block of size 40", "8 bytes inside a block of size 16".
+pub fn relation(addr: u64, b: &Block) -> String {
+    if addr < b.addr {
+        format!("{} bytes before a block of size {}", b.addr - addr, b.size)
+    } else if addr >= b.end() {
+        format!("{} bytes after a block of size {}", addr - b.end(), b.size)
+    } else {
+        format!("{} bytes inside a block of size {}", addr - b.addr, b.size)
+    }
+}

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Leaks at exit, as memcheck classifies them: a block never freed is
+//! still reachable when a pointer to its start or inside it remains in
+//! memory the trace shows live, and definitely lost when none does.
+//!
+//! The memory is what the trace showed: the last value loaded from or
+//! stored to each address, by any thread of the process. The roots are
+//! every such word outside the heap's blocks (globals, the live part of
+//! each stack, the allocator's own bookkeeping), not the stack below a
+//! thread's last stack pointer (frames already returned from), nor freed
+//! blocks; what a reachable block holds is followed in turn. Registers at
+//! exit are not looked at (a pointer held only in a register counts as
+//! lost), nor memory the program never touched (the kernel's initial
+//! stack, a file's mapped data: neither can hold a heap pointer the trace
+//! did not show being stored).
+
+use super::blocks::{Bad, Kind};
+use super::report::{Finding, Op};
+use super::tracer::Proc;
+use super::Run;
+
+/// Which of `blocks` (`(addr, size)`, sorted by address) no pointer in
+/// `words` (`(where, value)`) reaches, directly or through another
+/// block. `dead`: ranges whose words are not roots.
+pub fn lost(blocks: &[(u64, u64)], words: &[(u64, u64)], dead: &[(u64, u64)]) -> Vec<bool> {
+    let find = |v: u64| -> Option<usize> {
+        let i = blocks.partition_point(|&(a, _)| a <= v).checked_sub(1)?;
+        let (a, s) = blocks[i];
+        (v < a.wrapping_add(s) || v == a).then_some(i)
+    };
+    let mut reached = vec![false; blocks.len()];
+    let mut work = Vec::new();
+    // Words by block, for following a reachable block's contents.
+    let mut inside: Vec<Vec<u64>> = vec![Vec::new(); blocks.len()];
+    for &(at, v) in words {
+        if let Some(b) = find(at) {
+            inside[b].push(v);
+            continue;
+        }
+        if dead.iter().any(|&(lo, hi)| lo <= at && at < hi) {
+            continue;
+        }
+        if let Some(b) = find(v) {
+            if !reached[b] {
+                reached[b] = true;
+                work.push(b);
+            }
+        }
+    }
+    while let Some(b) = work.pop() {
+        for &v in &inside[b] {
+            if let Some(c) = find(v) {
+                if !reached[c] {
+                    reached[c] = true;
+                    work.push(c);
+                }
+            }
+        }
+    }
+    reached.iter().map(|r| !r).collect()
+}
+
+/// Reports the blocks of `st` definitely lost at the end of process `pid`
+/// and adds them to the run's summary.
+pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
+    let blocks: Vec<(u64, u64)> = st.heap.live().map(|b| (b.addr, b.size)).collect();
+    let freed = st.heap.freed_ranges();
+    let words: Vec<(u64, u64)> = st
+        .shadow
+        .words(st.word, st.big_endian)
+        .filter(|&(at, _)| !in_ranges(&freed, at))
+        .collect();
+    let mut words = words;
+    words.sort_unstable();
+    let lost = lost(&blocks, &words, dead);
+    let live: Vec<_> = st.heap.live().cloned().collect();
+    let mut summary = super::tracer::lock(&run.summary);
+    summary.peak_bytes = summary.peak_bytes.max(st.heap.peak_bytes);
+    let mut found = Vec::new();
+    for (b, lost) in live.into_iter().zip(lost) {
+        if lost {
+            summary.leaked_bytes += b.size;
+            summary.leaked_blocks += 1;
+            *summary.found.entry(Kind::Leak.name()).or_default() += 1;
+            found.push(Finding {
+                op: Op::Exit,
+                pc: b.pc,
+                size: b.size,
+                pid,
+                tid: b.tid,
+                stack: b.alloc_stack.clone(),
+                bad: Bad {
+                    kind: Kind::Leak,
+                    addr: b.addr,
+                    block: Some(b),
+                },
+            });
+        } else {
+            summary.reachable_bytes += b.size;
+            summary.reachable_blocks += 1;
+        }
+    }
+    drop(summary);
+    for f in &found {
+        run.emit(f);
+    }
+}
+
+/// Whether `at` lies in one of `ranges` (sorted, not overlapping).
+fn in_ranges(ranges: &[(u64, u64)], at: u64) -> bool {
+    let i = ranges.partition_point(|&(lo, _)| lo <= at);
+    i > 0 && at < ranges[i - 1].1
+}

@@ -1,0 +1,233 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! `cannoli heap`: use after free, heap overflows, double and invalid
+//! frees and leaks of a program QEMU runs, on every guest, without its
+//! source and without relinking it, with memcheck's kind of report.
+//!
+//! ```text
+//! cannoli heap ./prog args...                  # findings on stderr
+//! cannoli heap --json -o findings.jsonl ./prog # one JSON object a line
+//! cannoli heap --alloc my_alloc=malloc --alloc my_free=free ./prog
+//! cannoli heap --replay run.cnl                # cannoli record --hooks regs
+//! ```
+//!
+//! Why this way: valgrind does not run most foreign-architecture guests,
+//! ASan needs the source, and QASan works only inside a fuzzing run. The
+//! allocation functions are interposed at lift time, as liballocs wants
+//! it done at run time: they are `cannoli probe`'s probe points
+//! ([`alloc`] picks them from the ELF symbol tables of the program and its
+//! C and C++ libraries; `probe`'s plan places them, also in a
+//! position-independent program or a shared library), with their
+//! arguments at entry and their results at return by each guest's calling
+//! convention. Every load and store is then checked against the blocks
+//! ([`blocks`]), leaks are found at exit by scanning the memory the trace
+//! showed ([`leaks`]), and each finding gets its call stack from the
+//! backtrace machinery ([`tracer`]), written as memcheck or as JSON
+//! ([`report`]).
+//!
+//! Exit status: [`FOUND_EXIT`] when anything was found (memcheck's
+//! `--error-exitcode`), [`cannoli::EXIT_INCOMPLETE`] when events were
+//! lost (then the check is incomplete, whatever it found), else the
+//! program's own.
+
+pub mod alloc;
+pub mod blocks;
+pub mod leaks;
+pub mod report;
+pub mod tracer;
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use cannoli::recording::{Needs, RegsAt};
+
+use super::backtrace::symbols::Functions;
+use super::probe::elf::Image;
+use super::probe::plan::Plan;
+use alloc::Role;
+use report::{Finding, Summary};
+use tracer::lock;
+
+/// The exit status when something was found.
+pub const FOUND_EXIT: i32 = 99;
+
+/// The variable the hook library reads its plan's file name from.
+pub const PLAN_ENV: &str = "CANNOLI_HEAP_PLAN";
+
+/// One line for `--help` and the `cannoli` command's list.
+pub const ABOUT: &str =
+    "Heap errors and leaks (use after free, overflows, double and invalid frees) on every guest, as memcheck reports them";
+
+/// The command line of `heap`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// A custom allocation function (repeatable): NAME=malloc, calloc,
+    /// realloc or free (its arguments as those have them)
+    #[arg(long = "alloc", value_name = "NAME=ROLE", value_parser = alloc::parse_alloc)]
+    pub allocs: Vec<(String, Role)>,
+    /// One JSON object per finding, and a summary object last
+    #[arg(long)]
+    pub json: bool,
+    /// Write the findings to FILE (default: stderr)
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
+    pub threads: usize,
+    /// Read a recording made by `cannoli record --hooks regs` instead of
+    /// running a program
+    #[arg(long, value_name = "FILE", conflicts_with = "program")]
+    pub replay: Option<PathBuf>,
+    /// The program to run under the patched QEMU, and its arguments
+    #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
+    pub program: Vec<OsString>,
+}
+
+/// What every guest process of a run shares: the plan, the output and
+/// the totals. Made by [`main`], handed to the run.
+pub struct Run {
+    pub plan: Arc<Plan>,
+    /// The role of each of the plan's targets.
+    pub roles: Vec<Role>,
+    json: bool,
+    out: Mutex<Option<launch::Output>>,
+    pub summary: Mutex<Summary>,
+    pub tables: Mutex<HashMap<String, Option<Arc<Functions>>>>,
+    pub threads: Mutex<HashSet<i32>>,
+}
+
+impl Run {
+    /// Writes one finding; after a write error nothing more is written.
+    pub fn emit(&self, f: &Finding) {
+        let mut text = String::new();
+        if self.json {
+            text = f.json().to_string();
+            text.push('\n');
+        } else {
+            f.text(&mut text);
+        }
+        if let Some(w) = lock(&self.out).as_mut().filter(|w| w.is_writing()) {
+            let _ = w.write_all(text.as_bytes());
+        }
+    }
+}
+
+fn image(args: &Args) -> Result<Image, String> {
+    let program =
+        match &args.replay {
+            Some(r) => {
+                let rec = cannoli::Recording::open(r).map_err(|e| e.to_string())?;
+                let exe =
+                    rec.info().command.first().cloned().ok_or_else(|| {
+                        format!("{}: the recording names no program", r.display())
+                    })?;
+                OsString::from(exe)
+            }
+            None => args
+                .program
+                .first()
+                .cloned()
+                .ok_or("no program; give one: cannoli heap ./prog args")?,
+        };
+    let path = launch::find::resolve_program(&program).map_err(|e| e.to_string())?;
+    Image::read(&path).map_err(|e| e.to_string())
+}
+
+/// Runs heap; returns the exit status.
+pub fn main(args: Args) -> i32 {
+    let plan = image(&args).and_then(|img| {
+        let specs = alloc::specs(&img, &args.allocs)?;
+        Plan::new(&img, specs, false, false).map_err(|e| e.to_string())
+    });
+    let plan = match plan {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            eprintln!("heap: {e}");
+            return 2;
+        }
+    };
+    let roles = plan
+        .targets
+        .iter()
+        .map(|t| alloc::role_of(&args.allocs, &t.name).unwrap_or(Role::Internal))
+        .collect();
+    let out = match &args.output {
+        Some(path) => match launch::Output::create(path, "the findings") {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("heap: {e}");
+                return 1;
+            }
+        },
+        None => launch::Output::stderr("the findings"),
+    };
+    let plan_file = std::env::temp_dir().join(format!("cannoli-heap-{}.plan", std::process::id()));
+    if args.replay.is_none() {
+        if let Err(e) = std::fs::write(&plan_file, plan.hooks()) {
+            eprintln!("heap: cannot write {}: {e}", plan_file.display());
+            return 1;
+        }
+        // SAFETY: no other thread runs yet.
+        std::env::set_var(PLAN_ENV, &plan_file);
+    }
+    let run = Arc::new(Run {
+        plan,
+        roles,
+        json: args.json,
+        out: Mutex::new(Some(out)),
+        summary: Mutex::new(Summary::default()),
+        tables: Mutex::new(HashMap::new()),
+        threads: Mutex::new(HashSet::new()),
+    });
+    let launcher = launch::Launcher::new(launch::Options {
+        hooks: "heap",
+        threads: args.threads,
+    })
+    .state(run.clone());
+    let needs = Needs {
+        regs: Some(RegsAt::All),
+        mem: true,
+        exec: false,
+        ..Needs::default()
+    };
+    let result =
+        crate::input::run::<tracer::Thread>(launcher, args.replay.as_deref(), needs, args.program);
+    let _ = std::fs::remove_file(&plan_file);
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let written = lock(&run.out).take().expect("finished once").finish();
+            if let Err(w) = written {
+                w.report("heap");
+            }
+            eprintln!("heap: {e}");
+            return e.exit_code();
+        }
+    };
+    let lost = report.stats.lost_events;
+    let summary = lock(&run.summary);
+    let text = if args.json {
+        format!("{}\n", summary.json(lost))
+    } else {
+        summary.text(lost)
+    };
+    if let Some(w) = lock(&run.out).as_mut().filter(|w| w.is_writing()) {
+        let _ = w.write_all(text.as_bytes());
+    }
+    let found = summary.total_found();
+    drop(summary);
+    let written = lock(&run.out).take().expect("finished once").finish();
+    let code = report.finish_with_output("heap", written);
+    if code == cannoli::EXIT_INCOMPLETE || !report.stats.is_complete() {
+        cannoli::EXIT_INCOMPLETE
+    } else if found > 0 {
+        FOUND_EXIT
+    } else {
+        code
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,276 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! How a finding reads: memcheck's and ASan's wording as text, or one JSON
+//! object per finding (`--json`), and the summary at the end.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::blocks::{relation, Bad, Block, Kind, Stack};
+
+/// What the bad thing was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+    Free,
+    /// A block still allocated at exit.
+    Exit,
+}
+
+/// One finding, ready to print.
+#[derive(Debug, Clone)]
+pub struct Finding {
+    pub bad: Bad,
+    pub op: Op,
+    pub pc: u64,
+    /// Bytes accessed (the block's size for a leak, 0 for a free).
+    pub size: u64,
+    pub pid: i32,
+    pub tid: i32,
+    pub stack: Stack,
+}
+
+fn strings(s: &[Arc<str>]) -> Vec<&str> {
+    s.iter().map(|f| &**f).collect()
+}
+
+fn empty() -> Stack {
+    Arc::from(Vec::new())
+}
+
+impl Finding {
+    fn alloc_stack(&self) -> Stack {
+        self.bad
+            .block
+            .as_ref()
+            .map_or_else(empty, |b| b.alloc_stack.clone())
+    }
+
+    fn free_stack(&self) -> Stack {
+        self.bad
+            .block
+            .as_ref()
+            .and_then(|b| b.freed.as_ref())
+            .map_or_else(empty, |(_, s)| s.clone())
+    }
+
+    /// The JSON object of `--json`.
+    pub fn json(&self) -> Value {
+        let hex = |v: u64| format!("{v:#x}");
+        json!({
+            "kind": self.bad.kind.name(),
+            "op": match self.op { Op::Read => "read", Op::Write => "write", Op::Free => "free", Op::Exit => "exit" },
+            "pc": hex(self.pc),
+            "addr": hex(self.bad.addr),
+            "size": self.size,
+            "pid": self.pid,
+            "tid": self.tid,
+            "stack": strings(&self.stack),
+            "alloc_stack": strings(&self.alloc_stack()),
+            "free_stack": strings(&self.free_stack()),
+            "block": self.bad.block.as_ref().map(|b| json!({"addr": hex(b.addr), "size": b.size})),
+        })
+    }
+
+    /// memcheck's wording.
+    pub fn text(&self, s: &mut String) {
+        let p = "==heap==";
+        let b = &self.bad;
+        let what = match (b.kind, self.op) {
+            (Kind::Leak, _) => format!(
+                "{} bytes in 1 blocks are definitely lost (block {:#x})",
+                self.size, b.addr
+            ),
+            (Kind::DoubleFree | Kind::InvalidFree, _) | (_, Op::Free) => {
+                "Invalid free() / delete / delete[] / realloc()".to_string()
+            }
+            (_, Op::Write) => format!("Invalid write of size {}", self.size),
+            _ => format!("Invalid read of size {}", self.size),
+        };
+        let _ = writeln!(
+            s,
+            "{p} {}: {what} (thread {}, process {})",
+            b.kind.name(),
+            self.tid,
+            self.pid
+        );
+        let _ = writeln!(
+            s,
+            "{p}    at {:#x} in {}",
+            self.pc,
+            self.stack.first().map_or("?", |f| &**f)
+        );
+        for f in self.stack.iter().skip(1) {
+            let _ = writeln!(s, "{p}    by {f}");
+        }
+        if b.kind == Kind::Leak {
+            let _ = writeln!(s, "{p}");
+            return;
+        }
+        match &b.block {
+            None => {
+                let _ = writeln!(
+                    s,
+                    "{p}  Address {:#x} is not the start of a block the allocator handed out",
+                    b.addr
+                );
+            }
+            Some(blk) => describe(s, b.addr, blk),
+        }
+        let _ = writeln!(s, "{p}");
+    }
+}
+
+fn frames(s: &mut String, stack: &[Arc<str>]) {
+    for (i, f) in stack.iter().enumerate() {
+        let w = if i == 0 { "at" } else { "by" };
+        let _ = writeln!(s, "==heap==    {w} {f}");
+    }
+}
+
+fn describe(s: &mut String, addr: u64, b: &Block) {
+    let state = if b.freed.is_some() {
+        "free'd"
+    } else {
+        "alloc'd"
+    };
+    let _ = writeln!(
+        s,
+        "==heap==  Address {addr:#x} is {} {state}",
+        relation(addr, b)
+    );
+    if let Some((_, fs)) = &b.freed {
+        frames(s, fs);
+        let _ = writeln!(s, "==heap==  Block was alloc'd at");
+    }
+    frames(s, &b.alloc_stack);
+}
+
+/// The totals of a run, over all its processes.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub allocs: u64,
+    pub frees: u64,
+    pub peak_bytes: u64,
+    pub leaked_bytes: u64,
+    pub leaked_blocks: u64,
+    pub reachable_bytes: u64,
+    pub reachable_blocks: u64,
+    /// Findings by kind (every occurrence, also those not printed again).
+    pub found: HashMap<&'static str, u64>,
+    /// Allocations and bytes by site (the allocation's caller).
+    pub sites: HashMap<Arc<str>, (u64, u64)>,
+    /// Live bytes after each allocation or free: `(event number, bytes)`,
+    /// every `stride`-th event.
+    pub timeline: Vec<(u64, u64)>,
+    pub stride: u64,
+    pub events: u64,
+}
+
+impl Summary {
+    /// Notes the live bytes after an allocation or free, keeping at most
+    /// a few thousand points (the stride doubles when full).
+    pub fn sample(&mut self, live: u64) {
+        self.events += 1;
+        if self.stride == 0 {
+            self.stride = 1;
+        }
+        if self.events % self.stride == 0 {
+            self.timeline.push((self.events, live));
+            if self.timeline.len() >= 4096 {
+                self.stride *= 2;
+                let keep: Vec<(u64, u64)> = self
+                    .timeline
+                    .iter()
+                    .copied()
+                    .filter(|(e, _)| e % self.stride == 0)
+                    .collect();
+                self.timeline = keep;
+            }
+        }
+    }
+
+    pub fn total_found(&self) -> u64 {
+        self.found.values().sum()
+    }
+
+    fn top_sites(&self, n: usize) -> Vec<(&Arc<str>, &(u64, u64))> {
+        let mut v: Vec<_> = self.sites.iter().collect();
+        v.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then(a.0.cmp(b.0)));
+        v.truncate(n);
+        v
+    }
+
+    /// The `{"summary": {...}}` object.
+    pub fn json(&self, lost: u64) -> Value {
+        let found: serde_json::Map<String, Value> = Kind::ALL
+            .iter()
+            .map(|k| {
+                (
+                    k.name().to_string(),
+                    json!(self.found.get(k.name()).copied().unwrap_or(0)),
+                )
+            })
+            .collect();
+        json!({"summary": {
+            "allocations": self.allocs,
+            "frees": self.frees,
+            "peak_live_bytes": self.peak_bytes,
+            "leaked_bytes": self.leaked_bytes,
+            "leaked_blocks": self.leaked_blocks,
+            "reachable_bytes": self.reachable_bytes,
+            "reachable_blocks": self.reachable_blocks,
+            "findings": found,
+            "lost_events": lost,
+            "top_sites": self.top_sites(10).iter().map(|(s, (n, b))| json!({"site": &***s, "allocations": n, "bytes": b})).collect::<Vec<_>>(),
+            "live_bytes": self.timeline.iter().map(|(e, b)| json!([e, b])).collect::<Vec<_>>(),
+        }})
+    }
+
+    /// The text summary.
+    pub fn text(&self, lost: u64) -> String {
+        let mut s = String::new();
+        let p = "==heap==";
+        let _ = writeln!(s, "{p} HEAP SUMMARY:");
+        let _ = writeln!(
+            s,
+            "{p}   total heap usage: {} allocs, {} frees, peak {} bytes live",
+            self.allocs, self.frees, self.peak_bytes
+        );
+        let _ = writeln!(
+            s,
+            "{p}   definitely lost: {} bytes in {} blocks; still reachable: {} bytes in {} blocks",
+            self.leaked_bytes, self.leaked_blocks, self.reachable_bytes, self.reachable_blocks
+        );
+        for (site, (n, b)) in self.top_sites(5) {
+            let _ = writeln!(s, "{p}   {b:>10} bytes in {n:>6} allocations from {site}");
+        }
+        let found: Vec<String> = Kind::ALL
+            .iter()
+            .filter_map(|k| {
+                self.found
+                    .get(k.name())
+                    .map(|n| format!("{n} {}", k.name()))
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "{p} ERROR SUMMARY: {} findings{}{}",
+            self.total_found(),
+            if found.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", found.join(", "))
+            },
+            if lost > 0 {
+                format!("; {lost} events lost: the check is incomplete")
+            } else {
+                String::new()
+            }
+        );
+        s
+    }
+}

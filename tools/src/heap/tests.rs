@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The checker's rules, without a guest.
+
+use std::sync::Arc;
+
+use super::alloc::{parse_alloc, role_of, Role};
+use super::blocks::{Block, Heap, Kind, Stack};
+use super::leaks::lost;
+
+fn stack(s: &str) -> Stack {
+    Arc::from(vec![Arc::<str>::from(s)])
+}
+
+fn block(addr: u64, size: u64, seq: u64) -> Block {
+    Block {
+        addr,
+        size,
+        seq,
+        tid: 1,
+        pc: 0,
+        alloc_stack: stack("main+0x10"),
+        freed: None,
+    }
+}
+
+fn heap() -> Heap {
+    let mut h = Heap::new(8);
+    h.alloc(block(0x1010, 40, 1));
+    h.alloc(block(0x1050, 16, 2));
+    h
+}
+
+#[test]
+fn accesses_inside_a_block_are_fine() {
+    let h = heap();
+    assert!(h.check(0x1010, 8, false).is_none());
+    assert!(h.check(0x1034, 4, true).is_none());
+    assert!(h.check(0x1050, 16, true).is_none());
+    // Far from every block: not the heap's business.
+    assert!(h.check(0x9000, 4, true).is_none());
+}
+
+#[test]
+fn an_access_past_the_end_is_an_overflow_of_that_block() {
+    let h = heap();
+    let bad = h.check(0x1038, 4, false).expect("a[10] of int a[10]");
+    assert_eq!(bad.kind, Kind::Overflow);
+    assert_eq!(bad.addr, 0x1038);
+    assert_eq!(bad.block.unwrap().addr, 0x1010);
+    // Straddling the end: the first byte outside.
+    let bad = h.check(0x1034, 8, true).expect("straddles");
+    assert_eq!(bad.addr, 0x1038);
+    // Underflow: a[-1].
+    let bad = h.check(0x100c, 4, true).expect("a[-1]");
+    assert_eq!(bad.block.unwrap().addr, 0x1010);
+}
+
+#[test]
+fn partial_loads_are_fine_as_memcheck_says() {
+    let h = heap();
+    // An aligned word load starting inside, ending past the end.
+    let mut h2 = Heap::new(8);
+    h2.alloc(block(0x2000, 13, 1));
+    assert!(h2.check(0x2008, 8, false).is_none());
+    // The same as a store is not.
+    assert!(h2.check(0x2008, 8, true).is_some());
+    // Unaligned, it is not either.
+    assert!(h2.check(0x2009, 8, false).is_some());
+    // A vector load near a block.
+    assert!(h.check(0x1040, 16, false).is_none());
+}
+
+#[test]
+fn use_after_free_until_the_memory_is_handed_out_again() {
+    let mut h = heap();
+    h.free(0x1010, 3, stack("main+0x20")).unwrap();
+    let bad = h.check(0x1018, 4, true).expect("freed");
+    assert_eq!(bad.kind, Kind::UseAfterFree);
+    assert_eq!(bad.block.as_ref().unwrap().freed.as_ref().unwrap().0, 3);
+    h.alloc(block(0x1010, 24, 4));
+    assert!(h.check(0x1018, 4, true).is_none());
+    // The rest of the old block is no longer known as freed either.
+    h.forget_freed(0, u64::MAX);
+    assert!(h.check(0x1038, 4, true).is_none());
+}
+
+#[test]
+fn double_and_invalid_frees() {
+    let mut h = heap();
+    h.free(0x1050, 3, stack("a")).unwrap();
+    let bad = h.free(0x1050, 4, stack("b")).unwrap_err();
+    assert_eq!(bad.kind, Kind::DoubleFree);
+    let bad = h.free(0x1018, 5, stack("c")).unwrap_err();
+    assert_eq!(bad.kind, Kind::InvalidFree);
+    assert_eq!(bad.block.unwrap().addr, 0x1010);
+    let bad = h.free(0x7000, 6, stack("d")).unwrap_err();
+    assert!(bad.block.is_none());
+    assert!(h.free(0, 7, stack("e")).is_ok());
+    assert_eq!(
+        (h.allocs, h.frees, h.live_bytes, h.peak_bytes),
+        (2, 1, 40, 56)
+    );
+}
+
+#[test]
+fn leaks_are_blocks_no_live_word_points_into() {
+    let blocks = [(0x1000, 16), (0x2000, 16), (0x3000, 16), (0x4000, 8)];
+    let words = [
+        // A global points at the first block's middle...
+        (0x500, 0x1008),
+        // ... which points at the second.
+        (0x1000, 0x2000),
+        // The third is pointed at only from a dead stack frame.
+        (0x7ff0, 0x3000),
+        // The fourth points at itself.
+        (0x4000, 0x4000),
+    ];
+    let lost = lost(&blocks, &words, &[(0x7000, 0x8000)]);
+    assert_eq!(lost, [false, false, true, true]);
+}
+
+#[test]
+fn roles_and_custom_allocators() {
+    assert_eq!(role_of(&[], "malloc"), Some(Role::Malloc { size: 0 }));
+    assert_eq!(role_of(&[], "_ZdlPvm"), Some(Role::Free { ptr: 0 }));
+    assert_eq!(
+        role_of(&[], "_ZnwmSt11align_val_t"),
+        Some(Role::Malloc { size: 0 })
+    );
+    assert_eq!(role_of(&[], "memalign"), Some(Role::Malloc { size: 1 }));
+    assert_eq!(role_of(&[], "mallocx"), None);
+    let custom = vec![parse_alloc("my_get=malloc").unwrap()];
+    assert_eq!(role_of(&custom, "my_get"), Some(Role::Malloc { size: 0 }));
+    assert!(parse_alloc("x=brk").unwrap_err().contains("unknown role"));
+    assert!(parse_alloc("x").unwrap_err().contains("NAME=ROLE"));
+}

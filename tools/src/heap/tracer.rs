@@ -1,0 +1,788 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The client side of a heap run. The parallel callbacks keep every
+//! instruction (the call stacks), the registers at the allocation
+//! functions' entries and returns, and every load and store; the serial
+//! phase runs each thread's events in order against its process's heap.
+//!
+//! A thread is inside the allocator from the entry of an allocation
+//! function to its matching return (frames matched by the stack pointer,
+//! as `cannoli probe` matches them, [`super::super::probe::conv`]): only
+//! the outermost call is an allocation or free, and the accesses in
+//! between are the allocator's own.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cannoli::{Cannoli, ClientInfo};
+
+use super::super::backtrace::arch::{self, Rules};
+use super::super::backtrace::state::{BacktraceState, Regs, Symbolize};
+use super::super::backtrace::symbols::Functions;
+use super::super::backtrace::{Module, Resolver};
+use super::super::probe::isa::{self, Ret};
+use super::super::probe::plan::Site;
+use super::super::probe::shadow::Shadow;
+use super::alloc::Role;
+use super::blocks::{Bad, Block, Heap, Kind, Stack};
+use super::leaks;
+use super::report::{Finding, Op};
+use super::Run;
+
+/// The deepest call stack kept for a finding.
+const MAX_FRAMES: usize = 32;
+
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the parallel phase hands on, in execution order.
+#[derive(Debug, Clone)]
+pub enum Item {
+    /// An instruction; `regs`: the stack pointer and link register where
+    /// the event carried registers.
+    Insn {
+        pc: u64,
+        branch: bool,
+        regs: Option<Regs>,
+    },
+    /// An allocation function's entry or return: every register.
+    Hit {
+        pc: u64,
+        regs: Box<[u64]>,
+    },
+    /// A load or store (16-byte ones with `hi`).
+    Access {
+        pc: u64,
+        addr: u64,
+        val: u64,
+        hi: u64,
+        size: u8,
+        store: bool,
+    },
+    Map {
+        base: u64,
+        len: u64,
+        exec: bool,
+        offset: u64,
+        path: Arc<str>,
+    },
+    Unmap {
+        base: u64,
+        len: u64,
+    },
+    Signal {
+        handler: u64,
+    },
+    Block {
+        pc: u64,
+        lens: Box<[u8]>,
+    },
+}
+
+/// A guest process: its heap, its memory as the trace shows it, and how
+/// to name its code.
+pub struct Pid {
+    pub run: Arc<Run>,
+    pid: i32,
+    /// The load bias of each planned module, as soon as it is mapped.
+    biases: Mutex<Vec<Option<u64>>>,
+    state: Mutex<Proc>,
+    /// Stack memory no longer in use, of the threads that ended.
+    dead: Arc<Mutex<Vec<(u64, u64)>>>,
+}
+
+pub struct Proc {
+    pub heap: Heap,
+    pub shadow: Shadow,
+    pub word: u64,
+    pub big_endian: bool,
+    funcs: Arc<Functions>,
+    exe: Option<(PathBuf, Option<PathBuf>)>,
+    bias: Option<u64>,
+    loads: HashMap<Arc<str>, u64>,
+    modules: Vec<Module>,
+    lens: HashMap<u64, u8>,
+    names: HashMap<u64, Arc<str>>,
+    /// Allocation and free sequence numbers.
+    seq: u64,
+    /// Findings already printed, by (kind, pc).
+    seen: std::collections::HashSet<(Kind, u64)>,
+}
+
+impl Proc {
+    fn resolver(&self) -> Resolver<'_> {
+        Resolver {
+            funcs: &self.funcs,
+            bias: self.bias.unwrap_or(0),
+            modules: &self.modules,
+            lens: &self.lens,
+        }
+    }
+
+    /// `pc` as `function+0xoff`, remembered.
+    fn name(&mut self, pc: u64) -> Arc<str> {
+        if let Some(n) = self.names.get(&pc) {
+            return n.clone();
+        }
+        let r = self.resolver();
+        let n: Arc<str> = match r.function(pc) {
+            Some(f) => format!("{}+{:#x}", f.name, pc.wrapping_sub(f.start)).into(),
+            None => r.unnamed(pc),
+        };
+        self.names.insert(pc, n.clone());
+        n
+    }
+
+    fn is_exe(&self, path: &str) -> bool {
+        let Some((named, canon)) = &self.exe else {
+            return false;
+        };
+        let p = Path::new(path);
+        p == named
+            || canon
+                .as_ref()
+                .is_some_and(|c| std::fs::canonicalize(p).is_ok_and(|q| &q == c))
+    }
+}
+
+impl Drop for Pid {
+    fn drop(&mut self) {
+        let mut st = lock(&self.state);
+        let dead = std::mem::take(&mut *lock(&self.dead));
+        leaks::report(&self.run, self.pid, &mut st, &dead);
+    }
+}
+
+/// A thread's register layout.
+pub struct Layout {
+    mask: u64,
+    args: Vec<Option<usize>>,
+    ret: Option<usize>,
+    sp: Option<usize>,
+    ra: Option<usize>,
+    bits64: bool,
+}
+
+impl Layout {
+    fn read(&self, regs: &[u8], i: usize) -> Option<u64> {
+        let w = regs.get(i * 8..i * 8 + 8)?;
+        Some(u64::from_le_bytes(w.try_into().unwrap()) & self.mask)
+    }
+
+    fn bt(&self, regs: &[u8]) -> Option<Regs> {
+        Some(Regs {
+            ra: self.ra.and_then(|i| self.read(regs, i)),
+            sp: self.read(regs, self.sp?)?,
+        })
+    }
+}
+
+/// An allocation function called and not returned yet.
+struct Open {
+    target: usize,
+    key: u64,
+    role: Role,
+    args: Vec<u64>,
+    pc: u64,
+    stack: Option<Stack>,
+}
+
+/// A conditional return seen, taken unless the next instruction is the
+/// one after it.
+struct Pending {
+    target: usize,
+    ret: Ret,
+    regs: Box<[u64]>,
+}
+
+/// A guest thread.
+pub struct Thread {
+    run: Arc<Run>,
+    pid: i32,
+    tid: i32,
+    rules: Option<Rules>,
+    layout: Arc<Layout>,
+    bt: BacktraceState,
+    calls: Vec<Open>,
+    pending: Option<Pending>,
+    sp_lo: u64,
+    sp_last: u64,
+    /// Where the thread's dead stack goes when it ends.
+    dead: Arc<Mutex<Vec<(u64, u64)>>>,
+}
+
+fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {
+    let key = path.to_string_lossy().into_owned();
+    lock(&run.tables)
+        .entry(key)
+        .or_insert_with(|| Functions::from_elf(path).ok().map(Arc::new))
+        .clone()
+}
+
+impl Pid {
+    /// Whether registers at `pc` are an allocation function's.
+    fn is_site(&self, pc: u64) -> bool {
+        let plan = &self.run.plan;
+        if plan.sites.contains_key(&pc) {
+            return true;
+        }
+        let b = lock(&self.biases);
+        plan.modules
+            .iter()
+            .zip(b.iter())
+            .any(|(m, b)| b.is_some_and(|b| m.sites.contains_key(&pc.wrapping_sub(b))))
+    }
+
+    fn sites(&self, pc: u64) -> Vec<Site> {
+        let plan = &self.run.plan;
+        if let Some(v) = plan.sites.get(&pc) {
+            return v.clone();
+        }
+        let b = lock(&self.biases);
+        for (m, bias) in plan.modules.iter().zip(b.iter()) {
+            if let Some(v) = bias.and_then(|b| m.sites.get(&pc.wrapping_sub(b))) {
+                return v.clone();
+            }
+        }
+        Vec::new()
+    }
+}
+
+impl Cannoli for Thread {
+    type Trace = Item;
+    type TidContext = Arc<Layout>;
+    type PidContext = Pid;
+
+    fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
+        let run = ci.expect_state::<Run>();
+        let exe = ci.exe.as_ref().map(PathBuf::from);
+        let funcs = exe
+            .as_deref()
+            .and_then(|p| table(&run, p))
+            .unwrap_or_default();
+        let word = u64::from(ci.guest_bits / 8).max(4);
+        let n = run.plan.modules.len();
+        Arc::new(Pid {
+            pid: ci.pid,
+            biases: Mutex::new(vec![None; n]),
+            dead: Arc::new(Mutex::new(Vec::new())),
+            state: Mutex::new(Proc {
+                heap: Heap::new(word),
+                shadow: Shadow::default(),
+                word,
+                big_endian: run.plan.big_endian,
+                funcs,
+                exe: exe.map(|p| {
+                    let c = std::fs::canonicalize(&p).ok();
+                    (p, c)
+                }),
+                bias: None,
+                loads: HashMap::new(),
+                modules: Vec::new(),
+                lens: HashMap::new(),
+                names: HashMap::new(),
+                seq: 0,
+                seen: Default::default(),
+            }),
+            run,
+        })
+    }
+
+    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Thread, Arc<Layout>) {
+        let names = &ci.regs.names[..ci.regs.count as usize];
+        let find = |n: &str| names.iter().position(|x| x == n);
+        let rules = arch::rules(&ci.arch);
+        let abi = pid.run.plan.abi;
+        let bytes = ci.regs.bytes;
+        let layout = Arc::new(Layout {
+            mask: if (1..8).contains(&bytes) {
+                (1u64 << (bytes * 8)) - 1
+            } else {
+                u64::MAX
+            },
+            args: abi.arg_regs().iter().map(|n| find(n)).collect(),
+            ret: find(abi.ret_reg()),
+            sp: find(abi.sp_reg()),
+            ra: rules.and_then(|r| r.ra).and_then(find),
+            bits64: ci.guest_bits == 64,
+        });
+        lock(&pid.run.threads).insert(ci.tid);
+        let t = Thread {
+            run: pid.run.clone(),
+            pid: ci.pid,
+            tid: ci.tid,
+            rules,
+            layout: layout.clone(),
+            bt: BacktraceState::default(),
+            calls: Vec::new(),
+            pending: None,
+            sp_lo: u64::MAX,
+            sp_last: 0,
+            dead: pid.dead.clone(),
+        };
+        (t, layout)
+    }
+
+    #[inline]
+    fn exec(_pid: &Pid, _l: &Arc<Layout>, pc: u64, trace: &mut Vec<Item>) {
+        trace.push(Item::Insn {
+            pc,
+            branch: false,
+            regs: None,
+        });
+    }
+
+    fn regs(pid: &Pid, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
+        Self::branch(pid, l, pc, false, regs, trace)
+    }
+
+    fn branch(
+        pid: &Pid,
+        l: &Arc<Layout>,
+        pc: u64,
+        branch: bool,
+        regs: &[u8],
+        trace: &mut Vec<Item>,
+    ) {
+        trace.push(Item::Insn {
+            pc,
+            branch,
+            regs: l.bt(regs),
+        });
+        if pid.is_site(pc) {
+            let n = regs.len() / 8;
+            let v: Box<[u64]> = (0..n).filter_map(|i| l.read(regs, i)).collect();
+            trace.push(Item::Hit { pc, regs: v });
+        }
+    }
+
+    fn read(
+        _p: &Pid,
+        _l: &Arc<Layout>,
+        pc: u64,
+        addr: u64,
+        val: u64,
+        sz: u8,
+        trace: &mut Vec<Item>,
+    ) {
+        trace.push(Item::Access {
+            pc,
+            addr,
+            val,
+            hi: 0,
+            size: sz,
+            store: false,
+        });
+    }
+
+    fn write(
+        _p: &Pid,
+        _l: &Arc<Layout>,
+        pc: u64,
+        addr: u64,
+        val: u64,
+        sz: u8,
+        trace: &mut Vec<Item>,
+    ) {
+        trace.push(Item::Access {
+            pc,
+            addr,
+            val,
+            hi: 0,
+            size: sz,
+            store: true,
+        });
+    }
+
+    fn access_wide(_p: &Pid, _l: &Arc<Layout>, a: &cannoli::Access, trace: &mut Vec<Item>) {
+        trace.push(Item::Access {
+            pc: a.pc,
+            addr: a.addr,
+            val: a.val as u64,
+            hi: (a.val >> 64) as u64,
+            size: a.size,
+            store: a.store,
+        });
+    }
+
+    fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
+        trace.push(Item::Block {
+            pc,
+            lens: lens.into(),
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mmap(
+        pid: &Pid,
+        _l: &Arc<Layout>,
+        base: u64,
+        len: u64,
+        anon: bool,
+        _read: bool,
+        _write: bool,
+        exec: bool,
+        path: &str,
+        offset: u64,
+        trace: &mut Vec<Item>,
+    ) {
+        if !anon && offset == 0 && !pid.run.plan.modules.is_empty() {
+            let p = Path::new(path);
+            let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+            if let Some(m) = pid.run.plan.module_of(&p) {
+                let module = &pid.run.plan.modules[m];
+                let mut b = lock(&pid.biases);
+                b[m] = Some(super::super::probe::tracer::bias_after(module, b[m], base));
+            }
+        }
+        trace.push(Item::Map {
+            base,
+            len,
+            exec,
+            offset,
+            path: if anon { "".into() } else { path.into() },
+        });
+    }
+
+    fn munmap(_p: &Pid, _l: &Arc<Layout>, base: u64, len: u64, trace: &mut Vec<Item>) {
+        trace.push(Item::Unmap { base, len });
+    }
+
+    fn signal(_p: &Pid, _l: &Arc<Layout>, sig: &cannoli::Signal, trace: &mut Vec<Item>) {
+        if let Some(handler) = sig.handler {
+            trace.push(Item::Signal { handler });
+        }
+    }
+
+    fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
+        let mut st = lock(&pid.state);
+        for item in trace {
+            self.apply(pid, &mut st, item);
+        }
+    }
+}
+
+impl Drop for Thread {
+    fn drop(&mut self) {
+        if self.sp_lo <= self.sp_last {
+            // Below the last stack pointer: frames already returned from.
+            lock(&self.dead).push((self.sp_lo.saturating_sub(4096), self.sp_last));
+        }
+    }
+}
+
+impl Thread {
+    fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
+        match item {
+            Item::Insn { pc, branch, regs } => {
+                if let Some(p) = self.pending.take() {
+                    if p.ret.cond_next != Some(*pc) {
+                        self.returned(pid, st, p.target, &p.ret, &p.regs);
+                    }
+                }
+                if let Some(r) = regs {
+                    self.sp_lo = self.sp_lo.min(r.sp);
+                    self.sp_last = r.sp;
+                }
+                if let Some(rules) = self.rules {
+                    let res = st.resolver();
+                    self.bt
+                        .insn(&rules, &res, *pc, *branch, *regs, &mut |_, _| {});
+                }
+            }
+            Item::Hit { pc, regs } => {
+                for s in pid.sites(*pc) {
+                    match s {
+                        Site::Entry(t) => self.entered(pid, st, *pc, t, regs),
+                        Site::Return(t, r) if r.cond_next.is_some() => {
+                            self.pending = Some(Pending {
+                                target: t,
+                                ret: r,
+                                regs: regs.clone(),
+                            })
+                        }
+                        Site::Return(t, r) => self.returned(pid, st, t, &r, regs),
+                        Site::NotTaken(_) | Site::Pc(_) => {}
+                    }
+                }
+            }
+            Item::Access {
+                pc,
+                addr,
+                val,
+                hi,
+                size,
+                store,
+            } => {
+                let be = st.big_endian;
+                if *size == 16 {
+                    let (first, second) = if be { (*hi, *val) } else { (*val, *hi) };
+                    st.shadow.store(*addr, first, 8, be);
+                    st.shadow.store(addr.wrapping_add(8), second, 8, be);
+                } else {
+                    st.shadow.store(*addr, *val, *size, be);
+                }
+                if *store {
+                    if let Some(rules) = self.rules {
+                        self.bt.write(&rules, *pc, *addr, *val, *size);
+                    }
+                }
+                if self.calls.is_empty() {
+                    if let Some(bad) = st.heap.check(*addr, u64::from(*size), *store) {
+                        let op = if *store { Op::Write } else { Op::Read };
+                        self.found(st, bad, op, *pc, u64::from(*size));
+                    }
+                }
+            }
+            Item::Block { pc, lens } => {
+                let mut at = *pc;
+                for &n in lens.iter().take_while(|&&n| n != 0) {
+                    st.lens.insert(at, n);
+                    at = at.wrapping_add(u64::from(n));
+                }
+            }
+            Item::Map {
+                base,
+                len,
+                exec,
+                offset,
+                path,
+            } => {
+                st.heap.forget_freed(*base, base.saturating_add(*len));
+                if path.is_empty() {
+                    return;
+                }
+                if st.is_exe(path) {
+                    if st.bias.is_none() && st.funcs.pie && *offset == 0 {
+                        st.bias = Some(base.wrapping_sub(st.funcs.first_page));
+                    }
+                    return;
+                }
+                let funcs = table(&self.run, Path::new(&**path));
+                if *offset == 0 {
+                    if let Some(f) = &funcs {
+                        st.loads
+                            .insert(path.clone(), base.wrapping_sub(f.first_page));
+                    }
+                }
+                if *exec {
+                    let bias = st
+                        .loads
+                        .get(path)
+                        .copied()
+                        .unwrap_or_else(|| base.wrapping_sub(*offset));
+                    st.modules.push(Module {
+                        base: *base,
+                        end: base.saturating_add(*len),
+                        offset: *offset,
+                        name: path.rsplit('/').next().unwrap_or(path).into(),
+                        funcs,
+                        bias,
+                    });
+                    st.names.clear();
+                }
+            }
+            Item::Unmap { base, len } => {
+                let end = base.saturating_add(*len);
+                st.heap.forget_freed(*base, end);
+                st.modules.retain(|m| m.end <= *base || m.base >= end);
+                st.names.clear();
+            }
+            Item::Signal { handler } => self.bt.signal(*handler),
+        }
+    }
+
+    /// The thread's call stack now, at `pc`, innermost first.
+    fn stack(&self, st: &mut Proc, pc: u64) -> Stack {
+        let mut v = vec![st.name(pc)];
+        for r in self.bt.return_stack.iter().skip(1).rev() {
+            if v.len() >= MAX_FRAMES {
+                break;
+            }
+            if let Some(a) = r.addr {
+                let n = st.name(a);
+                // A tail call (a PLT stub's jump) returns where its caller
+                // does: one line.
+                if v.last() != Some(&n) {
+                    v.push(n);
+                }
+            }
+        }
+        v.into()
+    }
+
+    fn found(&mut self, st: &mut Proc, bad: Bad, op: Op, pc: u64, size: u64) {
+        let kind = bad.kind;
+        *lock(&self.run.summary)
+            .found
+            .entry(kind.name())
+            .or_default() += 1;
+        if !st.seen.insert((kind, pc)) {
+            return;
+        }
+        let f = Finding {
+            bad,
+            op,
+            pc,
+            size,
+            pid: self.pid,
+            tid: self.tid,
+            stack: self.stack(st, pc),
+        };
+        self.run.emit(&f);
+    }
+
+    fn arg(&self, st: &Proc, regs: &[u64], i: usize) -> u64 {
+        let abi = self.run.plan.abi;
+        if abi.on_stack(i) {
+            let sp = self
+                .layout
+                .sp
+                .and_then(|s| regs.get(s))
+                .copied()
+                .unwrap_or(0);
+            st.shadow
+                .load(abi.stack_slot(sp, i), abi.word(), st.big_endian)
+                .unwrap_or(0)
+        } else {
+            self.layout.args[i]
+                .and_then(|r| regs.get(r))
+                .copied()
+                .unwrap_or(0)
+        }
+    }
+
+    fn entered(&mut self, _pid: &Pid, st: &mut Proc, pc: u64, t: usize, regs: &[u64]) {
+        let abi = self.run.plan.abi;
+        let sp = self
+            .layout
+            .sp
+            .and_then(|s| regs.get(s))
+            .copied()
+            .unwrap_or(0);
+        let role = self.run.roles[t];
+        let outer = self.calls.is_empty();
+        let args: Vec<u64> = (0..role.args()).map(|i| self.arg(st, regs, i)).collect();
+        let stack = (outer && role != Role::Internal).then(|| self.stack(st, pc));
+        if outer {
+            // A free is done at its entry: glibc aborts on a double free
+            // before it returns. realloc's pointer is checked there too.
+            let ptr = match role {
+                Role::Free { ptr } => Some(args[ptr]),
+                Role::Realloc | Role::ReallocArray => Some(args[0])
+                    .filter(|&p| p != 0 && st.heap.live_at(p).map(|b| b.addr) != Some(p)),
+                _ => None,
+            };
+            if let (Some(p), Some(s)) = (ptr, &stack) {
+                st.seq += 1;
+                let seq = st.seq;
+                if let Err(bad) = st.heap.free(p, seq, s.clone()) {
+                    self.found(st, bad, Op::Free, pc, 0);
+                } else {
+                    let mut summary = lock(&self.run.summary);
+                    summary.frees += 1;
+                    summary.sample(st.heap.live_bytes);
+                }
+            }
+        }
+        self.calls.push(Open {
+            target: t,
+            key: abi.entry_key(sp),
+            role,
+            args,
+            pc,
+            stack,
+        });
+    }
+
+    fn returned(&mut self, _pid: &Pid, st: &mut Proc, t: usize, r: &Ret, regs: &[u64]) {
+        let l = self.layout.clone();
+        let mut after: Vec<u64> = regs.to_vec();
+        let mut known = vec![true; after.len()];
+        if let Some(w) = r.delay {
+            isa::mips_delay(w, &mut after, &mut known, l.bits64);
+        }
+        let ok = |i: Option<usize>| i.filter(|&i| known.get(i) == Some(&true));
+        let Some(sp) = ok(l.sp).and_then(|i| after.get(i)).copied() else {
+            return;
+        };
+        let key = sp.wrapping_add(r.pops);
+        let value = ok(l.ret).and_then(|i| after.get(i)).copied();
+        let genuine = self.calls.last().is_some_and(|f| f.key == key)
+            || self
+                .calls
+                .iter()
+                .rev()
+                .take_while(|f| f.key <= key)
+                .any(|f| f.target == t && f.key == key);
+        while let Some(top) = self.calls.last() {
+            if top.key > key {
+                break;
+            }
+            let unwound = top.key < key || !genuine;
+            let f = self.calls.pop().expect("looked at above");
+            if self.calls.is_empty() && !unwound {
+                self.completed(st, &f, value.unwrap_or(0));
+            }
+        }
+    }
+
+    /// The outermost allocation call `f` returned `value`.
+    fn completed(&mut self, st: &mut Proc, f: &Open, value: u64) {
+        let Some(stack) = f.stack.clone() else {
+            return;
+        };
+        let (old, ptr, size) = match f.role {
+            Role::Malloc { size } => (0, value, f.args[size]),
+            Role::Calloc => (0, value, f.args[0].wrapping_mul(f.args[1])),
+            Role::Realloc => (f.args[0], value, f.args[1]),
+            Role::ReallocArray => (f.args[0], value, f.args[1].wrapping_mul(f.args[2])),
+            Role::PosixMemalign => {
+                let p = if value == 0 {
+                    st.shadow
+                        .load(f.args[0], st.word, st.big_endian)
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+                (0, p, f.args[2])
+            }
+            Role::Free { .. } | Role::Internal => return,
+        };
+        let mut summary = lock(&self.run.summary);
+        if old != 0
+            && (ptr != 0 || size == 0)
+            && st.heap.live_at(old).is_some_and(|b| b.addr == old)
+        {
+            st.seq += 1;
+            let _ = st.heap.free(old, st.seq, stack.clone());
+            summary.frees += 1;
+            summary.sample(st.heap.live_bytes);
+        }
+        if ptr == 0 {
+            return;
+        }
+        st.seq += 1;
+        let site = stack
+            .get(1)
+            .or(stack.first())
+            .cloned()
+            .unwrap_or_else(|| "?".into());
+        let e = summary.sites.entry(site).or_default();
+        e.0 += 1;
+        e.1 += size;
+        summary.allocs += 1;
+        st.heap.alloc(Block {
+            addr: ptr,
+            size,
+            seq: st.seq,
+            tid: self.tid,
+            pc: f.pc,
+            alloc_stack: stack,
+            freed: None,
+        });
+        summary.sample(st.heap.live_bytes);
+        summary.peak_bytes = summary.peak_bytes.max(st.heap.live_bytes);
+    }
+}
