@@ -447,7 +447,10 @@ fn busybox_applets(arch: &str) {
 per_guest!(busybox_applets: mipsel, mips64el, arm, aarch64, x86_64, i386, ppc64le);
 
 /// The host's own programs through the x86_64 QEMU with the host's
-/// libraries: nothing reported; memcheck agrees.
+/// libraries: memcheck's findings on the same program (none but a real
+/// leak: `sort` loses 16 bytes), and a non-zero exit only then. memcheck's
+/// "possibly lost" blocks (an interior pointer to them remains) are no
+/// finding.
 #[test]
 fn host_programs() {
     let dir = RunDir::new();
@@ -465,11 +468,16 @@ fn host_programs() {
     let mut bad = Vec::new();
     for (i, (p, a)) in runs.iter().enumerate() {
         let m = memcheck::run_memcheck(&dir, &format!("mc{i}"), Path::new(p), a);
-        let lost: Vec<&Finding> = m.findings.iter().filter(|f| f.kind != "leak").collect();
-        assert!(lost.is_empty(), "memcheck on {p}: {:?}", m.findings);
+        let mut want = m.findings.clone();
+        want.sort();
         let r = heap(&dir, &format!("host{i}"), &[], Path::new(p), a);
-        if !(r.findings.is_empty() && r.status == 0) {
-            bad.push(format!("{p} {}: {}", a.join(" "), r.context()));
+        if r.reduced() != want || (r.status != 0) != !want.is_empty() {
+            bad.push(format!(
+                "{p} {}: memcheck says {want:?}, cannoli heap {:?}\n{}",
+                a.join(" "),
+                r.reduced(),
+                r.context()
+            ));
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n\n"));
