@@ -485,7 +485,7 @@ fn host_programs() {
 
 /// `cannoli record --hooks regs` of planted cases on mipsel, replayed by
 /// `cannoli heap --replay`: the live run's finding lines (but the thread
-/// ids, each run's own).
+/// ids and process ids, each run's own).
 #[test]
 fn replay_gives_the_live_findings() {
     let dir = RunDir::new();
@@ -513,6 +513,7 @@ fn replay_gives_the_live_findings() {
                 .map(|f| {
                     let mut f = f.clone();
                     f["tid"] = Value::Null;
+                    f["pid"] = Value::Null;
                     f
                 })
                 .collect()
