@@ -15,9 +15,11 @@
 //! the end of a string (they cannot cross a page, so it is safe): as
 //! memcheck's partial-loads-ok rule says, a load naturally aligned to its
 //! size (a word or more) that overlaps a live block is fine, and a load of
-//! 16 bytes or more outside every block is never an overflow (AVX2
-//! `strlen` loads the aligned 32 bytes around a string's start, as two
-//! 16-byte halves, the first of which may lie before the block).
+//! 16 bytes or more is never reported (AVX2 `strlen` loads the aligned 32
+//! bytes around a string's start, as two 16-byte halves, the first of
+//! which may lie before the block, and its loop reads 128 bytes at a time
+//! into whatever chunk follows, freed or not). A use after free or an
+//! overflow made only by vector loads is therefore missed.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -203,6 +205,12 @@ impl Heap {
         if load_ok_partly && (prev.is_some_and(overlaps) || next.is_some_and(overlaps)) {
             return None;
         }
+        // Vector loads (16 bytes and more) are the C library's string
+        // functions reading whole aligned vectors, also past a string's
+        // end into the next chunk, freed or not: never reported.
+        if !store && size >= 16 {
+            return None;
+        }
         // A freed block: where the access starts, or overlapped.
         if let Some(f) = self.freed_at(addr) {
             return Some(Bad {
@@ -219,9 +227,6 @@ impl Heap {
                     block: Some(f.clone()),
                 });
             }
-            return None;
-        }
-        if !store && size >= 16 {
             return None;
         }
         // Overflow past `prev`, into its slack or the next chunk's

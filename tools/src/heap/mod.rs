@@ -139,6 +139,14 @@ fn image(args: &Args) -> Result<Image, String> {
 pub fn main(args: Args) -> i32 {
     let plan = image(&args).and_then(|img| {
         let specs = alloc::specs(&img, &args.allocs)?;
+        if specs.is_empty() {
+            // A stripped static program: it runs, nothing is checked.
+            eprintln!(
+                "heap: warning: {} has no allocation function (malloc, free, ...) in its symbol \
+                 tables (stripped?): nothing is checked; name them with --alloc NAME=malloc",
+                img.path.display()
+            );
+        }
         Plan::new(&img, specs, false, false).map_err(|e| e.to_string())
     });
     let plan = match plan {

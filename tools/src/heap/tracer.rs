@@ -45,6 +45,8 @@ pub enum Item {
         pc: u64,
         branch: bool,
         regs: Option<Regs>,
+        /// The return register, with `regs`.
+        value: Option<u64>,
     },
     /// An allocation function's entry or return: every register.
     Hit {
@@ -186,6 +188,8 @@ struct Open {
     args: Vec<u64>,
     pc: u64,
     stack: Option<Stack>,
+    /// The call stack's depth with its frame.
+    depth: usize,
 }
 
 /// A conditional return seen, taken unless the next instruction is the
@@ -330,6 +334,7 @@ impl Cannoli for Thread {
             pc,
             branch: false,
             regs: None,
+            value: None,
         });
     }
 
@@ -349,6 +354,7 @@ impl Cannoli for Thread {
             pc,
             branch,
             regs: l.bt(regs),
+            value: l.ret.and_then(|i| l.read(regs, i)),
         });
         if pid.is_site(pc) {
             let n = regs.len() / 8;
@@ -475,7 +481,12 @@ impl Drop for Thread {
 impl Thread {
     fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
         match item {
-            Item::Insn { pc, branch, regs } => {
+            Item::Insn {
+                pc,
+                branch,
+                regs,
+                value,
+            } => {
                 if let Some(p) = self.pending.take() {
                     if p.ret.cond_next != Some(*pc) {
                         self.returned(pid, st, p.target, &p.ret, &p.regs);
@@ -489,6 +500,20 @@ impl Thread {
                     let res = st.resolver();
                     self.bt
                         .insn(&rules, &res, *pc, *branch, *regs, &mut |_, _| {});
+                }
+                // The outermost allocation function's frame is gone
+                // without a return instruction of its own: it ended in a
+                // tail call to a function outside the plan (calloc's `jmp
+                // memset` through the PLT).
+                if self.rules.is_some()
+                    && self
+                        .calls
+                        .first()
+                        .is_some_and(|f| self.bt.depth() < f.depth)
+                {
+                    let f = self.calls.remove(0);
+                    self.calls.clear();
+                    self.completed(st, &f, value.unwrap_or(0));
                 }
             }
             Item::Hit { pc, regs } => {
@@ -693,6 +718,7 @@ impl Thread {
             args,
             pc,
             stack,
+            depth: self.bt.depth(),
         });
     }
 
