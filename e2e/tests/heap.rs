@@ -258,51 +258,51 @@ fn planted_programs_keep_their_symbols() {
     }
 }
 
-/// Every planted case of `prog` (a build of heapbugs.c for `arch`) under
-/// `cannoli heap`: memcheck's findings, and a non-zero exit.
-fn planted_bugs_of(arch: &str, prog: &Path) {
+/// The planted cases the tests below name, as heapbugs.c lists them.
+const CASES: &[&str] = &[
+    "uaf-read",
+    "uaf-write",
+    "overflow-read",
+    "overflow-write",
+    "underflow",
+    "double-free",
+    "free-interior",
+    "free-stack",
+    "leak",
+    "realloc-move",
+    "fnptr",
+];
+
+/// No planted case goes untested: the program's list is [`CASES`].
+#[test]
+fn every_planted_case_is_tested() {
+    assert_eq!(cases(), CASES);
+}
+
+/// Planted case `case` of `prog` (`heapbugs`, static, or `dyn_heapbugs`,
+/// with the cross sysroot; on x86_64 the very binary memcheck ran) for
+/// `arch` under `cannoli heap`: memcheck's findings, a non-zero exit, and
+/// the program's own output.
+fn planted_case(arch: &str, prog: &str, case: &str) {
     let dir = RunDir::new();
-    let t = truth();
-    let mut bad = Vec::new();
-    for c in cases() {
-        let r = heap(&dir, c, &[], prog, &[c]);
-        let got = r.reduced();
-        if got != t[c] || r.status == 0 {
-            bad.push(format!(
-                "{arch} {c}: memcheck says {:?}, cannoli heap {got:?}\n{}",
-                t[c],
-                r.context()
-            ));
-        }
-        let want_out = format!("{c}\n");
-        if !String::from_utf8_lossy(&r.stdout).starts_with(&want_out) {
-            bad.push(format!(
-                "{arch} {c}: guest stdout {:?}",
-                String::from_utf8_lossy(&r.stdout)
-            ));
-        }
-    }
+    let want = &truth()[case];
+    let r = heap(&dir, case, &[], &guest(arch, prog), &[case]);
+    assert_eq!(
+        r.reduced(),
+        *want,
+        "{arch} {prog} {case}: memcheck says {want:?}\n{}",
+        r.context()
+    );
+    assert_ne!(r.status, 0, "{}", r.context());
+    let out = String::from_utf8_lossy(&r.stdout);
     assert!(
-        bad.is_empty(),
-        "{} of {} cases differ:\n{}",
-        bad.len(),
-        cases().len(),
-        bad.join("\n\n")
+        out.starts_with(&format!("{case}\n")),
+        "{arch} {case}: stdout {out:?}"
     );
 }
 
-/// The static build of every guest gives memcheck's findings.
-fn planted_bugs(arch: &str) {
-    planted_bugs_of(arch, &guest(arch, "heapbugs"));
-}
-
-/// The dynamically linked build (malloc in the shared C library, run with
-/// the cross sysroot) gives memcheck's findings; on x86_64 this is the
-/// very binary memcheck ran.
-fn planted_bugs_dynamic(arch: &str) {
-    planted_bugs_of(arch, &guest(arch, "dyn_heapbugs"));
-}
-
+/// `per_guest!(f [, ignore = "why"]: ARCH...)`: one test per guest,
+/// `heap::f::ARCH`, calling `f(ARCH)`.
 macro_rules! per_guest {
     ($f:ident: $($arch:ident),*) => {
         mod $f {
@@ -314,10 +314,70 @@ macro_rules! per_guest {
             )*
         }
     };
+    ($f:ident, ignore = $why:literal: $($arch:ident),*) => {
+        mod $f {
+            $(
+                #[test]
+                #[ignore = $why]
+                fn $arch() {
+                    super::$f(stringify!($arch));
+                }
+            )*
+        }
+    };
 }
 
-per_guest!(planted_bugs: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
-per_guest!(planted_bugs_dynamic: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+/// `planted!(MODULE = "case" in "program" [, ignore = "why"]: ARCH...)`:
+/// one test per guest, `heap::MODULE::ARCH`.
+macro_rules! planted {
+    ($m:ident = $case:literal in $prog:literal: $($arch:ident),*) => {
+        mod $m {
+            $(
+                #[test]
+                fn $arch() {
+                    super::planted_case(stringify!($arch), $prog, $case);
+                }
+            )*
+        }
+    };
+    ($m:ident = $case:literal in $prog:literal, ignore = $why:literal: $($arch:ident),*) => {
+        mod $m {
+            $(
+                #[test]
+                #[ignore = $why]
+                fn $arch() {
+                    super::planted_case(stringify!($arch), $prog, $case);
+                }
+            )*
+        }
+    };
+}
+
+// The static builds.
+planted!(uaf_read = "uaf-read" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(uaf_write = "uaf-write" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(overflow_read = "overflow-read" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(overflow_write = "overflow-write" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(underflow = "underflow" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(double_free = "double-free" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(free_interior = "free-interior" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(free_stack = "free-stack" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(leak = "leak" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(realloc_move = "realloc-move" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(fnptr = "fnptr" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+// The dynamically linked builds (malloc in the shared C library).
+planted!(dyn_uaf_read = "uaf-read" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_uaf_write = "uaf-write" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_overflow_read = "overflow-read" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_overflow_write = "overflow-write" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_underflow = "underflow" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_double_free = "double-free" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_free_interior = "free-interior" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_free_stack = "free-stack" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_leak = "leak" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_realloc_move = "realloc-move" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_fnptr = "fnptr" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 /// `heapcxx.cpp` built by the host's g++ (dynamically linked, so that
 /// memcheck replaces operator new and delete).
