@@ -108,6 +108,8 @@ pub struct Proc {
     names: HashMap<u64, Arc<str>>,
     /// Allocation and free sequence numbers.
     seq: u64,
+    /// Shared libraries holding allocation functions, `[start, end)`.
+    alloc_modules: Vec<(u64, u64)>,
     /// Findings already printed, by (kind, pc).
     seen: std::collections::HashSet<(Kind, u64)>,
 }
@@ -134,6 +136,38 @@ impl Proc {
         };
         self.names.insert(pc, n.clone());
         n
+    }
+
+    /// Notes the module holding the allocation function at `pc`.
+    fn note_allocator(&mut self, pc: u64) {
+        if self.in_allocator_module(pc) {
+            return;
+        }
+        if let Some(m) = self.modules.iter().find(|m| m.base <= pc && pc < m.end) {
+            self.alloc_modules.push((m.base, m.end));
+        }
+    }
+
+    /// Whether `pc` is in a shared library holding allocation functions
+    /// (the C library).
+    fn in_allocator_module(&self, pc: u64) -> bool {
+        self.alloc_modules
+            .iter()
+            .any(|&(lo, hi)| lo <= pc && pc < hi)
+    }
+
+    /// Whether `bad` is the C library's code reading or writing a freed
+    /// block's free-list link (its first two words: glibc's tcache
+    /// `next` and `key`) outside the public functions, as its thread-exit
+    /// cache teardown does in a stripped library where it has no name.
+    fn freelist_link(&self, pc: u64, bad: &Bad, size: u64) -> bool {
+        bad.kind == Kind::UseAfterFree
+            && size == self.word
+            && self.in_allocator_module(pc)
+            && bad
+                .block
+                .as_ref()
+                .is_some_and(|b| bad.addr.wrapping_sub(b.addr) < 2 * self.word)
     }
 
     fn is_exe(&self, path: &str) -> bool {
@@ -287,6 +321,7 @@ impl Cannoli for Thread {
                 lens: HashMap::new(),
                 names: HashMap::new(),
                 seq: 0,
+                alloc_modules: Vec::new(),
                 seen: Default::default(),
             }),
             run,
@@ -555,8 +590,10 @@ impl Thread {
                 }
                 if self.calls.is_empty() {
                     if let Some(bad) = st.heap.check(*addr, u64::from(*size), *store) {
-                        let op = if *store { Op::Write } else { Op::Read };
-                        self.found(st, bad, op, *pc, u64::from(*size));
+                        if !st.freelist_link(*pc, &bad, u64::from(*size)) {
+                            let op = if *store { Op::Write } else { Op::Read };
+                            self.found(st, bad, op, *pc, u64::from(*size));
+                        }
                     }
                 }
             }
@@ -691,6 +728,7 @@ impl Thread {
         let args: Vec<u64> = (0..role.args()).map(|i| self.arg(st, regs, i)).collect();
         let stack = (outer && role != Role::Internal).then(|| self.stack(st, pc));
         if outer {
+            st.note_allocator(pc);
             // A free is done at its entry: glibc aborts on a double free
             // before it returns. realloc's pointer is checked there too.
             let ptr = match role {
@@ -702,8 +740,13 @@ impl Thread {
             if let (Some(p), Some(s)) = (ptr, &stack) {
                 st.seq += 1;
                 let seq = st.seq;
+                let caller = self.bt.return_stack.last().and_then(|r| r.addr);
                 if let Err(bad) = st.heap.free(p, seq, s.clone()) {
-                    self.found(st, bad, Op::Free, pc, 0);
+                    // The C library emptying its caches (a thread's
+                    // tcache at its exit) frees what is already free.
+                    if !caller.is_some_and(|c| st.in_allocator_module(c)) {
+                        self.found(st, bad, Op::Free, pc, 0);
+                    }
                 } else {
                     let mut summary = lock(&self.run.summary);
                     summary.frees += 1;
