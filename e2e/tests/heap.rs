@@ -301,8 +301,9 @@ fn planted_case(arch: &str, prog: &str, case: &str) {
     );
 }
 
-/// `per_guest!(f [, ignore = "why"]: ARCH...)`: one test per guest,
-/// `heap::f::ARCH`, calling `f(ARCH)`.
+/// `per_guest!(f: ARCH...)`: one test per guest, `heap::f::ARCH`, calling
+/// `f(ARCH)`; `per_guest!(mod m = f, ignore = "why": ARCH...)` the same as
+/// ignored tests `heap::m::ARCH`.
 macro_rules! per_guest {
     ($f:ident: $($arch:ident),*) => {
         mod $f {
@@ -314,8 +315,8 @@ macro_rules! per_guest {
             )*
         }
     };
-    ($f:ident, ignore = $why:literal: $($arch:ident),*) => {
-        mod $f {
+    (mod $m:ident = $f:ident, ignore = $why:literal: $($arch:ident),*) => {
+        mod $m {
             $(
                 #[test]
                 #[ignore = $why]
@@ -328,7 +329,7 @@ macro_rules! per_guest {
 }
 
 /// `planted!(MODULE = "case" in "program" [, ignore = "why"]: ARCH...)`:
-/// one test per guest, `heap::MODULE::ARCH`.
+/// one test per guest, `heap::MODULE::ARCH` (ignored with the reason).
 macro_rules! planted {
     ($m:ident = $case:literal in $prog:literal: $($arch:ident),*) => {
         mod $m {
