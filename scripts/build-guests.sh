@@ -20,7 +20,8 @@
 # simd.c gets -msse2 on i386 (Debian's i686 baseline has no SSE), so that
 # its 16-byte loads and stores are SSE ones there too.
 #
-# Outputs that are newer than their source (and this script) are skipped.
+# Outputs that are newer than their source, the files it includes with
+# quotes, and this script are skipped.
 #
 # usage: scripts/build-guests.sh [-f|--force] [-q|--quiet] [ARCH...|all]
 #   ARCH defaults to all of them.
@@ -42,7 +43,7 @@ for a in "$@"; do
   case "$a" in
     -f|--force) force=1 ;;
     -q|--quiet) quiet=1 ;;
-    -h|--help) sed -n '3,27p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,28p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "build-guests: unknown option: $a" >&2; exit 2 ;;
     all) arches+=("${all_arches[@]}") ;;
     *) arches+=("$a") ;;
@@ -90,6 +91,17 @@ program_flags() {
   esac
 }
 
+# True if `out` is newer than every file the source `src` includes with
+# quotes from its own directory (dyn_heapbugs.c is `#include "heapbugs.c"`).
+up_to_date_includes() {
+  local out="$1" src="$2" inc
+  while IFS= read -r inc; do
+    [ -f "$(dirname "$src")/$inc" ] || continue
+    [ "$out" -nt "$(dirname "$src")/$inc" ] || return 1
+  done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$src")
+  return 0
+}
+
 shopt -s nullglob
 sources=("$src_dir"/*.c)
 if [ ${#sources[@]} -eq 0 ]; then
@@ -116,7 +128,8 @@ for arch in "${arches[@]}"; do
   for src in "${sources[@]}"; do
     name="$(basename "$src" .c)"
     out="$out_dir/$name"
-    if [ "$force" = 0 ] && [ -x "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$self" ]; then
+    if [ "$force" = 0 ] && [ -x "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$self" ] &&
+       up_to_date_includes "$out" "$src"; then
       skipped=$((skipped + 1))
       continue
     fi

@@ -22,7 +22,9 @@
 //! * [`compare`]: the first difference of two long sequences with context,
 //!   and [`Failures`];
 //! * [`ground`] and [`procs`]: more ground truth and helpers for the hook,
-//!   syscall and process tests.
+//!   syscall and process tests;
+//! * [`memcheck`]: Valgrind memcheck's findings (read with [`xml`]), the
+//!   ground truth of the `cannoli heap` tests.
 //!
 //! The items of `locate`, `run`, `model`, `dump`, `plugins` and `compare`
 //! are also re-exported here, so a test says `use e2e::*`.
@@ -40,7 +42,8 @@
 //! 8. [`recording`]: `locate`, `run`; [`parquet`]: `recording`;
 //! 9. [`ground`]: `model`, `dump`, `lines`, `locate`, `run`, `pages`;
 //! 10. [`tenet`]: `model`, `lines`, `pages`, `plugins`, `ground`;
-//! 11. [`procs`]: all of the above.
+//! 11. [`procs`]: all of the above;
+//! 12. [`xml`]: nothing of this crate; [`memcheck`]: `run`, `xml`.
 //!
 //! A missing prerequisite panics with a message naming what is missing and
 //! the command that provides it: these tests fail, they never skip.
@@ -52,6 +55,7 @@ pub mod dump;
 pub mod ground;
 pub mod lines;
 pub mod locate;
+pub mod memcheck;
 pub mod model;
 pub mod pages;
 pub mod parquet;
@@ -60,6 +64,7 @@ pub mod procs;
 pub mod recording;
 pub mod run;
 pub mod tenet;
+pub mod xml;
 
 pub use compare::*;
 pub use dump::{parse_dump, signals_in_context, DumpTrace, SignalInContext, StreamInfo, Summary};

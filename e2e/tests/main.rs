@@ -16,6 +16,7 @@ mod errors;
 mod exactness;
 mod flake;
 mod guestview;
+mod heap;
 mod hooks;
 mod hostile;
 mod launch;
