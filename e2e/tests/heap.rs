@@ -365,7 +365,7 @@ planted!(free_interior = "free-interior" in "heapbugs": mipsel, mips, mips64el, 
 planted!(free_stack = "free-stack" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 planted!(leak = "leak" in "heapbugs": i386);
 planted!(leak_known = "leak" in "heapbugs", ignore = "FINDINGS-FOR-TOOL.md 2: glibc's top chunk points into the block, the lost block is taken as reachable": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, ppc64le);
-planted!(realloc_move_known = "realloc-move" in "heapbugs", ignore = "FINDINGS-FOR-TOOL.md 1: a realloc that moves does not free the old block": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(realloc_move = "realloc-move" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 planted!(fnptr = "fnptr" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 // The dynamically linked builds (malloc in the shared C library).
@@ -388,7 +388,7 @@ planted!(dyn_free_stack_known = "free-stack" in "dyn_heapbugs", ignore = "FINDIN
 planted!(dyn_leak = "leak" in "dyn_heapbugs": i386);
 planted!(dyn_leak_known = "leak" in "dyn_heapbugs", ignore = "FINDINGS-FOR-TOOL.md 2: glibc's top chunk points into the block, the lost block is taken as reachable": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64);
 planted!(dyn_leak_known2 = "leak" in "dyn_heapbugs", ignore = "FINDINGS-FOR-TOOL.md 4: on ppc64le calls through the PLT (global entry) are not seen": ppc64le);
-planted!(dyn_realloc_move_known = "realloc-move" in "dyn_heapbugs", ignore = "FINDINGS-FOR-TOOL.md 1: a realloc that moves does not free the old block": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
+planted!(dyn_realloc_move = "realloc-move" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
 planted!(dyn_realloc_move_known2 = "realloc-move" in "dyn_heapbugs", ignore = "FINDINGS-FOR-TOOL.md 4: on ppc64le calls through the PLT (global entry) are not seen": ppc64le);
 planted!(dyn_fnptr = "fnptr" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
 planted!(dyn_fnptr_known = "fnptr" in "dyn_heapbugs", ignore = "FINDINGS-FOR-TOOL.md 4: on ppc64le calls through the PLT (global entry) are not seen": ppc64le);
