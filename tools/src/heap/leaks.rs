@@ -6,7 +6,10 @@
 //! The memory is what the trace showed: the last value loaded from or
 //! stored to each address, by any thread of the process. The roots are
 //! every such word outside the heap's blocks (globals, the live part of
-//! each stack, the allocator's own bookkeeping), not the stack below a
+//! each stack), not a word the allocator itself accessed last (its
+//! bookkeeping: glibc's top chunk pointer points into the last bytes of
+//! the block before it, which memcheck, replacing the allocator, never
+//! sees), not the stack below a
 //! thread's last stack pointer (frames already returned from), nor freed
 //! blocks; what a reachable block holds is followed in turn. Registers at
 //! exit are not looked at (a pointer held only in a register counts as
@@ -22,7 +25,14 @@ use super::Run;
 /// Which of `blocks` (`(addr, size)`, sorted by address) no pointer in
 /// `words` (`(where, value)`) reaches, directly or through another
 /// block. `dead`: ranges whose words are not roots.
-pub fn lost(blocks: &[(u64, u64)], words: &[(u64, u64)], dead: &[(u64, u64)]) -> Vec<bool> {
+/// `mine`: words the allocator accessed last, followed inside a block
+/// (realloc copies a block's pointers into the new one) but no root.
+pub fn lost(
+    blocks: &[(u64, u64)],
+    words: &[(u64, u64)],
+    mine: &[u64],
+    dead: &[(u64, u64)],
+) -> Vec<bool> {
     let find = |v: u64| -> Option<usize> {
         let i = blocks.partition_point(|&(a, _)| a <= v).checked_sub(1)?;
         let (a, s) = blocks[i];
@@ -37,7 +47,7 @@ pub fn lost(blocks: &[(u64, u64)], words: &[(u64, u64)], dead: &[(u64, u64)]) ->
             inside[b].push(v);
             continue;
         }
-        if dead.iter().any(|&(lo, hi)| lo <= at && at < hi) {
+        if dead.iter().any(|&(lo, hi)| lo <= at && at < hi) || mine.binary_search(&at).is_ok() {
             continue;
         }
         if let Some(b) = find(v) {
@@ -65,14 +75,24 @@ pub fn lost(blocks: &[(u64, u64)], words: &[(u64, u64)], dead: &[(u64, u64)]) ->
 pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
     let blocks: Vec<(u64, u64)> = st.heap.live().map(|b| (b.addr, b.size)).collect();
     let freed = st.heap.freed_ranges();
-    let words: Vec<(u64, u64)> = st
+    let mut words: Vec<(u64, u64)> = st
         .shadow
-        .words(st.word, st.big_endian)
+        .words(st.word, st.big_endian, true)
         .filter(|&(at, _)| !in_ranges(&freed, at))
         .collect();
-    let mut words = words;
     words.sort_unstable();
-    let lost = lost(&blocks, &words, dead);
+    let mut theirs: Vec<u64> = st
+        .shadow
+        .words(st.word, st.big_endian, false)
+        .map(|(at, _)| at)
+        .collect();
+    theirs.sort_unstable();
+    let mine: Vec<u64> = words
+        .iter()
+        .map(|&(at, _)| at)
+        .filter(|at| theirs.binary_search(at).is_err())
+        .collect();
+    let lost = lost(&blocks, &words, &mine, dead);
     let live: Vec<_> = st.heap.live().cloned().collect();
     let mut summary = super::tracer::lock(&run.summary);
     summary.peak_bytes = summary.peak_bytes.max(st.heap.peak_bytes);

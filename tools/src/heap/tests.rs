@@ -115,8 +115,23 @@ fn leaks_are_blocks_no_live_word_points_into() {
         // The fourth points at itself.
         (0x4000, 0x4000),
     ];
-    let lost = lost(&blocks, &words, &[(0x7000, 0x8000)]);
+    let lost = lost(&blocks, &words, &[], &[(0x7000, 0x8000)]);
     assert_eq!(lost, [false, false, true, true]);
+}
+
+#[test]
+fn the_allocators_own_words_are_no_roots_but_are_followed_inside_blocks() {
+    let blocks = [(0x1000, 48), (0x2000, 16)];
+    let words = [
+        // The allocator's top pointer, into the first block's last bytes.
+        (0x600, 0x1028),
+        // Inside the first block, copied there by realloc: followed.
+        (0x1000, 0x2000),
+    ];
+    assert_eq!(lost(&blocks, &words, &[0x600, 0x1000], &[]), [true, true]);
+    // A program's global pointing at the first block reaches both.
+    let words = [(0x500, 0x1000), (0x600, 0x1028), (0x1000, 0x2000)];
+    assert_eq!(lost(&blocks, &words, &[0x600, 0x1000], &[]), [false, false]);
 }
 
 #[test]

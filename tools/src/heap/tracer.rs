@@ -576,12 +576,16 @@ impl Thread {
                 store,
             } => {
                 let be = st.big_endian;
+                // The allocator's own accesses tag what they touch: not
+                // where the program keeps pointers (see `leaks`).
+                let mine = !self.calls.is_empty();
                 if *size == 16 {
                     let (first, second) = if be { (*hi, *val) } else { (*val, *hi) };
-                    st.shadow.store(*addr, first, 8, be);
-                    st.shadow.store(addr.wrapping_add(8), second, 8, be);
+                    st.shadow.store_tagged(*addr, first, 8, be, mine);
+                    st.shadow
+                        .store_tagged(addr.wrapping_add(8), second, 8, be, mine);
                 } else {
-                    st.shadow.store(*addr, *val, *size, be);
+                    st.shadow.store_tagged(*addr, *val, *size, be, mine);
                 }
                 if *store {
                     if let Some(rules) = self.rules {
@@ -724,6 +728,12 @@ impl Thread {
             .copied()
             .unwrap_or(0);
         let role = self.run.roles[t];
+        // Frames a longjmp left without their return (glibc's abort on a
+        // bad free, caught and jumped out of): this call is further out.
+        let key = abi.entry_key(sp);
+        while self.calls.last().is_some_and(|f| f.key < key) {
+            self.calls.pop();
+        }
         let outer = self.calls.is_empty();
         let args: Vec<u64> = (0..role.args()).map(|i| self.arg(st, regs, i)).collect();
         let stack = (outer && role != Role::Internal).then(|| self.stack(st, pc));
@@ -756,7 +766,7 @@ impl Thread {
         }
         self.calls.push(Open {
             target: t,
-            key: abi.entry_key(sp),
+            key,
             role,
             args,
             pc,
@@ -809,6 +819,9 @@ impl Thread {
             Role::ReallocArray => (f.args[0], value, f.args[1].wrapping_mul(f.args[2])),
             Role::PosixMemalign => {
                 let p = if value == 0 {
+                    // `*memptr` is the program's, though the allocator
+                    // wrote it.
+                    st.shadow.untag(f.args[0], st.word);
                     st.shadow
                         .load(f.args[0], st.word, st.big_endian)
                         .unwrap_or(0)
