@@ -8,12 +8,11 @@
 //! number is checked against the workload's own arithmetic (SHA-256 runs
 //! its block function once per 64 bytes of input, plus the padding block).
 
-use std::fs::{self, File};
+use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::run::{forward_cannoli_env, reserved_va, tail, wait_watching_rss, Ctx, Sample};
+use crate::run::{cannoli_binary, cannoli_command, tail, wait_watching_rss, Ctx, Sample};
 use crate::workload::Workload;
 
 /// What a workload's probe row probes, and how many hits that must give.
@@ -40,35 +39,12 @@ pub fn sha256_blocks(bytes: u64) -> u64 {
     bytes / 64 + if bytes % 64 < 56 { 1 } else { 2 }
 }
 
-/// Runs `cannoli probe` on `w` with `probes`, the same QEMU, `-seed 1`,
-/// empty environment, working directory and guest path as the other rows.
+/// Runs `cannoli probe` on `w` with `probes`, as the other rows run QEMU
+/// ([`cannoli_command`]).
 pub fn run(ctx: &Ctx, w: &Workload, name: &str, probes: &Probes) -> Result<Sample, String> {
-    let cannoli = ctx.release.join("cannoli");
-    if !cannoli.is_file() {
-        return Err(format!(
-            "{} is missing: cargo build --release -p cannoli-cli",
-            cannoli.display()
-        ));
-    }
-    let tag = format!("{}.{name}", w.name);
-    let stdout_path = ctx.out.join(format!("{tag}.stdout"));
-    let stderr_path = ctx.out.join(format!("{tag}.stderr"));
-    let create =
-        |p: &Path| File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()));
-    let mut qemu_args = vec!["-seed", "1"];
-    if let Some(r) = reserved_va(w.arch) {
-        qemu_args.extend(["-R", r]);
-    }
-    let mut cmd = Command::new(&cannoli);
-    cmd.env_clear()
-        .current_dir(&ctx.out)
-        .stdin(Stdio::null())
-        .stdout(create(&stdout_path)?)
-        .stderr(create(&stderr_path)?);
-    forward_cannoli_env(&mut cmd);
-    cmd.env("CANNOLI_QEMU", ctx.qemu.binary(false, w.arch))
-        .env("CANNOLI_QEMU_ARGS", qemu_args.join(" "))
-        .arg("probe");
+    let cannoli = cannoli_binary(ctx)?;
+    let (mut cmd, stdout_path, stderr_path) = cannoli_command(ctx, w, name, &cannoli)?;
+    cmd.arg("probe");
     for p in probes.points {
         cmd.args(["-p", p]);
     }

@@ -72,7 +72,7 @@ pub struct Sample {
 
 /// Guests whose address layout depends on the host's ASLR unless QEMU
 /// reserves their address space up front (as the exactness tests do).
-pub fn reserved_va(arch: &str) -> Option<&'static str> {
+fn reserved_va(arch: &str) -> Option<&'static str> {
     match arch {
         "riscv64" | "aarch64" | "x86_64" | "mips64el" => Some("0x100000000"),
         _ => None,
@@ -281,7 +281,7 @@ fn run_record(
 /// The `CANNOLI_*` variables of our environment that the recorder and the
 /// replaying client get (ring geometry and other knobs set for the
 /// benchmark), without those that would change what they run or where to.
-pub fn forward_cannoli_env(cmd: &mut Command) {
+fn forward_cannoli_env(cmd: &mut Command) {
     for (k, v) in std::env::vars() {
         let skip = [
             "CANNOLI_QEMU",
@@ -296,6 +296,50 @@ pub fn forward_cannoli_env(cmd: &mut Command) {
     }
 }
 
+/// `target/release/cannoli`, or why it cannot run.
+pub fn cannoli_binary(ctx: &Ctx) -> Result<PathBuf, String> {
+    let cannoli = ctx.release.join("cannoli");
+    if !cannoli.is_file() {
+        return Err(format!(
+            "{} is missing: cargo build --release -p cannoli-cli",
+            cannoli.display()
+        ));
+    }
+    Ok(cannoli)
+}
+
+/// `cannoli` (a subcommand and its options to follow) run as the other
+/// rows run QEMU: the same QEMU, `-seed 1`, empty environment, working
+/// directory and guest path (through `CANNOLI_QEMU` and
+/// `CANNOLI_QEMU_ARGS`), stdout and stderr to `<workload>.<row>` files,
+/// whose paths come back with it.
+pub fn cannoli_command(
+    ctx: &Ctx,
+    w: &Workload,
+    name: &str,
+    cannoli: &Path,
+) -> Result<(Command, PathBuf, PathBuf), String> {
+    let tag = format!("{}.{name}", w.name);
+    let stdout_path = ctx.out.join(format!("{tag}.stdout"));
+    let stderr_path = ctx.out.join(format!("{tag}.stderr"));
+    let create =
+        |p: &Path| File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()));
+    let mut qemu_args = vec!["-seed", "1"];
+    if let Some(r) = reserved_va(w.arch) {
+        qemu_args.extend(["-R", r]);
+    }
+    let mut cmd = Command::new(cannoli);
+    cmd.env_clear()
+        .current_dir(&ctx.out)
+        .stdin(Stdio::null())
+        .stdout(create(&stdout_path)?)
+        .stderr(create(&stderr_path)?);
+    forward_cannoli_env(&mut cmd);
+    cmd.env("CANNOLI_QEMU", ctx.qemu.binary(false, w.arch))
+        .env("CANNOLI_QEMU_ARGS", qemu_args.join(" "));
+    Ok((cmd, stdout_path, stderr_path))
+}
+
 /// Runs `cannoli record` on `w` into `path`: the same QEMU, `-seed 1`,
 /// empty environment, working directory and guest path as the other rows
 /// (through `CANNOLI_QEMU` and `CANNOLI_QEMU_ARGS`), so the guest runs the
@@ -308,37 +352,13 @@ fn record(
     level: Option<i32>,
     path: &Path,
 ) -> Result<Sample, String> {
-    let cannoli = ctx.release.join("cannoli");
-    if !cannoli.is_file() {
-        return Err(format!(
-            "{} is missing: cargo build --release -p cannoli-cli",
-            cannoli.display()
-        ));
-    }
+    let cannoli = cannoli_binary(ctx)?;
     let preset = hooks
         .record_preset()
         .ok_or("cannoli record has no preset that traces nothing")?;
-    let tag = format!("{}.{name}", w.name);
-    let stdout_path = ctx.out.join(format!("{tag}.stdout"));
-    let stderr_path = ctx.out.join(format!("{tag}.stderr"));
-    let create =
-        |p: &Path| File::create(p).map_err(|e| format!("cannot create {}: {e}", p.display()));
     let _ = fs::remove_file(path);
-    let mut qemu_args = vec!["-seed", "1"];
-    if let Some(r) = reserved_va(w.arch) {
-        qemu_args.extend(["-R", r]);
-    }
-    let mut cmd = Command::new(&cannoli);
-    cmd.env_clear()
-        .current_dir(&ctx.out)
-        .stdin(Stdio::null())
-        .stdout(create(&stdout_path)?)
-        .stderr(create(&stderr_path)?);
-    forward_cannoli_env(&mut cmd);
-    cmd.env("CANNOLI_QEMU", ctx.qemu.binary(false, w.arch))
-        .env("CANNOLI_QEMU_ARGS", qemu_args.join(" "))
-        .args(["record", "--hooks", preset, "-o"])
-        .arg(path);
+    let (mut cmd, stdout_path, stderr_path) = cannoli_command(ctx, w, name, &cannoli)?;
+    cmd.args(["record", "--hooks", preset, "-o"]).arg(path);
     if let Some(l) = level {
         cmd.arg(format!("--level={l}"));
     }

@@ -52,21 +52,13 @@ static SNAPSHOT: extern "C" fn() = snapshot;
 fn plan() -> MutexGuard<'static, Plan> {
     static P: OnceLock<Mutex<Plan>> = OnceLock::new();
     let m = P.get_or_init(|| {
-        let path = std::env::var_os(PLAN_ENV).unwrap_or_default();
-        if path.is_empty() {
-            eprintln!("libprobe: no {PLAN_ENV}; start it through `cannoli probe`");
-            std::process::exit(2)
-        }
-        match std::fs::read_to_string(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|t| plan::parse(&t, QEMU_MAPS.get().map(String::as_str)))
-        {
-            Ok(p) => Mutex::new(p),
-            Err(e) => {
-                eprintln!("libprobe: {PLAN_ENV}={}: {e}", path.to_string_lossy());
-                std::process::exit(2)
-            }
-        }
+        let maps = QEMU_MAPS.get().map(String::as_str);
+        Mutex::new(plan::load_or_exit(
+            PLAN_ENV,
+            "libprobe",
+            "cannoli probe",
+            maps,
+        ))
     });
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

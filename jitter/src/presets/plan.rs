@@ -128,6 +128,29 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
     Ok(plan)
 }
 
+/// The plan of the file that `$env` names, for hook library `lib` of
+/// `tool` (`"libheap"`, `"cannoli heap"`), with QEMU's mappings from
+/// before it loaded the guest ([`read_maps`] at the library's load). A hook
+/// library has no other way to fail: a missing variable or a bad file is
+/// one line on stderr and exit status 2.
+pub fn load_or_exit(env: &str, lib: &str, tool: &str, qemu_maps: Option<&str>) -> Plan {
+    let path = std::env::var_os(env).unwrap_or_default();
+    if path.is_empty() {
+        eprintln!("{lib}: no {env}; start it through `{tool}`");
+        std::process::exit(2)
+    }
+    match std::fs::read_to_string(&path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| parse(&t, qemu_maps))
+    {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{lib}: {env}={}: {e}", path.to_string_lossy());
+            std::process::exit(2)
+        }
+    }
+}
+
 /// QEMU's own `/proc/self/maps`.
 pub fn read_maps() -> String {
     std::fs::read_to_string("/proc/self/maps").unwrap_or_default()
