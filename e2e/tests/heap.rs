@@ -171,9 +171,14 @@ fn truth() -> &'static BTreeMap<String, Vec<Finding>> {
         for c in cases() {
             let r = memcheck::run_memcheck(&dir, c, &prog, &[c]);
             assert_eq!(r.status, Some(0), "memcheck's run of {c}");
+            // "Possibly lost" (an interior pointer) is a joined thread's
+            // TLS block, kept in glibc's cache of thread stacks: not a
+            // finding of memcheck's that the tool has a kind for (see
+            // heapclean below).
+            let kinds = r.all_kinds.iter().filter(|k| *k != "Leak_PossiblyLost");
             assert_eq!(
                 r.findings.len(),
-                r.all_kinds.len(),
+                kinds.count(),
                 "{c}: memcheck reported errors of other kinds: {:?}",
                 r.all_kinds
             );
@@ -206,6 +211,7 @@ fn memcheck_finds_each_planted_bug() {
         ("leak", "leak", "hb_leak"),
         ("realloc-move", "use-after-free", "hb_realloc_move"),
         ("fnptr", "heap-buffer-overflow", "hb_fnptr_target"),
+        ("uaf-join", "use-after-free", "hb_uaf_join"),
     ];
     let t = truth();
     assert_eq!(t.len(), planted.len(), "{:?}", t.keys());
@@ -271,6 +277,7 @@ const CASES: &[&str] = &[
     "leak",
     "realloc-move",
     "fnptr",
+    "uaf-join",
 ];
 
 /// No planted case goes untested: the program's list is [`CASES`].
@@ -366,6 +373,9 @@ planted!(free_stack = "free-stack" in "heapbugs": mipsel, mips, mips64el, arm, a
 planted!(leak = "leak" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 planted!(realloc_move = "realloc-move" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 planted!(fnptr = "fnptr" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+// A worker's free, ordered before main's read by pthread_join alone (the
+// threads' events reach the client in no order of their own).
+planted!(uaf_join = "uaf-join" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 // The dynamically linked builds (malloc in the shared C library).
 planted!(dyn_uaf_read = "uaf-read" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
@@ -390,6 +400,8 @@ planted!(dyn_realloc_move = "realloc-move" in "dyn_heapbugs": mipsel, mips, mips
 planted!(dyn_realloc_move_known2 = "realloc-move" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
 planted!(dyn_fnptr = "fnptr" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
 planted!(dyn_fnptr_known = "fnptr" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
+planted!(dyn_uaf_join = "uaf-join" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
+planted!(dyn_uaf_join_known = "uaf-join" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
 
 /// `heapcxx.cpp` built by the host's g++ (dynamically linked, so that
 /// memcheck replaces operator new and delete).
@@ -445,11 +457,12 @@ fn clean_program(arch: &str) {
     clean_program_with(arch, &["nothreads"]);
 }
 
-/// heapclean with its four threads: each thread's events are applied to
-/// the shared heap in the order their chunks reach the client, not in an
-/// order that respects `pthread_join`, so a block the main thread frees
-/// after joining can be taken as freed before the worker's last use of it
-/// (false use-after-free and double free, varying from run to run).
+/// heapclean with its four threads, which allocate and free at once and
+/// hand blocks to the main thread, which frees them after joining: the
+/// client keeps the order creation and joining impose on the threads'
+/// events (a free after the join is not taken for one before the
+/// worker's last use), and a thread's exit giving its cache back is the
+/// C library's own business.
 fn clean_program_threads(arch: &str) {
     clean_program_with(arch, &[]);
 }
@@ -471,7 +484,7 @@ fn clean_program_with(arch: &str, args: &[&str]) {
 }
 
 per_guest!(clean_program: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
-per_guest!(mod clean_program_threads_known = clean_program_threads, ignore = "threads' events reach the shared heap out of pthread_join's order (false use-after-free and double free, from run to run)": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+per_guest!(clean_program_threads: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 /// The dynamically linked heapclean (the shared C library's allocator)
 /// without threads on every guest: nothing reported.
@@ -503,7 +516,8 @@ fn clean_program_dynamic_with(arch: &str, args: &[&str], least: u64) {
 
 per_guest!(clean_program_dynamic: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
 per_guest!(mod clean_program_dynamic_known = clean_program_dynamic, ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-per_guest!(mod clean_program_dynamic_threads_known = clean_program_dynamic_threads, ignore = "threads' events reach the shared heap out of pthread_join's order (false use-after-free and double free, from run to run)": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+per_guest!(clean_program_dynamic_threads: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
+per_guest!(mod clean_program_dynamic_threads_known = clean_program_dynamic_threads, ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
 
 /// The first number among `keys` of the summary object.
 fn summary_count(s: &Value, keys: &[&str]) -> Option<u64> {

@@ -12,6 +12,7 @@
  *   leak                      a dropped pointer beside a reachable block
  *   realloc-move              the old pointer used after realloc moved it
  *   fnptr                     an overflow inside a function called by pointer
+ *   uaf-join                  a block a thread freed, read after joining it
  *
  * Every function of this program is named hb_* (main aside), is noinline
  * and ends with a barrier after its bad call, so that the innermost
@@ -28,6 +29,7 @@
  * fastbin (tcache for its size already full) with another block freed in
  * between, so fastbin's "fasttop" check does not see it either.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -196,6 +198,29 @@ HB static void hb_fnptr(void)
     free(p);
 }
 
+/* uaf-join's thread: its block is freed before the thread returns the
+ * pointer, so only pthread_join orders the free before main's read. */
+HB static void *hb_join_worker(void *arg)
+{
+    char *p = malloc(24);
+    memset(p, 't', 24);
+    void *q = hb_launder(p);
+    free(p);
+    BARRIER();
+    return q;
+}
+
+HB static void hb_uaf_join(void)
+{
+    pthread_t t;
+    void *p = 0;
+    if (pthread_create(&t, 0, hb_join_worker, 0) != 0 || pthread_join(t, &p) != 0)
+        return;
+    volatile char *q = hb_launder(p);
+    sink = q[hb_index(5)];
+    BARRIER();
+}
+
 static void hb_on_abort(int sig)
 {
     siglongjmp(back, 1);
@@ -216,6 +241,7 @@ static const struct {
     {"leak", hb_leak},
     {"realloc-move", hb_realloc_move},
     {"fnptr", hb_fnptr},
+    {"uaf-join", hb_uaf_join},
 };
 
 int main(int argc, char **argv)

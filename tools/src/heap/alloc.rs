@@ -35,6 +35,14 @@ pub enum Role {
 }
 
 impl Role {
+    /// Whether it returns the block it allocated.
+    pub fn returns_block(self) -> bool {
+        matches!(
+            self,
+            Role::Malloc { .. } | Role::Calloc | Role::Realloc | Role::ReallocArray
+        )
+    }
+
     /// Arguments read at its entry.
     pub fn args(self) -> usize {
         match self {

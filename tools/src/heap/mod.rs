@@ -207,7 +207,7 @@ pub fn main(args: Args) -> i32 {
         ..Needs::default()
     };
     let result =
-        crate::input::run::<tracer::Thread>(launcher, args.replay.as_deref(), needs, args.program);
+        crate::input::run::<tracer::Stream>(launcher, args.replay.as_deref(), needs, args.program);
     drop(plan_file);
     let report = match result {
         Ok(r) => r,

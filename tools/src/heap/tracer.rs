@@ -10,9 +10,11 @@
 //! the outermost call is an allocation or free, and the accesses in
 //! between are the allocator's own.
 
-use std::collections::HashMap;
+mod order;
+
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use cannoli::{Cannoli, ClientInfo};
 
@@ -76,6 +78,12 @@ pub enum Item {
     Signal {
         handler: u64,
     },
+    /// This thread created thread `child`, whose id word (cleared when it
+    /// exits) is at `tid_word`.
+    Clone {
+        child: i32,
+        tid_word: Option<u64>,
+    },
     Block {
         pc: u64,
         lens: Box<[u8]>,
@@ -87,6 +95,8 @@ pub enum Item {
 pub struct Pid {
     pub run: Arc<Run>,
     pid: i32,
+    /// Itself, for its threads' streams to reach it when they end.
+    me: Weak<Pid>,
     /// The load bias of each planned module, as soon as it is mapped.
     biases: Mutex<Vec<Option<u64>>>,
     state: Mutex<Proc>,
@@ -112,6 +122,8 @@ pub struct Proc {
     alloc_modules: Vec<(u64, u64)>,
     /// Findings already printed, by (kind, pc).
     seen: std::collections::HashSet<(Kind, u64)>,
+    /// The order kept between the threads ([`order`]).
+    order: order::Order,
 }
 
 impl Proc {
@@ -185,6 +197,8 @@ impl Proc {
 impl Drop for Pid {
     fn drop(&mut self) {
         let mut st = lock(&self.state);
+        // The last thread ended: nothing it waited for will come.
+        order::release(self, &mut st, true);
         let dead = std::mem::take(&mut *lock(&self.dead));
         leaks::report(&self.run, self.pid, &mut st, &dead);
     }
@@ -234,6 +248,13 @@ struct Pending {
     regs: Box<[u64]>,
 }
 
+/// A guest thread's stream: its state, which any thread of the process
+/// may advance once what it waits for has happened ([`order`]).
+pub struct Stream {
+    thread: Arc<Mutex<Thread>>,
+    owner: Weak<Pid>,
+}
+
 /// A guest thread.
 pub struct Thread {
     run: Arc<Run>,
@@ -248,6 +269,12 @@ pub struct Thread {
     sp_last: u64,
     /// Where the thread's dead stack goes when it ends.
     dead: Arc<Mutex<Vec<(u64, u64)>>>,
+    /// Events that wait for another thread's ([`order`]), in order.
+    deferred: VecDeque<Item>,
+    /// Its stream ended: it finishes when `deferred` is empty.
+    ended: bool,
+    /// It is on the process's list of streams with events waiting.
+    queued: bool,
 }
 
 fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {
@@ -287,7 +314,7 @@ impl Pid {
     }
 }
 
-impl Cannoli for Thread {
+impl Cannoli for Stream {
     type Trace = Item;
     type TidContext = Arc<Layout>;
     type PidContext = Pid;
@@ -301,8 +328,9 @@ impl Cannoli for Thread {
             .unwrap_or_default();
         let word = u64::from(ci.guest_bits / 8).max(4);
         let n = run.plan.modules.len();
-        Arc::new(Pid {
+        Arc::new_cyclic(|me| Pid {
             pid: ci.pid,
+            me: me.clone(),
             biases: Mutex::new(vec![None; n]),
             dead: Arc::new(Mutex::new(Vec::new())),
             state: Mutex::new(Proc {
@@ -323,12 +351,13 @@ impl Cannoli for Thread {
                 seq: 0,
                 alloc_modules: Vec::new(),
                 seen: Default::default(),
+                order: Default::default(),
             }),
             run,
         })
     }
 
-    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Thread, Arc<Layout>) {
+    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Stream, Arc<Layout>) {
         let names = &ci.regs.names[..ci.regs.count as usize];
         let find = |n: &str| names.iter().position(|x| x == n);
         let rules = arch::rules(&ci.arch);
@@ -359,8 +388,15 @@ impl Cannoli for Thread {
             sp_lo: u64::MAX,
             sp_last: 0,
             dead: pid.dead.clone(),
+            deferred: VecDeque::new(),
+            ended: false,
+            queued: false,
         };
-        (t, layout)
+        let s = Stream {
+            thread: Arc::new(Mutex::new(t)),
+            owner: pid.me.clone(),
+        };
+        (s, layout)
     }
 
     #[inline]
@@ -496,19 +532,25 @@ impl Cannoli for Thread {
         }
     }
 
+    fn syscall(_p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
+        if let Some(item) = order::clone_item(sc) {
+            trace.push(item);
+        }
+    }
+
     fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
         let mut st = lock(&pid.state);
-        for item in trace {
-            self.apply(pid, &mut st, item);
-        }
+        order::run(pid, &mut st, &self.thread, trace);
     }
 }
 
-impl Drop for Thread {
+impl Drop for Stream {
     fn drop(&mut self) {
-        if self.sp_lo <= self.sp_last {
-            // Below the last stack pointer: frames already returned from.
-            lock(&self.dead).push((self.sp_lo.saturating_sub(4096), self.sp_last));
+        // The library drops the process's context after its threads'
+        // streams, so it is there.
+        if let Some(pid) = self.owner.upgrade() {
+            let mut st = lock(&pid.state);
+            order::stream_ended(&pid, &mut st, &self.thread);
         }
     }
 }
@@ -594,7 +636,9 @@ impl Thread {
                 }
                 if self.calls.is_empty() {
                     if let Some(bad) = st.heap.check(*addr, u64::from(*size), *store) {
-                        if !st.freelist_link(*pc, &bad, u64::from(*size)) {
+                        if !st.freelist_link(*pc, &bad, u64::from(*size))
+                            && !self.library_teardown(st, *pc)
+                        {
                             let op = if *store { Op::Write } else { Op::Read };
                             self.found(st, bad, op, *pc, u64::from(*size));
                         }
@@ -656,6 +700,7 @@ impl Thread {
                 st.names.clear();
             }
             Item::Signal { handler } => self.bt.signal(*handler),
+            Item::Clone { child, tid_word } => st.order.created(*child, *tid_word),
         }
     }
 
@@ -747,7 +792,8 @@ impl Thread {
                     .filter(|&p| p != 0 && st.heap.live_at(p).map(|b| b.addr) != Some(p)),
                 _ => None,
             };
-            if let (Some(p), Some(s)) = (ptr, &stack) {
+            let stale = ptr.is_some_and(|p| self.stale_teardown_free(st, p));
+            if let (Some(p), Some(s), false) = (ptr, &stack, stale) {
                 st.seq += 1;
                 let seq = st.seq;
                 let caller = self.bt.return_stack.last().and_then(|r| r.addr);

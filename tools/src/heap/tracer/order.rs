@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! The order the serial phase keeps between a process's threads.
+//!
+//! Each guest thread's events reach the serial phase in that thread's
+//! execution order, but nothing orders two threads' streams: one thread's
+//! chunks may be decoded well before another's events of the same moment
+//! (a quiet thread's events wait in its ring). Applied as they come, a
+//! block the main thread frees after `pthread_join` can be freed before
+//! the joined thread's last accesses to it are checked: a use after free
+//! that never happened. So a thread's event waits here, in order with the
+//! events after it, until what it synchronises with has been applied:
+//!
+//! * a new thread's first event waits for the `clone` that created it, in
+//!   its parent's stream;
+//! * a load that reads 0 from a thread's id word (`clone`'s parent-tid
+//!   pointer, which the kernel clears when that thread exits; glibc's
+//!   `pthread_join` waits for it) waits for that thread's last event;
+//! * an allocation that returns memory inside a live block of another
+//!   running thread waits until that block is freed: the allocator handed
+//!   it out again, so its free came first (a thread's cache given back to
+//!   a shared arena, another thread taking over an arena).
+//!
+//! What this cannot order: blocks handed between two running threads
+//! through other synchronisation (a queue under a mutex, an atomic flag)
+//! are checked in whatever order their events arrive, so such a hand-off
+//! can show as a false use after free or invalid free, and a real race
+//! (two threads touching a block with nothing ordering them) is reported
+//! only when its events happen to arrive in the racy order. A thread
+//! holds at most [`HELD_LIMIT`] events for the whole process; past it the
+//! oldest run anyway, counted in [`Order::forced`].
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use super::{isa, lock, Item, Pid, Proc, Ret, Role, Symbolize, Thread};
+use crate::probe::plan::Site;
+
+/// The most events a process's threads hold back, together (about 50
+/// bytes each).
+const HELD_LIMIT: usize = 1 << 22;
+
+/// `clone`'s flags: a thread of the same process, and the parent-tid
+/// pointer written.
+const CLONE_THREAD: u64 = 0x0001_0000;
+const CLONE_PARENT_SETTID: u64 = 0x0010_0000;
+
+/// What the process's applied events say about its threads.
+#[derive(Default)]
+pub struct Order {
+    /// Threads whose creating `clone` was applied.
+    started: HashSet<i32>,
+    /// Threads whose every event was applied.
+    ended: HashSet<i32>,
+    /// The id word of each thread created, by its address.
+    tid_words: HashMap<u64, i32>,
+    /// The streams with events waiting.
+    waiting: Vec<Arc<Mutex<Thread>>>,
+    /// Events held back, all threads together.
+    held: usize,
+    /// Events run before what they waited for, past [`HELD_LIMIT`].
+    pub forced: u64,
+}
+
+impl Order {
+    /// `child` was created, with its id word at `tid_word`.
+    pub fn created(&mut self, child: i32, tid_word: Option<u64>) {
+        self.started.insert(child);
+        if let Some(w) = tid_word {
+            self.tid_words.insert(w, child);
+        }
+    }
+
+    /// Whether every event of thread `tid` was applied.
+    fn running(&self, tid: i32) -> bool {
+        !self.ended.contains(&tid)
+    }
+}
+
+/// A `clone` that created a thread, as an event for the serial phase.
+/// Every guest here passes the flags first and the parent-tid pointer
+/// third, whichever order the others take (QEMU's `do_fork` call).
+pub fn clone_item(sc: &cannoli::Syscall) -> Option<Item> {
+    if sc.name != Some("clone") {
+        return None;
+    }
+    let child = i32::try_from(sc.ret?).ok().filter(|&c| c > 0)?;
+    let flags = sc.args[0];
+    (flags & CLONE_THREAD != 0).then_some(Item::Clone {
+        child,
+        tid_word: (flags & CLONE_PARENT_SETTID != 0).then_some(sc.args[2]),
+    })
+}
+
+/// Runs a chunk of `thread`'s events, holding back those that must wait.
+pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]) {
+    {
+        let mut t = lock(thread);
+        if !t.deferred.is_empty() {
+            t.drain(pid, st, false);
+        }
+        for item in items {
+            if !t.deferred.is_empty() || t.waits(pid, st, item) {
+                if !t.queued {
+                    t.queued = true;
+                    st.order.waiting.push(thread.clone());
+                }
+                t.deferred.push_back(item.clone());
+                st.order.held += 1;
+                if st.order.held > HELD_LIMIT {
+                    st.order.forced += 1;
+                    t.run_oldest(pid, st);
+                    t.drain(pid, st, false);
+                }
+            } else {
+                t.apply(pid, st, item);
+            }
+        }
+    }
+    release(pid, st, false);
+}
+
+/// `thread`'s stream ended: it finishes now, or once its waiting events
+/// have run.
+pub fn stream_ended(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>) {
+    let mut t = lock(thread);
+    t.ended = true;
+    t.drain(pid, st, false);
+    if t.deferred.is_empty() {
+        t.finish(st);
+        drop(t);
+        release(pid, st, false);
+    }
+}
+
+/// Runs the waiting events that no longer wait, until nothing moves;
+/// `last`: the process ended, so all of them.
+pub fn release(pid: &Pid, st: &mut Proc, last: bool) {
+    loop {
+        let waiting = std::mem::take(&mut st.order.waiting);
+        if waiting.is_empty() {
+            return;
+        }
+        let mut moved = false;
+        for thread in waiting {
+            let mut t = lock(&thread);
+            let before = t.deferred.len();
+            t.drain(pid, st, last);
+            moved |= t.deferred.len() != before;
+            if !t.deferred.is_empty() {
+                drop(t);
+                st.order.waiting.push(thread);
+                continue;
+            }
+            t.queued = false;
+            if t.ended {
+                t.finish(st);
+            }
+        }
+        if !moved {
+            return;
+        }
+    }
+}
+
+impl Thread {
+    /// Whether `item` must wait for another thread's events (see the
+    /// module's list).
+    fn waits(&self, pid: &Pid, st: &Proc, item: &Item) -> bool {
+        if self.tid != self.pid && !st.order.started.contains(&self.tid) {
+            return true;
+        }
+        match item {
+            Item::Access {
+                addr,
+                val: 0,
+                store: false,
+                ..
+            } => st
+                .order
+                .tid_words
+                .get(addr)
+                .is_some_and(|&t| t != self.tid && st.order.running(t)),
+            Item::Hit { pc, regs } => self.reuses_running_block(pid, st, *pc, regs),
+            _ => false,
+        }
+    }
+
+    /// Whether the hit at `pc` returns, from the outermost allocation
+    /// call, memory overlapping a live block of another running thread.
+    fn reuses_running_block(&self, pid: &Pid, st: &Proc, pc: u64, regs: &[u64]) -> bool {
+        let Some(f) = self.calls.first() else {
+            return false;
+        };
+        let a = &f.args;
+        let size = match f.role {
+            Role::Malloc { size } => a[size],
+            Role::Calloc => a[0].wrapping_mul(a[1]),
+            Role::Realloc => a[1],
+            Role::ReallocArray => a[1].wrapping_mul(a[2]),
+            _ => return false,
+        };
+        pid.sites(pc).iter().any(|s| match s {
+            Site::Return(t, r) if *t == f.target => self.returned_value(r, regs).is_some_and(|v| {
+                st.heap
+                    .live_overlapping(v, v.saturating_add(size.max(1)))
+                    .any(|b| b.tid != self.tid && st.order.running(b.tid))
+            }),
+            _ => false,
+        })
+    }
+
+    /// Whether freeing `p` is the C library's teardown (see
+    /// [`Thread::library_teardown`]) giving back a cached chunk that
+    /// another thread's allocation, whose events came first, already
+    /// holds: the cache had it before that allocation. Not a free of the
+    /// other thread's block.
+    pub(super) fn stale_teardown_free(&self, st: &Proc, p: u64) -> bool {
+        st.heap
+            .live_at(p)
+            .is_some_and(|b| b.addr == p && b.tid != self.tid)
+            && self
+                .bt
+                .return_stack
+                .last()
+                .and_then(|r| r.addr)
+                .is_some_and(|c| self.library_teardown(st, c))
+    }
+
+    /// Whether an access at `pc` is the C library's own: `pc` in a
+    /// function it does not export, called from nothing but the C library
+    /// (a thread's exit giving its cache back, walking the chunks' links
+    /// and headers). A program's bug has a frame of the program on its
+    /// stack. Out of order threads leave blocks over memory the allocator
+    /// already handed to the exiting thread, so without this its cache's
+    /// walk would read as use after free or overflow.
+    pub(super) fn library_teardown(&self, st: &Proc, pc: u64) -> bool {
+        st.in_allocator_module(pc)
+            && st.resolver().function(pc).is_none()
+            && self
+                .bt
+                .return_stack
+                .iter()
+                .filter_map(|r| r.addr)
+                .all(|a| st.in_allocator_module(a))
+    }
+
+    /// The return register's value after return `r` (its MIPS delay
+    /// slot run), if known.
+    fn returned_value(&self, r: &Ret, regs: &[u64]) -> Option<u64> {
+        let mut after = regs.to_vec();
+        let mut known = vec![true; after.len()];
+        if let Some(w) = r.delay {
+            isa::mips_delay(w, &mut after, &mut known, self.layout.bits64);
+        }
+        let i = self.layout.ret?;
+        (known.get(i) == Some(&true)).then(|| after[i])
+    }
+
+    /// Runs the waiting events up to the first that must still wait;
+    /// `last`: all of them.
+    fn drain(&mut self, pid: &Pid, st: &mut Proc, last: bool) {
+        while let Some(item) = self.deferred.front() {
+            if !last && self.waits(pid, st, item) {
+                break;
+            }
+            self.run_oldest(pid, st);
+        }
+    }
+
+    fn run_oldest(&mut self, pid: &Pid, st: &mut Proc) {
+        if let Some(item) = self.deferred.pop_front() {
+            st.order.held -= 1;
+            self.apply(pid, st, &item);
+        }
+    }
+
+    /// Every event of the thread was applied.
+    fn finish(&mut self, st: &mut Proc) {
+        if !st.order.ended.insert(self.tid) {
+            return;
+        }
+        if self.sp_lo <= self.sp_last {
+            // Below the last stack pointer: frames already returned from.
+            lock(&self.dead).push((self.sp_lo.saturating_sub(4096), self.sp_last));
+        }
+    }
+}
