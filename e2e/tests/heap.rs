@@ -378,30 +378,18 @@ planted!(fnptr = "fnptr" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, ri
 planted!(uaf_join = "uaf-join" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 // The dynamically linked builds (malloc in the shared C library).
-planted!(dyn_uaf_read = "uaf-read" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_uaf_read_known = "uaf-read" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_uaf_write = "uaf-write" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_uaf_write_known = "uaf-write" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_overflow_read = "overflow-read" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_overflow_read_known = "overflow-read" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_overflow_write = "overflow-write" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_overflow_write_known = "overflow-write" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_underflow = "underflow" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_underflow_known = "underflow" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_double_free = "double-free" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_double_free_known = "double-free" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_free_interior = "free-interior" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_free_interior_known = "free-interior" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_free_stack = "free-stack" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_free_stack_known = "free-stack" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_leak = "leak" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_leak_known2 = "leak" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_realloc_move = "realloc-move" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_realloc_move_known2 = "realloc-move" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_fnptr = "fnptr" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_fnptr_known = "fnptr" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-planted!(dyn_uaf_join = "uaf-join" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-planted!(dyn_uaf_join_known = "uaf-join" in "dyn_heapbugs", ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
+planted!(dyn_uaf_read = "uaf-read" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_uaf_write = "uaf-write" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_overflow_read = "overflow-read" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_overflow_write = "overflow-write" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_underflow = "underflow" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_double_free = "double-free" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_free_interior = "free-interior" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_free_stack = "free-stack" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_leak = "leak" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_realloc_move = "realloc-move" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_fnptr = "fnptr" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_uaf_join = "uaf-join" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 /// `heapcxx.cpp` built by the host's g++ (dynamically linked, so that
 /// memcheck replaces operator new and delete).
@@ -514,10 +502,8 @@ fn clean_program_dynamic_with(arch: &str, args: &[&str], least: u64) {
     );
 }
 
-per_guest!(clean_program_dynamic: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-per_guest!(mod clean_program_dynamic_known = clean_program_dynamic, ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
-per_guest!(clean_program_dynamic_threads: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386);
-per_guest!(mod clean_program_dynamic_threads_known = clean_program_dynamic_threads, ignore = "ppc64le: calls through the PLT enter malloc at its global entry, which the tool does not see": ppc64le);
+per_guest!(clean_program_dynamic: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+per_guest!(clean_program_dynamic_threads: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 /// The first number among `keys` of the summary object.
 fn summary_count(s: &Value, keys: &[&str]) -> Option<u64> {

@@ -53,10 +53,19 @@ fn plan() -> MutexGuard<'static, Plan> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The plan is asked about every instruction, also those that get
+/// registers anyway (a block's first, a branch): it takes the first pc it
+/// is asked about for the entry of the file QEMU starts in, which places a
+/// position-independent program and its libraries (see
+/// [`Plan::hooked`]). Asked only about the others, it placed every pc one
+/// instruction too far, and ppc64le's malloc, entered through the PLT at
+/// its global entry with the probe at the local entry two instructions
+/// further in the same block, got no registers there.
 #[no_mangle]
 fn hook_inst(pc: u64, branch: bool) -> HookType {
+    let hooked = plan().hooked(pc);
     let h = branches::inst(pc, branch);
-    if h == HookType::Always && plan().hooked(pc) {
+    if h == HookType::Always && hooked {
         HookType::Register
     } else {
         h

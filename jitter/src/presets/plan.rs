@@ -224,7 +224,11 @@ impl Plan {
         }
     }
 
-    /// Whether registers are wanted at `pc`, about to be translated.
+    /// Whether registers are wanted at `pc`, about to be translated. Ask
+    /// about every instruction QEMU translates, from its very first: with
+    /// an anchor, the first pc asked about is taken for the anchor's entry
+    /// (where guest memory is follows from it), and a page's first pc
+    /// asked about looks for the libraries not found yet.
     pub fn hooked(&mut self, pc: u64) -> bool {
         if self.libs.iter().any(|l| !l.found) && self.seen.insert(pc >> 12) {
             self.find_libs(pc);

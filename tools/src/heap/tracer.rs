@@ -246,6 +246,12 @@ struct Pending {
     target: usize,
     ret: Ret,
     regs: Box<[u64]>,
+    /// Where the instruction after it runs. The plan's `cond_next` is
+    /// where it is linked, which in a shared library or a
+    /// position-independent program is not where it runs: compared as it
+    /// is, every conditional return there looked taken (ppc64le's `free`
+    /// starts with `beqlr` for a null pointer: its frame closed there).
+    next: u64,
 }
 
 /// A guest thread's stream: its state, which any thread of the process
@@ -565,7 +571,7 @@ impl Thread {
                 value,
             } => {
                 if let Some(p) = self.pending.take() {
-                    if p.ret.cond_next != Some(*pc) {
+                    if p.next != *pc {
                         self.returned(pid, st, p.target, &p.ret, &p.regs);
                     }
                 }
@@ -598,10 +604,12 @@ impl Thread {
                     match s {
                         Site::Entry(t) => self.entered(pid, st, *pc, t, regs),
                         Site::Return(t, r) if r.cond_next.is_some() => {
+                            let len = r.cond_next.unwrap_or(r.pc).wrapping_sub(r.pc);
                             self.pending = Some(Pending {
                                 target: t,
                                 ret: r,
                                 regs: regs.clone(),
+                                next: pc.wrapping_add(len),
                             })
                         }
                         Site::Return(t, r) => self.returned(pid, st, t, &r, regs),
