@@ -5,13 +5,51 @@
 //! `$CANNOLI_REGTRACE_RANGES` (`LO-HI[,LO-HI...]`, hex, HI exclusive; the
 //! `regtrace` client sets it from `--range` and `--func`; QEMU hides
 //! `CANNOLI_*` variables from the guest). No memory accesses, no syscalls.
+//!
+//! `--func` of a position-independent program names link-time addresses,
+//! which move by the program's load bias: the client then writes a plan
+//! file instead (`$CANNOLI_REGTRACE_PLAN`, the format of
+//! [`jitter::presets::plan`], with range lines), which places them when
+//! the program is mapped.
 
+use jitter::presets::plan::{self, Plan};
 use jitter::HookType;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use wire::parse_hex;
 
 /// The environment variable the client passes the ranges in.
 pub const RANGES_ENV: &str = "CANNOLI_REGTRACE_RANGES";
+
+/// The environment variable naming the plan file, when there is one.
+pub const PLAN_ENV: &str = "CANNOLI_REGTRACE_PLAN";
+
+/// QEMU's mappings when it loaded this library, before it loaded the
+/// guest: the plan tells the guest's files from QEMU's own by them.
+static QEMU_MAPS: OnceLock<String> = OnceLock::new();
+
+extern "C" fn snapshot() {
+    let _ = QEMU_MAPS.set(plan::read_maps());
+}
+
+#[used]
+#[link_section = ".init_array"]
+static SNAPSHOT: extern "C" fn() = snapshot;
+
+/// The plan, if the client wrote one. A static: QEMU calls the hooks as
+/// free functions, so the library has nowhere else to keep it.
+fn plan() -> &'static Option<Mutex<Plan>> {
+    static P: OnceLock<Option<Mutex<Plan>>> = OnceLock::new();
+    P.get_or_init(|| {
+        std::env::var_os(PLAN_ENV).filter(|v| !v.is_empty())?;
+        let maps = QEMU_MAPS.get().map(String::as_str);
+        Some(Mutex::new(plan::load_or_exit(
+            PLAN_ENV,
+            "libregtrace",
+            "regtrace",
+            maps,
+        )))
+    })
+}
 
 /// `LO-HI[,LO-HI...]`; `None` if malformed.
 pub fn parse_ranges(s: &str) -> Option<Vec<(u64, u64)>> {
@@ -41,6 +79,16 @@ fn ranges() -> &'static Option<Vec<(u64, u64)>> {
 
 #[no_mangle]
 fn hook_inst(pc: u64, _branch: bool) -> HookType {
+    if let Some(p) = plan() {
+        // Asked about every instruction from the first: the plan places
+        // the program by it.
+        let hooked = p.lock().unwrap_or_else(|e| e.into_inner()).hooked(pc);
+        return if hooked {
+            HookType::Register
+        } else {
+            HookType::Never
+        };
+    }
     match ranges() {
         Some(r) if !r.iter().any(|&(lo, hi)| lo <= pc && pc < hi) => HookType::Never,
         _ => HookType::Register,

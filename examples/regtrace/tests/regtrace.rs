@@ -670,6 +670,109 @@ fn one_function_ppc64le() {
     one_function("ppc64le", Some("r3"), "r3", "9e3779b1");
 }
 
+/// `--func` of a position-independent program (every `dyn_*` build is
+/// one): the symbol's link-time range moves by the load bias the program
+/// gets when it runs, so the hook library places it then (a plan file):
+/// `hb_index`, a leaf without branches, traced once, each instruction of
+/// objdump's at the same offset from the function's start.
+fn one_pie_function(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "dyn_heapbugs");
+    let run = run_regtrace(
+        &dir,
+        "pie",
+        arch,
+        &["--func", "hb_index"],
+        &prog,
+        &["uaf-read"],
+    );
+    assert_eq!(run.status, 0, "{}", tail(&run.stderr, 20));
+    let l = run
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("regtrace: hb_index is "))
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!(l.contains("position independent"), "{l}");
+    let (lo, hi) = l
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .split_once('-')
+        .unwrap();
+    let (lo, hi) = (hex(lo), hex(hi));
+    let (steps, last, _) = parse_ours(&run.trace);
+    let mut pcs: Vec<u64> = steps.iter().map(|s| s.0).collect();
+    pcs.push(last);
+    let want = objdump_pcs(arch, &prog, lo, hi);
+    assert!(want.len() >= 2, "{want:x?}");
+    // The load bias is whole pages; the call may enter past the first
+    // instruction (ppc64le's local entry skips the two that set r2) and
+    // the function may end in padding (ARM's `nop`).
+    let k = (0..want.len())
+        .find(|&k| pcs[0].wrapping_sub(want[k]) % 4096 == 0)
+        .unwrap_or_else(|| panic!("{arch}: {pcs:x?} is not {want:x?} moved by whole pages"));
+    let bias = pcs[0].wrapping_sub(want[k]);
+    let moved: Vec<u64> = want[k..]
+        .iter()
+        .take(pcs.len())
+        .map(|w| w.wrapping_add(bias))
+        .collect();
+    assert_eq!(
+        pcs, moved,
+        "{arch}: the trace's pcs and objdump's, moved by {bias:#x}\n{}",
+        run.trace
+    );
+    assert!(
+        k <= 2 && pcs.len() + k + 1 >= want.len(),
+        "{arch}: {pcs:x?} of {want:x?}"
+    );
+}
+
+#[test]
+fn one_pie_function_mipsel() {
+    one_pie_function("mipsel");
+}
+
+#[test]
+fn one_pie_function_mips() {
+    one_pie_function("mips");
+}
+
+#[test]
+fn one_pie_function_mips64el() {
+    one_pie_function("mips64el");
+}
+
+#[test]
+fn one_pie_function_arm() {
+    one_pie_function("arm");
+}
+
+#[test]
+fn one_pie_function_aarch64() {
+    one_pie_function("aarch64");
+}
+
+#[test]
+fn one_pie_function_riscv64() {
+    one_pie_function("riscv64");
+}
+
+#[test]
+fn one_pie_function_x86_64() {
+    one_pie_function("x86_64");
+}
+
+#[test]
+fn one_pie_function_i386() {
+    one_pie_function("i386");
+}
+
+#[test]
+fn one_pie_function_ppc64le() {
+    one_pie_function("ppc64le");
+}
+
 #[test]
 fn usage_errors() {
     let exe = regtrace_exe();

@@ -9,7 +9,9 @@
 //! every other instruction as an exec event), then one hex pc per line.
 //! For pcs in shared libraries, `exe LOW PATH` names the program and where
 //! its offset 0 is linked, and each `lib LOW PATH` is followed by `+PC`
-//! lines at the library's link-time addresses. A position-independent
+//! lines at the library's link-time addresses. A line `LO-HI` (or
+//! `+LO-HI` after a `lib`) asks for every instruction in `[LO, HI)`
+//! (`regtrace --func` of a position-independent program). A position-independent
 //! program is such a `lib` too, and `anchor ENTRY LOW PATH` replaces `exe`:
 //! the file whose entry QEMU runs first (the dynamic loader, or a
 //! static-pie program), its `e_entry` and where its offset 0 is linked.
@@ -32,6 +34,7 @@ struct Lib {
     path: String,
     low: u64,
     pcs: Vec<u64>,
+    ranges: Vec<(u64, u64)>,
     found: bool,
 }
 
@@ -39,6 +42,8 @@ struct Lib {
 /// shared libraries.
 pub struct Plan {
     pcs: HashSet<u64>,
+    /// `[lo, hi)` ranges of pcs, placed.
+    ranges: Vec<(u64, u64)>,
     /// `stores=1`: every store too.
     pub stores: bool,
     /// `count=1`: every other instruction as an exec event.
@@ -66,6 +71,7 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
     let head = lines.next().ok_or("empty")?;
     let mut plan = Plan {
         pcs: HashSet::new(),
+        ranges: Vec::new(),
         stores: false,
         count: false,
         exe: None,
@@ -85,6 +91,16 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
         }
     }
     let hex = |s: &str| u64::from_str_radix(s.trim(), 16).map_err(|_| format!("bad pc {s:?}"));
+    let range = |s: &str| -> Result<Option<(u64, u64)>, String> {
+        let Some((lo, hi)) = s.split_once('-') else {
+            return Ok(None);
+        };
+        let (lo, hi) = (hex(lo)?, hex(hi)?);
+        if lo >= hi {
+            return Err(format!("bad range {s:?}"));
+        }
+        Ok(Some((lo, hi)))
+    };
     for l in lines {
         if let Some(rest) = l.strip_prefix("anchor ") {
             let mut w = rest.splitn(3, ' ');
@@ -101,6 +117,7 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
                     path: path.to_string(),
                     low: hex(low)?,
                     pcs: Vec::new(),
+                    ranges: Vec::new(),
                     found: false,
                 });
             }
@@ -109,7 +126,12 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
                 .libs
                 .last_mut()
                 .ok_or("a +PC line before any lib line")?;
-            lib.pcs.push(hex(pc)?);
+            match range(pc)? {
+                Some(r) => lib.ranges.push(r),
+                None => lib.pcs.push(hex(pc)?),
+            }
+        } else if let Some(r) = range(l)? {
+            plan.ranges.push(r);
         } else {
             plan.pcs.insert(hex(l)?);
         }
@@ -219,6 +241,11 @@ impl Plan {
                 let bias = start.wrapping_sub(guest_base).wrapping_sub(lib.low);
                 self.pcs
                     .extend(lib.pcs.iter().map(|pc| pc.wrapping_add(bias)));
+                self.ranges.extend(
+                    lib.ranges
+                        .iter()
+                        .map(|&(lo, hi)| (lo.wrapping_add(bias), hi.wrapping_add(bias))),
+                );
                 lib.found = true;
             }
         }
@@ -233,6 +260,27 @@ impl Plan {
         if self.libs.iter().any(|l| !l.found) && self.seen.insert(pc >> 12) {
             self.find_libs(pc);
         }
-        self.pcs.contains(&pc)
+        self.pcs.contains(&pc) || self.ranges.iter().any(|&(lo, hi)| lo <= pc && pc < hi)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_ask_for_every_pc_inside() {
+        let mut p = parse("stores=0 count=0\n10-20\n40\n", Some("")).unwrap();
+        assert!(!p.hooked(0xf));
+        assert!(p.hooked(0x10) && p.hooked(0x1f));
+        assert!(!p.hooked(0x20));
+        assert!(p.hooked(0x40) && !p.hooked(0x41));
+    }
+
+    #[test]
+    fn bad_ranges_are_refused() {
+        assert!(parse("stores=0\n20-10\n", Some("")).is_err());
+        assert!(parse("stores=0\n10-zz\n", Some("")).is_err());
+        assert!(parse("stores=0\n+10-20\n", Some("")).is_err());
     }
 }

@@ -46,6 +46,10 @@ use object::{Object, ObjectKind, ObjectSymbol, SymbolKind};
 /// The environment variable the hook library reads its ranges from.
 const RANGES_ENV: &str = "CANNOLI_REGTRACE_RANGES";
 
+/// The environment variable naming the hook library's plan file (a
+/// position-independent program's `--func`).
+const PLAN_ENV: &str = "CANNOLI_REGTRACE_PLAN";
+
 /// One line for `--help` and the `cannoli` command's list.
 pub const ABOUT: &str =
     "Prints each executed instruction and the general purpose registers it changed, by name";
@@ -60,8 +64,8 @@ pub struct Args {
     /// Only instructions in [LO, HI) (hex; repeatable)
     #[arg(long = "range", value_name = "LO-HI", value_parser = parse_range)]
     pub ranges: Vec<(u64, u64)>,
-    /// Only the function SYMBOL of PROGRAM's symbol table (a
-    /// position-dependent program; repeatable)
+    /// Only the function SYMBOL of PROGRAM's symbol table (also of a
+    /// position-independent one, placed as it runs; repeatable)
     #[arg(long = "func", value_name = "SYMBOL")]
     pub funcs: Vec<String>,
     /// Only instructions that changed a register
@@ -375,11 +379,19 @@ impl Filter {
             if !r.funcs.is_empty() {
                 // Too late to refuse the command line: the replay has begun.
                 let found = match &ci.exe {
-                    Some(exe) => func_ranges(Path::new(exe), &r.funcs),
+                    Some(exe) => func_ranges(Path::new(exe), &r.funcs).and_then(|f| {
+                        match f.iter().zip(&r.funcs).find(|(f, _)| f.pie) {
+                            Some((_, name)) => Err(FuncError::Pie {
+                                name: name.clone(),
+                                path: PathBuf::from(exe),
+                            }),
+                            None => Ok(f),
+                        }
+                    }),
                     None => Err(FuncError::NoProgram),
                 };
                 match found {
-                    Ok(f) => ranges.extend(f),
+                    Ok(f) => ranges.extend(f.iter().map(|f| (f.start, f.end))),
                     Err(e) => {
                         eprintln!("regtrace: {e}");
                         std::process::exit(2)
@@ -433,13 +445,16 @@ enum FuncError {
         #[source]
         source: object::read::Error,
     },
-    /// The program is position independent.
+    /// A recording of a position-independent program.
     #[error(
-        "--func {name}: {} is position independent, so its functions' run-time addresses \
-         are not known before it runs; use --range with run-time addresses",
+        "--func {name}: {} is position independent, and a recording's --func is placed only \
+         in a live run; use --range with the run-time addresses",
         path.display()
     )]
     Pie { name: String, path: PathBuf },
+    /// The program's placement could not be worked out.
+    #[error("--func: {0}")]
+    Place(#[from] crate::probe::error::Error),
     /// No symbol `name`.
     #[error("--func {name}: no such symbol in {}", path.display())]
     NoSymbol { name: String, path: PathBuf },
@@ -448,8 +463,17 @@ enum FuncError {
     NoSize { name: String, path: PathBuf },
 }
 
+/// A function's `[start, end)`, at link time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FuncRange {
+    start: u64,
+    end: u64,
+    /// In a position-independent program: moved by its load bias.
+    pie: bool,
+}
+
 /// `[start, end)` of function `name` in the symbol table of `path`.
-fn func_range(path: &Path, name: &str) -> Result<(u64, u64), FuncError> {
+fn func_range(path: &Path, name: &str) -> Result<FuncRange, FuncError> {
     let data = std::fs::read(path).map_err(|source| FuncError::Read {
         path: path.to_path_buf(),
         source,
@@ -459,10 +483,7 @@ fn func_range(path: &Path, name: &str) -> Result<(u64, u64), FuncError> {
         source,
     })?;
     let named = || (name.to_string(), path.to_path_buf());
-    if file.kind() != ObjectKind::Executable {
-        let (name, path) = named();
-        return Err(FuncError::Pie { name, path });
-    }
+    let pie = file.kind() != ObjectKind::Executable;
     let sym = file
         .symbols()
         .chain(file.dynamic_symbols())
@@ -476,19 +497,62 @@ fn func_range(path: &Path, name: &str) -> Result<(u64, u64), FuncError> {
         return Err(FuncError::NoSize { name, path });
     }
     let start = code_address(file.architecture(), sym.kind(), sym.address());
-    Ok((start, start + sym.size()))
+    Ok(FuncRange {
+        start,
+        end: start + sym.size(),
+        pie,
+    })
 }
 
 /// The ranges of `funcs` in `program`, each announced on stderr.
-fn func_ranges(program: &Path, funcs: &[String]) -> Result<Vec<(u64, u64)>, FuncError> {
+fn func_ranges(program: &Path, funcs: &[String]) -> Result<Vec<FuncRange>, FuncError> {
     funcs
         .iter()
         .map(|f| {
             let r = func_range(program, f)?;
-            eprintln!("regtrace: {f} is {:#x}-{:#x}", r.0, r.1);
+            let at = if r.pie {
+                " (link-time: the program is position independent, placed as it runs)"
+            } else {
+                ""
+            };
+            eprintln!("regtrace: {f} is {:#x}-{:#x}{at}", r.start, r.end);
             Ok(r)
         })
         .collect()
+}
+
+/// The hook library's plan for a position-independent `program`: `ranges`
+/// at run-time addresses, and `funcs` at its link-time ones, placed when
+/// it is mapped (see [`jitter::presets::plan`]).
+fn pie_plan(
+    program: &Path,
+    ranges: &[(u64, u64)],
+    funcs: &[FuncRange],
+) -> Result<String, FuncError> {
+    use crate::probe::elf::Image;
+    let exe = program
+        .canonicalize()
+        .unwrap_or_else(|_| program.to_path_buf());
+    let img = Image::read(&exe)?;
+    // Where guest memory is comes from the first instruction QEMU runs:
+    // the dynamic loader's entry, or a static-pie program's own.
+    let (entry, low, anchor) = match crate::probe::libs::interpreter(&exe)? {
+        Some(ld) => {
+            let li = Image::read(&ld)?;
+            (li.entry, li.low, ld)
+        }
+        None => (img.entry, img.low, exe.clone()),
+    };
+    let mut s = String::from("stores=0 count=0\n");
+    for (lo, hi) in ranges {
+        s += &format!("{lo:x}-{hi:x}\n");
+    }
+    s += &format!("anchor {entry:x} {low:x} {}\n", anchor.display());
+    s += &format!("lib {:x} {}\n", img.low, exe.display());
+    for f in funcs {
+        s += &format!("+{:x}-{:x}\n", f.start, f.end);
+    }
+    Ok(s)
 }
 
 /// Where a symbol of `kind` with value `value` starts: an ARM Thumb
@@ -506,6 +570,7 @@ fn code_address(arch: object::Architecture, kind: SymbolKind, value: u64) -> u64
 pub fn main(args: Args) -> i32 {
     let mut ranges = args.ranges;
     let mut replay = None;
+    let mut plan_text = None;
     if args.replay.is_some() {
         replay = Some(ReplayRanges {
             ranges: std::mem::take(&mut ranges),
@@ -518,15 +583,34 @@ pub fn main(args: Args) -> i32 {
         };
         let found = launch::find::resolve_program(program)
             .map_err(FuncError::from)
-            .and_then(|path| func_ranges(&path, &args.funcs));
-        match found {
-            Ok(r) => ranges.extend(r),
-            Err(e) => {
-                eprintln!("regtrace: {e}");
-                return 2;
-            }
+            .and_then(|path| {
+                let f = func_ranges(&path, &args.funcs)?;
+                if f.iter().any(|f| f.pie) {
+                    plan_text = Some(pie_plan(&path, &ranges, &f)?);
+                } else {
+                    ranges.extend(f.iter().map(|f| (f.start, f.end)));
+                }
+                Ok(())
+            });
+        if let Err(e) = found {
+            eprintln!("regtrace: {e}");
+            return 2;
         }
     }
+    // A position-independent program's plan, a new file of this run,
+    // named to QEMU alone.
+    let plan_file =
+        match plan_text.map(|t| crate::scratch::Scratch::create("regtrace", t.as_bytes())) {
+            None => None,
+            Some(Ok(f)) => {
+                ranges.clear();
+                Some(f)
+            }
+            Some(Err(e)) => {
+                eprintln!("regtrace: cannot write the hook library's plan: {e}");
+                return 1;
+            }
+        };
     // For the hook library, which runs inside QEMU (another process) and
     // has nothing but its environment to learn the ranges from.
     let mut ranges_env = None;
@@ -570,11 +654,15 @@ pub fn main(args: Args) -> i32 {
     if let Some(v) = ranges_env {
         launcher = launcher.qemu_env(RANGES_ENV, v);
     }
+    if let Some(f) = &plan_file {
+        launcher = launcher.qemu_env(PLAN_ENV, f.path());
+    }
     let needs = Needs {
         regs: Some(RegsAt::All),
         ..Needs::default()
     };
     let result = crate::input::run::<Tracer>(launcher, args.replay.as_deref(), needs, args.program);
+    drop(plan_file);
     let written = lock(&run.out).w.take().expect("finished once").finish();
     let report = match result {
         Ok(report) => report,
