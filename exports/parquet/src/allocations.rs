@@ -57,9 +57,12 @@ impl Writer {
     /// Creates `DIR/allocations/`. `DIR` may hold an export's tables; an
     /// allocations table already there is refused, not mixed with.
     pub fn create(dir: &Path) -> Result<Writer> {
-        let table = dir.join(NAME);
-        if table.read_dir().is_ok_and(|mut d| d.next().is_some()) {
-            return Err(Error::TableExists(table));
+        if dir
+            .join(NAME)
+            .read_dir()
+            .is_ok_and(|mut d| d.next().is_some())
+        {
+            return Err(Error::TableExists(dir.to_path_buf()));
         }
         Ok(Writer {
             out: Out::new(dir, NAME, tables::allocations())?,
