@@ -117,7 +117,7 @@ fn main() {
         Command::Backtrace(a) => tools::backtrace::main(a),
         Command::Regtrace(a) => tools::regtrace::main(a),
         Command::Probe(a) => tools::probe::main(a),
-        Command::Heap(a) => tools::heap::main(a),
+        Command::Heap(a) => export_parquet::heap_main(a),
         Command::Info(a) => tools::info::main(a),
         Command::Export { format } => match format {
             Export::Parquet(a) => export_parquet::main(a),

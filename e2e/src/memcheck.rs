@@ -236,6 +236,38 @@ pub fn parse_heap_usage(log: &str) -> Option<(u64, u64, u64)> {
     }
 }
 
+/// memcheck's "in use at exit: B bytes in N blocks" of a log: (B, N).
+pub fn parse_in_use(log: &str) -> Option<(u64, u64)> {
+    let line = log.lines().find(|l| l.contains("in use at exit:"))?;
+    let rest = line.split("in use at exit:").nth(1)?;
+    let num = |w: &str| w.replace(',', "").parse::<u64>().ok();
+    let mut words = rest.split_whitespace();
+    let bytes = num(words.next()?)?;
+    let blocks = num(words.nth(2)?)?;
+    Some((bytes, blocks))
+}
+
+/// A freed block's stacks as memcheck gives them: (the free's, the
+/// allocation's), each as its frames' function names, innermost first.
+pub type BlockStacks = (Vec<String>, Vec<String>);
+
+/// The stacks of each freed block an error concerns (a use after free, a
+/// double free), in memcheck's XML document.
+pub fn freed_block_stacks(doc: &str) -> Result<Vec<BlockStacks>, xml::XmlError> {
+    let root = xml::parse(doc)?;
+    Ok(root
+        .all("error")
+        .filter(|e| {
+            e.child_text("auxwhat")
+                .is_some_and(|a| a.contains("free'd"))
+        })
+        .filter_map(|e| {
+            let stacks: Vec<&Element> = e.all("stack").collect();
+            Some((frames(stacks.get(1)?), frames(stacks.get(2)?)))
+        })
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -253,6 +285,8 @@ mod tests {
   </stack>
   <auxwhat>Address 0x4a41058 is 24 bytes inside a block of size 48 free'd</auxwhat>
   <stack><frame><fn>free</fn></frame><frame><fn>hb_uaf_read</fn></frame></stack>
+  <auxwhat>Block was alloc'd at</auxwhat>
+  <stack><frame><fn>malloc</fn></frame><frame><fn>hb_uaf_read</fn></frame></stack>
 </error>
 <error><kind>InvalidWrite</kind>
   <stack><frame><fn>hb_fnptr_target.constprop.0</fn></frame></stack>
@@ -303,6 +337,18 @@ mod tests {
                    ==1==   total heap usage: 1,908 allocs, 1,907 frees, 4,248,821 bytes allocated\n";
         assert_eq!(parse_heap_usage(log), Some((1908, 1907, 4248821)));
         assert_eq!(parse_heap_usage("nothing"), None);
+        let log = "==1==     in use at exit: 4,096 bytes in 1 blocks\n";
+        assert_eq!(parse_in_use(log), Some((4096, 1)));
+    }
+
+    #[test]
+    fn freed_blocks_stacks() {
+        // The double free's block has no allocation stack in DOC: left out.
+        let v = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            freed_block_stacks(DOC).unwrap(),
+            vec![(v(&["free", "hb_uaf_read"]), v(&["malloc", "hb_uaf_read"]))]
+        );
     }
 
     #[test]

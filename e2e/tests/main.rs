@@ -17,6 +17,7 @@ mod exactness;
 mod flake;
 mod guestview;
 mod heap;
+mod heap_table;
 mod hooks;
 mod hostile;
 mod launch;

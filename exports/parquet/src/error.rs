@@ -20,6 +20,12 @@ pub enum Error {
         .0.display()
     )]
     AlreadyExported(PathBuf),
+    /// `--parquet DIR` of `cannoli heap` holds an allocations table already.
+    #[error(
+        "{} already holds an allocations table (allocations/); remove it or choose another DIR",
+        .0.display()
+    )]
+    TableExists(PathBuf),
     /// `-o DIR` is a file.
     #[error("{} is not a directory; choose another -o DIR", .0.display())]
     NotDir(PathBuf),

@@ -14,6 +14,9 @@
 //! (`sink`). Memory stays bounded: a few chunks in flight and one row group
 //! of compressed pages per writer.
 //!
+//! `allocations.rs` is the `allocations` table of `cannoli heap
+//! --parquet DIR`, in the same layout.
+//!
 //! The files, from the command down: `run` (the arguments; it builds the
 //! export's value, replays with it and waits for the encoders), `exporter`
 //! (the replay's tool, its serial state), `encode` (the encoding threads),
@@ -29,6 +32,7 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod allocations;
 mod batch;
 mod columns;
 mod encode;
@@ -45,4 +49,5 @@ mod tables;
 #[cfg(test)]
 mod tests;
 
+pub use allocations::heap_main;
 pub use run::{main, Args, ABOUT};

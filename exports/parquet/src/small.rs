@@ -47,20 +47,21 @@ impl SyscallRow {
     }
 }
 
-/// A table's writer and its buffered rows.
-struct Out<B> {
+/// A table's writer and its buffered rows (also the allocations table's,
+/// `allocations.rs`).
+pub(crate) struct Out<B> {
     w: PartWriter,
-    b: B,
+    pub b: B,
     n: usize,
 }
 
 /// Turns builders into a record batch.
-trait Columns: Default {
+pub(crate) trait Columns: Default {
     fn columns(&mut self) -> Vec<ArrayRef>;
 }
 
 impl<B: Columns> Out<B> {
-    fn new(out: &Path, name: &str, schema: SchemaRef) -> Result<Out<B>> {
+    pub fn new(out: &Path, name: &str, schema: SchemaRef) -> Result<Out<B>> {
         let t = Table::create(out, name, schema)?;
         Ok(Out {
             w: PartWriter::new(Arc::new(t)),
@@ -70,7 +71,7 @@ impl<B: Columns> Out<B> {
     }
 
     /// Counts a row added to the builders; writes them when enough.
-    fn added(&mut self) -> Result<()> {
+    pub fn added(&mut self) -> Result<()> {
         self.n += 1;
         if self.n >= FLUSH {
             self.flush()?;
@@ -89,7 +90,7 @@ impl<B: Columns> Out<B> {
 
     /// Writes the rest and closes; an empty table still gets a file, so
     /// that `DIR/<table>/*.parquet` always matches.
-    fn finish(mut self) -> Result<u64> {
+    pub fn finish(mut self) -> Result<u64> {
         self.flush()?;
         self.w.close()?;
         self.w.table().ensure_file()?;
@@ -100,14 +101,15 @@ impl<B: Columns> Out<B> {
 macro_rules! columns {
     ($name:ident { $($f:ident: $t:ty),* $(,)? }) => {
         #[derive(Default)]
-        struct $name { $($f: $t),* }
-        impl Columns for $name {
-            fn columns(&mut self) -> Vec<ArrayRef> {
-                vec![$(Arc::new(self.$f.finish()) as ArrayRef),*]
+        pub(crate) struct $name { $($f: $t),* }
+        impl $crate::small::Columns for $name {
+            fn columns(&mut self) -> Vec<arrow_array::ArrayRef> {
+                vec![$(std::sync::Arc::new(self.$f.finish()) as arrow_array::ArrayRef),*]
             }
         }
     };
 }
+pub(crate) use columns;
 
 columns!(SyscallCols {
     stream: Int32Builder,

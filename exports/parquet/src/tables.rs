@@ -135,6 +135,42 @@ pub fn symbols() -> SchemaRef {
     ]))
 }
 
+/// A symbolized call stack, innermost first (`"symbol+0xoff"`): a list
+/// as arrow's list builder makes it.
+fn frames(name: &str, nullable: bool) -> Field {
+    field(
+        name,
+        DataType::List(Arc::new(Field::new("item", Utf8, true))),
+        nullable,
+    )
+}
+
+/// Every block a `cannoli heap --parquet` run allocated
+/// (`allocations.rs`): who allocated it, who freed it, and the leak
+/// check's verdict on what was never freed. Sequence numbers count the
+/// allocations and frees of one process together, so `free_seq` orders a
+/// free among the allocations.
+pub fn allocations() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        field("pid", Int32, false),
+        field("tid", Int32, false),
+        field("address", Int64, false),
+        field("size", Int64, false),
+        field("function", Utf8, false),
+        field("alloc_seq", Int64, false),
+        field("alloc_pc", Int64, true),
+        field("alloc_site", Utf8, true),
+        frames("alloc_stack", false),
+        field("free_seq", Int64, true),
+        field("free_tid", Int32, true),
+        field("free_function", Utf8, true),
+        field("free_pc", Int64, true),
+        field("free_site", Utf8, true),
+        frames("free_stack", true),
+        field("leaked", Boolean, true),
+    ]))
+}
+
 /// The `insns` table's columns, in [`insns`]'s order.
 pub fn insn_columns(l: &FileSchema) -> Vec<Column> {
     (0..6)

@@ -122,33 +122,46 @@ pub fn parse_alloc(s: &str) -> Result<(String, Role), String> {
 
 /// The role of the function named `name`: the custom ones first.
 pub fn role_of(custom: &[(String, Role)], name: &str) -> Option<Role> {
+    ranked(custom, name).map(|(_, r)| r)
+}
+
+/// The role of `name` and the position of the pattern that gave it.
+fn ranked(custom: &[(String, Role)], name: &str) -> Option<(usize, Role)> {
     custom
         .iter()
         .map(|(n, r)| (n.as_str(), *r))
         .chain(DEFAULTS.iter().copied())
-        .find(|(pat, _)| spec::glob(pat, name))
-        .map(|(_, r)| r)
+        .enumerate()
+        .find(|(_, (pat, _))| spec::glob(pat, name))
+        .map(|(i, (_, r))| (i, r))
 }
 
 /// Probes for every allocation function in `img` (`lib`: the library
-/// prefix its probes are given with, `None` for the program).
+/// prefix its probes are given with, `None` for the program). Of the
+/// names of one entry (glibc's `malloc` and `__libc_malloc`, `free` and
+/// `cfree`) the one listed first is kept: the name a user calls, which
+/// reports and the allocations table show.
 fn specs_in(img: &Image, lib: Option<&str>, custom: &[(String, Role)], out: &mut Vec<Spec>) {
-    let mut seen = std::collections::HashSet::new();
+    let mut best: Vec<(u64, usize, Role, &str)> = Vec::new();
     for f in img.matching("*") {
-        let Some(role) = role_of(custom, &f.name) else {
+        let Some((rank, role)) = ranked(custom, &f.name) else {
             continue;
         };
-        if !seen.insert(f.entry) {
-            continue;
+        match best.iter_mut().find(|b| b.0 == f.entry) {
+            Some(b) if rank < b.1 => *b = (f.entry, rank, role, &f.name),
+            Some(_) => {}
+            None => best.push((f.entry, rank, role, &f.name)),
         }
+    }
+    for (_, _, role, name) in best {
         let text = match lib {
-            Some(l) => format!("{l}:{}", f.name),
-            None => f.name.clone(),
+            Some(l) => format!("{l}:{name}"),
+            None => name.to_string(),
         };
         out.push(Spec {
             text,
             lib: lib.map(str::to_string),
-            func: f.name.clone(),
+            func: name.to_string(),
             point: Point::Entry(role.args()),
         });
     }

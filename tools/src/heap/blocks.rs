@@ -37,9 +37,43 @@ pub struct Block {
     pub tid: i32,
     /// The pc of the allocation function's entry.
     pub pc: u64,
+    /// Which allocation function was called: its index in the plan's
+    /// targets (`malloc`, `calloc`, ...).
+    pub target: usize,
+    /// The call site: the return address into the allocation's caller (0
+    /// when the call stack did not show it), for joining with the trace.
+    pub site_pc: u64,
     pub alloc_stack: Stack,
-    /// Set when freed: the free's sequence number and stack.
-    pub freed: Option<(u64, Stack)>,
+    /// Set when freed (boxed: a block is copied into every finding, and
+    /// most are never freed by the time one is made).
+    pub freed: Option<Box<Freed>>,
+}
+
+/// How a block was freed: by `free` or `delete`, or by `realloc` moving
+/// or resizing it.
+#[derive(Debug, Clone)]
+pub struct Freed {
+    /// The free's sequence number in the process, counted with the
+    /// allocations.
+    pub seq: u64,
+    pub tid: i32,
+    /// The freeing function's index in the plan's targets.
+    pub target: usize,
+    /// The free's call site, as [`Block::site_pc`].
+    pub site_pc: u64,
+    pub stack: Stack,
+}
+
+impl Freed {
+    pub fn new(seq: u64, tid: i32, target: usize, site_pc: u64, stack: Stack) -> Freed {
+        Freed {
+            seq,
+            tid,
+            target,
+            site_pc,
+            stack,
+        }
+    }
 }
 
 impl Block {
@@ -142,34 +176,38 @@ impl Heap {
     }
 
     /// The allocator returned `b`. A live block it overlaps was freed
-    /// without a call this tool saw; it is dropped.
-    pub fn alloc(&mut self, b: Block) {
+    /// without a call this tool saw; it is dropped, and returned so that
+    /// its row of the allocations table is still written.
+    pub fn alloc(&mut self, b: Block) -> Vec<Block> {
         let hi = b.addr.wrapping_add(b.size.max(1));
         self.forget_freed(b.addr, hi);
         let stale: Vec<u64> = overlapping(&self.live, b.addr, hi).collect();
+        let mut dropped = Vec::new();
         for a in stale {
             if let Some(old) = self.live.remove(&a) {
                 self.live_bytes -= old.size;
+                dropped.push(old);
             }
         }
         self.allocs += 1;
         self.live_bytes += b.size;
         self.peak_bytes = self.peak_bytes.max(self.live_bytes);
         self.live.insert(b.addr, b);
+        dropped
     }
 
-    /// `free(addr)`, the free's sequence number and stack. `Err`: a
-    /// double or invalid free. Freeing null is nothing.
-    pub fn free(&mut self, addr: u64, seq: u64, stack: Stack) -> Result<(), Bad> {
+    /// `free(addr)`, described by `how`. `Ok`: the freed block (`None`
+    /// for null, whose free is nothing). `Err`: a double or invalid free.
+    pub fn free(&mut self, addr: u64, how: Freed) -> Result<Option<&Block>, Bad> {
         if addr == 0 {
-            return Ok(());
+            return Ok(None);
         }
         if let Some(mut b) = self.live.remove(&addr) {
             self.frees += 1;
             self.live_bytes -= b.size;
-            b.freed = Some((seq, stack));
+            b.freed = Some(Box::new(how));
             self.freed.insert(addr, b);
-            return Ok(());
+            return Ok(self.freed.get(&addr));
         }
         if let Some(b) = self.freed.get(&addr) {
             return Err(Bad {

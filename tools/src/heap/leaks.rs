@@ -70,8 +70,9 @@ pub fn lost(
     reached.iter().map(|r| !r).collect()
 }
 
-/// Reports the blocks of `st` definitely lost at the end of process `pid`
-/// and adds them to the run's summary.
+/// Reports the blocks of `st` definitely lost at the end of process `pid`,
+/// adds them to the run's summary, and gives every block still allocated
+/// its row of the allocations table with the verdict.
 pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
     let blocks: Vec<(u64, u64)> = st.heap.live().map(|b| (b.addr, b.size)).collect();
     let freed = st.heap.freed_ranges();
@@ -98,6 +99,7 @@ pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
     summary.peak_bytes = summary.peak_bytes.max(st.heap.peak_bytes);
     let mut found = Vec::new();
     for (b, lost) in live.into_iter().zip(lost) {
+        run.record(pid, &b, Some(lost));
         if lost {
             summary.leaked_bytes += b.size;
             summary.leaked_blocks += 1;

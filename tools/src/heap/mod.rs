@@ -8,6 +8,7 @@
 //! cannoli heap --json -o findings.jsonl ./prog # one JSON object a line
 //! cannoli heap --alloc my_alloc=malloc --alloc my_free=free ./prog
 //! cannoli heap --replay run.cnl                # cannoli record --hooks regs
+//! cannoli heap --parquet out ./prog            # + out/allocations/*.parquet
 //! ```
 //!
 //! Why this way: valgrind does not run most foreign-architecture guests,
@@ -22,7 +23,11 @@
 //! ([`blocks`]), leaks are found at exit by scanning the memory the trace
 //! showed ([`leaks`]), and each finding gets its call stack from the
 //! backtrace machinery ([`tracer`]), written as memcheck or as JSON
-//! ([`report`]).
+//! ([`report`]). The summary at the end has the totals memcheck gives
+//! ("total heap usage"), the peak of live bytes and when it was reached,
+//! live bytes over the run, and the sites that allocated most; `--parquet`
+//! writes every block as a row of the allocations table ([`rows`]), for
+//! the SQL questions a summary cannot foresee.
 //!
 //! Exit status: [`FOUND_EXIT`] when anything was found (memcheck's
 //! `--error-exitcode`), [`cannoli::EXIT_INCOMPLETE`] when events were
@@ -33,6 +38,7 @@ pub mod alloc;
 pub mod blocks;
 pub mod leaks;
 pub mod report;
+pub mod rows;
 pub mod tracer;
 
 use std::collections::{HashMap, HashSet};
@@ -47,7 +53,9 @@ use super::backtrace::symbols::Functions;
 use super::probe::elf::Image;
 use super::probe::plan::Plan;
 use alloc::Role;
+use blocks::Block;
 use report::{Finding, Summary};
+use rows::{Allocations, Row};
 use tracer::lock;
 
 /// The exit status when something was found.
@@ -80,6 +88,11 @@ pub struct Args {
     /// running a program
     #[arg(long, value_name = "FILE", conflicts_with = "program")]
     pub replay: Option<PathBuf>,
+    /// Write every block the run allocated, freed or not, to
+    /// DIR/allocations/part-00000.parquet (the layout of `cannoli export
+    /// parquet`)
+    #[arg(long, value_name = "DIR")]
+    pub parquet: Option<PathBuf>,
     /// The program to run under the patched QEMU, and its arguments
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     pub program: Vec<OsString>,
@@ -96,6 +109,10 @@ pub struct Run {
     pub summary: Mutex<Summary>,
     pub tables: Mutex<HashMap<String, Option<Arc<Functions>>>>,
     pub threads: Mutex<HashSet<i32>>,
+    /// The allocations table's writer (`--parquet`); taken away by the
+    /// first error, which waits in `rows_error` for the end of the run.
+    rows: Mutex<Option<Box<dyn Allocations>>>,
+    rows_error: Mutex<Option<String>>,
 }
 
 impl Run {
@@ -111,6 +128,36 @@ impl Run {
         if let Some(w) = lock(&self.out).as_mut().filter(|w| w.is_writing()) {
             let _ = w.write_all(text.as_bytes());
         }
+    }
+
+    /// Hands a block whose story ended (see [`rows`]) to the allocations
+    /// table, if one is written.
+    pub fn record(&self, pid: i32, block: &Block, leaked: Option<bool>) {
+        let mut sink = lock(&self.rows);
+        let Some(w) = sink.as_mut() else {
+            return;
+        };
+        let name = |t: usize| self.plan.targets.get(t).map_or("?", |t| t.name.as_str());
+        let row = Row {
+            pid,
+            block,
+            function: name(block.target),
+            free_function: block.freed.as_ref().map(|f| name(f.target)),
+            leaked,
+        };
+        if let Err(e) = w.row(&row) {
+            *lock(&self.rows_error) = Some(e);
+            *sink = None;
+        }
+    }
+
+    /// Closes the allocations table; an error of it or of any row.
+    fn finish_rows(&self) -> Result<(), String> {
+        let sink = lock(&self.rows).take();
+        if let Some(e) = lock(&self.rows_error).take() {
+            return Err(e);
+        }
+        sink.map_or(Ok(()), |w| w.finish().map(|_| ()))
     }
 }
 
@@ -135,8 +182,20 @@ fn image(args: &Args) -> Result<Image, String> {
     Image::read(&path).map_err(|e| e.to_string())
 }
 
-/// Runs heap; returns the exit status.
+/// Runs heap; returns the exit status. Without a Parquet writer:
+/// `--parquet` is refused (the `cannoli` command has one, [`main_with`]).
 pub fn main(args: Args) -> i32 {
+    if args.parquet.is_some() {
+        eprintln!("heap: this program cannot write Parquet; use `cannoli heap --parquet DIR`");
+        return 2;
+    }
+    main_with(args, None)
+}
+
+/// Runs heap with `rows`, the writer of the allocations table that
+/// `--parquet` asked for (opened by the caller: the Parquet tables have
+/// their own crate, see [`rows`]); returns the exit status.
+pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
     let plan = image(&args).and_then(|img| {
         let specs = alloc::specs(&img, &args.allocs)?;
         if specs.is_empty() {
@@ -191,6 +250,8 @@ pub fn main(args: Args) -> i32 {
         summary: Mutex::new(Summary::default()),
         tables: Mutex::new(HashMap::new()),
         threads: Mutex::new(HashSet::new()),
+        rows: Mutex::new(rows),
+        rows_error: Mutex::new(None),
     });
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "heap",
@@ -209,6 +270,11 @@ pub fn main(args: Args) -> i32 {
     let result =
         crate::input::run::<tracer::Stream>(launcher, args.replay.as_deref(), needs, args.program);
     drop(plan_file);
+    // Every process has ended and written its last rows.
+    let table = run.finish_rows();
+    if let Err(e) = &table {
+        eprintln!("heap: the allocations table: {e}");
+    }
     let report = match result {
         Ok(r) => r,
         Err(e) => {
@@ -238,6 +304,8 @@ pub fn main(args: Args) -> i32 {
         cannoli::EXIT_INCOMPLETE
     } else if found > 0 {
         FOUND_EXIT
+    } else if table.is_err() && code == 0 {
+        1
     } else {
         code
     }

@@ -54,7 +54,7 @@ impl Finding {
             .block
             .as_ref()
             .and_then(|b| b.freed.as_ref())
-            .map_or_else(empty, |(_, s)| s.clone())
+            .map_or_else(empty, |f| f.stack.clone())
     }
 
     /// The JSON object of `--json`.
@@ -142,8 +142,8 @@ fn describe(s: &mut String, addr: u64, b: &Block) {
         "==heap==  Address {addr:#x} is {} {state}",
         relation(addr, b)
     );
-    if let Some((_, fs)) = &b.freed {
-        frames(s, fs);
+    if let Some(f) = &b.freed {
+        frames(s, &f.stack);
         let _ = writeln!(s, "==heap==  Block was alloc'd at");
     }
     frames(s, &b.alloc_stack);
@@ -154,7 +154,11 @@ fn describe(s: &mut String, addr: u64, b: &Block) {
 pub struct Summary {
     pub allocs: u64,
     pub frees: u64,
+    /// Bytes asked for by all allocations (memcheck's "bytes allocated").
+    pub bytes: u64,
     pub peak_bytes: u64,
+    /// The event (see `timeline`) after which `peak_bytes` were live.
+    pub peak_event: u64,
     pub leaked_bytes: u64,
     pub leaked_blocks: u64,
     pub reachable_bytes: u64,
@@ -172,9 +176,13 @@ pub struct Summary {
 
 impl Summary {
     /// Notes the live bytes after an allocation or free, keeping at most
-    /// a few thousand points (the stride doubles when full).
+    /// a few thousand points (the stride doubles when full), and the peak.
     pub fn sample(&mut self, live: u64) {
         self.events += 1;
+        if live > self.peak_bytes {
+            self.peak_bytes = live;
+            self.peak_event = self.events;
+        }
         if self.stride == 0 {
             self.stride = 1;
         }
@@ -191,6 +199,16 @@ impl Summary {
                 self.timeline = keep;
             }
         }
+    }
+
+    /// At most `n` points of the timeline, evenly spread, the last one
+    /// included: live bytes over the run, short enough for one line.
+    pub fn over_time(&self, n: usize) -> Vec<(u64, u64)> {
+        let t = &self.timeline;
+        if t.len() <= n {
+            return t.clone();
+        }
+        (1..=n).map(|i| t[i * (t.len() - 1) / n]).collect()
     }
 
     pub fn total_found(&self) -> u64 {
@@ -218,7 +236,10 @@ impl Summary {
         json!({"summary": {
             "allocations": self.allocs,
             "frees": self.frees,
+            "bytes_allocated": self.bytes,
             "peak_live_bytes": self.peak_bytes,
+            "peak_event": self.peak_event,
+            "events": self.events,
             "leaked_bytes": self.leaked_bytes,
             "leaked_blocks": self.leaked_blocks,
             "reachable_bytes": self.reachable_bytes,
@@ -237,9 +258,22 @@ impl Summary {
         let _ = writeln!(s, "{p} HEAP SUMMARY:");
         let _ = writeln!(
             s,
-            "{p}   total heap usage: {} allocs, {} frees, peak {} bytes live",
-            self.allocs, self.frees, self.peak_bytes
+            "{p}   total heap usage: {} allocs, {} frees, {} bytes allocated",
+            self.allocs, self.frees, self.bytes
         );
+        let _ = writeln!(
+            s,
+            "{p}   peak: {} bytes live after event {} of {} (allocations and frees)",
+            self.peak_bytes, self.peak_event, self.events
+        );
+        let over: Vec<String> = self
+            .over_time(8)
+            .iter()
+            .map(|(e, b)| format!("{e}:{b}"))
+            .collect();
+        if !over.is_empty() {
+            let _ = writeln!(s, "{p}   live bytes by event: {}", over.join(" "));
+        }
         let _ = writeln!(
             s,
             "{p}   definitely lost: {} bytes in {} blocks; still reachable: {} bytes in {} blocks",

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::alloc::{parse_alloc, role_of, Role};
-use super::blocks::{Block, Heap, Kind, Stack};
+use super::blocks::{Block, Freed, Heap, Kind, Stack};
 use super::leaks::lost;
 
 fn stack(s: &str) -> Stack {
@@ -18,8 +18,20 @@ fn block(addr: u64, size: u64, seq: u64) -> Block {
         seq,
         tid: 1,
         pc: 0,
+        target: 0,
+        site_pc: 0,
         alloc_stack: stack("main+0x10"),
         freed: None,
+    }
+}
+
+fn freed(seq: u64, s: &str) -> Freed {
+    Freed {
+        seq,
+        tid: 1,
+        target: 1,
+        site_pc: 0,
+        stack: stack(s),
     }
 }
 
@@ -73,10 +85,10 @@ fn partial_loads_are_fine_as_memcheck_says() {
 #[test]
 fn use_after_free_until_the_memory_is_handed_out_again() {
     let mut h = heap();
-    h.free(0x1010, 3, stack("main+0x20")).unwrap();
+    h.free(0x1010, freed(3, "main+0x20")).unwrap();
     let bad = h.check(0x1018, 4, true).expect("freed");
     assert_eq!(bad.kind, Kind::UseAfterFree);
-    assert_eq!(bad.block.as_ref().unwrap().freed.as_ref().unwrap().0, 3);
+    assert_eq!(bad.block.as_ref().unwrap().freed.as_ref().unwrap().seq, 3);
     h.alloc(block(0x1010, 24, 4));
     assert!(h.check(0x1018, 4, true).is_none());
     // The rest of the old block is no longer known as freed either.
@@ -87,15 +99,15 @@ fn use_after_free_until_the_memory_is_handed_out_again() {
 #[test]
 fn double_and_invalid_frees() {
     let mut h = heap();
-    h.free(0x1050, 3, stack("a")).unwrap();
-    let bad = h.free(0x1050, 4, stack("b")).unwrap_err();
+    h.free(0x1050, freed(3, "a")).unwrap();
+    let bad = h.free(0x1050, freed(4, "b")).unwrap_err();
     assert_eq!(bad.kind, Kind::DoubleFree);
-    let bad = h.free(0x1018, 5, stack("c")).unwrap_err();
+    let bad = h.free(0x1018, freed(5, "c")).unwrap_err();
     assert_eq!(bad.kind, Kind::InvalidFree);
     assert_eq!(bad.block.unwrap().addr, 0x1010);
-    let bad = h.free(0x7000, 6, stack("d")).unwrap_err();
+    let bad = h.free(0x7000, freed(6, "d")).unwrap_err();
     assert!(bad.block.is_none());
-    assert!(h.free(0, 7, stack("e")).is_ok());
+    assert!(h.free(0, freed(7, "e")).is_ok());
     assert_eq!(
         (h.allocs, h.frees, h.live_bytes, h.peak_bytes),
         (2, 1, 40, 56)

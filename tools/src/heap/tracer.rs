@@ -26,7 +26,7 @@ use super::super::probe::isa::{self, Ret};
 use super::super::probe::plan::Site;
 use super::super::probe::shadow::Shadow;
 use super::alloc::Role;
-use super::blocks::{Bad, Block, Heap, Kind, Stack};
+use super::blocks::{Bad, Block, Freed, Heap, Kind, Stack};
 use super::leaks;
 use super::report::{Finding, Op};
 use super::Run;
@@ -235,6 +235,8 @@ struct Open {
     role: Role,
     args: Vec<u64>,
     pc: u64,
+    /// The return address into its caller (0 if unknown).
+    site_pc: u64,
     stack: Option<Stack>,
     /// The call stack's depth with its frame.
     depth: usize,
@@ -790,6 +792,10 @@ impl Thread {
         let outer = self.calls.is_empty();
         let args: Vec<u64> = (0..role.args()).map(|i| self.arg(st, regs, i)).collect();
         let stack = (outer && role != Role::Internal).then(|| self.stack(st, pc));
+        let caller = self.bt.return_stack.last().and_then(|r| r.addr);
+        // The frame `stack` names as the caller (its first is no frame).
+        let site_pc = self.bt.return_stack.iter().skip(1).next_back();
+        let site_pc = site_pc.and_then(|r| r.addr).unwrap_or(0);
         if outer {
             st.note_allocator(pc);
             // A free is done at its entry: glibc aborts on a double free
@@ -803,18 +809,23 @@ impl Thread {
             let stale = ptr.is_some_and(|p| self.stale_teardown_free(st, p));
             if let (Some(p), Some(s), false) = (ptr, &stack, stale) {
                 st.seq += 1;
-                let seq = st.seq;
-                let caller = self.bt.return_stack.last().and_then(|r| r.addr);
-                if let Err(bad) = st.heap.free(p, seq, s.clone()) {
-                    // The C library emptying its caches (a thread's
-                    // tcache at its exit) frees what is already free.
-                    if !caller.is_some_and(|c| st.in_allocator_module(c)) {
-                        self.found(st, bad, Op::Free, pc, 0);
+                let how = Freed::new(st.seq, self.tid, t, site_pc, s.clone());
+                match st.heap.free(p, how) {
+                    Err(bad) => {
+                        // The C library emptying its caches (a thread's
+                        // tcache at its exit) frees what is already free.
+                        if !caller.is_some_and(|c| st.in_allocator_module(c)) {
+                            self.found(st, bad, Op::Free, pc, 0);
+                        }
                     }
-                } else {
-                    let mut summary = lock(&self.run.summary);
-                    summary.frees += 1;
-                    summary.sample(st.heap.live_bytes);
+                    Ok(freed) => {
+                        if let Some(b) = freed {
+                            self.run.record(self.pid, b, None);
+                        }
+                        let mut summary = lock(&self.run.summary);
+                        summary.frees += 1;
+                        summary.sample(st.heap.live_bytes);
+                    }
                 }
             }
         }
@@ -824,6 +835,7 @@ impl Thread {
             role,
             args,
             pc,
+            site_pc,
             stack,
             depth: self.bt.depth(),
         });
@@ -892,7 +904,10 @@ impl Thread {
             && st.heap.live_at(old).is_some_and(|b| b.addr == old)
         {
             st.seq += 1;
-            let _ = st.heap.free(old, st.seq, stack.clone());
+            let how = Freed::new(st.seq, self.tid, f.target, f.site_pc, stack.clone());
+            if let Ok(Some(b)) = st.heap.free(old, how) {
+                self.run.record(self.pid, b, None);
+            }
             summary.frees += 1;
             summary.sample(st.heap.live_bytes);
         }
@@ -900,25 +915,29 @@ impl Thread {
             return;
         }
         st.seq += 1;
-        let site = stack
-            .get(1)
-            .or(stack.first())
+        let site = super::rows::site(&stack)
             .cloned()
             .unwrap_or_else(|| "?".into());
         let e = summary.sites.entry(site).or_default();
         e.0 += 1;
         e.1 += size;
         summary.allocs += 1;
-        st.heap.alloc(Block {
+        summary.bytes += size;
+        let dropped = st.heap.alloc(Block {
             addr: ptr,
             size,
             seq: st.seq,
             tid: self.tid,
             pc: f.pc,
+            target: f.target,
+            site_pc: f.site_pc,
             alloc_stack: stack,
             freed: None,
         });
         summary.sample(st.heap.live_bytes);
-        summary.peak_bytes = summary.peak_bytes.max(st.heap.live_bytes);
+        drop(summary);
+        for b in &dropped {
+            self.run.record(self.pid, b, None);
+        }
     }
 }
