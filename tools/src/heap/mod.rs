@@ -32,6 +32,7 @@
 pub mod alloc;
 pub mod blocks;
 pub mod leaks;
+pub mod parallel;
 pub mod report;
 pub mod tracer;
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-//! The client side of a heap run. The parallel callbacks keep every
-//! instruction (the call stacks), the registers at the allocation
-//! functions' entries and returns, and every load and store; the serial
-//! phase runs each thread's events in order against its process's heap.
+//! The client side of a heap run. The parallel callbacks keep the
+//! instructions the call stacks need ([`super::parallel`]), the registers
+//! at the allocation functions' entries and returns, and every load and
+//! store; the serial phase runs them in order against the process's heap.
 //!
 //! A thread is inside the allocator from the entry of an allocation
 //! function to its matching return (frames matched by the stack pointer,
@@ -22,10 +22,11 @@ use super::super::backtrace::symbols::Functions;
 use super::super::backtrace::{Module, Resolver};
 use super::super::probe::isa::{self, Ret};
 use super::super::probe::plan::Site;
-use super::super::probe::shadow::Shadow;
+use super::super::probe::shadow::{AddrMap, Shadow};
 use super::alloc::Role;
 use super::blocks::{Bad, Block, Heap, Kind, Stack};
 use super::leaks;
+use super::parallel::{plain_wanted, SiteFilter};
 use super::report::{Finding, Op};
 use super::Run;
 
@@ -92,6 +93,10 @@ pub struct Pid {
     state: Mutex<Proc>,
     /// Stack memory no longer in use, of the threads that ended.
     dead: Arc<Mutex<Vec<(u64, u64)>>>,
+    /// A bit for every pc that may be an allocation function's site (the
+    /// plan's, at each bias a module ever had): most branch and block
+    /// events are none, and this tells them without a lock or a map.
+    filter: SiteFilter,
 }
 
 pub struct Proc {
@@ -104,7 +109,7 @@ pub struct Proc {
     bias: Option<u64>,
     loads: HashMap<Arc<str>, u64>,
     modules: Vec<Module>,
-    lens: HashMap<u64, u8>,
+    lens: AddrMap<u8>,
     names: HashMap<u64, Arc<str>>,
     /// Allocation and free sequence numbers.
     seq: u64,
@@ -261,6 +266,9 @@ fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {
 impl Pid {
     /// Whether registers at `pc` are an allocation function's.
     fn is_site(&self, pc: u64) -> bool {
+        if !self.filter.may_be(pc) {
+            return false;
+        }
         let plan = &self.run.plan;
         if plan.sites.contains_key(&pc) {
             return true;
@@ -301,10 +309,12 @@ impl Cannoli for Thread {
             .unwrap_or_default();
         let word = u64::from(ci.guest_bits / 8).max(4);
         let n = run.plan.modules.len();
-        Arc::new(Pid {
+        let filter = SiteFilter::new();
+        let pid = Arc::new(Pid {
             pid: ci.pid,
             biases: Mutex::new(vec![None; n]),
             dead: Arc::new(Mutex::new(Vec::new())),
+            filter,
             state: Mutex::new(Proc {
                 heap: Heap::new(word),
                 shadow: Shadow::default(),
@@ -318,14 +328,18 @@ impl Cannoli for Thread {
                 bias: None,
                 loads: HashMap::new(),
                 modules: Vec::new(),
-                lens: HashMap::new(),
+                lens: AddrMap::default(),
                 names: HashMap::new(),
                 seq: 0,
                 alloc_modules: Vec::new(),
                 seen: Default::default(),
             }),
             run,
-        })
+        });
+        for &pc in pid.run.plan.sites.keys() {
+            pid.filter.allow(pc);
+        }
+        pid
     }
 
     fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Thread, Arc<Layout>) {
@@ -364,13 +378,22 @@ impl Cannoli for Thread {
     }
 
     #[inline]
-    fn exec(_pid: &Pid, _l: &Arc<Layout>, pc: u64, trace: &mut Vec<Item>) {
-        trace.push(Item::Insn {
-            pc,
-            branch: false,
-            regs: None,
-            value: None,
-        });
+    fn exec(pid: &Pid, l: &Arc<Layout>, pc: u64, trace: &mut Vec<Item>) {
+        Self::exec_run(pid, l, &[pc], trace);
+    }
+
+    /// Only the instructions [`plain_wanted`] says the serial phase needs.
+    #[inline]
+    fn exec_run(_pid: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
+        let n = plain_wanted(trace).min(pcs.len());
+        for &pc in &pcs[..n] {
+            trace.push(Item::Insn {
+                pc,
+                branch: false,
+                regs: None,
+                value: None,
+            });
+        }
     }
 
     fn regs(pid: &Pid, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
@@ -474,7 +497,13 @@ impl Cannoli for Thread {
             if let Some(m) = pid.run.plan.module_of(&p) {
                 let module = &pid.run.plan.modules[m];
                 let mut b = lock(&pid.biases);
-                b[m] = Some(super::super::probe::tracer::bias_after(module, b[m], base));
+                let bias = super::super::probe::tracer::bias_after(module, b[m], base);
+                if b[m] != Some(bias) {
+                    for &pc in module.sites.keys() {
+                        pid.filter.allow(pc.wrapping_add(bias));
+                    }
+                }
+                b[m] = Some(bias);
             }
         }
         trace.push(Item::Map {
