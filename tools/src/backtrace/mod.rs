@@ -44,6 +44,8 @@ use cannoli::recording::{Needs, RegsAt};
 use cannoli::{Cannoli, ClientInfo};
 use serde::{Serialize, Serializer};
 
+use crate::probe::shadow::AddrMap;
+
 use arch::Rules;
 use state::{BacktraceState, Change, Function, Regs, Symbolize};
 use symbols::Functions;
@@ -283,7 +285,7 @@ pub(crate) struct Resolver<'a> {
     pub(crate) bias: u64,
     pub(crate) modules: &'a [Module],
     /// Instruction lengths from QEMU's block events.
-    pub(crate) lens: &'a HashMap<u64, u8>,
+    pub(crate) lens: &'a AddrMap<u8>,
 }
 
 impl Resolver<'_> {
@@ -401,7 +403,7 @@ struct Proc {
     modules: Vec<Module>,
     /// The length of every instruction QEMU translated for the process
     /// (by any of its threads), by pc.
-    lens: HashMap<u64, u8>,
+    lens: AddrMap<u8>,
 }
 
 /// Per guest thread: the symbols and how to read the registers.

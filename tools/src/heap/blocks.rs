@@ -132,6 +132,12 @@ pub struct Heap {
     freed: BTreeMap<u64, Block>,
     /// Bytes in one guest word (4 or 8).
     word: u64,
+    /// The lowest block address ever allocated, and the end of the
+    /// highest block's overflow zone: an access wholly outside, with a
+    /// word's margin below, touches no block and needs no lookup (most
+    /// accesses: the stack, globals). Never shrinks, so it stays
+    /// conservative.
+    span: (u64, u64),
     pub live_bytes: u64,
     pub peak_bytes: u64,
     pub allocs: u64,
@@ -144,6 +150,7 @@ impl Heap {
             live: BTreeMap::new(),
             freed: BTreeMap::new(),
             word,
+            span: (u64::MAX, 0),
             live_bytes: 0,
             peak_bytes: 0,
             allocs: 0,
@@ -189,6 +196,7 @@ impl Heap {
                 dropped.push(old);
             }
         }
+        self.widen(&b);
         self.allocs += 1;
         self.live_bytes += b.size;
         self.peak_bytes = self.peak_bytes.max(self.live_bytes);
@@ -229,8 +237,35 @@ impl Heap {
         (addr < b.end()).then_some(b)
     }
 
+    /// Takes `b` and the zone after it that [`Heap::check`] calls an
+    /// overflow into [`Heap::span`].
+    fn widen(&mut self, b: &Block) {
+        let zone = b
+            .addr
+            .checked_add(b.size)
+            .and_then(|e| e.checked_next_multiple_of(2 * self.word))
+            .and_then(|e| e.checked_add(self.word))
+            .unwrap_or(u64::MAX);
+        self.span = (self.span.0.min(b.addr), self.span.1.max(zone));
+    }
+
+    /// Whether `[addr, addr + size)` is too far from every block, live or
+    /// freed, for [`Heap::check`] to find anything: wholly above the
+    /// overflow zone of the highest, or ending a word or more below the
+    /// lowest (an underflow is at most a word before a block).
+    #[inline]
+    fn far(&self, addr: u64, size: u64) -> bool {
+        let Some(end) = addr.checked_add(size) else {
+            return false;
+        };
+        addr >= self.span.1 || end.saturating_add(self.word) <= self.span.0
+    }
+
     /// Checks a load or store of `size` bytes at `addr`.
     pub fn check(&self, addr: u64, size: u64, store: bool) -> Option<Bad> {
+        if self.far(addr, size) {
+            return None;
+        }
         let end = addr.wrapping_add(size);
         let prev = self.live.range(..=addr).next_back().map(|(_, b)| b);
         if let Some(b) = prev {

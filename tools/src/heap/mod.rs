@@ -37,6 +37,7 @@
 pub mod alloc;
 pub mod blocks;
 pub mod leaks;
+pub mod parallel;
 pub mod report;
 pub mod rows;
 pub mod tracer;

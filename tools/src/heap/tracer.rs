@@ -1,22 +1,27 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-//! The client side of a heap run. The parallel callbacks keep every
-//! instruction (the call stacks), the registers at the allocation
-//! functions' entries and returns, and every load and store; the serial
-//! phase runs each thread's events in order against its process's heap.
+//! The client side of a heap run. The parallel callbacks keep the
+//! instructions the call stacks need ([`super::parallel`]), the registers
+//! at the allocation functions' entries and returns, and every load and
+//! store; the serial phase runs them in order against the process's heap.
 //!
 //! A thread is inside the allocator from the entry of an allocation
 //! function to its matching return (frames matched by the stack pointer,
 //! as `cannoli probe` matches them, [`super::super::probe::conv`]): only
 //! the outermost call is an allocation or free, and the accesses in
 //! between are the allocator's own.
+//!
+//! Here: the events ([`Item`]), the process ([`Pid`], [`Proc`]) and how a
+//! thread applies its events ([`Thread`]); `stream` is the library's side
+//! (the callbacks), `order` the order kept between a process's threads.
 
 mod order;
+mod stream;
+
+pub use stream::Stream;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-
-use cannoli::{Cannoli, ClientInfo};
 
 use super::super::backtrace::arch::{self, Rules};
 use super::super::backtrace::state::{BacktraceState, Regs, Symbolize};
@@ -24,10 +29,11 @@ use super::super::backtrace::symbols::Functions;
 use super::super::backtrace::{Module, Resolver};
 use super::super::probe::isa::{self, Ret};
 use super::super::probe::plan::Site;
-use super::super::probe::shadow::Shadow;
+use super::super::probe::shadow::{AddrMap, Shadow};
 use super::alloc::Role;
 use super::blocks::{Bad, Block, Freed, Heap, Kind, Stack};
 use super::leaks;
+use super::parallel::{plain_wanted, SiteFilter};
 use super::report::{Finding, Op};
 use super::Run;
 
@@ -102,6 +108,10 @@ pub struct Pid {
     state: Mutex<Proc>,
     /// Stack memory no longer in use, of the threads that ended.
     dead: Arc<Mutex<Vec<(u64, u64)>>>,
+    /// A bit for every pc that may be an allocation function's site (the
+    /// plan's, at each bias a module ever had): most branch and block
+    /// events are none, and this tells them without a lock or a map.
+    filter: SiteFilter,
 }
 
 pub struct Proc {
@@ -114,7 +124,7 @@ pub struct Proc {
     bias: Option<u64>,
     loads: HashMap<Arc<str>, u64>,
     modules: Vec<Module>,
-    lens: HashMap<u64, u8>,
+    lens: AddrMap<u8>,
     names: HashMap<u64, Arc<str>>,
     /// Allocation and free sequence numbers.
     seq: u64,
@@ -256,13 +266,6 @@ struct Pending {
     next: u64,
 }
 
-/// A guest thread's stream: its state, which any thread of the process
-/// may advance once what it waits for has happened ([`order`]).
-pub struct Stream {
-    thread: Arc<Mutex<Thread>>,
-    owner: Weak<Pid>,
-}
-
 /// A guest thread.
 pub struct Thread {
     run: Arc<Run>,
@@ -296,6 +299,9 @@ fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {
 impl Pid {
     /// Whether registers at `pc` are an allocation function's.
     fn is_site(&self, pc: u64) -> bool {
+        if !self.filter.may_be(pc) {
+            return false;
+        }
         let plan = &self.run.plan;
         if plan.sites.contains_key(&pc) {
             return true;
@@ -319,247 +325,6 @@ impl Pid {
             }
         }
         Vec::new()
-    }
-}
-
-impl Cannoli for Stream {
-    type Trace = Item;
-    type TidContext = Arc<Layout>;
-    type PidContext = Pid;
-
-    fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
-        let run = ci.expect_state::<Run>();
-        let exe = ci.exe.as_ref().map(PathBuf::from);
-        let funcs = exe
-            .as_deref()
-            .and_then(|p| table(&run, p))
-            .unwrap_or_default();
-        let word = u64::from(ci.guest_bits / 8).max(4);
-        let n = run.plan.modules.len();
-        Arc::new_cyclic(|me| Pid {
-            pid: ci.pid,
-            me: me.clone(),
-            biases: Mutex::new(vec![None; n]),
-            dead: Arc::new(Mutex::new(Vec::new())),
-            state: Mutex::new(Proc {
-                heap: Heap::new(word),
-                shadow: Shadow::default(),
-                word,
-                big_endian: run.plan.big_endian,
-                funcs,
-                exe: exe.map(|p| {
-                    let c = std::fs::canonicalize(&p).ok();
-                    (p, c)
-                }),
-                bias: None,
-                loads: HashMap::new(),
-                modules: Vec::new(),
-                lens: HashMap::new(),
-                names: HashMap::new(),
-                seq: 0,
-                alloc_modules: Vec::new(),
-                seen: Default::default(),
-                order: Default::default(),
-            }),
-            run,
-        })
-    }
-
-    fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Stream, Arc<Layout>) {
-        let names = &ci.regs.names[..ci.regs.count as usize];
-        let find = |n: &str| names.iter().position(|x| x == n);
-        let rules = arch::rules(&ci.arch);
-        let abi = pid.run.plan.abi;
-        let bytes = ci.regs.bytes;
-        let layout = Arc::new(Layout {
-            mask: if (1..8).contains(&bytes) {
-                (1u64 << (bytes * 8)) - 1
-            } else {
-                u64::MAX
-            },
-            args: abi.arg_regs().iter().map(|n| find(n)).collect(),
-            ret: find(abi.ret_reg()),
-            sp: find(abi.sp_reg()),
-            ra: rules.and_then(|r| r.ra).and_then(find),
-            bits64: ci.guest_bits == 64,
-        });
-        lock(&pid.run.threads).insert(ci.tid);
-        let t = Thread {
-            run: pid.run.clone(),
-            pid: ci.pid,
-            tid: ci.tid,
-            rules,
-            layout: layout.clone(),
-            bt: BacktraceState::default(),
-            calls: Vec::new(),
-            pending: None,
-            sp_lo: u64::MAX,
-            sp_last: 0,
-            dead: pid.dead.clone(),
-            deferred: VecDeque::new(),
-            ended: false,
-            queued: false,
-        };
-        let s = Stream {
-            thread: Arc::new(Mutex::new(t)),
-            owner: pid.me.clone(),
-        };
-        (s, layout)
-    }
-
-    #[inline]
-    fn exec(_pid: &Pid, _l: &Arc<Layout>, pc: u64, trace: &mut Vec<Item>) {
-        trace.push(Item::Insn {
-            pc,
-            branch: false,
-            regs: None,
-            value: None,
-        });
-    }
-
-    fn regs(pid: &Pid, l: &Arc<Layout>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
-        Self::branch(pid, l, pc, false, regs, trace)
-    }
-
-    fn branch(
-        pid: &Pid,
-        l: &Arc<Layout>,
-        pc: u64,
-        branch: bool,
-        regs: &[u8],
-        trace: &mut Vec<Item>,
-    ) {
-        trace.push(Item::Insn {
-            pc,
-            branch,
-            regs: l.bt(regs),
-            value: l.ret.and_then(|i| l.read(regs, i)),
-        });
-        if pid.is_site(pc) {
-            let n = regs.len() / 8;
-            let v: Box<[u64]> = (0..n).filter_map(|i| l.read(regs, i)).collect();
-            trace.push(Item::Hit { pc, regs: v });
-        }
-    }
-
-    fn read(
-        _p: &Pid,
-        _l: &Arc<Layout>,
-        pc: u64,
-        addr: u64,
-        val: u64,
-        sz: u8,
-        trace: &mut Vec<Item>,
-    ) {
-        trace.push(Item::Access {
-            pc,
-            addr,
-            val,
-            hi: 0,
-            size: sz,
-            store: false,
-        });
-    }
-
-    fn write(
-        _p: &Pid,
-        _l: &Arc<Layout>,
-        pc: u64,
-        addr: u64,
-        val: u64,
-        sz: u8,
-        trace: &mut Vec<Item>,
-    ) {
-        trace.push(Item::Access {
-            pc,
-            addr,
-            val,
-            hi: 0,
-            size: sz,
-            store: true,
-        });
-    }
-
-    fn access_wide(_p: &Pid, _l: &Arc<Layout>, a: &cannoli::Access, trace: &mut Vec<Item>) {
-        trace.push(Item::Access {
-            pc: a.pc,
-            addr: a.addr,
-            val: a.val as u64,
-            hi: (a.val >> 64) as u64,
-            size: a.size,
-            store: a.store,
-        });
-    }
-
-    fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
-        trace.push(Item::Block {
-            pc,
-            lens: lens.into(),
-        });
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn mmap(
-        pid: &Pid,
-        _l: &Arc<Layout>,
-        base: u64,
-        len: u64,
-        anon: bool,
-        _read: bool,
-        _write: bool,
-        exec: bool,
-        path: &str,
-        offset: u64,
-        trace: &mut Vec<Item>,
-    ) {
-        if !anon && offset == 0 && !pid.run.plan.modules.is_empty() {
-            let p = Path::new(path);
-            let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-            if let Some(m) = pid.run.plan.module_of(&p) {
-                let module = &pid.run.plan.modules[m];
-                let mut b = lock(&pid.biases);
-                b[m] = Some(super::super::probe::tracer::bias_after(module, b[m], base));
-            }
-        }
-        trace.push(Item::Map {
-            base,
-            len,
-            exec,
-            offset,
-            path: if anon { "".into() } else { path.into() },
-        });
-    }
-
-    fn munmap(_p: &Pid, _l: &Arc<Layout>, base: u64, len: u64, trace: &mut Vec<Item>) {
-        trace.push(Item::Unmap { base, len });
-    }
-
-    fn signal(_p: &Pid, _l: &Arc<Layout>, sig: &cannoli::Signal, trace: &mut Vec<Item>) {
-        if let Some(handler) = sig.handler {
-            trace.push(Item::Signal { handler });
-        }
-    }
-
-    fn syscall(_p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
-        if let Some(item) = order::clone_item(sc) {
-            trace.push(item);
-        }
-    }
-
-    fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
-        let mut st = lock(&pid.state);
-        order::run(pid, &mut st, &self.thread, trace);
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        // The library drops the process's context after its threads'
-        // streams, so it is there.
-        if let Some(pid) = self.owner.upgrade() {
-            let mut st = lock(&pid.state);
-            order::stream_ended(&pid, &mut st, &self.thread);
-        }
     }
 }
 

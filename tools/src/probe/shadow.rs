@@ -10,26 +10,135 @@
 //! address. A slot no store of this thread wrote (the kernel's `argv` on
 //! the initial stack, another thread's store) reads as unknown, never as a
 //! guess.
+//!
+//! `cannoli heap` stores every load and store of a process here, so the
+//! shadow is on its hottest path: pages live in one vector, found through
+//! a map keyed by page number with a cheap multiplicative hash (page
+//! numbers are no attacker's choice) and, before that, a small
+//! direct-mapped cache of recently used pages; a store inside one page
+//! writes its bytes and its bitmap bits at once instead of byte by byte.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 const PAGE: u64 = 4096;
+
+/// Entries of the recently-used page cache (a power of two).
+const RECENT: usize = 16;
 
 /// One page's bytes, which of them were written, and which were last
 /// written by a store the caller tagged ([`Shadow::store_tagged`]).
 struct Page {
-    bytes: Box<[u8; PAGE as usize]>,
-    known: Box<[u64; (PAGE / 64) as usize]>,
-    tagged: Box<[u64; (PAGE / 64) as usize]>,
+    bytes: [u8; PAGE as usize],
+    known: [u64; (PAGE / 64) as usize],
+    tagged: [u64; (PAGE / 64) as usize],
 }
 
-/// A thread's stores, in guest byte order.
+impl Page {
+    fn new() -> Box<Page> {
+        Box::new(Page {
+            bytes: [0; PAGE as usize],
+            known: [0; (PAGE / 64) as usize],
+            tagged: [0; (PAGE / 64) as usize],
+        })
+    }
+
+    /// Sets (`on`) or clears the bits of `bitmap` for the `n` bytes (at
+    /// most 8) at offset `o`, which lie inside the page.
+    #[inline(always)]
+    fn set_bits(bitmap: &mut [u64; (PAGE / 64) as usize], o: usize, n: usize, on: bool) {
+        let m = (1u64 << n) - 1;
+        let (w, sh) = (o / 64, o % 64);
+        let lo = m << sh;
+        // Bits past the word's end go on in the next one.
+        let hi = if sh + n > 64 { m >> (64 - sh) } else { 0 };
+        if on {
+            bitmap[w] |= lo;
+            if hi != 0 {
+                bitmap[w + 1] |= hi;
+            }
+        } else {
+            bitmap[w] &= !lo;
+            if hi != 0 {
+                bitmap[w + 1] &= !hi;
+            }
+        }
+    }
+}
+
+/// A hasher for page numbers and guest addresses: a multiply, folded so
+/// both halves count (the map takes its bucket from the low bits and its
+/// tag from the high ones). The keys are the guest's, which could only
+/// slow its own trace down, so no keyed hash is needed.
 #[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        let h = (self.0 ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 29);
+    }
+}
+
+/// A map keyed by page numbers or guest addresses, with [`AddrHasher`].
+pub type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
+
+/// A thread's stores, in guest byte order.
 pub struct Shadow {
-    pages: HashMap<u64, Page>,
+    /// The pages, in the order they were first written.
+    pages: Vec<(u64, Box<Page>)>,
+    /// Page number to index in `pages`.
+    index: AddrMap<u32>,
+    /// Page numbers and their indexes, by the page number's low bits;
+    /// `u64::MAX`: empty.
+    recent: [(u64, u32); RECENT],
+}
+
+impl Default for Shadow {
+    fn default() -> Shadow {
+        Shadow {
+            pages: Vec::new(),
+            index: AddrMap::default(),
+            recent: [(u64::MAX, 0); RECENT],
+        }
+    }
 }
 
 impl Shadow {
+    /// The page of number `no`, made if new.
+    #[inline(always)]
+    fn page_mut(&mut self, no: u64) -> &mut Page {
+        let slot = (no as usize) % RECENT;
+        let (cached, i) = self.recent[slot];
+        let i = if cached == no {
+            i
+        } else {
+            let next = self.pages.len() as u32;
+            let i = *self.index.entry(no).or_insert(next);
+            if i == next {
+                self.pages.push((no, Page::new()));
+            }
+            self.recent[slot] = (no, i);
+            i
+        };
+        &mut self.pages[i as usize].1
+    }
+
+    fn page(&self, no: u64) -> Option<&Page> {
+        let i = *self.index.get(&no)?;
+        Some(&self.pages[i as usize].1)
+    }
+
     /// A store of `size` bytes of `value` at `addr`.
     pub fn store(&mut self, addr: u64, value: u64, size: u8, big_endian: bool) {
         self.store_tagged(addr, value, size, big_endian, false);
@@ -38,25 +147,37 @@ impl Shadow {
     /// [`Shadow::store`], the bytes tagged with `tag` until the next store
     /// to them (`cannoli heap`: written by the allocator itself, whose
     /// bookkeeping is not where a program keeps its pointers).
+    #[inline]
     pub fn store_tagged(&mut self, addr: u64, value: u64, size: u8, big_endian: bool, tag: bool) {
         let n = usize::from(size.min(8));
+        let o = (addr % PAGE) as usize;
+        if n == 0 || o + n > PAGE as usize {
+            return self.store_bytes(addr, value, n, big_endian, tag);
+        }
+        // The `n` bytes in guest order: the low ones of the value.
+        let bytes = if big_endian {
+            (value << (8 * (8 - n))).to_be_bytes()
+        } else {
+            value.to_le_bytes()
+        };
+        let p = self.page_mut(addr / PAGE);
+        p.bytes[o..o + n].copy_from_slice(&bytes[..n]);
+        Page::set_bits(&mut p.known, o, n, true);
+        Page::set_bits(&mut p.tagged, o, n, tag);
+    }
+
+    /// [`Shadow::store_tagged`] byte by byte: a store across a page's end.
+    #[cold]
+    fn store_bytes(&mut self, addr: u64, value: u64, n: usize, big_endian: bool, tag: bool) {
         let le = value.to_le_bytes();
         for i in 0..n {
             let b = if big_endian { le[n - 1 - i] } else { le[i] };
             let a = addr.wrapping_add(i as u64);
-            let p = self.pages.entry(a / PAGE).or_insert_with(|| Page {
-                bytes: Box::new([0; PAGE as usize]),
-                known: Box::new([0; (PAGE / 64) as usize]),
-                tagged: Box::new([0; (PAGE / 64) as usize]),
-            });
+            let p = self.page_mut(a / PAGE);
             let o = (a % PAGE) as usize;
             p.bytes[o] = b;
-            p.known[o / 64] |= 1 << (o % 64);
-            if tag {
-                p.tagged[o / 64] |= 1 << (o % 64);
-            } else {
-                p.tagged[o / 64] &= !(1 << (o % 64));
-            }
+            Page::set_bits(&mut p.known, o, 1, true);
+            Page::set_bits(&mut p.tagged, o, 1, tag);
         }
     }
 
@@ -65,9 +186,9 @@ impl Shadow {
     pub fn untag(&mut self, addr: u64, size: u64) {
         for i in 0..size {
             let a = addr.wrapping_add(i);
-            if let Some(p) = self.pages.get_mut(&(a / PAGE)) {
+            if let Some(&p) = self.index.get(&(a / PAGE)) {
                 let o = (a % PAGE) as usize;
-                p.tagged[o / 64] &= !(1 << (o % 64));
+                Page::set_bits(&mut self.pages[p as usize].1.tagged, o, 1, false);
             }
         }
     }
@@ -77,7 +198,7 @@ impl Shadow {
         let mut v = 0u64;
         for i in 0..size {
             let a = addr.wrapping_add(i);
-            let p = self.pages.get(&(a / PAGE))?;
+            let p = self.page(a / PAGE)?;
             let o = (a % PAGE) as usize;
             if p.known[o / 64] & (1 << (o % 64)) == 0 {
                 return None;
@@ -103,7 +224,7 @@ impl Shadow {
         big_endian: bool,
         tagged: bool,
     ) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.pages.iter().flat_map(move |(&page, p)| {
+        self.pages.iter().flat_map(move |&(page, ref p)| {
             (0..PAGE / word).filter_map(move |i| {
                 let o = i * word;
                 let bits = (1u64 << word) - 1;
@@ -167,5 +288,23 @@ mod tests {
         s.store_tagged(0x1008, 1, 8, false, true);
         s.untag(0x1008, 8);
         assert_eq!(words(&s, false), [(0x1000, 8), (0x1008, 1)]);
+    }
+
+    #[test]
+    fn stores_across_bitmap_words_and_pages_are_whole() {
+        let mut s = Shadow::default();
+        for (i, a) in [0x103c_u64, 0x1ffc, 0x2ff9].into_iter().enumerate() {
+            let v = 0x0102_0304_0506_0708 * (i as u64 + 1);
+            s.store_tagged(a, v, 8, false, true);
+            assert_eq!(s.load(a, 8, false), Some(v));
+            assert_eq!(s.load(a.wrapping_sub(1), 1, false), None);
+            assert_eq!(s.load(a + 8, 1, false), None);
+            s.store(a, v, 8, true);
+            assert_eq!(s.load(a, 8, true), Some(v));
+        }
+        // Every tag was taken off by the untagged stores.
+        let all: Vec<_> = s.words(4, true, true).collect();
+        let mine: Vec<_> = s.words(4, true, false).collect();
+        assert_eq!(all.len(), mine.len());
     }
 }

@@ -1,0 +1,164 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! What the parallel phase of a heap run decides by itself, to hand the
+//! serial phase (which runs one event at a time for a whole process) as
+//! little as it needs: which instructions without registers can change a
+//! thread's state ([`plain_wanted`]), and which pcs cannot be an
+//! allocation function's site ([`SiteFilter`]), told without a lock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::tracer::Item;
+
+/// Bits of a [`SiteFilter`] (a power of two).
+const FILTER_BITS: u64 = 1 << 18;
+
+/// How far back [`plain_wanted`] looks through a trace.
+const SCAN: usize = 32;
+
+/// How many of the next instructions without registers the serial phase
+/// needs, given the `trace` so far (0 to 2). Such an instruction changes
+/// the thread's state only when something before it left work for the
+/// next instruction: a branch to land (on MIPS, after its delay slot, the
+/// second), a conditional return to decide, a signal handler, the
+/// thread's start. Those are all branch events or events of other kinds;
+/// loads and stores leave nothing of the sort, nor does an instruction
+/// that is no branch (with registers or not) once it is not a delay slot.
+/// So after the first two such instructions following any of those
+/// events, the rest of a run of them would change nothing, and they are
+/// left out (the bulk of a program's instructions). At the start of a
+/// trace, or farther back than `SCAN` (32) items, the answer is the cautious
+/// 2.
+pub fn plain_wanted(trace: &[Item]) -> usize {
+    let mut plain = 0;
+    for item in trace.iter().rev().take(SCAN) {
+        match item {
+            Item::Access { .. } => {}
+            Item::Insn { branch: false, .. } => {
+                plain += 1;
+                if plain == 2 {
+                    return 0;
+                }
+            }
+            _ => return 2 - plain,
+        }
+    }
+    2 - plain
+}
+
+/// A bit for every pc that may be an allocation function's site (the
+/// plan's, at each bias a module ever had): most branch and block-start
+/// events are none, and this tells them without the plan's lock and maps.
+/// Bits are only ever set, so a stale or shared bit costs an exact look,
+/// never a site missed.
+pub struct SiteFilter(Box<[AtomicU64]>);
+
+impl SiteFilter {
+    pub fn new() -> SiteFilter {
+        SiteFilter((0..FILTER_BITS / 64).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// `pc`'s word and mask.
+    fn bit(pc: u64) -> (usize, u64) {
+        let h = pc.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - FILTER_BITS.trailing_zeros());
+        ((h / 64) as usize, 1 << (h % 64))
+    }
+
+    /// `pc` may be a site from now on.
+    pub fn allow(&self, pc: u64) {
+        let (w, m) = Self::bit(pc);
+        self.0[w].fetch_or(m, Ordering::Release);
+    }
+
+    /// False where `pc` is surely no site; true where it may be one.
+    #[inline]
+    pub fn may_be(&self, pc: u64) -> bool {
+        let (w, m) = Self::bit(pc);
+        self.0[w].load(Ordering::Acquire) & m != 0
+    }
+}
+
+impl Default for SiteFilter {
+    fn default() -> SiteFilter {
+        SiteFilter::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::backtrace::state::Regs;
+    use super::*;
+
+    fn plain(pc: u64) -> Item {
+        Item::Insn {
+            pc,
+            branch: false,
+            regs: None,
+            value: None,
+        }
+    }
+
+    fn access() -> Item {
+        Item::Access {
+            pc: 0,
+            addr: 0x1000,
+            val: 0,
+            hi: 0,
+            size: 8,
+            store: false,
+        }
+    }
+
+    #[test]
+    fn two_plain_instructions_after_anything_else_then_none() {
+        let branch = Item::Insn {
+            pc: 1,
+            branch: true,
+            regs: None,
+            value: None,
+        };
+        assert_eq!(plain_wanted(&[]), 2);
+        assert_eq!(plain_wanted(std::slice::from_ref(&branch)), 2);
+        assert_eq!(plain_wanted(&[branch.clone(), plain(2)]), 1);
+        assert_eq!(plain_wanted(&[branch.clone(), plain(2), access()]), 1);
+        assert_eq!(
+            plain_wanted(&[branch.clone(), plain(2), access(), plain(3)]),
+            0
+        );
+        assert_eq!(
+            plain_wanted(&[plain(2), plain(3), branch.clone(), plain(4)]),
+            1
+        );
+        assert_eq!(plain_wanted(&[plain(2), Item::Signal { handler: 9 }]), 2);
+        // A block's first instruction, with registers, counts as one.
+        let landing = Item::Insn {
+            pc: 5,
+            branch: false,
+            regs: Some(Regs { ra: None, sp: 8 }),
+            value: Some(0),
+        };
+        assert_eq!(plain_wanted(&[branch.clone(), landing.clone()]), 1);
+        assert_eq!(plain_wanted(&[branch, landing, plain(6)]), 0);
+        // Past the scan's reach: cautious.
+        let mut far = vec![plain(1), plain(2)];
+        far.extend((0..SCAN).map(|_| access()));
+        assert_eq!(plain_wanted(&far), 2);
+    }
+
+    #[test]
+    fn allowed_pcs_pass_the_filter() {
+        let f = SiteFilter::new();
+        let pcs = [
+            0x401000_u64,
+            0x7fff_f7a0_1234,
+            0x1_0000,
+            0xffff_ffff_ffff_fffc,
+        ];
+        assert!(pcs.iter().all(|&pc| !f.may_be(pc)));
+        for pc in pcs {
+            f.allow(pc);
+        }
+        assert!(pcs.iter().all(|&pc| f.may_be(pc)));
+        let others = (0..1000u64).filter(|i| f.may_be(0x500000 + 4 * i)).count();
+        assert!(others < 10, "{others} false positives of 1000");
+    }
+}
