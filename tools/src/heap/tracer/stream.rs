@@ -5,13 +5,19 @@
 //! serial phase hands them to [`super::order`], which applies them in the
 //! order kept between the threads.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 use cannoli::{Cannoli, ClientInfo};
 
-use super::*;
+use super::{lock, order, table, Item, Layout, Pid, Proc, Thread};
+use crate::backtrace::arch;
+use crate::backtrace::state::BacktraceState;
+use crate::heap::blocks::Heap;
+use crate::heap::parallel::{plain_wanted, SiteFilter};
+use crate::heap::Run;
+use crate::probe::shadow::{AddrMap, Shadow};
 
 /// A guest thread's stream: its state, which any thread of the process
 /// may advance once what it waits for has happened ([`order`]).
