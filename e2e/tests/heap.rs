@@ -12,7 +12,8 @@
 //! * C++ `new`/`delete` bugs (`heapcxx.cpp`, x86_64: the only C++ cross
 //!   compiler Debian 12 has is the host's);
 //! * the clean programs: `heapclean` on every guest, Debian's busybox
-//!   applets on every guest that has one, the host's `/usr/bin` programs
+//!   applets (stripped: the allocator found by its code) on every guest
+//!   that has one, the host's `/usr/bin` programs
 //!   on x86_64: nothing may be reported, and memcheck agrees on the x86_64
 //!   ones it can run; the allocation count of the summary is memcheck's;
 //! * a `--hooks regs` recording replayed through `cannoli heap --replay`
@@ -542,9 +543,9 @@ fn clean_program_counts_agree_with_memcheck() {
     );
 }
 
-/// Debian's busybox applets on `arch` (stripped static programs): their
-/// allocations found and checked, nothing reported.
-fn busybox_applets(arch: &str) {
+/// Debian's busybox applets on `arch` (stripped static programs), each
+/// run under `cannoli heap`: (its arguments, the run).
+fn busybox_runs(arch: &str) -> Vec<(String, HeapRun)> {
     let dir = RunDir::new();
     let bb = guest(arch, "busybox");
     let mut text = String::new();
@@ -563,23 +564,128 @@ fn busybox_applets(arch: &str) {
         ],
         &["sed", "-e", "s/line/LINE/; /^9/d", "in.txt"],
     ];
+    runs.iter()
+        .enumerate()
+        .map(|(i, a)| (a.join(" "), heap(&dir, &format!("bb{i}"), &[], &bb, a)))
+        .collect()
+}
+
+/// The allocations the summary counts.
+fn allocations(r: &HeapRun) -> Option<u64> {
+    r.summary
+        .as_ref()
+        .and_then(|s| summary_count(s, &["allocations"]))
+}
+
+/// Busybox is stripped: its allocation functions are found by their code
+/// in the C library's archive (one stderr line says so), and every applet
+/// run counts allocations and frees, so that its blocks are checked (a
+/// run that found no allocator checks nothing and proves nothing). The
+/// run ends as the program does, or with findings.
+fn busybox_allocator_found(arch: &str) {
     let mut bad = Vec::new();
-    for (i, a) in runs.iter().enumerate() {
-        let r = heap(&dir, &format!("bb{i}"), &[], &bb, a);
-        // Busybox is stripped: a run that found no allocator checked
-        // nothing, and proves nothing.
-        let allocs = r
+    for (a, r) in busybox_runs(arch) {
+        let frees = r
             .summary
             .as_ref()
-            .and_then(|s| summary_count(s, &["allocations"]));
-        if !(r.findings.is_empty() && r.status == 0 && allocs.is_some_and(|n| n > 0)) {
-            bad.push(format!("busybox {}: {}", a.join(" "), r.context()));
+            .and_then(|s| summary_count(s, &["frees"]));
+        let found = r.stderr.lines().any(|l| {
+            l.contains("found by their code") && l.contains(" malloc 0x") && l.contains(" free 0x")
+        });
+        if !(found
+            && allocations(&r).is_some_and(|n| n > 0)
+            && frees.is_some_and(|n| n > 0)
+            && (r.status == 0 || r.status == 99))
+        {
+            bad.push(format!("busybox {a}: {}", r.context()));
         }
     }
     assert!(bad.is_empty(), "{arch}:\n{}", bad.join("\n\n"));
 }
 
-per_guest!(mod busybox_applets_known = busybox_applets, ignore = "Debian's busybox-static is stripped: no allocation function is found, so nothing is checked": mipsel, mips64el, arm, aarch64, x86_64, i386, ppc64le);
+per_guest!(busybox_allocator_found: mipsel, mips64el, arm, aarch64, x86_64, i386, ppc64le);
+
+/// Busybox's applets with their allocations counted, nothing reported.
+fn busybox_applets(arch: &str) {
+    let mut bad = Vec::new();
+    for (a, r) in busybox_runs(arch) {
+        if !(r.findings.is_empty() && r.status == 0 && allocations(&r).is_some_and(|n| n > 0)) {
+            bad.push(format!("busybox {a}: {}", r.context()));
+        }
+    }
+    assert!(bad.is_empty(), "{arch}:\n{}", bad.join("\n\n"));
+}
+
+per_guest!(mod busybox_applets_known = busybox_applets, ignore = "not yet triaged (no memcheck for a static program): with the allocator found by its code, ls -l and awk report 1 and 2 leaks on every guest, and the C library's word loads past a short string's block are reported where no symbol tells its string functions from the program (sort on aarch64 and mips64el, sha256sum on ppc64le); arm's sort reports its lines from realloc as lost": mipsel, mips64el, arm, aarch64, x86_64, i386, ppc64le);
+
+/// The cross toolchain's prefix (`strip`, `nm`) of a guest.
+fn binutils(arch: &str) -> &'static str {
+    match arch {
+        "mipsel" => "mipsel-linux-gnu-",
+        "mips" => "mips-linux-gnu-",
+        "mips64el" => "mips64el-linux-gnuabi64-",
+        "arm" => "arm-linux-gnueabihf-",
+        "aarch64" => "aarch64-linux-gnu-",
+        "x86_64" => "",
+        "i386" => "i686-linux-gnu-",
+        "ppc64le" => "powerpc64le-linux-gnu-",
+        a => panic!("no binutils for {a}"),
+    }
+}
+
+/// `heapbugs` stripped: `cannoli heap` finds malloc and free by their
+/// code in the guest's `libc.a`, at the addresses binutils' `nm` gives for
+/// them in the unstripped file, and finds the planted leak with them.
+fn stripped_signatures(arch: &str) {
+    let dir = RunDir::new();
+    let orig = guest(arch, "heapbugs");
+    let prog = dir.file("heapbugs");
+    fs::copy(&orig, &prog).unwrap();
+    let tool = |t: &str| format!("{}{t}", binutils(arch));
+    let o = Command::new(tool("strip"))
+        .arg(&prog)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", tool("strip")));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(tool("nm"))
+        .arg(&orig)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", tool("nm")));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let nm = String::from_utf8_lossy(&o.stdout).to_string();
+    let want = |name: &str| -> u64 {
+        nm.lines()
+            .find_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w.len() == 3 && w[2] == name).then(|| u64::from_str_radix(w[0], 16).unwrap() & !1)
+            })
+            .unwrap_or_else(|| panic!("{arch}: nm names no {name}"))
+    };
+    let r = heap(&dir, "leak", &[], &prog, &["leak"]);
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.contains("found by their code"))
+        .unwrap_or_else(|| panic!("{arch}: no signature line\n{}", r.context()));
+    let got = |name: &str| -> Option<u64> {
+        let at = line.find(&format!(" {name} 0x"))? + name.len() + 4;
+        let hex: String = line[at..]
+            .chars()
+            .take_while(char::is_ascii_hexdigit)
+            .collect();
+        u64::from_str_radix(&hex, 16).ok()
+    };
+    for f in ["malloc", "free", "calloc", "realloc"] {
+        assert_eq!(got(f), Some(want(f)), "{arch} {f}: {line}");
+    }
+    assert!(
+        r.findings.iter().any(|f| f["kind"] == "leak"),
+        "{arch}: the planted leak is not found\n{}",
+        r.context()
+    );
+}
+
+per_guest!(stripped_signatures: mipsel, mips, mips64el, arm, aarch64, x86_64, i386, ppc64le);
 
 /// The host's own programs through the x86_64 QEMU with the host's
 /// libraries: memcheck's findings on the same program (none but a real

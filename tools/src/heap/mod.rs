@@ -16,7 +16,8 @@
 //! allocation functions are interposed at lift time, as liballocs wants
 //! it done at run time: they are `cannoli probe`'s probe points
 //! ([`alloc`] picks them from the ELF symbol tables of the program and its
-//! C and C++ libraries; `probe`'s plan places them, also in a
+//! C and C++ libraries, [`sig`] by their code in the C library's archive
+//! where a static program is stripped; `probe`'s plan places them, also in a
 //! position-independent program or a shared library), with their
 //! arguments at entry and their results at return by each guest's calling
 //! convention. Every load and store is then checked against the blocks
@@ -40,6 +41,7 @@ pub mod leaks;
 pub mod parallel;
 pub mod report;
 pub mod rows;
+pub mod sig;
 pub mod tracer;
 
 use std::collections::{HashMap, HashSet};
@@ -183,6 +185,24 @@ fn image(args: &Args) -> Result<Image, String> {
     Image::read(&path).map_err(|e| e.to_string())
 }
 
+/// The line saying which allocation functions of a stripped program were
+/// found by their code, and where (what the probes are planned at).
+fn found_line(img: &Image, found: &sig::Found) -> String {
+    let list: Vec<String> = found
+        .funcs
+        .iter()
+        .map(|(f, _)| format!("{} {:#x}", f.name, f.start))
+        .collect();
+    format!(
+        "{} has no symbols; {} of {} allocation functions found by their code in {}: {}",
+        img.path.display(),
+        found.funcs.len(),
+        found.tried,
+        found.archive.display(),
+        list.join(", ")
+    )
+}
+
 /// Runs heap; returns the exit status. Without a Parquet writer:
 /// `--parquet` is refused (the `cannoli` command has one, [`main_with`]).
 pub fn main(args: Args) -> i32 {
@@ -197,15 +217,33 @@ pub fn main(args: Args) -> i32 {
 /// `--parquet` asked for (opened by the caller: the Parquet tables have
 /// their own crate, see [`rows`]); returns the exit status.
 pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
-    let plan = image(&args).and_then(|img| {
-        let specs = alloc::specs(&img, &args.allocs)?;
+    let plan = image(&args).and_then(|mut img| {
+        let mut specs = alloc::specs(&img, &args.allocs)?;
         if specs.is_empty() {
-            // A stripped static program: it runs, nothing is checked.
-            eprintln!(
-                "heap: warning: {} has no allocation function (malloc, free, ...) in its symbol \
-                 tables (stripped?): nothing is checked; name them with --alloc NAME=malloc",
-                img.path.display()
-            );
+            // A stripped static program: its C library's code finds them.
+            let tried = match sig::discover(&img, &args.allocs) {
+                Ok(found) if found.usable() => {
+                    eprintln!("heap: {}", found_line(&img, &found));
+                    img.add_funcs(found.funcs.into_iter().map(|(f, _)| f).collect());
+                    specs = alloc::specs(&img, &args.allocs)?;
+                    String::new()
+                }
+                Ok(found) => format!(
+                    "; by their code in {}, {} of {} functions were found, not both malloc and free",
+                    found.archive.display(),
+                    found.funcs.len(),
+                    found.tried
+                ),
+                Err(why) => format!("; not looked for by their code: {why}"),
+            };
+            if specs.is_empty() {
+                eprintln!(
+                    "heap: warning: {} has no allocation function (malloc, free, ...) in its \
+                     symbol tables (stripped?){tried}: nothing is checked; name them with \
+                     --alloc NAME=malloc",
+                    img.path.display()
+                );
+            }
         }
         Plan::new(&img, specs, false, false).map_err(|e| e.to_string())
     });

@@ -23,7 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use super::super::backtrace::arch::{self, Rules};
+use super::super::backtrace::arch::Rules;
 use super::super::backtrace::state::{BacktraceState, Regs, Symbolize};
 use super::super::backtrace::symbols::Functions;
 use super::super::backtrace::{Module, Resolver};
@@ -33,7 +33,7 @@ use super::super::probe::shadow::{AddrMap, Shadow};
 use super::alloc::Role;
 use super::blocks::{Bad, Block, Freed, Heap, Kind, Stack};
 use super::leaks;
-use super::parallel::{plain_wanted, SiteFilter};
+use super::parallel::SiteFilter;
 use super::report::{Finding, Op};
 use super::Run;
 

@@ -202,6 +202,21 @@ impl Image {
         })
     }
 
+    /// The loadable executable segments: (address, bytes).
+    pub fn code(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
+        self.code.iter().map(|(a, d)| (*a, d.as_slice()))
+    }
+
+    /// Adds functions no symbol names (found by their code, see
+    /// `heap::sig`), kept sorted by start.
+    pub fn add_funcs(&mut self, more: Vec<Func>) {
+        self.funcs.extend(more);
+        self.funcs
+            .sort_by(|a, b| a.start.cmp(&b.start).then(a.name.cmp(&b.name)));
+        self.funcs
+            .dedup_by(|b, a| a.start == b.start && a.name == b.name);
+    }
+
     /// The function whose code holds `pc`.
     pub fn containing(&self, pc: u64) -> Option<&Func> {
         let i = self.funcs.partition_point(|f| f.start <= pc);
@@ -269,7 +284,7 @@ fn debug_file(file: &object::File) -> Option<PathBuf> {
 /// Bytes from an ELFv2 function's global entry to its local entry, from
 /// the three high bits `v` of `st_other` (the ELFv2 ABI: 0 and 1 mean the
 /// same address, 2 to 6 mean `1 << v` bytes past it).
-fn local_entry(st_other: u8) -> u64 {
+pub fn local_entry(st_other: u8) -> u64 {
     match (st_other >> 5) & 7 {
         v @ 2..=6 => 1u64 << v,
         _ => 0,
