@@ -22,27 +22,14 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 /// The environment variable naming the plan file.
 const PLAN_ENV: &str = "CANNOLI_HEAP_PLAN";
 
-/// QEMU's mappings when it loaded this library, before it loaded the
-/// guest (see [`snapshot`]).
-static QEMU_MAPS: OnceLock<String> = OnceLock::new();
-
-/// Run by the dynamic linker when QEMU loads this library, before it maps
-/// the guest: QEMU's own files, which on a guest of the host's
-/// architecture include the guest's dynamic loader and C library.
-extern "C" fn snapshot() {
-    let _ = QEMU_MAPS.set(plan::read_maps());
-}
-
-#[used]
-#[link_section = ".init_array"]
-static SNAPSHOT: extern "C" fn() = snapshot;
+jitter::qemu_maps_at_load!();
 
 /// The plan, read at the first hook call. A static: QEMU calls the hooks
 /// as free functions, so the library has nowhere else to keep it.
 fn plan() -> MutexGuard<'static, Plan> {
     static P: OnceLock<Mutex<Plan>> = OnceLock::new();
     let m = P.get_or_init(|| {
-        let maps = QEMU_MAPS.get().map(String::as_str);
+        let maps = qemu_maps();
         Mutex::new(plan::load_or_exit(
             PLAN_ENV,
             "libheap",

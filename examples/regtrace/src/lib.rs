@@ -23,17 +23,7 @@ pub const RANGES_ENV: &str = "CANNOLI_REGTRACE_RANGES";
 /// The environment variable naming the plan file, when there is one.
 pub const PLAN_ENV: &str = "CANNOLI_REGTRACE_PLAN";
 
-/// QEMU's mappings when it loaded this library, before it loaded the
-/// guest: the plan tells the guest's files from QEMU's own by them.
-static QEMU_MAPS: OnceLock<String> = OnceLock::new();
-
-extern "C" fn snapshot() {
-    let _ = QEMU_MAPS.set(plan::read_maps());
-}
-
-#[used]
-#[link_section = ".init_array"]
-static SNAPSHOT: extern "C" fn() = snapshot;
+jitter::qemu_maps_at_load!();
 
 /// The plan, if the client wrote one. A static: QEMU calls the hooks as
 /// free functions, so the library has nowhere else to keep it.
@@ -41,7 +31,7 @@ fn plan() -> &'static Option<Mutex<Plan>> {
     static P: OnceLock<Option<Mutex<Plan>>> = OnceLock::new();
     P.get_or_init(|| {
         std::env::var_os(PLAN_ENV).filter(|v| !v.is_empty())?;
-        let maps = QEMU_MAPS.get().map(String::as_str);
+        let maps = qemu_maps();
         Some(Mutex::new(plan::load_or_exit(
             PLAN_ENV,
             "libregtrace",

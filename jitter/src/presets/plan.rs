@@ -173,6 +173,33 @@ pub fn load_or_exit(env: &str, lib: &str, tool: &str, qemu_maps: Option<&str>) -
     }
 }
 
+/// Defines, in a hook library, `fn qemu_maps() -> Option<&'static str>`:
+/// QEMU's `/proc/self/maps` as the dynamic linker loaded the library,
+/// before QEMU mapped the guest (QEMU's own files, which on a guest of the
+/// host's architecture include the guest's dynamic loader and C library:
+/// [`parse`] tells them from the guest's by it). A macro because the
+/// `.init_array` entry that takes the snapshot must be in the library
+/// itself: one in this crate would be dropped with its unreferenced object.
+#[macro_export]
+macro_rules! qemu_maps_at_load {
+    () => {
+        static QEMU_MAPS: ::std::sync::OnceLock<String> = ::std::sync::OnceLock::new();
+
+        extern "C" fn snapshot_qemu_maps() {
+            let _ = QEMU_MAPS.set($crate::presets::plan::read_maps());
+        }
+
+        #[used]
+        #[link_section = ".init_array"]
+        static SNAPSHOT_QEMU_MAPS: extern "C" fn() = snapshot_qemu_maps;
+
+        /// QEMU's mappings from before it loaded the guest.
+        fn qemu_maps() -> Option<&'static str> {
+            QEMU_MAPS.get().map(String::as_str)
+        }
+    };
+}
+
 /// QEMU's own `/proc/self/maps`.
 pub fn read_maps() -> String {
     std::fs::read_to_string("/proc/self/maps").unwrap_or_default()
