@@ -336,10 +336,14 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         let _ = w.write_all(text.as_bytes());
     }
     let found = summary.total_found();
+    let unordered = (summary.unordered > 0).then(|| summary.unordered_line());
     drop(summary);
+    if let Some(line) = &unordered {
+        eprintln!("heap: warning: {line}");
+    }
     let written = lock(&run.out).take().expect("finished once").finish();
     let code = report.finish_with_output("heap", written);
-    if code == cannoli::EXIT_INCOMPLETE || !report.stats.is_complete() {
+    if code == cannoli::EXIT_INCOMPLETE || !report.stats.is_complete() || unordered.is_some() {
         cannoli::EXIT_INCOMPLETE
     } else if found > 0 {
         FOUND_EXIT

@@ -172,6 +172,10 @@ pub struct Summary {
     pub timeline: Vec<(u64, u64)>,
     pub stride: u64,
     pub events: u64,
+    /// Events run before the other thread's event they waited for, because
+    /// the process held back too many ([`super::tracer`]'s order): findings
+    /// between threads may then be wrong, so the check is incomplete.
+    pub unordered: u64,
 }
 
 impl Summary {
@@ -211,6 +215,15 @@ impl Summary {
         (1..=n).map(|i| t[i * (t.len() - 1) / n]).collect()
     }
 
+    /// What [`Summary::unordered`] means, in one line.
+    pub fn unordered_line(&self) -> String {
+        format!(
+            "{} events ran before the other thread's event they waited for (too many held \
+             back): findings between threads may be wrong, the check is incomplete",
+            self.unordered
+        )
+    }
+
     pub fn total_found(&self) -> u64 {
         self.found.values().sum()
     }
@@ -246,6 +259,7 @@ impl Summary {
             "reachable_blocks": self.reachable_blocks,
             "findings": found,
             "lost_events": lost,
+            "unordered_events": self.unordered,
             "top_sites": self.top_sites(10).iter().map(|(s, (n, b))| json!({"site": &***s, "allocations": n, "bytes": b})).collect::<Vec<_>>(),
             "live_bytes": self.timeline.iter().map(|(e, b)| json!([e, b])).collect::<Vec<_>>(),
         }})
@@ -305,6 +319,9 @@ impl Summary {
                 String::new()
             }
         );
+        if self.unordered > 0 {
+            let _ = writeln!(s, "{p} {}", self.unordered_line());
+        }
         s
     }
 }

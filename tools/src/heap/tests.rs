@@ -161,3 +161,18 @@ fn roles_and_custom_allocators() {
     assert!(parse_alloc("x=brk").unwrap_err().contains("unknown role"));
     assert!(parse_alloc("x").unwrap_err().contains("NAME=ROLE"));
 }
+
+#[test]
+fn events_run_out_of_thread_order_make_the_check_incomplete() {
+    let mut s = super::report::Summary::default();
+    assert!(!s.text(0).contains("waited for"));
+    assert_eq!(s.json(0)["summary"]["unordered_events"], 0);
+    s.unordered = 7;
+    let text = s.text(0);
+    assert!(
+        text.contains("==heap== 7 events ran before the other thread's event they waited for"),
+        "{text}"
+    );
+    assert!(text.contains("the check is incomplete"), "{text}");
+    assert_eq!(s.json(0)["summary"]["unordered_events"], 7);
+}

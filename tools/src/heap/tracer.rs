@@ -209,6 +209,7 @@ impl Drop for Pid {
         let mut st = lock(&self.state);
         // The last thread ended: nothing it waited for will come.
         order::release(self, &mut st, true);
+        lock(&self.run.summary).unordered += st.order.forced;
         let dead = std::mem::take(&mut *lock(&self.dead));
         leaks::report(&self.run, self.pid, &mut st, &dead);
     }

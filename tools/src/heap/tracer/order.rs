@@ -27,7 +27,8 @@
 //! (two threads touching a block with nothing ordering them) is reported
 //! only when its events happen to arrive in the racy order. A thread
 //! holds at most [`HELD_LIMIT`] events for the whole process; past it the
-//! oldest run anyway, counted in [`Order::forced`].
+//! oldest run anyway, counted in [`Order::forced`]: the summary says so
+//! and the run exits as incomplete.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
