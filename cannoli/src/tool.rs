@@ -99,15 +99,20 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     /// guest registers as for [`Cannoli::regs`]. `_branch` tells whether the
     /// instruction can end a basic block (a branch, jump, call, return or
     /// trap); whether it is taken shows in the next executed pc.
+    ///
+    /// By default it is [`Cannoli::regs`]: a tool that does not follow
+    /// branches still gets the registers of every instruction they were
+    /// asked for at (a `--hooks regs` recording flags its branches).
     #[inline(always)]
     fn branch(
-        _pid: &Self::PidContext,
-        _tid: &Self::TidContext,
-        _pc: u64,
+        pid: &Self::PidContext,
+        tid: &Self::TidContext,
+        pc: u64,
         _branch: bool,
-        _regs: &[u8],
-        _trace: &mut Vec<Self::Trace>,
+        regs: &[u8],
+        trace: &mut Vec<Self::Trace>,
     ) {
+        Self::regs(pid, tid, pc, regs, trace)
     }
 
     /// The instruction at `pc` loaded `val` (masked to `sz` bytes: 1, 2, 4 or

@@ -7,8 +7,10 @@
 //! * `pc`: every instruction (`Always`), no memory;
 //! * `mem`: every instruction and every load and store;
 //! * `branches`: what `backtrace` needs (`jitter::presets::branches`);
-//! * `regs`: registers at every instruction (`Register`), and every load
-//!   and store.
+//! * `regs`: registers at every instruction (`Branch` at the instructions
+//!   that can end a block, so a replay follows calls and returns as a live
+//!   `backtrace` or `heap` does; `Register` elsewhere), and every load and
+//!   store.
 //!
 //! System calls are recorded in every preset: a recording is made once
 //! for many analyses.
@@ -50,6 +52,7 @@ fn hook_inst(pc: u64, branch: bool) -> HookType {
     match preset() {
         Preset::Pc | Preset::Mem => HookType::Always,
         Preset::Branches => branches::inst(pc, branch),
+        Preset::Regs if branch => HookType::Branch,
         Preset::Regs => HookType::Register,
     }
 }

@@ -728,7 +728,6 @@ fn host_programs() {
 /// `cannoli heap --replay`: the live run's finding lines (but the thread
 /// ids and process ids, each run's own).
 #[test]
-#[ignore = "a --hooks regs recording flags no branches: replayed stacks hold only the innermost frame"]
 fn replay_gives_the_live_findings() {
     let dir = RunDir::new();
     let prog = guest("mipsel", "heapbugs");

@@ -13,8 +13,7 @@
 //! * "who allocated what was freed here": a query naming a free's site
 //!   gives the allocating function and site memcheck names for the freed
 //!   block of each use after free and double free;
-//! * a `--hooks regs` recording replayed gives the live run's table
-//!   (ignored, as `heap::replay_gives_the_live_findings` is).
+//! * a `--hooks regs` recording replayed gives the live run's table.
 //!
 //! memcheck replaces `malloc` only in a dynamically linked program, so its
 //! runs are of the `dyn_*` builds. Ground truth and traced runs get the
@@ -270,11 +269,8 @@ fn who_allocated_what_was_freed_here() {
 }
 
 /// A `--hooks regs` recording of heapclean replayed with `--parquet`: the
-/// live run's rows (but the addresses, the thread and process ids, and
-/// the stacks: a replay's hold only their innermost frame, see the
-/// ignored `heap::replay_gives_the_live_findings`).
+/// live run's rows (but the addresses, which differ from run to run).
 #[test]
-#[ignore = "a --hooks regs recording flags no branches: the replay misses calloc's return (its tail call to memset is seen through the call stack) and reports false findings after it"]
 fn replay_gives_the_live_table() {
     let dir = RunDir::new();
     let prog = guest("x86_64", "heapclean");

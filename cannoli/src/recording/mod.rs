@@ -41,6 +41,11 @@ pub struct Hooks {
     pub mem: bool,
     /// Which instructions carry registers.
     pub regs: RegsAt,
+    /// Branch instructions come as `Branch` events ([`Cannoli::branch`]),
+    /// so a replay can follow calls and returns. `false` in recordings made
+    /// before the `regs` preset flagged them (they said nothing of it).
+    #[serde(default)]
+    pub branch_flags: bool,
 }
 
 /// Which instructions carry registers in a recording.
@@ -67,7 +72,7 @@ impl Hooks {
         ),
         (
             "regs",
-            "registers at every instruction, and every memory access",
+            "registers at every instruction (branches flagged), and every memory access",
         ),
     ];
 
@@ -85,6 +90,7 @@ impl Hooks {
                     exec: false,
                     mem: false,
                     regs: RegsAt::None,
+                    branch_flags: false,
                 }
             }
         };
@@ -93,6 +99,7 @@ impl Hooks {
             exec,
             mem,
             regs,
+            branch_flags: regs != RegsAt::None,
         }
     }
 }
@@ -109,6 +116,9 @@ pub struct Needs {
     /// The tool's option that does without the memory accesses, if it
     /// has one (named in the message when they are missing).
     pub mem_optional: Option<&'static str>,
+    /// Branch instructions flagged ([`Hooks::branch_flags`]): the tool
+    /// follows calls and returns.
+    pub branch_flags: bool,
 }
 
 impl Needs {
@@ -137,6 +147,9 @@ impl Needs {
             }
             Some(RegsAt::Branches) if hooks.regs != RegsAt::Branches => {
                 Err(Lacks::RegsAtBranches { preset: preset() })
+            }
+            _ if self.branch_flags && !hooks.branch_flags => {
+                Err(Lacks::BranchFlags { preset: preset() })
             }
             _ => Ok(()),
         }
@@ -187,6 +200,15 @@ pub enum Lacks {
          with --hooks branches"
     )]
     RegsAtBranches {
+        /// The preset it was recorded with.
+        preset: String,
+    },
+    /// Made before its preset flagged branches.
+    #[error(
+        "recorded with --hooks {preset} by an older cannoli, whose recordings do not flag \
+         branches (calls and returns cannot be followed); record it again with --hooks {preset}"
+    )]
+    BranchFlags {
         /// The preset it was recorded with.
         preset: String,
     },

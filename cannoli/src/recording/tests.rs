@@ -381,6 +381,7 @@ fn needs_say_what_the_recording_lacks() {
         exec,
         mem,
         regs,
+        branch_flags: regs != RegsAt::None,
     };
     let pc = hooks("pc", true, false, RegsAt::None);
     let mem = Needs {
@@ -431,4 +432,20 @@ fn needs_say_what_the_recording_lacks() {
     assert!(regs(RegsAt::All)
         .check(&hooks("custom", false, false, RegsAt::None))
         .is_ok());
+    // A `regs` recording of an older cannoli: registers everywhere, no
+    // branch flags (its header has no `branch_flags`).
+    let old: Hooks =
+        serde_json::from_str(r#"{"preset":"regs","exec":false,"mem":true,"regs":"all"}"#).unwrap();
+    assert!(!old.branch_flags);
+    let flags = Needs {
+        branch_flags: true,
+        ..regs(RegsAt::All)
+    };
+    assert_eq!(
+        flags.check(&old).unwrap_err().to_string(),
+        "recorded with --hooks regs by an older cannoli, whose recordings do not flag branches \
+         (calls and returns cannot be followed); record it again with --hooks regs"
+    );
+    assert!(flags.check(&Hooks::preset("regs")).is_ok());
+    assert!(regs(RegsAt::All).check(&old).is_ok());
 }

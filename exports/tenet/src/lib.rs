@@ -493,6 +493,7 @@ pub fn main(args: Args) -> i32 {
         mem: true,
         regs: Some(RegsAt::All),
         mem_optional: None,
+        branch_flags: false,
     };
     if let Err(e) = needs.check(rec.hooks()) {
         eprintln!("{TOOL}: {}: {e}", path.display());

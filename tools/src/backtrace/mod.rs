@@ -62,6 +62,7 @@ const NEEDS: Needs = Needs {
     mem: false,
     regs: Some(RegsAt::Branches),
     mem_optional: None,
+    branch_flags: false,
 };
 
 /// The command line of `backtrace` (and `cannoli backtrace`).

@@ -598,6 +598,7 @@ const NEEDS: Needs = Needs {
     mem: false,
     regs: None,
     mem_optional: None,
+    branch_flags: false,
 };
 
 /// The command line of `coverage` (and `cannoli coverage`).

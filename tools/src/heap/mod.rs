@@ -304,6 +304,8 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         regs: Some(RegsAt::All),
         mem: true,
         exec: false,
+        // Stacks follow calls and returns, as live.
+        branch_flags: true,
         ..Needs::default()
     };
     let result =

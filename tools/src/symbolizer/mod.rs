@@ -441,6 +441,7 @@ pub fn main(args: Args) -> i32 {
         mem: !args.no_mem,
         regs: None,
         mem_optional: Some("--no-mem"),
+        branch_flags: false,
     };
     let settings = Settings {
         color: args.color(),
