@@ -20,6 +20,12 @@
 //! functions of its section put that section, or skipped. Nothing is
 //! cached: reading one archive member and scanning a few MB takes
 //! milliseconds.
+//!
+//! RISC-V's linker does more: it relaxes calls and addresses into shorter
+//! instruction sequences, so a function's code there is a [`Sig`], a
+//! sequence of pieces some of which have several forms ([`riscv`]), and
+//! its section's functions move apart from each other (none is placed by
+//! the others then).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -115,7 +115,7 @@ fn maybe_gone(form: Pattern, relax: bool) -> Piece {
 
 /// The piece for the relocation `r` (its high part `hi`, if a
 /// `PCREL_LO12`) at the start of `code`, and the bytes it spans; `None`
-/// for a relocation of no instruction's field the linker rewrites.
+/// when `code` ends first, or for a pad no compiler asks for.
 fn piece(r: &Reloc, hi: Option<&Reloc>, code: &[u8], rv32: bool) -> Option<(Piece, usize)> {
     let w = |n: usize| code.get(..n);
     let ins = || w(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
@@ -176,7 +176,9 @@ fn piece(r: &Reloc, hi: Option<&Reloc>, code: &[u8], rv32: bool) -> Option<(Piec
             (Piece::Fixed(word(ins()?, mask)), 4)
         }
         E::R_RISCV_ALIGN => {
-            let max = usize::try_from(r.addend).ok()?;
+            // (More than a page of padding is no compiler's: the rest
+            // open, rather than thousands of lengths to try.)
+            let max = usize::try_from(r.addend).ok().filter(|&m| m <= 4096)?;
             let align = (max as u64 + 2).next_power_of_two();
             (Piece::Pad { max, align }, max)
         }
@@ -317,7 +319,7 @@ pub fn sig(code: &[u8], relocs: &[Reloc], range: Range<usize>, rv32: bool) -> Si
                 at = r.off + n;
             }
             None => {
-                // Cut short by the function's end: the rest open.
+                // The rest open (and as long as in the object).
                 pieces.push(open(end - r.off));
                 at = end;
             }
@@ -327,4 +329,197 @@ pub fn sig(code: &[u8], relocs: &[Reloc], range: Range<usize>, rv32: bool) -> Si
         pieces.push(Piece::Fixed(Pattern::new(&code[at..end])));
     }
     Sig { pieces }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::find;
+    use super::*;
+
+    /// A relocation and its `R_RISCV_RELAX`.
+    fn rel(off: usize, r_type: u32, sym: usize, target: Option<usize>) -> Vec<Reloc> {
+        let r = Reloc {
+            off,
+            r_type,
+            addend: 0,
+            relax: false,
+            sym: Some(sym),
+            target,
+        };
+        let relax = Reloc {
+            r_type: E::R_RISCV_RELAX,
+            sym: None,
+            ..r
+        };
+        vec![r, relax]
+    }
+
+    fn le(words: &[u32], halves: &[(usize, u16)]) -> Vec<u8> {
+        // 4-byte words, with 2-byte ones spliced in at their indexes.
+        let mut out = Vec::new();
+        let mut hi = halves.iter().peekable();
+        for (i, w) in words.iter().enumerate() {
+            while let Some((_, h)) = hi.next_if(|(at, _)| *at == i) {
+                out.extend_from_slice(&h.to_le_bytes());
+            }
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        for (_, h) in hi {
+            out.extend_from_slice(&h.to_le_bytes());
+        }
+        out
+    }
+
+    /// glibc 2.36's `memalign` for RV64 as `malloc.o` has it, and as GNU
+    /// ld 2.40 linked it into a static program at 0x26772 (objdump).
+    fn memalign() -> (Vec<u8>, Vec<Reloc>, Vec<u8>) {
+        let obj: Vec<u8> = [
+            &0x0000_0797u32.to_le_bytes()[..], // auipc a5, %pcrel_hi(x)
+            &0x0007_c783u32.to_le_bytes(),     // lbu a5, %pcrel_lo(.)(a5)
+            &0xc789u16.to_le_bytes(),          // beqz a5, 1f
+            &0x0000_0317u32.to_le_bytes(),     // tail _mid_memalign
+            &0x0003_0067u32.to_le_bytes(),
+            &le(&[], &[(0, 0x1101), (0, 0xec06), (0, 0xe42e), (0, 0xe02a)]),
+            &0x0000_0097u32.to_le_bytes(), // 1: call ptmalloc_init
+            &0x0000_80e7u32.to_le_bytes(),
+            &le(&[], &[(0, 0x65a2), (0, 0x6502), (0, 0x60e2), (0, 0x6105)]),
+            &0x0000_0317u32.to_le_bytes(), // tail _mid_memalign
+            &0x0003_0067u32.to_le_bytes(),
+        ]
+        .concat();
+        let relocs = fold(
+            [
+                rel(0, E::R_RISCV_PCREL_HI20, 1, None),
+                rel(4, E::R_RISCV_PCREL_LO12_I, 2, Some(0)),
+                rel(8, E::R_RISCV_RVC_BRANCH, 6, None)[..1].to_vec(),
+                rel(10, E::R_RISCV_CALL_PLT, 3, None),
+                rel(26, E::R_RISCV_CALL_PLT, 4, None),
+                rel(42, E::R_RISCV_CALL_PLT, 3, None),
+            ]
+            .concat(),
+        );
+        let linked: Vec<u8> = [
+            &0x0005_e797u32.to_le_bytes()[..],
+            &0xd8e7_c783u32.to_le_bytes(),
+            &0xc391u16.to_le_bytes(),
+            &0xb239u16.to_le_bytes(), // c.j: the tail call relaxed
+            &le(&[], &[(0, 0x1101), (0, 0xec06), (0, 0xe42e), (0, 0xe02a)]),
+            &0xcfdf_c0efu32.to_le_bytes(), // jal: the call relaxed
+            &le(&[], &[(0, 0x65a2), (0, 0x6502), (0, 0x60e2), (0, 0x6105)]),
+            &0xb8e5u16.to_le_bytes(),
+        ]
+        .concat();
+        (obj, relocs, linked)
+    }
+
+    /// `body` at 0x26772 of a program between other code.
+    fn program(body: &[u8]) -> Vec<u8> {
+        let mut text = vec![0x01, 0x00, 0x82, 0x80]; // c.nop; ret
+        text.extend_from_slice(body);
+        text.extend_from_slice(&[0x82, 0x80]);
+        text
+    }
+
+    const AT: u64 = 0x26772 - 4;
+
+    #[test]
+    fn relaxed_calls_and_addresses_match_at_the_linked_start_only() {
+        let (obj, relocs, linked) = memalign();
+        assert_eq!(obj.len(), 50);
+        let sig = sig(&obj, &relocs, 0..obj.len(), false);
+        let text = program(&linked);
+        // Once, at its start: not also at the `lbu`, as if the `auipc`
+        // had been deleted (then the `lbu` would be based on gp).
+        assert_eq!(find(&[(AT, &text[..])], &sig, 2, 0, 8), vec![(0x26772, 34)]);
+        // As the object has it (nothing relaxed): the same.
+        let text = program(&obj);
+        assert_eq!(find(&[(AT, &text[..])], &sig, 2, 0, 8), vec![(0x26772, 50)]);
+        // The address relaxed to gp: the `auipc` gone, the `lbu` on gp.
+        let mut gp = linked[4..].to_vec();
+        gp[1] = (gp[1] & 0x7f) | 0x80;
+        gp[2] = (gp[2] & 0xf0) | 0x01;
+        let text = program(&gp);
+        assert_eq!(find(&[(AT, &text[..])], &sig, 2, 0, 8), vec![(0x26772, 30)]);
+    }
+
+    #[test]
+    fn a_changed_instruction_or_base_is_no_match() {
+        let (obj, relocs, linked) = memalign();
+        let sig = sig(&obj, &relocs, 0..obj.len(), false);
+        // `sd a1, 8(sp)` made `sd a1, 16(sp)`.
+        let mut other = linked.clone();
+        other[16..18].copy_from_slice(&0xe82eu16.to_le_bytes());
+        let text = program(&other);
+        assert!(find(&[(AT, &text[..])], &sig, 2, 0, 8).is_empty());
+        // The `auipc` kept but the `lbu` based on gp: no linker does that;
+        // the function would start at the `lbu`, the `auipc` another's.
+        let mut other = linked.clone();
+        other[5] = (other[5] & 0x7f) | 0x80;
+        other[6] = (other[6] & 0xf0) | 0x01;
+        let text = program(&other);
+        assert_eq!(find(&[(AT, &text[..])], &sig, 2, 0, 8), vec![(0x26776, 30)]);
+        // A tail call relaxed into a `c.jal` (a call, RV32's): not a tail.
+        let mut other = linked.clone();
+        other[10..12].copy_from_slice(&0x3239u16.to_le_bytes());
+        let text = program(&other);
+        assert!(find(&[(AT, &text[..])], &sig, 2, 0, 8).is_empty());
+    }
+
+    #[test]
+    fn thread_pointer_offsets_and_alignment_pads_shrink() {
+        // lui s0, %tprel_hi(x); add s0, s0, tp, %tprel_add(x);
+        // addi s0, s0, %tprel_lo(x); ld a5, 8(s0); .p2align 3 (6 bytes of
+        // nops here); ret
+        let mut obj = le(&[0x0000_0437, 0x0044_0433, 0x0004_0413], &[(3, 0x641c)]);
+        obj.extend_from_slice(&[0x13, 0, 0, 0, 0x01, 0]);
+        obj.extend_from_slice(&0x8082u16.to_le_bytes());
+        let mut relocs = [
+            rel(0, E::R_RISCV_TPREL_HI20, 5, None),
+            rel(4, E::R_RISCV_TPREL_ADD, 5, None),
+            rel(8, E::R_RISCV_TPREL_LO12_I, 5, None),
+        ]
+        .concat();
+        relocs.push(Reloc {
+            off: 14,
+            r_type: E::R_RISCV_ALIGN,
+            addend: 6,
+            relax: false,
+            sym: None,
+            target: None,
+        });
+        let sig = sig(&obj, &fold(relocs), 0..obj.len(), false);
+        // Linked at 0x1000 as `addi s0, tp, 40; ld a5, 8(s0)`: the pad to
+        // 0x1008 is one `c.nop`.
+        let body = [
+            &0x0282_0413u32.to_le_bytes()[..],
+            &0x641cu16.to_le_bytes(),
+            &[0x01, 0],
+            &0x8082u16.to_le_bytes(),
+        ]
+        .concat();
+        let mut text = vec![0x82, 0x80, 0x82, 0x80];
+        text.extend_from_slice(&body);
+        assert_eq!(
+            find(&[(0xffc, &text[..])], &sig, 2, 0, 8),
+            vec![(0x1000, 10)]
+        );
+        // At 0x1002 that pad would leave the `ret` at 0x100a: no match.
+        let mut text = vec![0x82, 0x80, 0x82, 0x80, 0x82, 0x80];
+        text.extend_from_slice(&body);
+        assert!(find(&[(0xffc, &text[..])], &sig, 2, 0, 8).is_empty());
+        // Nothing relaxed at 0x1000: the pad to 0x1010 is one `c.nop`.
+        let mut text = obj[..14].to_vec();
+        text.extend_from_slice(&[0x01, 0, 0x82, 0x80]);
+        assert_eq!(
+            find(&[(0x1000, &text[..])], &sig, 2, 0, 8),
+            vec![(0x1000, 18)]
+        );
+        // The `addi` based on tp only once the `lui` and `add` are gone:
+        // the function would start at the `addi`.
+        text[10] = (text[10] & 0xf0) | 0x02;
+        assert_eq!(
+            find(&[(0x1000, &text[..])], &sig, 2, 0, 8),
+            vec![(0x1008, 10)]
+        );
+    }
 }

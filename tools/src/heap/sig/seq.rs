@@ -54,9 +54,9 @@ impl Piece {
                 }
             }
             Piece::Pad { max, align } => {
-                let addr = base.wrapping_add(at as u64);
-                let n = (align.wrapping_sub(addr % align.max(&1)) % align.max(&1)) as usize;
-                if n <= *max && n % 2 == 0 && hay.len() >= n && is_nops(&hay[..n]) {
+                let a = (*align).max(1);
+                let n = ((a - base.wrapping_add(at as u64) % a) % a) as usize;
+                if n <= *max && hay.len() >= n && is_nops(&hay[..n]) {
                     out.push(at + n);
                 }
             }
@@ -69,7 +69,7 @@ impl Piece {
 fn is_nops(b: &[u8]) -> bool {
     let words = b.len() / 4 * 4;
     b[..words].chunks_exact(4).all(|w| w == [0x13, 0, 0, 0])
-        && b[words..].iter().eq([0x01, 0x00][..b.len() - words].iter())
+        && matches!(b[words..], [] | [0x01, 0x00])
 }
 
 /// A function's code as pieces, in order.
@@ -140,9 +140,9 @@ impl Sig {
             };
             let key =
                 |o: &BTreeSet<usize>, l: usize| (l.min(GOOD_RUN), std::cmp::Reverse(o.len()), l);
-            if best
+            if !best
                 .as_ref()
-                .is_none_or(|(_, o, _, l)| key(&offs, len) > key(o, *l))
+                .is_some_and(|(_, o, _, l)| key(&offs, len) <= key(o, *l))
             {
                 best = Some((k, offs, off, len));
             }
