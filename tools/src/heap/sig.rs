@@ -20,6 +20,12 @@
 //! functions of its section put that section, or skipped. Nothing is
 //! cached: reading one archive member and scanning a few MB takes
 //! milliseconds.
+//!
+//! RISC-V's linker does more: it relaxes calls and addresses into shorter
+//! instruction sequences, so a function's code there is a [`Sig`], a
+//! sequence of pieces some of which have several forms ([`riscv`]), and
+//! its section's functions move apart from each other (none is placed by
+//! the others then).
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -30,12 +36,18 @@ use object::{elf as E, Object, ObjectSection, ObjectSymbol, RelocationFlags, Sym
 use super::super::probe::elf::{local_entry, Func, Image};
 use super::alloc::{self, Role};
 
-/// A function's code with the bytes the linker fills in left open.
+mod riscv;
+mod seq;
+
+pub use seq::{find, Piece, Sig};
+
+/// A function's code with the bits the linker fills in left open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pattern {
     pub bytes: Vec<u8>,
-    /// `true`: the program's byte must equal; `false`: any byte.
-    pub known: Vec<bool>,
+    /// The bits of each byte the program's must equal (0xff: the whole
+    /// byte; 0: any byte).
+    pub mask: Vec<u8>,
 }
 
 impl Pattern {
@@ -43,29 +55,42 @@ impl Pattern {
     pub fn new(bytes: &[u8]) -> Pattern {
         Pattern {
             bytes: bytes.to_vec(),
-            known: vec![true; bytes.len()],
+            mask: vec![0xff; bytes.len()],
+        }
+    }
+
+    /// `bytes` with only the bits of `mask` known (as long as `bytes`).
+    pub fn masked(bytes: &[u8], mask: &[u8]) -> Pattern {
+        Pattern {
+            bytes: bytes.to_vec(),
+            mask: mask.to_vec(),
         }
     }
 
     /// Leaves `[start, end)` open (clipped to the pattern).
     pub fn open(&mut self, start: usize, end: usize) {
-        let end = end.min(self.known.len());
+        let end = end.min(self.mask.len());
         if start < end {
-            self.known[start..end].fill(false);
+            self.mask[start..end].fill(0);
         }
     }
 
-    /// How many bytes must match.
+    /// How many bytes' worth of bits must match (the bits, by 8: an
+    /// instruction with only its immediate open still tells much).
     pub fn known_bytes(&self) -> usize {
-        self.known.iter().filter(|&&k| k).count()
+        self.mask
+            .iter()
+            .map(|m| m.count_ones() as usize)
+            .sum::<usize>()
+            / 8
     }
 
-    /// The longest run of known bytes, (offset, length): the part searched
-    /// for first.
+    /// The longest run of whole known bytes, (offset, length): the part
+    /// searched for first.
     fn anchor(&self) -> (usize, usize) {
         let (mut best, mut run_start) = ((0, 0), 0);
-        for (i, &k) in self.known.iter().enumerate() {
-            if !k {
+        for (i, &m) in self.mask.iter().enumerate() {
+            if m != 0xff {
                 run_start = i + 1;
             } else if i + 1 - run_start > best.1 {
                 best = (run_start, i + 1 - run_start);
@@ -79,43 +104,10 @@ impl Pattern {
             && self
                 .bytes
                 .iter()
-                .zip(&self.known)
+                .zip(&self.mask)
                 .zip(hay)
-                .all(|((b, k), h)| !k || b == h)
+                .all(|((b, m), h)| (b ^ h) & m == 0)
     }
-}
-
-/// Where `pat` occurs in `code` (address, bytes), at addresses `a` with
-/// `a % align == phase`: at most `limit` of them.
-pub fn find(
-    code: &[(u64, &[u8])],
-    pat: &Pattern,
-    align: u64,
-    phase: u64,
-    limit: usize,
-) -> Vec<u64> {
-    let (aoff, alen) = pat.anchor();
-    let mut out = Vec::new();
-    if alen == 0 {
-        return out;
-    }
-    let finder = memchr::memmem::Finder::new(&pat.bytes[aoff..aoff + alen]);
-    let align = align.max(1);
-    for (base, data) in code {
-        for pos in finder.find_iter(data) {
-            let Some(start) = pos.checked_sub(aoff) else {
-                continue;
-            };
-            let addr = base.wrapping_add(start as u64);
-            if addr % align == phase % align && pat.matches(&data[start..]) {
-                out.push(addr);
-                if out.len() >= limit {
-                    return out;
-                }
-            }
-        }
-    }
-    out
 }
 
 /// How an object's relocations rewrite its code.
@@ -300,10 +292,13 @@ struct Candidate {
     /// apart from the archive, with the functions of the member at other
     /// offsets.)
     align: u64,
-    size: u64,
     thumb: bool,
     local: u64,
-    pat: Pattern,
+    /// Its code.
+    pat: Sig,
+    /// Whether the linker may have shortened its code (RISC-V): then the
+    /// functions of a section no longer keep their offsets in it.
+    relaxed: bool,
 }
 
 /// The preferred name of a function with several: one with a role, the
@@ -328,6 +323,8 @@ fn candidates(m: usize, data: &[u8], custom: &[(String, Role)], out: &mut Vec<Ca
         _ => Isa::Fixed(4),
     };
     let arm = f.architecture() == object::Architecture::Arm;
+    let rv = f.architecture() == object::Architecture::Riscv64
+        || f.architecture() == object::Architecture::Riscv32;
     let ppc = f.architecture() == object::Architecture::PowerPc64;
     // Functions by (section, value): aliases share one.
     let mut funcs: HashMap<(usize, u64), (Vec<&str>, u64, u8)> = HashMap::new();
@@ -347,7 +344,9 @@ fn candidates(m: usize, data: &[u8], custom: &[(String, Role)], out: &mut Vec<Ca
             .or_insert((Vec::new(), s.size(), st_other));
         e.0.push(name);
     }
-    let mut opened: HashMap<usize, Pattern> = HashMap::new();
+    // Each section's code, relocated fields open, or (RISC-V) as it is
+    // with its relocations.
+    let mut opened: HashMap<usize, (Pattern, Vec<riscv::Reloc>)> = HashMap::new();
     for ((sec, value), (names, size, st_other)) in funcs {
         let Some((name, role)) = pick_name(&names, custom) else {
             continue;
@@ -355,25 +354,50 @@ fn candidates(m: usize, data: &[u8], custom: &[(String, Role)], out: &mut Vec<Ca
         let Ok(section) = f.section_by_index(object::SectionIndex(sec)) else {
             continue;
         };
-        let whole: &Pattern = match opened.entry(sec) {
+        let (whole, relocs) = match opened.entry(sec) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 let Ok(bytes) = section.data() else {
                     continue;
                 };
                 let mut p = Pattern::new(bytes);
-                for (off, r) in section.relocations() {
-                    let r_type = match r.flags() {
-                        RelocationFlags::Elf { r_type } => r_type,
-                        _ => 0,
-                    };
-                    let Ok(off) = usize::try_from(off) else {
-                        continue;
-                    };
-                    let (a, b) = relocated(isa, off, r.size(), r_type);
-                    p.open(a, b);
+                let mut folded = Vec::new();
+                if rv {
+                    // Every field is in a piece of its own: see `riscv`.
+                    folded = riscv::fold(section.relocations().filter_map(|(off, r)| {
+                        let RelocationFlags::Elf { r_type } = r.flags() else {
+                            return None;
+                        };
+                        let sym = match r.target() {
+                            object::RelocationTarget::Symbol(i) => Some(i),
+                            _ => None,
+                        };
+                        let target = sym
+                            .and_then(|i| f.symbol_by_index(i).ok())
+                            .and_then(|s| usize::try_from(s.address()).ok());
+                        Some(riscv::Reloc {
+                            off: usize::try_from(off).ok()?,
+                            r_type,
+                            addend: r.addend(),
+                            relax: false,
+                            sym: sym.map(|i| i.0),
+                            target,
+                        })
+                    }));
+                } else {
+                    for (off, r) in section.relocations() {
+                        let r_type = match r.flags() {
+                            RelocationFlags::Elf { r_type } => r_type,
+                            _ => 0,
+                        };
+                        let Ok(off) = usize::try_from(off) else {
+                            continue;
+                        };
+                        let (a, b) = relocated(isa, off, r.size(), r_type);
+                        p.open(a, b);
+                    }
                 }
-                v.insert(p)
+                v.insert((p, folded))
             }
         };
         let thumb = arm && value & 1 == 1;
@@ -384,11 +408,13 @@ fn candidates(m: usize, data: &[u8], custom: &[(String, Role)], out: &mut Vec<Ca
         let Some(end) = a.checked_add(n).filter(|&e| e <= whole.bytes.len()) else {
             continue;
         };
-        let mut pat = Pattern {
-            bytes: whole.bytes[a..end].to_vec(),
-            known: whole.known[a..end].to_vec(),
+        let pat = if rv {
+            riscv::sig(&whole.bytes, relocs, a..end, !f.is_64())
+        } else {
+            let mut pat = Pattern::masked(&whole.bytes[a..end], &whole.mask[a..end]);
+            open_branches(&f, thumb, &mut pat);
+            Sig::from(pat)
         };
-        open_branches(&f, thumb, &mut pat);
         out.push(Candidate {
             name: name.to_string(),
             role,
@@ -396,9 +422,11 @@ fn candidates(m: usize, data: &[u8], custom: &[(String, Role)], out: &mut Vec<Ca
             off,
             align: match isa {
                 Isa::X86 => 1,
+                // (RISC-V's compressed instructions: 2.)
+                _ if rv => 2,
                 Isa::Fixed(w) => w as u64,
             },
-            size,
+            relaxed: rv,
             thumb,
             local: if ppc { local_entry(st_other) } else { 0 },
             pat,
@@ -463,7 +491,7 @@ pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String>
     }
     cands.retain(|c| c.pat.known_bytes() >= MIN_KNOWN);
     let code: Vec<(u64, &[u8])> = img.code().collect();
-    let hits: Vec<Vec<u64>> = cands
+    let hits: Vec<Vec<(u64, u64)>> = cands
         .iter()
         .map(|c| find(&code, &c.pat, c.align, 0, 8))
         .collect();
@@ -471,7 +499,7 @@ pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String>
     // most common answer (a section is copied whole).
     let mut votes: HashMap<(usize, usize), HashMap<u64, usize>> = HashMap::new();
     for (c, h) in cands.iter().zip(&hits) {
-        if let [addr] = h[..] {
+        if let ([(addr, _)], false) = (&h[..], c.relaxed) {
             *votes
                 .entry(c.section)
                 .or_default()
@@ -492,17 +520,17 @@ pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String>
     for (c, h) in cands.iter().zip(&hits) {
         let at = match (&h[..], placed.get(&c.section)) {
             ([a], _) => Some(*a),
-            (_, Some(base)) => h.iter().copied().find(|&a| a == base.wrapping_add(c.off)),
+            (_, Some(base)) => h.iter().copied().find(|a| a.0 == base.wrapping_add(c.off)),
             _ => None,
         };
-        if let Some(start) = at {
+        if let Some((start, size)) = at {
             funcs.push((
                 Func {
                     name: c.name.clone(),
                     start,
                     entry: start.wrapping_add(c.local),
-                    size: c.size,
-                    end: start.saturating_add(c.size),
+                    size,
+                    end: start.saturating_add(size),
                     thumb: c.thumb,
                     ifunc: false,
                 },
@@ -536,13 +564,14 @@ mod tests {
         // The same, with its tail changed: no match.
         text[40..51].copy_from_slice(&[0x55, 0x48, 0x89, 0xe5, 0xe8, 1, 2, 3, 4, 0x5d, 0xc2]);
         let code = [(0x1000u64, &text[..])];
-        assert_eq!(find(&code, &p, 16, 0, 8), vec![0x1010]);
+        let p = Sig::from(p);
+        assert_eq!(find(&code, &p, 16, 0, 8), vec![(0x1010, 11)]);
         // Where the section's alignment forbids it: none.
-        assert_eq!(find(&code, &p, 16, 4, 8), Vec::<u64>::new());
+        assert_eq!(find(&code, &p, 16, 4, 8), vec![]);
         // Twice: both.
         text[48..59].copy_from_slice(&[0x55, 0x48, 0x89, 0xe5, 0xe8, 9, 9, 9, 9, 0x5d, 0xc3]);
         let code = [(0x1000u64, &text[..])];
-        assert_eq!(find(&code, &p, 1, 0, 8), vec![0x1010, 0x1030]);
+        assert_eq!(find(&code, &p, 1, 0, 8), vec![(0x1010, 11), (0x1030, 11)]);
     }
 
     #[test]
@@ -557,20 +586,18 @@ mod tests {
 
     #[test]
     fn hostile_patterns_do_not_panic() {
-        let p = Pattern {
-            bytes: vec![1, 2],
-            known: vec![false, false],
-        };
+        let p = Sig::from(Pattern::masked(&[1, 2], &[0, 0]));
         assert!(find(&[(0, &[1, 2, 3][..])], &p, 0, 0, 8).is_empty());
         let mut q = Pattern::new(&[1, 2, 3]);
         q.open(2, 100);
         q.open(5, 3);
         assert_eq!(q.known_bytes(), 2);
+        let q = Sig::from(q);
         // Running past the code's end: no match.
         assert!(find(&[(u64::MAX - 1, &[1, 2][..])], &q, 1, 0, 8).is_empty());
         assert_eq!(
             find(&[(u64::MAX - 2, &[1, 2, 9][..])], &q, 1, 0, 8),
-            vec![u64::MAX - 2]
+            vec![(u64::MAX - 2, 3)]
         );
     }
 }
