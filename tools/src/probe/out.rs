@@ -96,6 +96,67 @@ fn push_dec(s: &mut Vec<u8>, v: u64) {
 pub struct Regs<'a> {
     pub names: &'a [String],
     pub values: &'a [u64],
+    /// [`keys`] of `names`, for the text line's fast path; empty: none.
+    pub keys: &'a [Key],
+}
+
+/// A register's ` name=` padded to 16 bytes, so a line copies it whole (one
+/// fixed-size move, not a copy call); `len` 0 for the pc, which the line
+/// already has.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Key {
+    bytes: [u8; 16],
+    len: u8,
+}
+
+/// The keys of `names`; empty if a name is too long for one (the line is
+/// then written by name, more slowly).
+pub fn keys(names: &[String]) -> Vec<Key> {
+    if names.iter().any(|n| n.len() > 14) {
+        return Vec::new();
+    }
+    names
+        .iter()
+        .map(|n| {
+            let mut k = Key::default();
+            if n != "pc" {
+                k.bytes[0] = b' ';
+                k.bytes[1..=n.len()].copy_from_slice(n.as_bytes());
+                k.bytes[n.len() + 1] = b'=';
+                k.len = n.len() as u8 + 2;
+            }
+            k
+        })
+        .collect()
+}
+
+/// Each byte's two lower-case hex digits.
+const PAIRS: [[u8; 2]; 256] = {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut t = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = [DIGITS[i >> 4], DIGITS[i & 0xf]];
+        i += 1;
+    }
+    t
+};
+
+/// Writes `0x` and `v` in lower-case hex over all of `out` (what follows
+/// the digits is left over, to be overwritten or cut off); returns how
+/// many bytes the number took. The digits are shifted to the top of the
+/// word, so every value writes the same 18 bytes, a byte pair at a time.
+fn hex_fixed(out: &mut [u8; 18], v: u64) -> usize {
+    let digits = (64 - (v | 1).leading_zeros()).div_ceil(4);
+    let top = (v << ((16 - digits) * 4)).to_be_bytes();
+    out[0] = b'0';
+    out[1] = b'x';
+    for (i, b) in top.iter().enumerate() {
+        let [hi, lo] = PAIRS[*b as usize];
+        out[2 + 2 * i] = hi;
+        out[3 + 2 * i] = lo;
+    }
+    2 + digits as usize
 }
 
 impl<'a> Regs<'a> {
@@ -164,23 +225,31 @@ impl Hit<'_> {
                     let _ = write!(s, " insns={n}");
                 }
             }
-            At::Pc => {
-                // One copy per register: ` name=0x…` made on the stack.
-                for (n, v) in self.regs.iter() {
-                    let mut one = [0u8; 64];
-                    let name = n.as_bytes();
-                    if name.len() > one.len() - 20 {
-                        s.push(b' ');
-                        s.extend_from_slice(name);
-                        s.push(b'=');
-                        push_hex(s, v);
+            At::Pc if self.regs.keys.len() == self.regs.names.len() => {
+                // Written in place: room for every register made at once
+                // (a memset), each key and number put in as fixed-size
+                // moves, the rest cut off.
+                let start = s.len();
+                s.resize(start + self.regs.keys.len() * 34, 0);
+                let out = &mut s[start..];
+                let mut at = 0;
+                for (k, &v) in self.regs.keys.iter().zip(self.regs.values) {
+                    if k.len == 0 {
                         continue;
                     }
-                    one[0] = b' ';
-                    one[1..=name.len()].copy_from_slice(name);
-                    one[name.len() + 1] = b'=';
-                    let len = name.len() + 2 + hex_into(&mut one[name.len() + 2..], v);
-                    s.extend_from_slice(&one[..len]);
+                    out[at..at + 16].copy_from_slice(&k.bytes);
+                    at += usize::from(k.len);
+                    let num: &mut [u8; 18] = (&mut out[at..at + 18]).try_into().unwrap();
+                    at += hex_fixed(num, v);
+                }
+                s.truncate(start + at);
+            }
+            At::Pc => {
+                for (n, v) in self.regs.iter() {
+                    s.push(b' ');
+                    s.extend_from_slice(n.as_bytes());
+                    s.push(b'=');
+                    push_hex(s, v);
                 }
             }
         }
@@ -306,6 +375,7 @@ mod tests {
             regs: Regs {
                 names: Box::leak(Box::new(["a0".into(), "pc".into(), "sp".into()])),
                 values: &[1, 0x40089c, 0x7ff0],
+                keys: &[],
             },
             depth: 2,
         }
@@ -320,7 +390,29 @@ mod tests {
             let mut s = Vec::new();
             push_dec(&mut s, v);
             assert_eq!(s, format!("{v}").as_bytes());
+            let mut out = [0u8; 18];
+            let n = hex_fixed(&mut out, v);
+            assert_eq!(&out[..n], format!("{v:#x}").as_bytes());
         }
+    }
+
+    #[test]
+    fn pc_line_by_keys_is_by_names() {
+        let mut h = hit(At::Pc);
+        let names: Vec<String> = ["zero", "a0", "pc", "t9", "sp"].map(String::from).into();
+        let k = keys(&names);
+        let values = [0, u64::MAX, 0x40089c, 0x1234_5678, 1 << 31];
+        h.regs = Regs {
+            names: &names,
+            values: &values,
+            keys: &[],
+        };
+        let mut by_names = Vec::new();
+        h.text(&mut by_names);
+        h.regs.keys = &k;
+        let mut by_keys = Vec::new();
+        h.text(&mut by_keys);
+        assert_eq!(String::from_utf8(by_keys), String::from_utf8(by_names));
     }
 
     #[test]
