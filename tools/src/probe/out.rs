@@ -130,32 +130,29 @@ pub fn keys(names: &[String]) -> Vec<Key> {
         .collect()
 }
 
-/// Each byte's two lower-case hex digits.
-const PAIRS: [[u8; 2]; 256] = {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut t = [[0u8; 2]; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = [DIGITS[i >> 4], DIGITS[i & 0xf]];
-        i += 1;
-    }
-    t
-};
+/// The eight hex digits of `v`, most significant first, as ASCII: the
+/// nibbles spread one to a byte, then made digits all at once (a byte
+/// above 9 gets the distance from `'9' + 1` to `'a'` added).
+fn hex8(v: u32) -> [u8; 8] {
+    let mut x = u64::from(v);
+    x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    let above9 = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    (x + 0x3030_3030_3030_3030 + above9 * u64::from(b'a' - b'9' - 1)).to_be_bytes()
+}
 
 /// Writes `0x` and `v` in lower-case hex over all of `out` (what follows
 /// the digits is left over, to be overwritten or cut off); returns how
 /// many bytes the number took. The digits are shifted to the top of the
-/// word, so every value writes the same 18 bytes, a byte pair at a time.
+/// word, so every value writes the same 18 bytes, with no loop.
 fn hex_fixed(out: &mut [u8; 18], v: u64) -> usize {
     let digits = (64 - (v | 1).leading_zeros()).div_ceil(4);
-    let top = (v << ((16 - digits) * 4)).to_be_bytes();
+    let top = v << ((16 - digits) * 4);
     out[0] = b'0';
     out[1] = b'x';
-    for (i, b) in top.iter().enumerate() {
-        let [hi, lo] = PAIRS[*b as usize];
-        out[2 + 2 * i] = hi;
-        out[3 + 2 * i] = lo;
-    }
+    out[2..10].copy_from_slice(&hex8((top >> 32) as u32));
+    out[10..18].copy_from_slice(&hex8(top as u32));
     2 + digits as usize
 }
 
@@ -383,7 +380,18 @@ mod tests {
 
     #[test]
     fn hex_digits() {
-        for v in [0, 1, 0xf, 0x10, 0xff, 0x100, 0xdead_beef, 1 << 63, u64::MAX] {
+        let more = [
+            0x9,
+            0xa,
+            0x1234_5678_9abc_def0,
+            0xfedc_ba98,
+            0x8000_0000,
+            0x1_0000_0000,
+        ];
+        for v in [0, 1, 0xf, 0x10, 0xff, 0x100, 0xdead_beef, 1 << 63, u64::MAX]
+            .into_iter()
+            .chain(more)
+        {
             let mut s = Vec::new();
             push_hex(&mut s, v);
             assert_eq!(s, format!("{v:#x}").as_bytes());
