@@ -466,10 +466,15 @@ fn pc_lines_match_execlog(arch: &str) {
     run.assert_success();
     let mut seen = 0;
     let mut compared = 0;
+    // execlog's instruction index of each hit.
+    let mut index = Vec::new();
+    let mut k = 0u64;
     execlog_states(&log, arch, |pc, s| {
+        k += 1;
         if !pcs.contains(&pc) {
             return;
         }
+        index.push(k - 1);
         let (our_pc, regs) = ours.get(seen).expect("a line per execlog hit");
         assert_eq!(*our_pc, pc, "{arch}: hit {seen}");
         for (i, v) in s {
@@ -488,6 +493,62 @@ fn pc_lines_match_execlog(arch: &str) {
     assert!(
         compared >= 4 * seen,
         "{arch}: {compared} registers compared"
+    );
+    // `--json --insns` and `--flow` (their lines are split between the
+    // client's phases): the same registers, and the instruction index
+    // execlog counted between the hits.
+    let mut json_opts = opts.to_vec();
+    json_opts.extend(["--json", "--insns"]);
+    let r = run_probe_env(&dir, "json", &json_opts, &prog, &["nothreads"], &env);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let hits: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(hits.len(), ours.len(), "{arch}: json hits, text lines");
+    let first = hits[0]["insn"].as_u64().unwrap();
+    for (n, ((h, (pc, regs)), at)) in hits.iter().zip(&ours).zip(&index).enumerate() {
+        assert_eq!(
+            (h["at"].as_str(), h["depth"].as_u64()),
+            (Some("pc"), Some(0)),
+            "{arch}: {h}"
+        );
+        assert_eq!(hex(&h["pc"]), Some(*pc), "{arch}: hit {n}");
+        let theirs: BTreeMap<usize, u64> = h["regs"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (layout_index(arch, k).unwrap(), hex(v).unwrap()))
+            .collect();
+        assert_eq!(&theirs, regs, "{arch}: hit {n}, json then text");
+        let insn = h["insn"].as_u64().unwrap();
+        assert_eq!(
+            insn - first,
+            at - index[0],
+            "{arch}: hit {n}: instructions since the first"
+        );
+    }
+    let mut flow_opts = opts.to_vec();
+    flow_opts.push("--flow");
+    let r = run_probe_env(&dir, "flow", &flow_opts, &prog, &["nothreads"], &env);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let text: Vec<String> = ours
+        .iter()
+        .map(|(pc, regs)| format!("{pc:#x} {}", regs.len()))
+        .collect();
+    let flow: Vec<String> = r
+        .out
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f[1], "@", "{arch}: {l}");
+            format!("{} {}", f[3], f.len() - 4)
+        })
+        .collect();
+    assert_eq!(
+        flow, text,
+        "{arch}: flow's pcs and register counts, then text's"
     );
 }
 

@@ -184,6 +184,110 @@ fn jhex(v: Option<u64>) -> Value {
     v.map_or(Value::Null, |v| Value::String(format!("{v:#x}")))
 }
 
+/// A pc probe's line in the modes whose line needs the thread's serial
+/// state (`--insns`, `--json`, `--flow`), split where it goes: a worker
+/// writes the [`pc_tail`], the serial phase the [`pc_head`] in front of
+/// it. Together they are [`Hit::text`], [`Hit::json`] or [`Hit::flow`]
+/// of the same hit, byte for byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Text,
+    Json,
+    Flow,
+}
+
+/// The JSON object keys of `names` in the order `serde_json` writes a
+/// map's (sorted; a repeated name keeps its last register), each with the
+/// register's index and its key written as JSON; the pc left out.
+pub fn json_keys(names: &[String]) -> Vec<(usize, Vec<u8>)> {
+    let mut m = std::collections::BTreeMap::new();
+    for (i, n) in names.iter().enumerate() {
+        if n != "pc" {
+            m.insert(n.as_str(), i);
+        }
+    }
+    m.into_iter()
+        .map(|(n, i)| (i, Value::from(n).to_string().into_bytes()))
+        .collect()
+}
+
+/// What comes before a pc hit's [`pc_tail`]: the thread, the instruction
+/// index, the depth, as `split` writes them.
+pub fn pc_head(split: Split, tid: i32, insn: Option<u64>, depth: usize, s: &mut Vec<u8>) {
+    match split {
+        Split::Text => {
+            let _ = write!(s, "{tid} ");
+            match insn {
+                Some(i) => push_dec(s, i),
+                None => s.push(b'-'),
+            }
+            s.push(b' ');
+        }
+        Split::Flow => {
+            if let Some(i) = insn {
+                let _ = write!(s, "{i:>10} ");
+            }
+            let _ = write!(s, "{tid}: ");
+            for _ in 1..depth {
+                s.extend_from_slice(b"  ");
+            }
+        }
+        Split::Json => {
+            let _ = write!(
+                s,
+                "{{\"at\":\"pc\",\"depth\":{depth},\"function\":null,\"insn\":"
+            );
+            match insn {
+                Some(i) => push_dec(s, i),
+                None => s.extend_from_slice(b"null"),
+            }
+            s.push(b',');
+        }
+    }
+}
+
+impl Hit<'_> {
+    /// The rest of a pc hit's line after its [`pc_head`]; `keys`: the
+    /// [`json_keys`] of the registers' names, for [`Split::Json`].
+    pub fn pc_tail(&self, split: Split, keys: &[(usize, Vec<u8>)], s: &mut Vec<u8>) {
+        match split {
+            Split::Text => {
+                s.extend_from_slice(self.probe.as_bytes());
+                s.push(b' ');
+                push_hex(s, self.pc);
+                self.values(s);
+            }
+            Split::Flow => {
+                let _ = write!(s, "@ {} {:#x}", self.probe, self.pc);
+                self.values(s);
+            }
+            Split::Json => {
+                s.extend_from_slice(b"\"pc\":\"");
+                push_hex(s, self.pc);
+                let _ = write!(s, "\",\"pid\":{},\"probe\":", self.pid);
+                let _ = serde_json::to_writer(&mut *s, self.probe);
+                s.extend_from_slice(b",\"regs\":{");
+                let mut first = true;
+                for (i, k) in keys {
+                    let Some(v) = self.regs.values.get(*i) else {
+                        continue;
+                    };
+                    if !first {
+                        s.push(b',');
+                    }
+                    first = false;
+                    s.extend_from_slice(k);
+                    s.extend_from_slice(b":\"");
+                    push_hex(s, *v);
+                    s.push(b'"');
+                }
+                let _ = write!(s, "}},\"tid\":{}}}", self.tid);
+            }
+        }
+        s.push(b'\n');
+    }
+}
+
 impl Hit<'_> {
     /// `TID INSN PROBE PC` and what the probe reports.
     pub fn text(&self, s: &mut Vec<u8>) {
@@ -401,6 +505,46 @@ mod tests {
             let mut out = [0u8; 18];
             let n = hex_fixed(&mut out, v);
             assert_eq!(&out[..n], format!("{v:#x}").as_bytes());
+        }
+    }
+
+    #[test]
+    fn pc_head_and_tail_are_the_line() {
+        let names: Vec<String> = ["zero", "sp", "pc", "a0", "sp", "b\"q"]
+            .map(String::from)
+            .into();
+        let k = keys(&names);
+        let jk = json_keys(&names);
+        let values = [0, 0x7ff0, 0x40089c, u64::MAX, 0x7fe0];
+        for (insn, depth, tid, keyed) in [(Some(100), 2, 8, true), (None, 0, -3, false)] {
+            let mut h = hit(At::Pc);
+            // A pc probe names no function (`base` in the tracer).
+            h.function = None;
+            h.insn = insn;
+            h.depth = depth;
+            h.tid = tid;
+            h.probe = "0x4\"0";
+            h.regs = Regs {
+                names: &names,
+                values: &values,
+                keys: if keyed { &k } else { &[] },
+            };
+            for split in [Split::Text, Split::Json, Split::Flow] {
+                let mut whole = Vec::new();
+                match split {
+                    Split::Text => h.text(&mut whole),
+                    Split::Json => h.json(&mut whole),
+                    Split::Flow => h.flow(&mut whole),
+                }
+                let mut parts = Vec::new();
+                pc_head(split, tid, insn, depth, &mut parts);
+                h.pc_tail(split, &jk, &mut parts);
+                assert_eq!(
+                    String::from_utf8(parts),
+                    String::from_utf8(whole),
+                    "{split:?}"
+                );
+            }
         }
     }
 

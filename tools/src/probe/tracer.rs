@@ -38,6 +38,10 @@ pub enum Item {
     /// their `text`, how many lines (`hits`) and hooked instructions
     /// (`pcs`) that is.
     Lines { text: Vec<u8>, hits: u64, pcs: u64 },
+    /// A hooked pc whose one site is a pc probe, where the line needs the
+    /// thread's serial state ([`ThreadRegs::split`]): the worker wrote all
+    /// of it after that ([`out::Hit::pc_tail`]).
+    Tail(Box<[u8]>),
     /// A library with probes was mapped: its offset 0 is at `base`.
     Map { module: usize, base: u64 },
 }
@@ -93,6 +97,12 @@ pub struct ThreadRegs {
     /// thread's serial state (the instruction index, the depth), so the
     /// formatting, most of a hit's cost, runs in the parallel phase.
     lines: bool,
+    /// Otherwise, without a timeline, how a pc probe's line is split
+    /// between the workers and the serial phase ([`out::Split`]), and the
+    /// registers' JSON keys.
+    split: Option<out::Split>,
+    json_keys: Vec<(usize, Vec<u8>)>,
+    pid: i32,
     tid: i32,
 }
 
@@ -178,6 +188,14 @@ impl Cannoli for Probe {
             },
             bits64: ci.guest_bits == 64,
             lines: pid.run.mode == Mode::Text && !plan.count && pid.run.timeline.is_none(),
+            split: match pid.run.mode {
+                _ if pid.run.timeline.is_some() => None,
+                Mode::Text => Some(out::Split::Text),
+                Mode::Json => Some(out::Split::Json),
+                Mode::Flow => Some(out::Split::Flow),
+            },
+            json_keys: out::json_keys(&names),
+            pid: ci.pid,
             tid: ci.tid,
             keys: out::keys(&names),
             names,
@@ -214,10 +232,14 @@ impl Cannoli for Probe {
             return;
         }
         let n = (regs.len() / 8).min(l.names.len());
-        if l.lines && n <= MAX_REGS {
+        if n <= MAX_REGS {
             if let Some(sites) = plan.sites.get(&pc) {
-                if sites.iter().all(|s| matches!(s, Site::Pc(_))) {
+                if l.lines && sites.iter().all(|s| matches!(s, Site::Pc(_))) {
                     lines(plan, l, pc, sites, regs, n, trace);
+                    return;
+                }
+                if let (Some(split), [Site::Pc(p)]) = (l.split, &sites[..]) {
+                    tail(plan, l, split, pc, *p, regs, n, trace);
                     return;
                 }
             }
@@ -370,6 +392,47 @@ fn lines(
     }
 }
 
+/// A worker writes the part of a pc probe's line after what needs the
+/// thread's serial state ([`ThreadRegs::split`]).
+#[allow(clippy::too_many_arguments)]
+fn tail(
+    plan: &Plan,
+    l: &ThreadRegs,
+    split: out::Split,
+    pc: u64,
+    p: usize,
+    regs: &[u8],
+    n: usize,
+    trace: &mut Vec<Item>,
+) {
+    let mut v = [0u64; MAX_REGS];
+    for (i, r) in v[..n].iter_mut().enumerate() {
+        *r = u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & l.mask;
+    }
+    let h = Hit {
+        pid: l.pid,
+        tid: l.tid,
+        insn: None,
+        at: At::Pc,
+        probe: &plan.specs[p].text,
+        function: None,
+        pc,
+        args: Vec::new(),
+        ret: None,
+        unwound: false,
+        insns: None,
+        regs: Regs {
+            names: &l.names,
+            values: &v[..n],
+            keys: &l.keys,
+        },
+        depth: 0,
+    };
+    let mut text = Vec::with_capacity(64 * n);
+    h.pc_tail(split, &l.json_keys, &mut text);
+    trace.push(Item::Tail(text.into()));
+}
+
 fn count(trace: &mut Vec<Item>, n: u64) {
     match trace.last_mut() {
         Some(Item::Count(c)) => *c += n,
@@ -413,6 +476,21 @@ impl Probe {
             Item::Store { addr, value, size } => {
                 self.shadow
                     .store(*addr, *value, *size, self.plan.big_endian)
+            }
+            Item::Tail(text) => {
+                // As [`Self::hit`] at a pc whose one site is a pc probe.
+                if let Some(p) = self.pending.take() {
+                    self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
+                }
+                let split = self.layout.split.expect("only made with a split");
+                let insn = self.insn();
+                out::pc_head(split, self.tid, insn, self.stack.len(), &mut self.buf);
+                self.buf.extend_from_slice(text);
+                self.hits += 1;
+                self.insns += 1;
+                if self.buf.len() > 1 << 16 {
+                    self.flush();
+                }
             }
             Item::Hit { pc, regs } => {
                 self.hit(pid, *pc, regs);
