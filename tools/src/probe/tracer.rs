@@ -2,7 +2,10 @@
 //! The client side of a probe run: the parallel callbacks keep the
 //! registers of hooked pcs (and, where arguments are on the stack, the
 //! thread's stores); the serial phase runs each thread's probed call stack
-//! and writes the hits.
+//! and writes the hits. A pc probe's line, most of a run's text, needs no
+//! call stack: the workers write it ([`Item::Lines`], [`Item::Tail`]) and
+//! the serial phase only puts it in order, with the thread's instruction
+//! index and depth where the line shows them.
 //!
 //! Returns are matched to entries by the frame key of [`super::conv`]: at
 //! a return with key `k`, frames with a smaller key are left without a
