@@ -54,6 +54,17 @@ fn run_probe(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path) -> Run {
 }
 
 fn run_probe_args(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path, args: &[&str]) -> Run {
+    run_probe_env(dir, tag, opts, prog, args, &[])
+}
+
+fn run_probe_env(
+    dir: &RunDir,
+    tag: &str,
+    opts: &[&str],
+    prog: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
     let q = qemu_builds();
     let out = dir.file(&format!("{tag}.out"));
     let o = no_aslr(&mut Command::new(probe_exe()))
@@ -65,6 +76,7 @@ fn run_probe_args(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path, args: &[&
         .env_clear()
         .envs(QEMU_ENV.iter().copied())
         .env("CANNOLI_QEMU_BUILD", &q.build)
+        .envs(env.iter().copied())
         .current_dir(dir.path())
         .stdin(Stdio::null())
         .output()
@@ -408,6 +420,139 @@ fn matches_execlog(arch: &str) {
 }
 
 per_guest!(matches_execlog: arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// Pc probes in the text form (each line written whole by the client's
+/// parallel phase): every register a line shows equals what execlog saw
+/// before the same instruction, for every register execlog knows, and
+/// there is one line per time execlog ran the pc.
+fn pc_lines_match_execlog(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    let opts = ["-p", "pr_add6+0", "-p", "pr_rec+0"];
+    // QEMU as execlog's run has it: the same seed (the guest's random
+    // bytes, which land in registers), the same empty environment.
+    let qemu = e2e::QEMU_COMMON_ARGS.join(" ");
+    let env = [("CANNOLI_QEMU_ARGS", qemu.as_str())];
+    let r = run_probe_env(&dir, arch, &opts, &prog, &["nothreads"], &env);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let bits = guest_info(arch).bits;
+    let m = |v: u64| e2e::ground::mask(v, bits);
+    // Ours: (pc, layout index to value) per line, in order.
+    let ours: Vec<(u64, BTreeMap<usize, u64>)> = r
+        .out
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f[1], "-", "{arch}: no --insns: {l}");
+            let pc = u64::from_str_radix(f[3].trim_start_matches("0x"), 16).unwrap();
+            let regs = f[4..]
+                .iter()
+                .map(|kv| {
+                    let (k, v) = kv.split_once('=').unwrap();
+                    let i = layout_index(arch, k).unwrap_or_else(|| panic!("{arch}: {k}"));
+                    (
+                        i,
+                        u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap(),
+                    )
+                })
+                .collect();
+            (pc, regs)
+        })
+        .collect();
+    let pcs: BTreeSet<u64> = ours.iter().map(|(pc, _)| *pc).collect();
+    // (ppc64le's calls within the program enter past the global entry.)
+    assert!(!pcs.is_empty(), "{arch}: no hits: {}", r.stderr);
+    let (run, log, _) = run_execlog_regs(&dir, "execlog", arch, &prog, &["nothreads"]);
+    run.assert_success();
+    let mut seen = 0;
+    let mut compared = 0;
+    // execlog's instruction index of each hit.
+    let mut index = Vec::new();
+    let mut k = 0u64;
+    execlog_states(&log, arch, |pc, s| {
+        k += 1;
+        if !pcs.contains(&pc) {
+            return;
+        }
+        index.push(k - 1);
+        let (our_pc, regs) = ours.get(seen).expect("a line per execlog hit");
+        assert_eq!(*our_pc, pc, "{arch}: hit {seen}");
+        for (i, v) in s {
+            if let Some(ours) = regs.get(i) {
+                assert_eq!(
+                    m(*ours),
+                    m(*v),
+                    "{arch}: hit {seen} at {pc:#x}, register {i}"
+                );
+                compared += 1;
+            }
+        }
+        seen += 1;
+    });
+    assert_eq!(seen, ours.len(), "{arch}: lines, execlog's then ours");
+    assert!(
+        compared >= 4 * seen,
+        "{arch}: {compared} registers compared"
+    );
+    // `--json --insns` and `--flow` (their lines are split between the
+    // client's phases): the same registers, and the instruction index
+    // execlog counted between the hits.
+    let mut json_opts = opts.to_vec();
+    json_opts.extend(["--json", "--insns"]);
+    let r = run_probe_env(&dir, "json", &json_opts, &prog, &["nothreads"], &env);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let hits: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(hits.len(), ours.len(), "{arch}: json hits, text lines");
+    let first = hits[0]["insn"].as_u64().unwrap();
+    for (n, ((h, (pc, regs)), at)) in hits.iter().zip(&ours).zip(&index).enumerate() {
+        assert_eq!(
+            (h["at"].as_str(), h["depth"].as_u64()),
+            (Some("pc"), Some(0)),
+            "{arch}: {h}"
+        );
+        assert_eq!(hex(&h["pc"]), Some(*pc), "{arch}: hit {n}");
+        let theirs: BTreeMap<usize, u64> = h["regs"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (layout_index(arch, k).unwrap(), hex(v).unwrap()))
+            .collect();
+        assert_eq!(&theirs, regs, "{arch}: hit {n}, json then text");
+        let insn = h["insn"].as_u64().unwrap();
+        assert_eq!(
+            insn - first,
+            at - index[0],
+            "{arch}: hit {n}: instructions since the first"
+        );
+    }
+    let mut flow_opts = opts.to_vec();
+    flow_opts.push("--flow");
+    let r = run_probe_env(&dir, "flow", &flow_opts, &prog, &["nothreads"], &env);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let text: Vec<String> = ours
+        .iter()
+        .map(|(pc, regs)| format!("{pc:#x} {}", regs.len()))
+        .collect();
+    let flow: Vec<String> = r
+        .out
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f[1], "@", "{arch}: {l}");
+            format!("{} {}", f[3], f.len() - 4)
+        })
+        .collect();
+    assert_eq!(
+        flow, text,
+        "{arch}: flow's pcs and register counts, then text's"
+    );
+}
+
+per_guest!(pc_lines_match_execlog: arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 /// `--list` names the functions the cross `nm` of the program lists as
 /// code with a size, at the same addresses.

@@ -96,6 +96,64 @@ fn push_dec(s: &mut Vec<u8>, v: u64) {
 pub struct Regs<'a> {
     pub names: &'a [String],
     pub values: &'a [u64],
+    /// [`keys`] of `names`, for the text line's fast path; empty: none.
+    pub keys: &'a [Key],
+}
+
+/// A register's ` name=` padded to 16 bytes, so a line copies it whole (one
+/// fixed-size move, not a copy call); `len` 0 for the pc, which the line
+/// already has.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Key {
+    bytes: [u8; 16],
+    len: u8,
+}
+
+/// The keys of `names`; empty if a name is too long for one (the line is
+/// then written by name, more slowly).
+pub fn keys(names: &[String]) -> Vec<Key> {
+    if names.iter().any(|n| n.len() > 14) {
+        return Vec::new();
+    }
+    names
+        .iter()
+        .map(|n| {
+            let mut k = Key::default();
+            if n != "pc" {
+                k.bytes[0] = b' ';
+                k.bytes[1..=n.len()].copy_from_slice(n.as_bytes());
+                k.bytes[n.len() + 1] = b'=';
+                k.len = n.len() as u8 + 2;
+            }
+            k
+        })
+        .collect()
+}
+
+/// The eight hex digits of `v`, most significant first, as ASCII: the
+/// nibbles spread one to a byte, then made digits all at once (a byte
+/// above 9 gets the distance from `'9' + 1` to `'a'` added).
+fn hex8(v: u32) -> [u8; 8] {
+    let mut x = u64::from(v);
+    x = (x | (x << 16)) & 0x0000_ffff_0000_ffff;
+    x = (x | (x << 8)) & 0x00ff_00ff_00ff_00ff;
+    x = (x | (x << 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    let above9 = ((x + 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101;
+    (x + 0x3030_3030_3030_3030 + above9 * u64::from(b'a' - b'9' - 1)).to_be_bytes()
+}
+
+/// Writes `0x` and `v` in lower-case hex over all of `out` (what follows
+/// the digits is left over, to be overwritten or cut off); returns how
+/// many bytes the number took. The digits are shifted to the top of the
+/// word, so every value writes the same 18 bytes, with no loop.
+fn hex_fixed(out: &mut [u8; 18], v: u64) -> usize {
+    let digits = (64 - (v | 1).leading_zeros()).div_ceil(4);
+    let top = v << ((16 - digits) * 4);
+    out[0] = b'0';
+    out[1] = b'x';
+    out[2..10].copy_from_slice(&hex8((top >> 32) as u32));
+    out[10..18].copy_from_slice(&hex8(top as u32));
+    2 + digits as usize
 }
 
 impl<'a> Regs<'a> {
@@ -124,6 +182,110 @@ fn hex(v: Option<u64>) -> String {
 
 fn jhex(v: Option<u64>) -> Value {
     v.map_or(Value::Null, |v| Value::String(format!("{v:#x}")))
+}
+
+/// A pc probe's line in the modes whose line needs the thread's serial
+/// state (`--insns`, `--json`, `--flow`), split where it goes: a worker
+/// writes the [`pc_tail`], the serial phase the [`pc_head`] in front of
+/// it. Together they are [`Hit::text`], [`Hit::json`] or [`Hit::flow`]
+/// of the same hit, byte for byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Text,
+    Json,
+    Flow,
+}
+
+/// The JSON object keys of `names` in the order `serde_json` writes a
+/// map's (sorted; a repeated name keeps its last register), each with the
+/// register's index and its key written as JSON; the pc left out.
+pub fn json_keys(names: &[String]) -> Vec<(usize, Vec<u8>)> {
+    let mut m = std::collections::BTreeMap::new();
+    for (i, n) in names.iter().enumerate() {
+        if n != "pc" {
+            m.insert(n.as_str(), i);
+        }
+    }
+    m.into_iter()
+        .map(|(n, i)| (i, Value::from(n).to_string().into_bytes()))
+        .collect()
+}
+
+/// What comes before a pc hit's [`pc_tail`]: the thread, the instruction
+/// index, the depth, as `split` writes them.
+pub fn pc_head(split: Split, tid: i32, insn: Option<u64>, depth: usize, s: &mut Vec<u8>) {
+    match split {
+        Split::Text => {
+            let _ = write!(s, "{tid} ");
+            match insn {
+                Some(i) => push_dec(s, i),
+                None => s.push(b'-'),
+            }
+            s.push(b' ');
+        }
+        Split::Flow => {
+            if let Some(i) = insn {
+                let _ = write!(s, "{i:>10} ");
+            }
+            let _ = write!(s, "{tid}: ");
+            for _ in 1..depth {
+                s.extend_from_slice(b"  ");
+            }
+        }
+        Split::Json => {
+            let _ = write!(
+                s,
+                "{{\"at\":\"pc\",\"depth\":{depth},\"function\":null,\"insn\":"
+            );
+            match insn {
+                Some(i) => push_dec(s, i),
+                None => s.extend_from_slice(b"null"),
+            }
+            s.push(b',');
+        }
+    }
+}
+
+impl Hit<'_> {
+    /// The rest of a pc hit's line after its [`pc_head`]; `keys`: the
+    /// [`json_keys`] of the registers' names, for [`Split::Json`].
+    pub fn pc_tail(&self, split: Split, keys: &[(usize, Vec<u8>)], s: &mut Vec<u8>) {
+        match split {
+            Split::Text => {
+                s.extend_from_slice(self.probe.as_bytes());
+                s.push(b' ');
+                push_hex(s, self.pc);
+                self.values(s);
+            }
+            Split::Flow => {
+                let _ = write!(s, "@ {} {:#x}", self.probe, self.pc);
+                self.values(s);
+            }
+            Split::Json => {
+                s.extend_from_slice(b"\"pc\":\"");
+                push_hex(s, self.pc);
+                let _ = write!(s, "\",\"pid\":{},\"probe\":", self.pid);
+                let _ = serde_json::to_writer(&mut *s, self.probe);
+                s.extend_from_slice(b",\"regs\":{");
+                let mut first = true;
+                for (i, k) in keys {
+                    let Some(v) = self.regs.values.get(*i) else {
+                        continue;
+                    };
+                    if !first {
+                        s.push(b',');
+                    }
+                    first = false;
+                    s.extend_from_slice(k);
+                    s.extend_from_slice(b":\"");
+                    push_hex(s, *v);
+                    s.push(b'"');
+                }
+                let _ = write!(s, "}},\"tid\":{}}}", self.tid);
+            }
+        }
+        s.push(b'\n');
+    }
 }
 
 impl Hit<'_> {
@@ -164,23 +326,31 @@ impl Hit<'_> {
                     let _ = write!(s, " insns={n}");
                 }
             }
-            At::Pc => {
-                // One copy per register: ` name=0x…` made on the stack.
-                for (n, v) in self.regs.iter() {
-                    let mut one = [0u8; 64];
-                    let name = n.as_bytes();
-                    if name.len() > one.len() - 20 {
-                        s.push(b' ');
-                        s.extend_from_slice(name);
-                        s.push(b'=');
-                        push_hex(s, v);
+            At::Pc if self.regs.keys.len() == self.regs.names.len() => {
+                // Written in place: room for every register made at once
+                // (a memset), each key and number put in as fixed-size
+                // moves, the rest cut off.
+                let start = s.len();
+                s.resize(start + self.regs.keys.len() * 34, 0);
+                let out = &mut s[start..];
+                let mut at = 0;
+                for (k, &v) in self.regs.keys.iter().zip(self.regs.values) {
+                    if k.len == 0 {
                         continue;
                     }
-                    one[0] = b' ';
-                    one[1..=name.len()].copy_from_slice(name);
-                    one[name.len() + 1] = b'=';
-                    let len = name.len() + 2 + hex_into(&mut one[name.len() + 2..], v);
-                    s.extend_from_slice(&one[..len]);
+                    out[at..at + 16].copy_from_slice(&k.bytes);
+                    at += usize::from(k.len);
+                    let num: &mut [u8; 18] = (&mut out[at..at + 18]).try_into().unwrap();
+                    at += hex_fixed(num, v);
+                }
+                s.truncate(start + at);
+            }
+            At::Pc => {
+                for (n, v) in self.regs.iter() {
+                    s.push(b' ');
+                    s.extend_from_slice(n.as_bytes());
+                    s.push(b'=');
+                    push_hex(s, v);
                 }
             }
         }
@@ -306,6 +476,7 @@ mod tests {
             regs: Regs {
                 names: Box::leak(Box::new(["a0".into(), "pc".into(), "sp".into()])),
                 values: &[1, 0x40089c, 0x7ff0],
+                keys: &[],
             },
             depth: 2,
         }
@@ -313,14 +484,87 @@ mod tests {
 
     #[test]
     fn hex_digits() {
-        for v in [0, 1, 0xf, 0x10, 0xff, 0x100, 0xdead_beef, 1 << 63, u64::MAX] {
+        let more = [
+            0x9,
+            0xa,
+            0x1234_5678_9abc_def0,
+            0xfedc_ba98,
+            0x8000_0000,
+            0x1_0000_0000,
+        ];
+        for v in [0, 1, 0xf, 0x10, 0xff, 0x100, 0xdead_beef, 1 << 63, u64::MAX]
+            .into_iter()
+            .chain(more)
+        {
             let mut s = Vec::new();
             push_hex(&mut s, v);
             assert_eq!(s, format!("{v:#x}").as_bytes());
             let mut s = Vec::new();
             push_dec(&mut s, v);
             assert_eq!(s, format!("{v}").as_bytes());
+            let mut out = [0u8; 18];
+            let n = hex_fixed(&mut out, v);
+            assert_eq!(&out[..n], format!("{v:#x}").as_bytes());
         }
+    }
+
+    #[test]
+    fn pc_head_and_tail_are_the_line() {
+        let names: Vec<String> = ["zero", "sp", "pc", "a0", "sp", "b\"q"]
+            .map(String::from)
+            .into();
+        let k = keys(&names);
+        let jk = json_keys(&names);
+        let values = [0, 0x7ff0, 0x40089c, u64::MAX, 0x7fe0];
+        for (insn, depth, tid, keyed) in [(Some(100), 2, 8, true), (None, 0, -3, false)] {
+            let mut h = hit(At::Pc);
+            // A pc probe names no function (`base` in the tracer).
+            h.function = None;
+            h.insn = insn;
+            h.depth = depth;
+            h.tid = tid;
+            h.probe = "0x4\"0";
+            h.regs = Regs {
+                names: &names,
+                values: &values,
+                keys: if keyed { &k } else { &[] },
+            };
+            for split in [Split::Text, Split::Json, Split::Flow] {
+                let mut whole = Vec::new();
+                match split {
+                    Split::Text => h.text(&mut whole),
+                    Split::Json => h.json(&mut whole),
+                    Split::Flow => h.flow(&mut whole),
+                }
+                let mut parts = Vec::new();
+                pc_head(split, tid, insn, depth, &mut parts);
+                h.pc_tail(split, &jk, &mut parts);
+                assert_eq!(
+                    String::from_utf8(parts),
+                    String::from_utf8(whole),
+                    "{split:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn pc_line_by_keys_is_by_names() {
+        let mut h = hit(At::Pc);
+        let names: Vec<String> = ["zero", "a0", "pc", "t9", "sp"].map(String::from).into();
+        let k = keys(&names);
+        let values = [0, u64::MAX, 0x40089c, 0x1234_5678, 1 << 31];
+        h.regs = Regs {
+            names: &names,
+            values: &values,
+            keys: &[],
+        };
+        let mut by_names = Vec::new();
+        h.text(&mut by_names);
+        h.regs.keys = &k;
+        let mut by_keys = Vec::new();
+        h.text(&mut by_keys);
+        assert_eq!(String::from_utf8(by_keys), String::from_utf8(by_names));
     }
 
     #[test]

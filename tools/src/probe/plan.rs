@@ -21,6 +21,7 @@ use super::conv::Abi;
 use super::elf::{Func, Image};
 use super::error::Error;
 use super::isa::{self, Ret};
+use super::shadow::AddrMap;
 use super::spec::{Point, Spec};
 
 /// A probed function.
@@ -61,7 +62,8 @@ pub struct Module {
     pub low: u64,
     /// How far its segments reach past `low` ([`Image::span`]).
     pub span: u64,
-    pub sites: HashMap<u64, Vec<Site>>,
+    /// By pc, with the cheap [`AddrMap`] hash: looked up at every hit.
+    pub sites: AddrMap<Vec<Site>>,
 }
 
 /// The file whose entry is the first instruction QEMU runs: the dynamic
@@ -84,7 +86,8 @@ pub struct Plan {
     pub big_endian: bool,
     pub specs: Vec<Spec>,
     pub targets: Vec<Target>,
-    pub sites: HashMap<u64, Vec<Site>>,
+    /// By pc, with the cheap [`AddrMap`] hash: looked up at every hit.
+    pub sites: AddrMap<Vec<Site>>,
     /// The libraries of `LIB:FUNC` probes.
     pub modules: Vec<Module>,
     /// The program and its lowest page, for the hook library to find where
@@ -136,7 +139,7 @@ impl Plan {
             big_endian: img.big_endian,
             specs: Vec::new(),
             targets: Vec::new(),
-            sites: HashMap::new(),
+            sites: AddrMap::default(),
             modules: Vec::new(),
             exe: (exe.clone(), img.low),
             anchor,
@@ -151,7 +154,7 @@ impl Plan {
                 path: exe,
                 low: img.low,
                 span: img.span,
-                sites: HashMap::new(),
+                sites: AddrMap::default(),
             });
             Some(0)
         } else {
@@ -177,7 +180,7 @@ impl Plan {
                                 path,
                                 low: li.low,
                                 span: li.span,
-                                sites: HashMap::new(),
+                                sites: AddrMap::default(),
                             });
                             libs.push((lib.clone(), li));
                             libs.len() - 1

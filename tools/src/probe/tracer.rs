@@ -2,7 +2,10 @@
 //! The client side of a probe run: the parallel callbacks keep the
 //! registers of hooked pcs (and, where arguments are on the stack, the
 //! thread's stores); the serial phase runs each thread's probed call stack
-//! and writes the hits.
+//! and writes the hits. A pc probe's line, most of a run's text, needs no
+//! call stack: the workers write it ([`Item::Lines`], [`Item::Tail`]) and
+//! the serial phase only puts it in order, with the thread's instruction
+//! index and depth where the line shows them.
 //!
 //! Returns are matched to entries by the frame key of [`super::conv`]: at
 //! a return with key `k`, frames with a smaller key are left without a
@@ -20,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use cannoli::{Cannoli, ClientInfo};
 
 use super::isa;
-use super::out::{At, Hit, Regs};
+use super::out::{self, At, Hit, Key, Regs};
 use super::plan::{Plan, Site};
 use super::shadow::Shadow;
 use super::{Mode, RunState};
@@ -34,6 +37,14 @@ pub enum Item {
     Store { addr: u64, value: u64, size: u8 },
     /// Instructions that ran without a hook of ours (`--insns`).
     Count(u64),
+    /// Hits of pc probes formatted by a worker ([`ThreadRegs::lines`]):
+    /// their `text`, how many lines (`hits`) and hooked instructions
+    /// (`pcs`) that is.
+    Lines { text: Vec<u8>, hits: u64, pcs: u64 },
+    /// A hooked pc whose one site is a pc probe, where the line needs the
+    /// thread's serial state ([`ThreadRegs::split`]): the worker wrote all
+    /// of it after that ([`out::Hit::pc_tail`]).
+    Tail(Box<[u8]>),
     /// A library with probes was mapped: its offset 0 is at `base`.
     Map { module: usize, base: u64 },
 }
@@ -77,11 +88,25 @@ const DEFER_LIMIT: usize = 1 << 20;
 /// A thread's register layout, by the plan's needs.
 pub struct ThreadRegs {
     names: Vec<String>,
+    /// The names as a pc probe's line writes them ([`out::keys`]).
+    keys: Vec<Key>,
     mask: u64,
     args: Vec<Option<usize>>,
     ret: Option<usize>,
     sp: Option<usize>,
     bits64: bool,
+    /// Whether a pc probe's line can be written whole by a worker: in text
+    /// mode without `--insns` or a timeline it holds nothing that needs the
+    /// thread's serial state (the instruction index, the depth), so the
+    /// formatting, most of a hit's cost, runs in the parallel phase.
+    lines: bool,
+    /// Otherwise, without a timeline, how a pc probe's line is split
+    /// between the workers and the serial phase ([`out::Split`]), and the
+    /// registers' JSON keys.
+    split: Option<out::Split>,
+    json_keys: Vec<(usize, Vec<u8>)>,
+    pid: i32,
+    tid: i32,
 }
 
 /// A probed call that has not returned.
@@ -165,6 +190,17 @@ impl Cannoli for Probe {
                 u64::MAX
             },
             bits64: ci.guest_bits == 64,
+            lines: pid.run.mode == Mode::Text && !plan.count && pid.run.timeline.is_none(),
+            split: match pid.run.mode {
+                _ if pid.run.timeline.is_some() => None,
+                Mode::Text => Some(out::Split::Text),
+                Mode::Json => Some(out::Split::Json),
+                Mode::Flow => Some(out::Split::Flow),
+            },
+            json_keys: out::json_keys(&names),
+            pid: ci.pid,
+            tid: ci.tid,
+            keys: out::keys(&names),
             names,
         });
         let p = Probe {
@@ -199,6 +235,18 @@ impl Cannoli for Probe {
             return;
         }
         let n = (regs.len() / 8).min(l.names.len());
+        if n <= MAX_REGS {
+            if let Some(sites) = plan.sites.get(&pc) {
+                if l.lines && sites.iter().all(|s| matches!(s, Site::Pc(_))) {
+                    lines(plan, l, pc, sites, regs, n, trace);
+                    return;
+                }
+                if let (Some(split), [Site::Pc(p)]) = (l.split, &sites[..]) {
+                    tail(plan, l, split, pc, *p, regs, n, trace);
+                    return;
+                }
+            }
+        }
         let v: Box<[u64]> = (0..n)
             .map(|i| u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & l.mask)
             .collect();
@@ -289,6 +337,105 @@ pub fn bias_after(m: &super::plan::Module, known: Option<u64>, base: u64) -> u64
     }
 }
 
+/// The most registers a worker formats from the stack (more than any
+/// guest has).
+const MAX_REGS: usize = 128;
+
+/// A worker writes the lines of a hooked pc whose every site is a pc probe
+/// ([`ThreadRegs::lines`]), after the hits before it in this chunk.
+fn lines(
+    plan: &Plan,
+    l: &ThreadRegs,
+    pc: u64,
+    sites: &[Site],
+    regs: &[u8],
+    n: usize,
+    trace: &mut Vec<Item>,
+) {
+    let mut v = [0u64; MAX_REGS];
+    for (i, r) in v[..n].iter_mut().enumerate() {
+        *r = u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & l.mask;
+    }
+    if !matches!(trace.last(), Some(Item::Lines { .. })) {
+        trace.push(Item::Lines {
+            // About a hundred lines of 32 registers.
+            text: Vec::with_capacity(1 << 15),
+            hits: 0,
+            pcs: 0,
+        });
+    }
+    let Some(Item::Lines { text, hits, pcs }) = trace.last_mut() else {
+        unreachable!("pushed above");
+    };
+    *pcs += 1;
+    for s in sites {
+        if let Site::Pc(p) = *s {
+            let h = Hit {
+                pid: 0,
+                tid: l.tid,
+                insn: None,
+                at: At::Pc,
+                probe: &plan.specs[p].text,
+                function: None,
+                pc,
+                args: Vec::new(),
+                ret: None,
+                unwound: false,
+                insns: None,
+                regs: Regs {
+                    names: &l.names,
+                    values: &v[..n],
+                    keys: &l.keys,
+                },
+                depth: 0,
+            };
+            h.text(text);
+            *hits += 1;
+        }
+    }
+}
+
+/// A worker writes the part of a pc probe's line after what needs the
+/// thread's serial state ([`ThreadRegs::split`]).
+#[allow(clippy::too_many_arguments)]
+fn tail(
+    plan: &Plan,
+    l: &ThreadRegs,
+    split: out::Split,
+    pc: u64,
+    p: usize,
+    regs: &[u8],
+    n: usize,
+    trace: &mut Vec<Item>,
+) {
+    let mut v = [0u64; MAX_REGS];
+    for (i, r) in v[..n].iter_mut().enumerate() {
+        *r = u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & l.mask;
+    }
+    let h = Hit {
+        pid: l.pid,
+        tid: l.tid,
+        insn: None,
+        at: At::Pc,
+        probe: &plan.specs[p].text,
+        function: None,
+        pc,
+        args: Vec::new(),
+        ret: None,
+        unwound: false,
+        insns: None,
+        regs: Regs {
+            names: &l.names,
+            values: &v[..n],
+            keys: &l.keys,
+        },
+        depth: 0,
+    };
+    let mut text = Vec::with_capacity(64 * n);
+    h.pc_tail(split, &l.json_keys, &mut text);
+    trace.push(Item::Tail(text.into()));
+}
+
 fn count(trace: &mut Vec<Item>, n: u64) {
     match trace.last_mut() {
         Some(Item::Count(c)) => *c += n,
@@ -312,9 +459,41 @@ impl Probe {
                 }
             }
             Item::Count(n) => self.insns += n,
+            Item::Lines { text, hits, pcs } => {
+                // As [`Self::hit`] at a pc with no conditional return's
+                // fall-through: a pending return was taken, before these.
+                if let Some(p) = self.pending.take() {
+                    self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
+                }
+                // One write per chunk, as [`Self::trace`]'s flush: what
+                // waits in `buf` goes first.
+                if self.buf.is_empty() {
+                    self.run.write(text);
+                } else {
+                    self.buf.extend_from_slice(text);
+                    self.flush();
+                }
+                self.hits += hits;
+                self.insns += pcs;
+            }
             Item::Store { addr, value, size } => {
                 self.shadow
                     .store(*addr, *value, *size, self.plan.big_endian)
+            }
+            Item::Tail(text) => {
+                // As [`Self::hit`] at a pc whose one site is a pc probe.
+                if let Some(p) = self.pending.take() {
+                    self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
+                }
+                let split = self.layout.split.expect("only made with a split");
+                let insn = self.insn();
+                out::pc_head(split, self.tid, insn, self.stack.len(), &mut self.buf);
+                self.buf.extend_from_slice(text);
+                self.hits += 1;
+                self.insns += 1;
+                if self.buf.len() > 1 << 16 {
+                    self.flush();
+                }
             }
             Item::Hit { pc, regs } => {
                 self.hit(pid, *pc, regs);
@@ -464,6 +643,7 @@ impl Probe {
                         regs: Regs {
                             names: &layout.names,
                             values: regs,
+                            keys: &layout.keys,
                         },
                         ..self.base(At::Pc, &plan.specs[p].text, None, pc)
                     };
