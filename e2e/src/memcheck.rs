@@ -125,7 +125,17 @@ fn finding(e: &Element) -> Option<Finding> {
         },
         "Leak_DefinitelyLost" => {
             let x = e.child("xwhat")?;
-            let bytes: u64 = x.child_text("leakedbytes")?.parse().ok()?;
+            // "112 (16 direct, 96 indirect) bytes in 1 blocks": the
+            // lost blocks' own bytes are the direct ones; `leakedbytes`
+            // counts the blocks only they point at too.
+            let text = x.child_text("text").unwrap_or_default();
+            let direct = text
+                .split_once(" direct,")
+                .and_then(|(b, _)| b.rsplit('(').next()?.trim().parse().ok());
+            let bytes: u64 = match direct {
+                Some(d) => d,
+                None => x.child_text("leakedbytes")?.parse().ok()?,
+            };
             let blocks: u64 = x.child_text("leakedblocks")?.parse().ok()?;
             ("leak", Some(bytes / blocks.max(1)))
         }

@@ -222,6 +222,10 @@ pub struct Layout {
     sp: Option<usize>,
     ra: Option<usize>,
     bits64: bool,
+    /// The bytes below the stack pointer the ABI lets a function use
+    /// without moving it, which memcheck keeps valid (its
+    /// `VG_STACK_REDZONE_SZB`): 128 on x86_64, 288 on ppc64, else none.
+    red_zone: u64,
 }
 
 impl Layout {
@@ -343,6 +347,21 @@ impl Thread {
                     }
                 }
                 if let Some(r) = regs {
+                    // The frames the stack pointer rose above are gone:
+                    // memcheck makes them inaccessible, so no pointer
+                    // left in them is a root until stored there again.
+                    // It makes the red zone below the stack pointer (the
+                    // bytes an ABI lets a leaf use unmoved) undefined at
+                    // each call and return too (VEX's AbiHint), so what
+                    // lies below the new stack pointer goes with it. A
+                    // jump of more than memcheck's largest frame
+                    // (`--max-stackframe`, 2000000) is a switch of
+                    // stacks, not a return.
+                    if self.sp_last != 0 && r.sp > self.sp_last && r.sp - self.sp_last <= 2_000_000
+                    {
+                        let rz = self.layout.red_zone;
+                        st.shadow.kill(self.sp_last.saturating_sub(rz), r.sp);
+                    }
                     self.sp_lo = self.sp_lo.min(r.sp);
                     self.sp_last = r.sp;
                 }
@@ -396,13 +415,18 @@ impl Thread {
                 // The allocator's own accesses tag what they touch: not
                 // where the program keeps pointers (see `leaks`).
                 let mine = !self.calls.is_empty();
+                let sh = &mut st.shadow;
+                let put = if *store {
+                    Shadow::store_tagged
+                } else {
+                    Shadow::load_seen
+                };
                 if *size == 16 {
                     let (first, second) = if be { (*hi, *val) } else { (*val, *hi) };
-                    st.shadow.store_tagged(*addr, first, 8, be, mine);
-                    st.shadow
-                        .store_tagged(addr.wrapping_add(8), second, 8, be, mine);
+                    put(sh, *addr, first, 8, be, mine);
+                    put(sh, addr.wrapping_add(8), second, 8, be, mine);
                 } else {
-                    st.shadow.store_tagged(*addr, *val, *size, be, mine);
+                    put(sh, *addr, *val, *size, be, mine);
                 }
                 if *store {
                     if let Some(rules) = self.rules {

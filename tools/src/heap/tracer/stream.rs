@@ -92,6 +92,11 @@ impl Cannoli for Stream {
             sp: find(abi.sp_reg()),
             ra: rules.and_then(|r| r.ra).and_then(find),
             bits64: ci.guest_bits == 64,
+            red_zone: match &*ci.arch {
+                "x86_64" => 128,
+                "ppc64" | "ppc64le" => 288,
+                _ => 0,
+            },
         });
         lock(&pid.run.threads).insert(ci.tid);
         let t = Thread {
