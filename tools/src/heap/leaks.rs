@@ -12,9 +12,9 @@
 //! the block before it, which memcheck, replacing the allocator, never
 //! sees), not the stack below a
 //! thread's last stack pointer (frames already returned from), nor freed
-//! blocks; what a reachable block holds is followed in turn. Registers at
-//! exit are not looked at (a pointer held only in a register counts as
-//! lost), nor memory the program never touched (the kernel's initial
+//! blocks; what a reachable block holds is followed in turn. Of the
+//! registers at exit only the `exit_group` call's argument registers are
+//! known (a pointer held only in another register counts as lost), nor memory the program never touched (the kernel's initial
 //! stack, a file's mapped data: neither can hold a heap pointer the trace
 //! did not show being stored).
 
@@ -34,7 +34,7 @@ pub fn lost(
     mine: &[u64],
     dead: &[(u64, u64)],
 ) -> Vec<bool> {
-    classify(blocks, words, mine, dead).0
+    classify(blocks, words, mine, dead, &[]).0
 }
 
 /// [`lost`], and which of the lost blocks are only indirectly lost:
@@ -42,11 +42,13 @@ pub fn lost(
 /// "definitely lost" are the others: what a program lost a pointer to;
 /// a cycle of lost blocks nothing else reaches is led by its block of
 /// the lowest address, as memcheck takes blocks in address order).
+/// `regs`: register values at exit, roots too.
 pub fn classify(
     blocks: &[(u64, u64)],
     words: &[(u64, u64)],
     mine: &[u64],
     dead: &[(u64, u64)],
+    regs: &[u64],
 ) -> (Vec<bool>, Vec<bool>) {
     let find = |v: u64| -> Option<usize> {
         let i = blocks.partition_point(|&(a, _)| a <= v).checked_sub(1)?;
@@ -55,6 +57,12 @@ pub fn classify(
     };
     let mut reached = vec![false; blocks.len()];
     let mut work = Vec::new();
+    for b in regs.iter().filter_map(|&v| find(v)) {
+        if !reached[b] {
+            reached[b] = true;
+            work.push(b);
+        }
+    }
     // Words by block, for following a reachable block's contents.
     let mut inside: Vec<Vec<u64>> = vec![Vec::new(); blocks.len()];
     for &(at, v) in words {
@@ -139,7 +147,7 @@ pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
         .map(|&(at, _)| at)
         .filter(|at| theirs.binary_search(at).is_err())
         .collect();
-    let (lost, indirect) = classify(&blocks, &words, &mine, dead);
+    let (lost, indirect) = classify(&blocks, &words, &mine, dead, &st.exit_regs);
     let live: Vec<_> = st.heap.live().cloned().collect();
     let mut summary = super::tracer::lock(&run.summary);
     summary.peak_bytes = summary.peak_bytes.max(st.heap.peak_bytes);

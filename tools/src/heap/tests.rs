@@ -149,11 +149,14 @@ fn blocks_only_lost_blocks_point_at_are_indirectly_lost() {
         (0x4000, 0x5000),
         (0x5008, 0x4000),
     ];
-    let (lost, indirect) = classify(&blocks, &words, &[], &[]);
+    let (lost, indirect) = classify(&blocks, &words, &[], &[], &[]);
     assert_eq!(lost, [true; 6]);
     // memcheck: the head, the cycle's lowest block and the lone block
     // are definitely lost.
     assert_eq!(indirect, [false, true, true, false, true, false]);
+    // A register at exit pointing inside the lone block keeps it.
+    let (lost, _) = classify(&blocks, &words, &[], &[], &[0x6004]);
+    assert_eq!(lost, [true, true, true, true, true, false]);
 }
 
 #[test]

@@ -90,6 +90,10 @@ pub enum Item {
         child: i32,
         tid_word: Option<u64>,
     },
+    /// The process ends (`exit_group`) with these argument registers.
+    Exit {
+        args: [u64; 6],
+    },
     Block {
         pc: u64,
         lens: Box<[u8]>,
@@ -134,6 +138,10 @@ pub struct Proc {
     seen: std::collections::HashSet<(Kind, u64)>,
     /// The order kept between the threads ([`order`]).
     order: order::Order,
+    /// The argument registers of the `exit_group` that ended the process:
+    /// roots of the leak check, as memcheck scans the registers at exit
+    /// (the only ones the trace gives there).
+    pub exit_regs: Vec<u64>,
 }
 
 impl Proc {
@@ -500,6 +508,7 @@ impl Thread {
             }
             Item::Signal { handler } => self.bt.signal(*handler),
             Item::Clone { child, tid_word } => st.order.created(*child, *tid_word),
+            Item::Exit { args } => st.exit_regs = args.to_vec(),
         }
     }
 

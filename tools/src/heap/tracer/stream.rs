@@ -64,6 +64,7 @@ impl Cannoli for Stream {
                 names: HashMap::new(),
                 seq: 0,
                 alloc_modules: Vec::new(),
+                exit_regs: Vec::new(),
                 seen: Default::default(),
                 order: Default::default(),
             }),
@@ -273,6 +274,9 @@ impl Cannoli for Stream {
     fn syscall(_p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
         if let Some(item) = order::clone_item(sc) {
             trace.push(item);
+        }
+        if sc.name == Some("exit_group") {
+            trace.push(Item::Exit { args: sc.args });
         }
     }
 
