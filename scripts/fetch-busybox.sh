@@ -12,6 +12,13 @@
 # write) and the benchmark's busybox-sha256 workload (mipsel). Debian 12 has
 # no busybox-static for big-endian mips nor riscv64.
 #
+# `dyn-x86_64` installs Debian's dynamically linked busybox for amd64
+# (package `busybox`, the same source version) as
+# target/guests/x86_64/dyn/busybox (named busybox: it takes its applet from
+# argv[1] only then): the heap tests run it under Valgrind
+# memcheck, which cannot see the allocations of a static program, as the
+# ground truth of the static ones' leaks.
+#
 # Each .deb is fetched once with `apt-get download busybox-static:<debarch>`
 # through the project's private apt configuration (scripts/lib/private-apt.sh:
 # its own lists and architectures in the cache, so the host's apt sources and
@@ -24,7 +31,7 @@
 # Exits 1, naming every architecture that failed, if any did; the others
 # are installed anyway.
 #
-# usage: scripts/fetch-busybox.sh [-q|--quiet] [ARCH...|all]   (default: all)
+# usage: scripts/fetch-busybox.sh [-q|--quiet] [ARCH...|dyn-x86_64|all]   (default: all)
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -39,7 +46,7 @@ arches=()
 for a in "$@"; do
   case "$a" in
     -q|--quiet) quiet=1 ;;
-    -h|--help) sed -n '3,26p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '3,/^# usage:/p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fetch-busybox: unknown option: $a" >&2; exit 2 ;;
     all) arches+=("${all_arches[@]}") ;;
     *) arches+=("$a") ;;
@@ -65,12 +72,13 @@ debarch_for() {
   esac
 }
 
-# Downloads busybox-static:$1 into $dl (if no .deb of it is cached) and
-# prints the newest cached .deb.
+# Downloads package $2 (default busybox-static) for Debian architecture $1
+# into $dl (if no .deb of it is cached) and prints the newest cached .deb.
 download() {
-  local debarch=$1 pkg="busybox-static:$1" tmp i
+  local debarch=$1 name=${2:-busybox-static} tmp i
+  local pkg="$name:$debarch"
   shopt -s nullglob
-  local debs=("$dl"/busybox-static_*_"$debarch".deb)
+  local debs=("$dl"/"$name"_*_"$debarch".deb)
   if [ ${#debs[@]} -eq 0 ]; then
     log "downloading $pkg into $dl"
     # apt-get download writes into the current directory; a private
@@ -96,9 +104,9 @@ download() {
       rm -rf "$tmp"
       return 1
     fi
-    local got=("$tmp"/busybox-static_*_"$debarch".deb)
+    local got=("$tmp"/"$name"_*_"$debarch".deb)
     if [ ${#got[@]} -ne 1 ]; then
-      err "apt-get download $pkg did not produce one busybox-static .deb"
+      err "apt-get download $pkg did not produce one $name .deb"
       rm -rf "$tmp"
       return 1
     fi
@@ -110,18 +118,23 @@ download() {
   printf '%s\n' "${debs[@]}" | sort -V | tail -n1
 }
 
-# Installs target/guests/$1/busybox.
+# Installs target/guests/$1/busybox (dyn-x86_64: target/guests/x86_64/dyn/busybox).
 install_one() {
-  local arch=$1 debarch out deb x rc=0
-  debarch="$(debarch_for "$arch")" || rc=$?
-  case $rc in
-    0) ;;
-    2) err "Debian 12 ships no busybox-static for $arch"; return 1 ;;
-    *) err "unknown arch '$arch' (known: ${all_arches[*]})"; return 1 ;;
-  esac
-  out="$root/target/guests/$arch/busybox"
+  local arch=$1 debarch out deb x rc=0 name=busybox-static
+  if [ "$arch" = dyn-x86_64 ]; then
+    # The dynamically linked one, for memcheck (see the top).
+    debarch=amd64 name=busybox out="$root/target/guests/x86_64/dyn/busybox"
+  else
+    debarch="$(debarch_for "$arch")" || rc=$?
+    case $rc in
+      0) ;;
+      2) err "Debian 12 ships no busybox-static for $arch"; return 1 ;;
+      *) err "unknown arch '$arch' (known: ${all_arches[*]} dyn-x86_64)"; return 1 ;;
+    esac
+    out="$root/target/guests/$arch/busybox"
+  fi
   [ -x "$out" ] && return 0
-  deb="$(download "$debarch")" || return 1
+  deb="$(download "$debarch" "$name")" || return 1
   x="$(mktemp -d "$dl/.busybox-x.XXXXXX")"
   if ! dpkg-deb -x "$deb" "$x"; then
     rm -rf "$x"

@@ -483,6 +483,9 @@ pub fn guest(arch: &str, name: &str) -> PathBuf {
     if name == "busybox" {
         return busybox(arch);
     }
+    if arch == "x86_64" && name == "dyn_busybox" {
+        return dyn_busybox();
+    }
     static BUILT: OnceLock<Mutex<HashMap<String, Result<(), String>>>> = OnceLock::new();
     if let Err(e) = once_per_arch(&BUILT, "build-guests.sh", arch) {
         panic!("building the guest programs for {arch} failed: {e}");
@@ -518,6 +521,25 @@ pub fn busybox(arch: &str) -> PathBuf {
     assert!(
         is_executable(&p),
         "{} missing after scripts/fetch-busybox.sh {arch} succeeded",
+        p.display()
+    );
+    p
+}
+
+/// Debian's dynamically linked busybox for amd64 (package `busybox`, the
+/// source version of `busybox-static`), `target/guests/x86_64/dyn/busybox`:
+/// a build memcheck can run (it sees only a dynamic program's
+/// allocations). Fetched on demand by `scripts/fetch-busybox.sh
+/// dyn-x86_64`; panics with its error if it cannot be had.
+pub fn dyn_busybox() -> PathBuf {
+    static FETCHED: OnceLock<Mutex<HashMap<String, Result<(), String>>>> = OnceLock::new();
+    if let Err(e) = once_per_arch(&FETCHED, "fetch-busybox.sh", "dyn-x86_64") {
+        panic!("no dynamic busybox for x86_64: {e}");
+    }
+    let p = workspace_root().join("target/guests/x86_64/dyn/busybox");
+    assert!(
+        is_executable(&p),
+        "{} missing after scripts/fetch-busybox.sh dyn-x86_64 succeeded",
         p.display()
     );
     p

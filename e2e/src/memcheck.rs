@@ -125,7 +125,17 @@ fn finding(e: &Element) -> Option<Finding> {
         },
         "Leak_DefinitelyLost" => {
             let x = e.child("xwhat")?;
-            let bytes: u64 = x.child_text("leakedbytes")?.parse().ok()?;
+            // "112 (16 direct, 96 indirect) bytes in 1 blocks": the
+            // lost blocks' own bytes are the direct ones; `leakedbytes`
+            // counts the blocks only they point at too.
+            let text = x.child_text("text").unwrap_or_default();
+            let direct = text
+                .split_once(" direct,")
+                .and_then(|(b, _)| b.rsplit('(').next()?.trim().parse().ok());
+            let bytes: u64 = match direct {
+                Some(d) => d,
+                None => x.child_text("leakedbytes")?.parse().ok()?,
+            };
             let blocks: u64 = x.child_text("leakedblocks")?.parse().ok()?;
             ("leak", Some(bytes / blocks.max(1)))
         }
@@ -304,6 +314,10 @@ mod tests {
   <xwhat><text>33 bytes in 1 blocks are definitely lost</text>
   <leakedbytes>33</leakedbytes><leakedblocks>1</leakedblocks></xwhat>
   <stack><frame><fn>malloc</fn></frame><frame><fn>hb_leak</fn></frame></stack></error>
+<error><kind>Leak_DefinitelyLost</kind>
+  <xwhat><text>112 (16 direct, 96 indirect) bytes in 1 blocks are definitely lost in loss record 8 of 17</text>
+  <leakedbytes>112</leakedbytes><leakedblocks>1</leakedblocks></xwhat>
+  <stack><frame><fn>malloc</fn></frame><frame><fn>hb_list</fn></frame></stack></error>
 <error><kind>UninitCondition</kind><stack><frame><fn>x</fn></frame></stack></error>
 </valgrindoutput>
 "#;
@@ -325,10 +339,12 @@ mod tests {
                 s("invalid-free", "hb_free_interior", Some(64)),
                 s("invalid-free", "hb_free_stack", None),
                 s("leak", "hb_leak", Some(33)),
+                // The lost block's own bytes, not the ones it leads to.
+                s("leak", "hb_list", Some(16)),
             ]
         );
-        assert_eq!(kinds.len(), 7);
-        assert_eq!(kinds[6], "UninitCondition");
+        assert_eq!(kinds.len(), 8);
+        assert_eq!(kinds[7], "UninitCondition");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! Leaks at exit, as memcheck classifies them: a block never freed is
 //! still reachable when a pointer to its start or inside it remains in
-//! memory the trace shows live, and definitely lost when none does.
+//! memory the trace shows live, indirectly lost when only another lost
+//! block points at it, and definitely lost (a finding) otherwise.
 //!
 //! The memory is what the trace showed: the last value loaded from or
 //! stored to each address, by any thread of the process. The roots are
@@ -11,9 +12,9 @@
 //! the block before it, which memcheck, replacing the allocator, never
 //! sees), not the stack below a
 //! thread's last stack pointer (frames already returned from), nor freed
-//! blocks; what a reachable block holds is followed in turn. Registers at
-//! exit are not looked at (a pointer held only in a register counts as
-//! lost), nor memory the program never touched (the kernel's initial
+//! blocks; what a reachable block holds is followed in turn. Of the
+//! registers at exit only the `exit_group` call's argument registers are
+//! known (a pointer held only in another register counts as lost), nor memory the program never touched (the kernel's initial
 //! stack, a file's mapped data: neither can hold a heap pointer the trace
 //! did not show being stored).
 
@@ -33,6 +34,22 @@ pub fn lost(
     mine: &[u64],
     dead: &[(u64, u64)],
 ) -> Vec<bool> {
+    classify(blocks, words, mine, dead, &[]).0
+}
+
+/// [`lost`], and which of the lost blocks are only indirectly lost:
+/// reached from another lost block, as memcheck tells them (its
+/// "definitely lost" are the others: what a program lost a pointer to;
+/// a cycle of lost blocks nothing else reaches is led by its block of
+/// the lowest address, as memcheck takes blocks in address order).
+/// `regs`: register values at exit, roots too.
+pub fn classify(
+    blocks: &[(u64, u64)],
+    words: &[(u64, u64)],
+    mine: &[u64],
+    dead: &[(u64, u64)],
+    regs: &[u64],
+) -> (Vec<bool>, Vec<bool>) {
     let find = |v: u64| -> Option<usize> {
         let i = blocks.partition_point(|&(a, _)| a <= v).checked_sub(1)?;
         let (a, s) = blocks[i];
@@ -40,6 +57,12 @@ pub fn lost(
     };
     let mut reached = vec![false; blocks.len()];
     let mut work = Vec::new();
+    for b in regs.iter().filter_map(|&v| find(v)) {
+        if !reached[b] {
+            reached[b] = true;
+            work.push(b);
+        }
+    }
     // Words by block, for following a reachable block's contents.
     let mut inside: Vec<Vec<u64>> = vec![Vec::new(); blocks.len()];
     for &(at, v) in words {
@@ -67,7 +90,38 @@ pub fn lost(
             }
         }
     }
-    reached.iter().map(|r| !r).collect()
+    let lost: Vec<bool> = reached.iter().map(|r| !r).collect();
+    // Lost blocks another lost block points at (start or inside).
+    let mut pointed = vec![false; blocks.len()];
+    for (b, vs) in inside.iter().enumerate().filter(|&(b, _)| lost[b]) {
+        for c in vs.iter().filter_map(|&v| find(v)) {
+            pointed[c] |= c != b;
+        }
+    }
+    // Leaders first (nothing lost points at them), then what is left: the
+    // cycles, lowest address first; what a leader reaches is indirect.
+    let mut indirect = vec![false; blocks.len()];
+    let mut seen = reached;
+    let leaders = (0..blocks.len())
+        .filter(|&b| lost[b] && !pointed[b])
+        .chain((0..blocks.len()).filter(|&b| lost[b]));
+    for lead in leaders {
+        if seen[lead] {
+            continue;
+        }
+        seen[lead] = true;
+        work.push(lead);
+        while let Some(b) = work.pop() {
+            for c in inside[b].iter().filter_map(|&v| find(v)) {
+                if !seen[c] {
+                    seen[c] = true;
+                    indirect[c] = true;
+                    work.push(c);
+                }
+            }
+        }
+    }
+    (lost, indirect)
 }
 
 /// Reports the blocks of `st` definitely lost at the end of process `pid`,
@@ -93,14 +147,18 @@ pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
         .map(|&(at, _)| at)
         .filter(|at| theirs.binary_search(at).is_err())
         .collect();
-    let lost = lost(&blocks, &words, &mine, dead);
+    let (lost, indirect) = classify(&blocks, &words, &mine, dead, &st.exit_regs);
     let live: Vec<_> = st.heap.live().cloned().collect();
     let mut summary = super::tracer::lock(&run.summary);
     summary.peak_bytes = summary.peak_bytes.max(st.heap.peak_bytes);
     let mut found = Vec::new();
-    for (b, lost) in live.into_iter().zip(lost) {
-        run.record(pid, &b, Some(lost));
-        if lost {
+    for ((b, lost), indirect) in live.into_iter().zip(lost).zip(indirect) {
+        // The table's `leaked` is memcheck's definitely lost.
+        run.record(pid, &b, Some(lost && !indirect));
+        if indirect {
+            summary.indirect_bytes += b.size;
+            summary.indirect_blocks += 1;
+        } else if lost {
             summary.leaked_bytes += b.size;
             summary.leaked_blocks += 1;
             *summary.found.entry(Kind::Leak.name()).or_default() += 1;

@@ -161,6 +161,10 @@ pub struct Summary {
     pub peak_event: u64,
     pub leaked_bytes: u64,
     pub leaked_blocks: u64,
+    /// Lost blocks only other lost blocks point at (memcheck's
+    /// "indirectly lost"): no finding of their own.
+    pub indirect_bytes: u64,
+    pub indirect_blocks: u64,
     pub reachable_bytes: u64,
     pub reachable_blocks: u64,
     /// Findings by kind (every occurrence, also those not printed again).
@@ -255,6 +259,8 @@ impl Summary {
             "events": self.events,
             "leaked_bytes": self.leaked_bytes,
             "leaked_blocks": self.leaked_blocks,
+            "indirect_bytes": self.indirect_bytes,
+            "indirect_blocks": self.indirect_blocks,
             "reachable_bytes": self.reachable_bytes,
             "reachable_blocks": self.reachable_blocks,
             "findings": found,
@@ -290,8 +296,13 @@ impl Summary {
         }
         let _ = writeln!(
             s,
-            "{p}   definitely lost: {} bytes in {} blocks; still reachable: {} bytes in {} blocks",
-            self.leaked_bytes, self.leaked_blocks, self.reachable_bytes, self.reachable_blocks
+            "{p}   definitely lost: {} bytes in {} blocks; indirectly lost: {} bytes in {} blocks; still reachable: {} bytes in {} blocks",
+            self.leaked_bytes,
+            self.leaked_blocks,
+            self.indirect_bytes,
+            self.indirect_blocks,
+            self.reachable_bytes,
+            self.reachable_blocks
         );
         for (site, (n, b)) in self.top_sites(5) {
             let _ = writeln!(s, "{p}   {b:>10} bytes in {n:>6} allocations from {site}");

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::alloc::{parse_alloc, role_of, Role};
 use super::blocks::{Block, Freed, Heap, Kind, Stack};
-use super::leaks::lost;
+use super::leaks::{classify, lost};
 
 fn stack(s: &str) -> Stack {
     Arc::from(vec![Arc::<str>::from(s)])
@@ -129,6 +129,34 @@ fn leaks_are_blocks_no_live_word_points_into() {
     ];
     let lost = lost(&blocks, &words, &[], &[(0x7000, 0x8000)]);
     assert_eq!(lost, [false, false, true, true]);
+}
+
+#[test]
+fn blocks_only_lost_blocks_point_at_are_indirectly_lost() {
+    // A lost list of three (the head points inside the second), a lost
+    // cycle of two nothing else points at, a lost block on its own.
+    let blocks = [
+        (0x1000, 16),
+        (0x2000, 16),
+        (0x3000, 16),
+        (0x4000, 16),
+        (0x5000, 16),
+        (0x6000, 16),
+    ];
+    let words = [
+        (0x1000, 0x2008),
+        (0x2000, 0x3000),
+        (0x4000, 0x5000),
+        (0x5008, 0x4000),
+    ];
+    let (lost, indirect) = classify(&blocks, &words, &[], &[], &[]);
+    assert_eq!(lost, [true; 6]);
+    // memcheck: the head, the cycle's lowest block and the lone block
+    // are definitely lost.
+    assert_eq!(indirect, [false, true, true, false, true, false]);
+    // A register at exit pointing inside the lone block keeps it.
+    let (lost, _) = classify(&blocks, &words, &[], &[], &[0x6004]);
+    assert_eq!(lost, [true, true, true, true, true, false]);
 }
 
 #[test]

@@ -90,6 +90,10 @@ pub enum Item {
         child: i32,
         tid_word: Option<u64>,
     },
+    /// The process ends (`exit_group`) with these argument registers.
+    Exit {
+        args: [u64; 6],
+    },
     Block {
         pc: u64,
         lens: Box<[u8]>,
@@ -134,6 +138,10 @@ pub struct Proc {
     seen: std::collections::HashSet<(Kind, u64)>,
     /// The order kept between the threads ([`order`]).
     order: order::Order,
+    /// The argument registers of the `exit_group` that ended the process:
+    /// roots of the leak check, as memcheck scans the registers at exit
+    /// (the only ones the trace gives there).
+    pub exit_regs: Vec<u64>,
 }
 
 impl Proc {
@@ -223,6 +231,10 @@ pub struct Layout {
     sp: Option<usize>,
     ra: Option<usize>,
     bits64: bool,
+    /// The bytes below the stack pointer the ABI lets a function use
+    /// without moving it, which memcheck keeps valid (its
+    /// `VG_STACK_REDZONE_SZB`): 128 on x86_64, 288 on ppc64, else none.
+    red_zone: u64,
 }
 
 impl Layout {
@@ -344,6 +356,21 @@ impl Thread {
                     }
                 }
                 if let Some(r) = regs {
+                    // The frames the stack pointer rose above are gone:
+                    // memcheck makes them inaccessible, so no pointer
+                    // left in them is a root until stored there again.
+                    // It makes the red zone below the stack pointer (the
+                    // bytes an ABI lets a leaf use unmoved) undefined at
+                    // each call and return too (VEX's AbiHint), so what
+                    // lies below the new stack pointer goes with it. A
+                    // jump of more than memcheck's largest frame
+                    // (`--max-stackframe`, 2000000) is a switch of
+                    // stacks, not a return.
+                    if self.sp_last != 0 && r.sp > self.sp_last && r.sp - self.sp_last <= 2_000_000
+                    {
+                        let rz = self.layout.red_zone;
+                        st.shadow.kill(self.sp_last.saturating_sub(rz), r.sp);
+                    }
                     self.sp_lo = self.sp_lo.min(r.sp);
                     self.sp_last = r.sp;
                 }
@@ -397,13 +424,18 @@ impl Thread {
                 // The allocator's own accesses tag what they touch: not
                 // where the program keeps pointers (see `leaks`).
                 let mine = !self.calls.is_empty();
+                let sh = &mut st.shadow;
+                let put = if *store {
+                    Shadow::store_tagged
+                } else {
+                    Shadow::load_seen
+                };
                 if *size == 16 {
                     let (first, second) = if be { (*hi, *val) } else { (*val, *hi) };
-                    st.shadow.store_tagged(*addr, first, 8, be, mine);
-                    st.shadow
-                        .store_tagged(addr.wrapping_add(8), second, 8, be, mine);
+                    put(sh, *addr, first, 8, be, mine);
+                    put(sh, addr.wrapping_add(8), second, 8, be, mine);
                 } else {
-                    st.shadow.store_tagged(*addr, *val, *size, be, mine);
+                    put(sh, *addr, *val, *size, be, mine);
                 }
                 if *store {
                     if let Some(rules) = self.rules {
@@ -477,6 +509,7 @@ impl Thread {
             }
             Item::Signal { handler } => self.bt.signal(*handler),
             Item::Clone { child, tid_word } => st.order.created(*child, *tid_word),
+            Item::Exit { args } => st.exit_regs = args.to_vec(),
         }
     }
 

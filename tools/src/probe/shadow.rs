@@ -26,12 +26,14 @@ const PAGE: u64 = 4096;
 /// Entries of the recently-used page cache (a power of two).
 const RECENT: usize = 16;
 
-/// One page's bytes, which of them were written, and which were last
-/// written by a store the caller tagged ([`Shadow::store_tagged`]).
+/// One page's bytes, which of them were written, which were last
+/// written by a store the caller tagged ([`Shadow::store_tagged`]), and
+/// which were given up since their last store ([`Shadow::kill`]).
 struct Page {
     bytes: [u8; PAGE as usize],
     known: [u64; (PAGE / 64) as usize],
     tagged: [u64; (PAGE / 64) as usize],
+    dead: [u64; (PAGE / 64) as usize],
 }
 
 impl Page {
@@ -40,6 +42,7 @@ impl Page {
             bytes: [0; PAGE as usize],
             known: [0; (PAGE / 64) as usize],
             tagged: [0; (PAGE / 64) as usize],
+            dead: [0; (PAGE / 64) as usize],
         })
     }
 
@@ -63,6 +66,18 @@ impl Page {
                 bitmap[w + 1] &= !hi;
             }
         }
+    }
+}
+
+impl Page {
+    /// Whether any bit of `bitmap` is set for the `n` bytes (at most 8)
+    /// at offset `o`, which lie inside the page.
+    #[inline(always)]
+    fn any_bits(bitmap: &[u64; (PAGE / 64) as usize], o: usize, n: usize) -> bool {
+        let m = (1u64 << n) - 1;
+        let (w, sh) = (o / 64, o % 64);
+        let hi = if sh + n > 64 { m >> (64 - sh) } else { 0 };
+        bitmap[w] & (m << sh) != 0 || (hi != 0 && bitmap[w + 1] & hi != 0)
     }
 }
 
@@ -164,6 +179,71 @@ impl Shadow {
         p.bytes[o..o + n].copy_from_slice(&bytes[..n]);
         Page::set_bits(&mut p.known, o, n, true);
         Page::set_bits(&mut p.tagged, o, n, tag);
+        Page::set_bits(&mut p.dead, o, n, false);
+    }
+
+    /// A load of `size` bytes of `value` at `addr`: what memory holds
+    /// there, kept as a store keeps it, except in bytes given up by
+    /// [`Shadow::kill`] and not stored since (memcheck's undefined stack:
+    /// reading a stale slot does not make its value the program's again).
+    #[inline]
+    pub fn load_seen(&mut self, addr: u64, value: u64, size: u8, big_endian: bool, tag: bool) {
+        let n = u64::from(size.min(8));
+        let o = (addr % PAGE) as usize;
+        let dead = o as u64 + n <= PAGE
+            && self
+                .page(addr / PAGE)
+                .is_some_and(|p| Page::any_bits(&p.dead, o, n as usize));
+        if !dead {
+            // No byte was given up (or the load crosses a page: rare,
+            // and then taken whole).
+            return self.store_tagged(addr, value, size, big_endian, tag);
+        }
+        let le = value.to_le_bytes();
+        for i in 0..n {
+            let a = addr.wrapping_add(i);
+            let p = self.page_mut(a / PAGE);
+            let o = (a % PAGE) as usize;
+            if p.dead[o / 64] & (1 << (o % 64)) == 0 {
+                let i = i as usize;
+                p.bytes[o] = if big_endian {
+                    le[n as usize - 1 - i]
+                } else {
+                    le[i]
+                };
+                Page::set_bits(&mut p.known, o, 1, true);
+                Page::set_bits(&mut p.tagged, o, 1, tag);
+            }
+        }
+    }
+
+    /// Gives up the bytes of `[lo, hi)`: they read as never stored until
+    /// the next store to them, whatever loads see there meanwhile (a
+    /// stack's frames once the stack pointer rose above them).
+    pub fn kill(&mut self, lo: u64, hi: u64) {
+        let mut a = lo;
+        while a < hi {
+            let page_end = (a / PAGE + 1) * PAGE;
+            let end = hi.min(page_end);
+            if let Some(&i) = self.index.get(&(a / PAGE)) {
+                let p = &mut self.pages[i as usize].1;
+                let mut o = (a % PAGE) as usize;
+                let e = o + (end - a) as usize;
+                while o < e {
+                    if o % 64 == 0 && e - o >= 64 {
+                        p.known[o / 64] = 0;
+                        p.dead[o / 64] = u64::MAX;
+                        o += 64;
+                        continue;
+                    }
+                    let n = (e - o).min(8 - o % 8);
+                    Page::set_bits(&mut p.known, o, n, false);
+                    Page::set_bits(&mut p.dead, o, n, true);
+                    o += n;
+                }
+            }
+            a = end;
+        }
     }
 
     /// [`Shadow::store_tagged`] byte by byte: a store across a page's end.
@@ -178,6 +258,7 @@ impl Shadow {
             p.bytes[o] = b;
             Page::set_bits(&mut p.known, o, 1, true);
             Page::set_bits(&mut p.tagged, o, 1, tag);
+            Page::set_bits(&mut p.dead, o, 1, false);
         }
     }
 
@@ -288,6 +369,29 @@ mod tests {
         s.store_tagged(0x1008, 1, 8, false, true);
         s.untag(0x1008, 8);
         assert_eq!(words(&s, false), [(0x1000, 8), (0x1008, 1)]);
+    }
+
+    #[test]
+    fn killed_bytes_come_back_by_a_store_only() {
+        let mut s = Shadow::default();
+        for a in (0x1000..0x1100).step_by(8) {
+            s.store(a, a, 8, false);
+        }
+        s.kill(0x1004, 0x10c8);
+        let words: Vec<_> = s.words(8, false, true).map(|(a, _)| a).collect();
+        assert_eq!(words.len(), 0x100 / 8 - 25);
+        assert!(words.contains(&0x10c8) && !words.contains(&0x1000));
+        assert_eq!(s.load(0x1000, 4, false), Some(0x1000));
+        // A load of a given-up slot sees the stale value: not taken.
+        s.load_seen(0x1008, 0x1008, 8, false, false);
+        assert_eq!(s.load(0x1008, 8, false), None);
+        // Its live bytes are taken, its given-up ones not.
+        s.load_seen(0x1000, 0x7777_7777_0000_1000, 8, false, false);
+        assert_eq!(s.load(0x1000, 4, false), Some(0x1000));
+        assert_eq!(s.load(0x1004, 1, false), None);
+        s.store(0x1008, 5, 8, false);
+        s.load_seen(0x1008, 5, 8, false, false);
+        assert_eq!(s.load(0x1008, 8, false), Some(5));
     }
 
     #[test]

@@ -64,6 +64,7 @@ impl Cannoli for Stream {
                 names: HashMap::new(),
                 seq: 0,
                 alloc_modules: Vec::new(),
+                exit_regs: Vec::new(),
                 seen: Default::default(),
                 order: Default::default(),
             }),
@@ -92,6 +93,11 @@ impl Cannoli for Stream {
             sp: find(abi.sp_reg()),
             ra: rules.and_then(|r| r.ra).and_then(find),
             bits64: ci.guest_bits == 64,
+            red_zone: match &*ci.arch {
+                "x86_64" => 128,
+                "ppc64" | "ppc64le" => 288,
+                _ => 0,
+            },
         });
         lock(&pid.run.threads).insert(ci.tid);
         let t = Thread {
@@ -268,6 +274,9 @@ impl Cannoli for Stream {
     fn syscall(_p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
         if let Some(item) = order::clone_item(sc) {
             trace.push(item);
+        }
+        if sc.name == Some("exit_group") {
+            trace.push(Item::Exit { args: sc.args });
         }
     }
 
