@@ -123,6 +123,18 @@ pub struct Bad {
     pub block: Option<Block>,
 }
 
+impl Bad {
+    /// Whether it is an overflow past a block's end (not an underflow):
+    /// the only finding a C library string function's own load may make
+    /// without memcheck seeing it, its aligned word or vector reading on
+    /// past the string's terminating byte (memcheck replaces the function
+    /// with one reading the string byte by byte). A read before a block or
+    /// in a freed one is the caller's bug there too.
+    pub fn past_end(&self) -> bool {
+        self.kind == Kind::Overflow && self.block.as_ref().is_some_and(|b| self.addr >= b.end())
+    }
+}
+
 /// The heap of one process.
 #[derive(Debug)]
 pub struct Heap {

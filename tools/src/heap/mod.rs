@@ -107,6 +107,9 @@ pub struct Run {
     pub plan: Arc<Plan>,
     /// The role of each of the plan's targets.
     pub roles: Vec<Role>,
+    /// The C library's string functions in a stripped static program,
+    /// `[start, end)` at link time, found by their code ([`sig`]).
+    pub strings: Vec<(u64, u64)>,
     json: bool,
     out: Mutex<Option<launch::Output>>,
     pub summary: Mutex<Summary>,
@@ -217,6 +220,7 @@ pub fn main(args: Args) -> i32 {
 /// `--parquet` asked for (opened by the caller: the Parquet tables have
 /// their own crate, see [`rows`]); returns the exit status.
 pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
+    let mut strings = Vec::new();
     let plan = image(&args).and_then(|mut img| {
         let mut specs = alloc::specs(&img, &args.allocs)?;
         if specs.is_empty() {
@@ -225,6 +229,10 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
                 Ok(found) if found.usable() => {
                     eprintln!("heap: {}", found_line(&img, &found));
                     img.add_funcs(found.funcs.into_iter().map(|(f, _)| f).collect());
+                    // Not found: their over-reads are reported, as before.
+                    if let Ok(s) = sig::string_funcs(&img) {
+                        strings = s.iter().map(|f| (f.start, f.end)).collect();
+                    }
                     specs = alloc::specs(&img, &args.allocs)?;
                     String::new()
                 }
@@ -284,6 +292,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
     let run = Arc::new(Run {
         plan,
         roles,
+        strings,
         json: args.json,
         out: Mutex::new(Some(out)),
         summary: Mutex::new(Summary::default()),

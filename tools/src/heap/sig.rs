@@ -21,6 +21,12 @@
 //! cached: reading one archive member and scanning a few MB takes
 //! milliseconds.
 //!
+//! The C library's string functions are found the same way (their loads
+//! past a string's block are exempt, as memcheck replaces them), with
+//! their variants (`__strlen_asimd`, `__memchr_neon`); one whose whole
+//! code is not found, the program's C library being another version, may
+//! be found by its start alone.
+//!
 //! RISC-V's linker does more: it relaxes calls and addresses into shorter
 //! instruction sequences, so a function's code there is a [`Sig`], a
 //! sequence of pieces some of which have several forms ([`riscv`]), and
@@ -279,6 +285,57 @@ fn archives(img: &Image) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// The C library's string functions, by their base names: memcheck
+/// replaces them with its own, which read a string byte by byte, so the
+/// optimized versions' aligned word and vector loads past its end are
+/// never seen there (see [`is_string_func`]).
+const STRING_FUNCS: &[&str] = &[
+    "strlen",
+    "strnlen",
+    "strcmp",
+    "strncmp",
+    "strcpy",
+    "stpcpy",
+    "strncpy",
+    "stpncpy",
+    "strcat",
+    "strncat",
+    "strchr",
+    "strchrnul",
+    "strrchr",
+    "memchr",
+    "rawmemchr",
+    "memrchr",
+    "memcmp",
+    "bcmp",
+    "strcasecmp",
+    "strncasecmp",
+    "strstr",
+    "strspn",
+    "strcspn",
+    "strpbrk",
+    "wcslen",
+    "wcsnlen",
+    "wcscmp",
+    "wcschr",
+    "wmemchr",
+];
+
+/// Whether `name` is one of the C library's string functions or one of
+/// its variants (`__strlen_asimd`, `__memchr_neon`, `__strcmp_power9`,
+/// `__GI_strlen`, `strcasecmp_l`).
+pub fn is_string_func(name: &str) -> bool {
+    let n = name.trim_start_matches('_');
+    let n = n.strip_prefix("GI_").unwrap_or(n);
+    STRING_FUNCS.iter().any(|b| {
+        n.strip_prefix(b)
+            .is_some_and(|r| r.is_empty() || r.starts_with('_'))
+    })
+}
+
+/// Chooses a function's name among its aliases, with its role.
+type Pick<'p> = &'p dyn for<'a> Fn(&[&'a str]) -> Option<(&'a str, Role)>;
+
 /// One function of an archive member, as a pattern.
 struct Candidate {
     name: String,
@@ -312,8 +369,8 @@ fn pick_name<'a>(names: &[&'a str], custom: &[(String, Role)]) -> Option<(&'a st
     named.first().copied()
 }
 
-/// The allocation functions of the member `data` (index `m`).
-fn candidates(m: usize, data: &[u8], custom: &[(String, Role)], out: &mut Vec<Candidate>) {
+/// The functions of the member `data` (index `m`) that `pick` names.
+fn candidates(m: usize, data: &[u8], pick: Pick, out: &mut Vec<Candidate>) {
     let Ok(f) = object::File::parse(data) else {
         return;
     };
@@ -348,7 +405,7 @@ fn candidates(m: usize, data: &[u8], custom: &[(String, Role)], out: &mut Vec<Ca
     // with its relocations.
     let mut opened: HashMap<usize, (Pattern, Vec<riscv::Reloc>)> = HashMap::new();
     for ((sec, value), (names, size, st_other)) in funcs {
-        let Some((name, role)) = pick_name(&names, custom) else {
+        let Some((name, role)) = pick(&names) else {
             continue;
         };
         let Ok(section) = f.section_by_index(object::SectionIndex(sec)) else {
@@ -453,6 +510,14 @@ impl Found {
     }
 }
 
+/// How many first bytes of a string function, found once in the
+/// program, tell it where the whole function is not found: the program's
+/// C library may be another version than the archive's, with a function's
+/// loop changed but its start the same (aarch64's `__strlen_mte`). Its
+/// length is then the archive's; what that decides is only which loads
+/// past a block's end are exempt.
+const PREFIX: usize = 32;
+
 /// Fewest bytes a pattern must fix: shorter ones match by chance.
 const MIN_KNOWN: usize = 16;
 
@@ -460,6 +525,42 @@ const MIN_KNOWN: usize = 16;
 /// by the code of its C library archive; `Err` is one line saying why
 /// none could be looked for.
 pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String> {
+    let want = wanted(custom);
+    scan(
+        img,
+        &|n| want.contains(n),
+        &|names| pick_name(names, custom),
+        false,
+    )
+}
+
+/// The string functions (and their variants: see [`is_string_func`]) of
+/// the stripped static program `img`, found by the code of its C library
+/// archive: their loads past a string's block are exempt, as memcheck's
+/// replacements of them never make them.
+pub fn string_funcs(img: &Image) -> Result<Vec<Func>, String> {
+    fn pick<'a>(names: &[&'a str]) -> Option<(&'a str, Role)> {
+        let mut n: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| is_string_func(n))
+            .collect();
+        n.sort_by_key(|n| (n.starts_with('_'), n.len(), *n));
+        n.first().map(|n| (*n, Role::Internal))
+    }
+    let found = scan(img, &is_string_func, &pick, true)?;
+    Ok(found.funcs.into_iter().map(|(f, _)| f).collect())
+}
+
+/// The functions of the archive members defining a name `want` accepts,
+/// named by `pick`, found in `img`'s code; `by_start`: one not found
+/// whole may be found by its first [`PREFIX`] bytes alone (see there).
+fn scan(
+    img: &Image,
+    want: &dyn Fn(&str) -> bool,
+    pick: Pick,
+    by_start: bool,
+) -> Result<Found, String> {
     let paths = archives(img)?;
     let archive = paths.iter().find(|p| p.is_file()).ok_or_else(|| {
         let list: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
@@ -468,11 +569,10 @@ pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String>
     let data = std::fs::read(archive).map_err(|e| format!("{}: {e}", archive.display()))?;
     let ar = ArchiveFile::parse(&*data)
         .map_err(|e| format!("{}: not an archive ({e})", archive.display()))?;
-    let want = wanted(custom);
     let mut members = BTreeSet::new();
     if let Ok(Some(syms)) = ar.symbols() {
         for s in syms.flatten() {
-            if std::str::from_utf8(s.name()).is_ok_and(|n| want.contains(n)) {
+            if std::str::from_utf8(s.name()).is_ok_and(want) {
                 members.insert(s.offset().0);
             }
         }
@@ -486,7 +586,7 @@ pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String>
             // A copy: a member starts at any even offset, and the ELF
             // reader wants its headers aligned.
             let copy: Vec<u8> = d.into();
-            candidates(m, &copy, custom, &mut cands);
+            candidates(m, &copy, pick, &mut cands);
         }
     }
     cands.retain(|c| c.pat.known_bytes() >= MIN_KNOWN);
@@ -523,6 +623,16 @@ pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String>
             (_, Some(base)) => h.iter().copied().find(|a| a.0 == base.wrapping_add(c.off)),
             _ => None,
         };
+        let at = at.or_else(|| {
+            let (pre, len) = c
+                .pat
+                .prefix(PREFIX)
+                .filter(|(p, _)| by_start && h.is_empty() && p.known_bytes() >= PREFIX * 3 / 4)?;
+            match find(&code, &pre, c.align, 0, 2)[..] {
+                [(a, _)] => Some((a, len as u64)),
+                _ => None,
+            }
+        });
         if let Some((start, size)) = at {
             funcs.push((
                 Func {
@@ -582,6 +692,42 @@ mod tests {
         assert_eq!(relocated(Isa::Fixed(4), 6, 16, E::R_MIPS_LO16), (4, 8));
         // A Thumb-2 call of unknown width at a halfword: both halfwords.
         assert_eq!(relocated(Isa::Fixed(2), 2, 0, E::R_ARM_THM_PC22), (2, 6));
+    }
+
+    #[test]
+    fn string_functions_and_their_variants_are_named_but_no_others() {
+        for n in [
+            "strlen",
+            "__strlen_asimd",
+            "__memchr_neon",
+            "__strcmp_power9",
+            "__GI_strlen",
+            "strcasecmp_l",
+        ] {
+            assert!(is_string_func(n), "{n}");
+        }
+        for n in [
+            "strlenx",
+            "malloc",
+            "strtol",
+            "memcpy",
+            "__strerror_r",
+            "str",
+        ] {
+            assert!(!is_string_func(n), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_prefix_keeps_the_whole_length() {
+        let mut p = Pattern::new(&[1, 2, 3, 4, 5, 6]);
+        p.open(1, 2);
+        let (pre, len) = Sig::from(p).prefix(4).unwrap();
+        assert_eq!(len, 6);
+        assert_eq!(pre.known_bytes(), 3);
+        let code = [(0x10u64, &[9, 1, 7, 3, 4, 8][..])];
+        assert_eq!(find(&code, &pre, 1, 0, 2), vec![(0x11, 4)]);
+        assert!(Sig::from(Pattern::new(&[1])).prefix(4).is_none());
     }
 
     #[test]

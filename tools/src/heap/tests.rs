@@ -43,6 +43,23 @@ fn heap() -> Heap {
 }
 
 #[test]
+fn only_reads_past_a_blocks_end_may_be_a_string_functions_overread() {
+    let h = heap();
+    // strlen's aligned word at the string's last bytes: starts inside.
+    assert!(h.check(0x1034, 8, false).unwrap().past_end());
+    // Its next word, in the slack.
+    assert!(h.check(0x1038, 4, false).unwrap().past_end());
+    // An underflow is not.
+    assert!(!h.check(0x100c, 4, false).unwrap().past_end());
+    // Nor a read of a freed block.
+    let mut h = heap();
+    h.free(0x1050, freed(3, "free")).unwrap();
+    let bad = h.check(0x1050, 1, false).unwrap();
+    assert_eq!(bad.kind, Kind::UseAfterFree);
+    assert!(!bad.past_end());
+}
+
+#[test]
 fn accesses_inside_a_block_are_fine() {
     let h = heap();
     assert!(h.check(0x1010, 8, false).is_none());

@@ -446,6 +446,7 @@ impl Thread {
                     if let Some(bad) = st.heap.check(*addr, u64::from(*size), *store) {
                         if !st.freelist_link(*pc, &bad, u64::from(*size))
                             && !self.library_teardown(st, *pc)
+                            && !self.string_overread(st, *pc, &bad, *store)
                         {
                             let op = if *store { Op::Write } else { Op::Read };
                             self.found(st, bad, op, *pc, u64::from(*size));

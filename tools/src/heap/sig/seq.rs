@@ -95,6 +95,18 @@ impl From<Pattern> for Sig {
 }
 
 impl Sig {
+    /// Its first `n` bytes, as a signature, with its whole length: only
+    /// for a signature of one piece at least that long.
+    pub fn prefix(&self, n: usize) -> Option<(Sig, usize)> {
+        match &self.pieces[..] {
+            [Piece::Fixed(p)] if p.bytes.len() >= n => Some((
+                Sig::from(Pattern::masked(&p.bytes[..n], &p.mask[..n])),
+                p.bytes.len(),
+            )),
+            _ => None,
+        }
+    }
+
     /// The fewest bytes any match fixes whole.
     pub fn known_bytes(&self) -> usize {
         self.pieces

@@ -33,6 +33,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use super::super::blocks::Bad;
 use super::{isa, lock, Item, Pid, Proc, Ret, Role, Symbolize, Thread};
 use crate::probe::plan::Site;
 
@@ -243,6 +244,24 @@ impl Thread {
                 .iter()
                 .filter_map(|r| r.addr)
                 .all(|a| st.in_allocator_module(a))
+    }
+
+    /// Whether `bad`, an access at `pc`, is a load past a block's end by
+    /// one of the C library's string functions: named so by a symbol, or
+    /// found by its code in a stripped static program. Their optimized
+    /// loads read whole aligned words and vectors past a string's end,
+    /// never across a page; memcheck replaces them, so it never sees such
+    /// a read. Underflows, reads of freed blocks and stores stay findings.
+    pub(super) fn string_overread(&self, st: &Proc, pc: u64, bad: &Bad, store: bool) -> bool {
+        if store || !bad.past_end() {
+            return false;
+        }
+        let link = pc.wrapping_sub(st.bias.unwrap_or(0));
+        self.run.strings.iter().any(|&(a, b)| a <= link && link < b)
+            || st
+                .resolver()
+                .function(pc)
+                .is_some_and(|f| super::super::sig::is_string_func(&f.name))
     }
 
     /// The return register's value after return `r` (its MIPS delay
