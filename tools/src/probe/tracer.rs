@@ -352,10 +352,7 @@ fn lines(
     n: usize,
     trace: &mut Vec<Item>,
 ) {
-    let mut v = [0u64; MAX_REGS];
-    for (i, r) in v[..n].iter_mut().enumerate() {
-        *r = u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & l.mask;
-    }
+    let v = l.masked(regs, n);
     if !matches!(trace.last(), Some(Item::Lines { .. })) {
         trace.push(Item::Lines {
             // About a hundred lines of 32 registers.
@@ -370,26 +367,7 @@ fn lines(
     *pcs += 1;
     for s in sites {
         if let Site::Pc(p) = *s {
-            let h = Hit {
-                pid: 0,
-                tid: l.tid,
-                insn: None,
-                at: At::Pc,
-                probe: &plan.specs[p].text,
-                function: None,
-                pc,
-                args: Vec::new(),
-                ret: None,
-                unwound: false,
-                insns: None,
-                regs: Regs {
-                    names: &l.names,
-                    values: &v[..n],
-                    keys: &l.keys,
-                },
-                depth: 0,
-            };
-            h.text(text);
+            l.pc_hit(plan, p, pc, &v[..n]).text(text);
             *hits += 1;
         }
     }
@@ -408,32 +386,47 @@ fn tail(
     n: usize,
     trace: &mut Vec<Item>,
 ) {
-    let mut v = [0u64; MAX_REGS];
-    for (i, r) in v[..n].iter_mut().enumerate() {
-        *r = u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & l.mask;
-    }
-    let h = Hit {
-        pid: l.pid,
-        tid: l.tid,
-        insn: None,
-        at: At::Pc,
-        probe: &plan.specs[p].text,
-        function: None,
-        pc,
-        args: Vec::new(),
-        ret: None,
-        unwound: false,
-        insns: None,
-        regs: Regs {
-            names: &l.names,
-            values: &v[..n],
-            keys: &l.keys,
-        },
-        depth: 0,
-    };
+    let v = l.masked(regs, n);
     let mut text = Vec::with_capacity(64 * n);
-    h.pc_tail(split, &l.json_keys, &mut text);
+    l.pc_hit(plan, p, pc, &v[..n])
+        .pc_tail(split, &l.json_keys, &mut text);
     trace.push(Item::Tail(text.into()));
+}
+
+impl ThreadRegs {
+    /// The first `n` registers of a `Register` event, each masked to the
+    /// guest's word.
+    fn masked(&self, regs: &[u8], n: usize) -> [u64; MAX_REGS] {
+        let mut v = [0u64; MAX_REGS];
+        for (i, r) in v[..n].iter_mut().enumerate() {
+            *r = u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & self.mask;
+        }
+        v
+    }
+
+    /// The hit of pc probe `p` at `pc` with these registers, as a worker
+    /// formats it (the serial parts, instruction index and depth, unset).
+    fn pc_hit<'a>(&'a self, plan: &'a Plan, p: usize, pc: u64, values: &'a [u64]) -> Hit<'a> {
+        Hit {
+            pid: self.pid,
+            tid: self.tid,
+            insn: None,
+            at: At::Pc,
+            probe: &plan.specs[p].text,
+            function: None,
+            pc,
+            args: Vec::new(),
+            ret: None,
+            unwound: false,
+            insns: None,
+            regs: Regs {
+                names: &self.names,
+                values,
+                keys: &self.keys,
+            },
+            depth: 0,
+        }
+    }
 }
 
 fn count(trace: &mut Vec<Item>, n: u64) {
