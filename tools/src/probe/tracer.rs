@@ -273,13 +273,13 @@ impl Cannoli for Probe {
         let p = std::path::Path::new(path);
         let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         if let Some(module) = pid.plan.module_of(&p) {
-            // Known to the other threads at once: the program is mapped
-            // before any thread runs, and a thread's hits may reach the
-            // serial phase before the mapping thread's event does.
-            let m = &pid.plan.modules[module];
-            let mut biases = super::lock(&pid.biases);
-            biases[module] = Some(bias_after(m, biases[module], base));
-            drop(biases);
+            // Made known to the process only in the serial phase, in the
+            // mapping thread's order ([`Probe::apply`]): workers decode a
+            // thread's chunks out of order, and a later mapping of the
+            // file's first page seen first gives a wrong bias for a moment,
+            // which another thread would keep. A thread whose hits reach
+            // the serial phase before this event waits for it
+            // ([`Probe::waits`]) and is run when it comes ([`unpark`]).
             trace.push(Item::Map { module, base });
         }
     }
@@ -303,6 +303,11 @@ impl Cannoli for Probe {
             self.drain(pid, false);
         }
         for item in trace {
+            if let (Item::Map { module, base }, false) = (item, self.deferred.is_empty()) {
+                // Known now, not behind this thread's own waiting hits,
+                // which may be waiting for it (applied again in order).
+                self.place(pid, *module, *base);
+            }
             if !self.deferred.is_empty() || self.needs_placement(pid, item) {
                 self.deferred.push_back(item.clone());
                 if self.deferred.len() > DEFER_LIMIT {
@@ -439,18 +444,7 @@ fn count(trace: &mut Vec<Item>, n: u64) {
 impl Probe {
     fn apply(&mut self, pid: &Pid, item: &Item) {
         match item {
-            Item::Map { module, base } => {
-                let m = &self.plan.modules[*module];
-                let known = self.biases[*module];
-                self.biases[*module] = Some(bias_after(m, known, *base));
-                let mut biases = super::lock(&pid.biases);
-                let first = biases[*module].is_none();
-                biases[*module] = Some(bias_after(m, biases[*module], *base));
-                drop(biases);
-                if first {
-                    unpark(pid, false);
-                }
-            }
+            Item::Map { module, base } => self.place(pid, *module, *base),
             Item::Count(n) => self.insns += n,
             Item::Lines { text, hits, pcs } => {
                 // As [`Self::hit`] at a pc with no conditional return's
@@ -492,6 +486,22 @@ impl Probe {
                 self.hit(pid, *pc, regs);
                 self.insns += 1;
             }
+        }
+    }
+
+    /// A mapping of `module`'s offset 0 at `base`, in this thread's order:
+    /// its bias for this thread and the process, and the threads parked
+    /// waiting for it run. Applying it again is a no-op.
+    fn place(&mut self, pid: &Pid, module: usize, base: u64) {
+        let m = &self.plan.modules[module];
+        let known = self.biases[module];
+        self.biases[module] = Some(bias_after(m, known, base));
+        let mut biases = super::lock(&pid.biases);
+        let first = biases[module].is_none();
+        biases[module] = Some(bias_after(m, biases[module], base));
+        drop(biases);
+        if first {
+            unpark(pid, false);
         }
     }
 
