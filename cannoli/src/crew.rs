@@ -6,15 +6,16 @@
 //! them off the ring and decodes (or records) them in parallel, and the
 //! resequencer puts them back in order. The first worker always waits on
 //! the ring (a short spin, then a futex that QEMU wakes only while someone
-//! sleeps there). The others, *helpers*, never wait on the ring, so QEMU
-//! never pays a wake-up for them: they park on the crew's own condition
-//! variable, and a worker that finds chunks waiting behind the one it took
-//! calls one in (a wake-up of a few microseconds, against a chunk's work of
-//! a hundred or more). A helper that finds more waiting calls the next, so
-//! the crew grows to what the backlog needs within a chunk or two, and
-//! shrinks as helpers find the ring empty and park. Nothing spins while the
-//! ring is empty. Helper threads are started only when first called in, so
-//! a stream that one worker keeps up with costs one thread.
+//! sleeps there; see [`EAGER_SPIN`]). The others, *helpers*, never wait on
+//! the ring, so QEMU never pays a wake-up for them: they park on the
+//! crew's own condition variable, and a worker that finds chunks waiting
+//! behind the one it took calls one in (a wake-up of a few microseconds,
+//! against a chunk's work of a hundred or more). A helper that finds more
+//! waiting calls the next, so the crew grows to what the backlog needs
+//! within a chunk or two, and shrinks as helpers find the ring empty and
+//! park. Nothing spins while the ring is empty. Helper threads are started
+//! only when first called in, so a stream that one worker keeps up with
+//! costs one thread.
 //!
 //! When helpers are called in depends on whether a core is free for them:
 //!
@@ -55,6 +56,24 @@ const CORES_RECHECK: Duration = Duration::from_secs(1);
 /// A parked helper re-checks on its own this often (its wake-up is the
 /// normal path; this bounds a missed one).
 const PARK_SLICE: Duration = Duration::from_millis(100);
+/// How long the first worker polls an empty ring before it sleeps, when
+/// a core is free for it (eager), beyond the short spin of
+/// [`mempipe::Consumer::recv`]. A crew that keeps ahead of QEMU finds the
+/// ring empty after every chunk; asleep, it makes QEMU pay a futex wake-up
+/// per chunk (a system call, and on a VM an interrupt to another CPU).
+/// Zero by default: on a 16-core VM, 100 us made the PC+mem rows up to 20 %
+/// faster and the PC rows up to 20 % slower (docs/performance.md, "Many
+/// cores"). `CANNOLI_RING_SPIN_US` sets it, for such measurements.
+const EAGER_SPIN: Duration = Duration::ZERO;
+
+/// [`EAGER_SPIN`], or `CANNOLI_RING_SPIN_US` (at most 10 ms).
+fn eager_spin() -> Duration {
+    std::env::var("CANNOLI_RING_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(EAGER_SPIN, |us: u64| Duration::from_micros(us.min(10_000)))
+}
+
 /// The most worker threads the default gives a stream.
 const MAX_DEFAULT_WORKERS: usize = 16;
 
@@ -146,6 +165,8 @@ pub(crate) struct Crew<'a> {
     /// QEMU's thread of this stream (pid, tid), for its schedstat.
     qemu: Option<(i32, i32)>,
     eager: AtomicBool,
+    /// How long the first worker polls an empty ring in eager mode.
+    spin: Duration,
     /// Helper threads started (they keep their index: 1, 2, ...).
     helpers: AtomicUsize,
     lock: Mutex<()>,
@@ -182,6 +203,7 @@ impl<'a> Crew<'a> {
             wanted: threads.max(1),
             qemu,
             eager: AtomicBool::new(machine.has_spare_core()),
+            spin: eager_spin(),
             helpers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -243,7 +265,10 @@ impl<'a> Crew<'a> {
     {
         if index == 0 {
             self.redecide(watch);
-            let c = self.consumer.recv();
+            let c = match self.mode() {
+                Mode::Eager => self.consumer.recv_spinning(self.spin),
+                Mode::Relay => self.consumer.recv(),
+            };
             match c {
                 Some(_) => self.maybe_call_in(spawner),
                 None => self.finish(),

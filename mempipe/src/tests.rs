@@ -153,6 +153,33 @@ fn ordering_and_integrity_single_consumer() {
 }
 
 #[test]
+fn spinning_receiver_gets_every_chunk_in_order_then_the_end() {
+    // Both sides of the spin: chunks published while the reader polls
+    // (the producer is quick) and after it fell asleep (a producer that
+    // pauses longer than the budget now and then).
+    const N: u64 = 2000;
+    let (mut p, c) = pair(CS, 4);
+    let prod = thread::spawn(move || {
+        for seq in 0..N {
+            if seq % 500 == 0 {
+                thread::sleep(std::time::Duration::from_millis(5));
+            }
+            send_pattern(&mut p, seq);
+        }
+    });
+    let budget = std::time::Duration::from_micros(200);
+    let mut expect = 0;
+    while let Some(ch) = c.recv_spinning(budget) {
+        assert_eq!(ch.seq(), expect);
+        check(ch.seq(), ch.copy().bytes(), CS);
+        expect += 1;
+    }
+    assert_eq!(expect, N);
+    assert!(c.recv_spinning(budget).is_none());
+    prod.join().unwrap();
+}
+
+#[test]
 fn several_consumers_out_of_order_release() {
     const N: u64 = 4000;
     const THREADS: usize = 3;
