@@ -74,6 +74,20 @@ fn eager_spin() -> Duration {
         .map_or(EAGER_SPIN, |us: u64| Duration::from_micros(us.min(10_000)))
 }
 
+/// Chunks waiting behind the one a worker took that call another worker
+/// in. One: the crew grows as soon as it falls behind at all.
+/// `CANNOLI_CALL_IN` sets it (1 to 64), for measurements of the crew's
+/// growth on many cores.
+const CALL_IN: u64 = 1;
+
+/// [`CALL_IN`], or `CANNOLI_CALL_IN`.
+fn call_in() -> u64 {
+    std::env::var("CANNOLI_CALL_IN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(CALL_IN, |n: u64| n.clamp(1, 64))
+}
+
 /// The most worker threads the default gives a stream.
 const MAX_DEFAULT_WORKERS: usize = 16;
 
@@ -167,6 +181,8 @@ pub(crate) struct Crew<'a> {
     eager: AtomicBool,
     /// How long the first worker polls an empty ring in eager mode.
     spin: Duration,
+    /// Chunks waiting that call a helper in ([`CALL_IN`]).
+    call_in: u64,
     /// Helper threads started (they keep their index: 1, 2, ...).
     helpers: AtomicUsize,
     lock: Mutex<()>,
@@ -204,6 +220,7 @@ impl<'a> Crew<'a> {
             qemu,
             eager: AtomicBool::new(machine.has_spare_core()),
             spin: eager_spin(),
+            call_in: call_in(),
             helpers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -307,9 +324,9 @@ impl<'a> Crew<'a> {
         }
     }
 
-    /// Chunks wait, and a helper may take them.
+    /// Enough chunks wait ([`Crew::call_in`]), and a helper may take them.
     fn help_wanted(&self) -> bool {
-        self.consumer.backlog() > 0 && self.helper_may_take()
+        self.consumer.backlog() >= self.call_in && self.helper_may_take()
     }
 
     /// Chunks are waiting: wake a parked helper, or start one if the crew
