@@ -38,6 +38,13 @@ impl Scratch {
         Err(io::Error::other("no free scratch file name"))
     }
 
+    /// The hook library's plan of a live run of `tool` (`probe`, `heap`,
+    /// `regtrace`) in a new file, or the one line that says why not.
+    pub fn plan(tool: &str, text: &str) -> Result<Scratch, String> {
+        Scratch::create(tool, text.as_bytes())
+            .map_err(|e| format!("{tool}: cannot write the hook library's plan: {e}"))
+    }
+
     /// Where it is.
     pub fn path(&self) -> &Path {
         &self.path

@@ -278,16 +278,17 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         None => launch::Output::stderr("the findings"),
     };
     // The hook library's plan, a new file of this run, named to QEMU alone.
-    let plan_file = if args.replay.is_none() {
-        match crate::scratch::Scratch::create("heap", plan.hooks().as_bytes()) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("heap: cannot write the hook library's plan: {e}");
-                return 1;
-            }
+    let plan_file = match args
+        .replay
+        .is_none()
+        .then(|| crate::scratch::Scratch::plan("heap", &plan.hooks()))
+        .transpose()
+    {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
         }
-    } else {
-        None
     };
     let run = Arc::new(Run {
         plan,

@@ -323,13 +323,16 @@ const STRING_FUNCS: &[&str] = &[
 
 /// Whether `name` is one of the C library's string functions or one of
 /// its variants (`__strlen_asimd`, `__memchr_neon`, `__strcmp_power9`,
-/// `__GI_strlen`, `strcasecmp_l`).
+/// `__GI_strlen`, `strcasecmp_l`). A variant's suffix needs the C
+/// library's reserved leading underscore (or is the locale form `_l`): a
+/// program's own `strcmp_nocase` is the program's code, checked as such.
 pub fn is_string_func(name: &str) -> bool {
+    let reserved = name.starts_with('_');
     let n = name.trim_start_matches('_');
     let n = n.strip_prefix("GI_").unwrap_or(n);
     STRING_FUNCS.iter().any(|b| {
         n.strip_prefix(b)
-            .is_some_and(|r| r.is_empty() || r.starts_with('_'))
+            .is_some_and(|r| r.is_empty() || r == "_l" || (reserved && r.starts_with('_')))
     })
 }
 
@@ -713,6 +716,8 @@ mod tests {
             "memcpy",
             "__strerror_r",
             "str",
+            "strcmp_nocase",
+            "strlen_utf8",
         ] {
             assert!(!is_string_func(n), "{n}");
         }

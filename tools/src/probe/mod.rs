@@ -276,16 +276,17 @@ pub fn main(args: Args) -> i32 {
     };
     // The hook library's plan, in a file of this run (a glob can hook more
     // pcs than an environment variable holds), named to QEMU alone.
-    let plan_file = if args.replay.is_none() {
-        match crate::scratch::Scratch::create("probe", plan.hooks().as_bytes()) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                eprintln!("probe: cannot write the hook library's plan: {e}");
-                return 1;
-            }
+    let plan_file = match args
+        .replay
+        .is_none()
+        .then(|| crate::scratch::Scratch::plan("probe", &plan.hooks()))
+        .transpose()
+    {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{e}");
+            return 1;
         }
-    } else {
-        None
     };
     let mode = if args.flow {
         Mode::Flow

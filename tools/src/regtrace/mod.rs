@@ -599,18 +599,17 @@ pub fn main(args: Args) -> i32 {
     }
     // A position-independent program's plan, a new file of this run,
     // named to QEMU alone.
-    let plan_file =
-        match plan_text.map(|t| crate::scratch::Scratch::create("regtrace", t.as_bytes())) {
-            None => None,
-            Some(Ok(f)) => {
-                ranges.clear();
-                Some(f)
-            }
-            Some(Err(e)) => {
-                eprintln!("regtrace: cannot write the hook library's plan: {e}");
-                return 1;
-            }
-        };
+    let plan_file = match plan_text.map(|t| crate::scratch::Scratch::plan("regtrace", &t)) {
+        None => None,
+        Some(Ok(f)) => {
+            ranges.clear();
+            Some(f)
+        }
+        Some(Err(e)) => {
+            eprintln!("{e}");
+            return 1;
+        }
+    };
     // For the hook library, which runs inside QEMU (another process) and
     // has nothing but its environment to learn the ranges from.
     let mut ranges_env = None;
