@@ -30,7 +30,7 @@ lint=0
 cargo fmt --all --check || lint=1
 cargo clippy --release --workspace --all-targets -- -D warnings || lint=1
 RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps \
-  -p cannoli -p wire -p mempipe -p jitter -p launch || lint=1
+  -p cannoli -p wire -p mempipe -p jitter -p launch -p tools -p e2e || lint=1
 if [ "$lint" != 0 ]; then
   echo "test.sh: the format, clippy or doc check failed (above)" >&2
   status=1

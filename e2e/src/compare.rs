@@ -232,7 +232,7 @@ fn same_access_but_value(a: &[u8], b: &[u8]) -> bool {
 /// Compares two `cannoli-dump` files of the same program from different
 /// runs: byte for byte, except the value field of the `volatile` accesses
 /// (indexes among the `L`/`S` lines; see [`volatile_values`]) and the
-/// result and data of the syscalls in [`VOLATILE_SYSCALLS`].
+/// result and data of the syscalls in `VOLATILE_SYSCALLS`.
 pub fn compare_dumps(a: &Path, b: &Path, volatile: &[bool]) -> Result<(), String> {
     let (mut ra, mut rb) = (open_log(a)?, open_log(b)?);
     let (mut la, mut lb) = (Vec::new(), Vec::new());

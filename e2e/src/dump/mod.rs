@@ -7,7 +7,7 @@
 //! that whatever the writer produces, the parser reads back unchanged.
 //!
 //! The events themselves are [`crate::model`]'s (re-exported here); this
-//! module is the text around them: [`write`] (`push_*`, what the client
+//! module is the text around them: [`write`](mod@write) (`push_*`, what the client
 //! prints), [`parse`] (one line or field, strictly), [`read`] (whole dump
 //! files) and [`client`] (the `--split` index and the closing line).
 //!

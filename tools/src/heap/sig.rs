@@ -29,7 +29,7 @@
 //!
 //! RISC-V's linker does more: it relaxes calls and addresses into shorter
 //! instruction sequences, so a function's code there is a [`Sig`], a
-//! sequence of pieces some of which have several forms ([`riscv`]), and
+//! sequence of pieces some of which have several forms (`riscv`), and
 //! its section's functions move apart from each other (none is placed by
 //! the others then).
 

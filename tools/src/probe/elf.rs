@@ -60,7 +60,7 @@ pub struct Image {
     /// Sorted by start; one name per start (the first in the table).
     pub funcs: Vec<Func>,
     /// The separate debug file whose symbol table was read too, if the
-    /// file has none of its own but one is installed ([`debug_file`]).
+    /// file has none of its own but one is installed (`debug_file`).
     pub debug: Option<PathBuf>,
     /// Loadable executable segments: (address, bytes).
     code: Vec<(u64, Vec<u8>)>,

@@ -186,7 +186,7 @@ fn jhex(v: Option<u64>) -> Value {
 
 /// A pc probe's line in the modes whose line needs the thread's serial
 /// state (`--insns`, `--json`, `--flow`), split where it goes: a worker
-/// writes the [`pc_tail`], the serial phase the [`pc_head`] in front of
+/// writes the `pc_tail`, the serial phase the `pc_head` in front of
 /// it. Together they are [`Hit::text`], [`Hit::json`] or [`Hit::flow`]
 /// of the same hit, byte for byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,7 +211,7 @@ pub fn json_keys(names: &[String]) -> Vec<(usize, Vec<u8>)> {
         .collect()
 }
 
-/// What comes before a pc hit's [`pc_tail`]: the thread, the instruction
+/// What comes before a pc hit's `pc_tail`: the thread, the instruction
 /// index, the depth, as `split` writes them.
 pub fn pc_head(split: Split, tid: i32, insn: Option<u64>, depth: usize, s: &mut Vec<u8>) {
     match split {

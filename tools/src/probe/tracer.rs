@@ -37,12 +37,12 @@ pub enum Item {
     Store { addr: u64, value: u64, size: u8 },
     /// Instructions that ran without a hook of ours (`--insns`).
     Count(u64),
-    /// Hits of pc probes formatted by a worker ([`ThreadRegs::lines`]):
+    /// Hits of pc probes formatted by a worker (`ThreadRegs::lines`):
     /// their `text`, how many lines (`hits`) and hooked instructions
     /// (`pcs`) that is.
     Lines { text: Vec<u8>, hits: u64, pcs: u64 },
     /// A hooked pc whose one site is a pc probe, where the line needs the
-    /// thread's serial state ([`ThreadRegs::split`]): the worker wrote all
+    /// thread's serial state (`ThreadRegs::split`): the worker wrote all
     /// of it after that ([`out::Hit::pc_tail`]).
     Tail(Box<[u8]>),
     /// A library with probes was mapped: its offset 0 is at `base`.

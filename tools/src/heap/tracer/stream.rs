@@ -20,7 +20,7 @@ use crate::heap::Run;
 use crate::probe::shadow::{AddrMap, Shadow};
 
 /// A guest thread's stream: its state, which any thread of the process
-/// may advance once what it waits for has happened ([`order`]).
+/// may advance once what it waits for has happened (`order`).
 pub struct Stream {
     thread: Arc<Mutex<Thread>>,
     owner: Weak<Pid>,
