@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
 //! Which functions allocate and free, and where their arguments are: the
 //! default list (the C library's and C++'s allocation functions, on
-//! glibc, musl and uClibc) and `--alloc NAME=ROLE`, planned as probes in
+//! glibc, musl and uClibc) and `--alloc NAME=ROLE` (or `ADDR+SIZE=ROLE`
+//! for code no symbol names), planned as probes in
 //! the program and, for a dynamically linked one, in the C library (and
 //! the C++ library where the program imports `operator new`/`delete`).
 //!
@@ -11,7 +12,8 @@
 
 use std::path::Path;
 
-use super::super::probe::elf::Image;
+use super::super::probe::conv::Abi;
+use super::super::probe::elf::{Func, Image};
 use super::super::probe::spec::{self, Point, Spec};
 
 /// What a function does to the heap, with its argument positions.
@@ -106,18 +108,98 @@ pub const DEFAULTS: &[(&str, Role)] = &[
     ("__malloc_fork_*", Role::Internal),
 ];
 
-/// One `--alloc NAME=ROLE`; `Err` is one line saying what is wrong.
+/// One `--alloc NAME=ROLE` or `--alloc ADDR+SIZE=ROLE`; `Err` is one line
+/// saying what is wrong. The address form comes back as `0xADDR+SIZE`
+/// (hex, decimal), for [`custom`] to place in the program.
 pub fn parse_alloc(s: &str) -> Result<(String, Role), String> {
     let (name, role) = s.split_once('=').ok_or_else(|| {
-        format!("--alloc {s:?}: give NAME=ROLE, ROLE one of malloc, calloc, realloc, free")
+        format!("--alloc {s:?}: give NAME=ROLE or ADDR+SIZE=ROLE, ROLE one of malloc, calloc, realloc, free")
     })?;
     let role = Role::parse(role).ok_or_else(|| {
         format!("--alloc {s:?}: unknown role {role:?}; use malloc, calloc, realloc or free")
     })?;
+    if name.starts_with("0x") || name.starts_with("0X") {
+        let (addr, size) = parse_at(name).ok_or_else(|| {
+            format!(
+                "--alloc {s:?}: give the function's address and size in bytes, as \
+                 0x4012a0+72=malloc (its returns are found in that code)"
+            )
+        })?;
+        return Ok((format!("0x{addr:x}+{size}"), role));
+    }
     if name.is_empty() || name.contains(char::is_whitespace) || name.contains(':') {
         return Err(format!("--alloc {s:?}: NAME must be one function name"));
     }
     Ok((name.to_string(), role))
+}
+
+/// `0xADDR+SIZE` (SIZE decimal or `0x` hex, not zero).
+fn parse_at(s: &str) -> Option<(u64, u64)> {
+    let (addr, size) = s.split_once('+')?;
+    let hex = |t: &str| {
+        t.strip_prefix("0x")
+            .or_else(|| t.strip_prefix("0X"))
+            .and_then(|h| u64::from_str_radix(h, 16).ok())
+    };
+    let size = hex(size).or_else(|| size.parse().ok())?;
+    Some((hex(addr)?, size)).filter(|&(_, n)| n > 0)
+}
+
+/// The custom allocation functions of `--alloc`, all by name, and the
+/// functions its address form names in the program `img`, which no symbol
+/// does: `sub_ADDR`, as disassemblers call such code, from ADDR (a
+/// link-time address, as `nm` or a disassembler shows it; ARM: odd for
+/// Thumb code) for SIZE bytes, where its returns are looked for. An ELFv2
+/// function's probe sits at its local entry, after the two instructions
+/// that set up the TOC pointer, where calls from its own module enter.
+pub fn custom(img: &Image, allocs: &[(String, Role)]) -> Result<Custom, String> {
+    let mut named = Vec::new();
+    let mut funcs = Vec::new();
+    for (name, role) in allocs {
+        let Some((addr, size)) = parse_at(name) else {
+            named.push((name.clone(), *role));
+            continue;
+        };
+        let thumb = img.abi == Abi::Aapcs && addr & 1 == 1;
+        let start = if thumb { addr & !1 } else { addr };
+        let code = img.bytes(start, size).ok_or_else(|| {
+            format!(
+                "--alloc {name}: {} has no code there (give a link-time address, as nm or \
+                 a disassembler shows it, and the function's size)",
+                img.path.display()
+            )
+        })?;
+        let word = |i: usize| {
+            code.get(i * 4..i * 4 + 4)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        };
+        // addis r2,r12,HI (or a static program's lis r2,HI); addi
+        // r2,r2,LO: the global entry's TOC set-up.
+        let toc = img.abi == Abi::Elfv2
+            && !img.big_endian
+            && word(0).is_some_and(|w| w >> 16 == 0x3c4c || w >> 16 == 0x3c40)
+            && word(1).is_some_and(|w| w >> 16 == 0x3842);
+        let f = Func {
+            name: format!("sub_{start:x}"),
+            start,
+            entry: if toc { start + 8 } else { start },
+            size,
+            end: start + size,
+            thumb,
+            ifunc: false,
+        };
+        named.push((f.name.clone(), *role));
+        funcs.push(f);
+    }
+    Ok(Custom { named, funcs })
+}
+
+/// What [`custom`] makes of `--alloc`.
+pub struct Custom {
+    /// Every custom allocation function by name, with its role.
+    pub named: Vec<(String, Role)>,
+    /// The functions of the address form, for the program's image.
+    pub funcs: Vec<Func>,
 }
 
 /// The role of the function named `name`: the custom ones first.

@@ -75,7 +75,9 @@ pub const ABOUT: &str =
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// A custom allocation function (repeatable): NAME=malloc, calloc,
-    /// realloc or free (its arguments as those have them)
+    /// realloc or free (its arguments as those have them); in code no
+    /// symbol names, ADDR+SIZE=ROLE (the function's link-time address and
+    /// size in bytes: 0x4012a0+72=malloc)
     #[arg(long = "alloc", value_name = "NAME=ROLE", value_parser = alloc::parse_alloc)]
     pub allocs: Vec<(String, Role)>,
     /// One JSON object per finding, and a summary object last
@@ -221,11 +223,15 @@ pub fn main(args: Args) -> i32 {
 /// their own crate, see [`rows`]); returns the exit status.
 pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
     let mut strings = Vec::new();
+    let mut custom = Vec::new();
     let plan = image(&args).and_then(|mut img| {
-        let mut specs = alloc::specs(&img, &args.allocs)?;
+        let c = alloc::custom(&img, &args.allocs)?;
+        img.add_funcs(c.funcs);
+        custom = c.named;
+        let mut specs = alloc::specs(&img, &custom)?;
         if specs.is_empty() {
             // A stripped static program: its C library's code finds them.
-            let tried = match sig::discover(&img, &args.allocs) {
+            let tried = match sig::discover(&img, &custom) {
                 Ok(found) if found.usable() => {
                     eprintln!("heap: {}", found_line(&img, &found));
                     img.add_funcs(found.funcs.into_iter().map(|(f, _)| f).collect());
@@ -233,7 +239,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
                     if let Ok(s) = sig::string_funcs(&img) {
                         strings = s.iter().map(|f| (f.start, f.end)).collect();
                     }
-                    specs = alloc::specs(&img, &args.allocs)?;
+                    specs = alloc::specs(&img, &custom)?;
                     String::new()
                 }
                 Ok(found) => format!(
@@ -265,7 +271,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
     let roles = plan
         .targets
         .iter()
-        .map(|t| alloc::role_of(&args.allocs, &t.name).unwrap_or(Role::Internal))
+        .map(|t| alloc::role_of(&custom, &t.name).unwrap_or(Role::Internal))
         .collect();
     let out = match &args.output {
         Some(path) => match launch::Output::create(path, "the findings") {

@@ -205,6 +205,23 @@ fn roles_and_custom_allocators() {
     assert_eq!(role_of(&custom, "my_get"), Some(Role::Malloc { size: 0 }));
     assert!(parse_alloc("x=brk").unwrap_err().contains("unknown role"));
     assert!(parse_alloc("x").unwrap_err().contains("NAME=ROLE"));
+    // The address form: hex address, decimal or hex size, both needed.
+    assert_eq!(
+        parse_alloc("0x4012A0+72=free").unwrap(),
+        ("0x4012a0+72".to_string(), Role::Free { ptr: 0 })
+    );
+    assert_eq!(parse_alloc("0x10+0x20=malloc").unwrap().0, "0x10+32");
+    for bad in [
+        "0x4012a0=malloc",
+        "0x4012a0+0=malloc",
+        "0xzz+4=malloc",
+        "0x10+x=malloc",
+    ] {
+        assert!(
+            parse_alloc(bad).unwrap_err().contains("address and size"),
+            "{bad}"
+        );
+    }
 }
 
 #[test]
