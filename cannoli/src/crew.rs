@@ -282,10 +282,11 @@ impl<'a> Crew<'a> {
     {
         if index == 0 {
             self.redecide(watch);
-            let c = match self.mode() {
-                Mode::Eager => self.consumer.recv_spinning(self.spin),
-                Mode::Relay => self.consumer.recv(),
+            let spin = match self.mode() {
+                Mode::Eager => self.spin,
+                Mode::Relay => Duration::ZERO,
             };
+            let c = self.consumer.recv_spinning(spin);
             match c {
                 Some(_) => self.maybe_call_in(spawner),
                 None => self.finish(),

@@ -742,6 +742,29 @@ fn binutils(arch: &str) -> &'static str {
     }
 }
 
+/// `heapbugs` of `arch` copied into `dir` and stripped by the cross
+/// `strip`, with binutils' `nm ARGS` of the unstripped file: (the
+/// unstripped program, the stripped copy, nm's output).
+fn stripped_heapbugs(dir: &RunDir, arch: &str, nm_args: &[&str]) -> (PathBuf, PathBuf, String) {
+    let orig = guest(arch, "heapbugs");
+    let prog = dir.file("heapbugs");
+    fs::copy(&orig, &prog).unwrap();
+    let tool = |t: &str| format!("{}{t}", binutils(arch));
+    let run = |t: &str, args: &[&std::ffi::OsStr]| {
+        let o = Command::new(tool(t))
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", tool(t)));
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).to_string()
+    };
+    run("strip", &[prog.as_os_str()]);
+    let mut args: Vec<&std::ffi::OsStr> = nm_args.iter().map(|a| a.as_ref()).collect();
+    args.push(orig.as_os_str());
+    let nm = run("nm", &args);
+    (orig, prog, nm)
+}
+
 /// `heapbugs` stripped: `cannoli heap` finds malloc and free by their
 /// code in the guest's `libc.a`, at the addresses binutils' `nm` gives for
 /// them in the unstripped file (and each other function it names where
@@ -749,21 +772,7 @@ fn binutils(arch: &str) -> &'static str {
 /// the linker's relaxation of the archive's code).
 fn stripped_signatures(arch: &str) {
     let dir = RunDir::new();
-    let orig = guest(arch, "heapbugs");
-    let prog = dir.file("heapbugs");
-    fs::copy(&orig, &prog).unwrap();
-    let tool = |t: &str| format!("{}{t}", binutils(arch));
-    let o = Command::new(tool("strip"))
-        .arg(&prog)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", tool("strip")));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = Command::new(tool("nm"))
-        .arg(&orig)
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", tool("nm")));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let nm = String::from_utf8_lossy(&o.stdout).to_string();
+    let (_, prog, nm) = stripped_heapbugs(&dir, arch, &[]);
     let want = |name: &str| -> u64 {
         nm.lines()
             .find_map(|l| {
@@ -816,19 +825,7 @@ per_guest!(stripped_signatures: mipsel, mips, mips64el, arm, aarch64, riscv64, x
 /// the unstripped program's run, and no search by code.
 fn alloc_at_addresses(arch: &str) {
     let dir = RunDir::new();
-    let orig = guest(arch, "heapbugs");
-    let prog = dir.file("heapbugs");
-    fs::copy(&orig, &prog).unwrap();
-    let tool = |t: &str| format!("{}{t}", binutils(arch));
-    let o = Command::new(tool("strip")).arg(&prog).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = Command::new(tool("nm"))
-        .arg("-S")
-        .arg(&orig)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let nm = String::from_utf8_lossy(&o.stdout).to_string();
+    let (orig, prog, nm) = stripped_heapbugs(&dir, arch, &["-S"]);
     let mut opts = Vec::new();
     for role in ["malloc", "free", "calloc", "realloc"] {
         let spec = nm

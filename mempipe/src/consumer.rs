@@ -276,20 +276,7 @@ impl Consumer {
     /// [`Consumer::abandon`] (the ring itself cannot tell a dead producer
     /// from a slow one).
     pub fn recv(&self) -> Option<Chunk<'_>> {
-        let mut round = 0;
-        loop {
-            match self.poll() {
-                Poll::Got(c) => return Some(c),
-                Poll::Finished => return None,
-                Poll::Empty => {}
-            }
-            if round < SPIN_ROUNDS {
-                spin(round);
-                round += 1;
-            } else {
-                self.sleep();
-            }
-        }
+        self.recv_spinning(Duration::ZERO)
     }
 
     /// [`Consumer::recv`] for a thread with a core of its own: it polls for
@@ -299,8 +286,9 @@ impl Consumer {
     /// interrupt to another CPU), which it pays for every chunk while a
     /// reader that keeps ahead of it sleeps between chunks.
     pub fn recv_spinning(&self, budget: Duration) -> Option<Chunk<'_>> {
-        let start = Instant::now();
-        let mut round = 0u32;
+        let mut round = 0;
+        // Read once the short spin is over, and only with a budget.
+        let mut start = None;
         loop {
             match self.poll() {
                 Poll::Got(c) => return Some(c),
@@ -310,14 +298,13 @@ impl Consumer {
             if round < SPIN_ROUNDS {
                 spin(round);
                 round += 1;
-            } else if round < u32::MAX && start.elapsed() < budget {
+            } else if !budget.is_zero() && start.get_or_insert_with(Instant::now).elapsed() < budget
+            {
                 // A poll and a clock read every 64 pauses.
                 for _ in 0..64 {
                     std::hint::spin_loop();
                 }
-                round += 1;
             } else {
-                round = u32::MAX;
                 self.sleep();
             }
         }

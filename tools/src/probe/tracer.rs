@@ -303,10 +303,13 @@ impl Cannoli for Probe {
             self.drain(pid, false);
         }
         for item in trace {
-            if let (Item::Map { module, base }, false) = (item, self.deferred.is_empty()) {
+            match item {
                 // Known now, not behind this thread's own waiting hits,
                 // which may be waiting for it (applied again in order).
-                self.place(pid, *module, *base);
+                Item::Map { module, base } if !self.deferred.is_empty() => {
+                    self.place(pid, *module, *base)
+                }
+                _ => {}
             }
             if !self.deferred.is_empty() || self.needs_placement(pid, item) {
                 self.deferred.push_back(item.clone());
