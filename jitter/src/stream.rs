@@ -552,6 +552,45 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
     }
 }
 
+/// Writes an event of `head` then `n` more words, word `i` of those being
+/// `word(i)`, straight into the window when it fits there whole, without
+/// the stream's lock. Returns false, having written nothing, where the
+/// caller must take [`append`]'s path (no window yet, the stream ended, or
+/// the event would reach the window's end and so needs a flush).
+///
+/// Only for helpers the JIT calls: they run on the vCPU's own thread between
+/// the JIT's own lock-free writes to the same window (the call site stored
+/// the JIT's cursor into `c` before the call and reloads it after), so they
+/// may write the window as the JIT does. This is the path of a hooked
+/// instruction's register event, where the lock, the thread-local and a
+/// copy through a buffer cost more than the event itself.
+pub fn append_in_window(
+    c: &mut Cursor,
+    head: &[u64],
+    n: usize,
+    word: impl Fn(usize) -> u64,
+) -> bool {
+    let len = 8 * (head.len() + n) as u64;
+    let fits = c.cursor.checked_add(len).is_some_and(|e| e < c.end);
+    if c.cursor == 0 || !fits {
+        return false;
+    }
+    let p = c.cursor as *mut u64;
+    // SAFETY (both blocks): [cursor, cursor + len) lies below the window's
+    // end, inside this thread's current chunk (or untraced buffer), which
+    // nothing else writes or reads until this thread publishes it (see the
+    // contract above); the cursor is 8-byte aligned. Only raw writes reach
+    // the shared memory, no reference to it is made.
+    unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), p, head.len()) };
+    let tail = unsafe { p.add(head.len()) };
+    for i in 0..n {
+        // SAFETY: as above.
+        unsafe { tail.add(i).write(word(i)) };
+    }
+    c.cursor += len;
+    true
+}
+
 /// Whether `c`'s thread may report (its stream has not ended); gives it a
 /// window (and the stream the mappings it owes) if it has none.
 fn has_window(c: &mut Cursor) -> bool {
@@ -781,5 +820,30 @@ mod tests {
         std::env::remove_var("CANNOLI_CHUNK_KB");
         std::env::remove_var("CANNOLI_CHUNKS");
         assert_eq!(geometry(), (128 << 10, 32));
+    }
+
+    #[test]
+    fn append_in_window_writes_only_below_the_end() {
+        let mut buf = [0u64; 8];
+        let start = buf.as_mut_ptr() as u64;
+        let mut c = Cursor {
+            cursor: start,
+            end: start + 6 * 8,
+            pc: 0,
+        };
+        // 2 + 3 words end at word 5, below the end (word 6).
+        assert!(append_in_window(&mut c, &[7, 8], 3, |i| 10 + i as u64));
+        assert_eq!(c.cursor, start + 5 * 8);
+        // One more word would reach the end: refused, nothing written.
+        assert!(!append_in_window(&mut c, &[9], 0, |_| 0));
+        assert_eq!(c.cursor, start + 5 * 8);
+        assert_eq!(buf, [7, 8, 10, 11, 12, 0, 0, 0]);
+        // No window: refused.
+        let mut none = Cursor {
+            cursor: 0,
+            end: 0,
+            pc: 0,
+        };
+        assert!(!append_in_window(&mut none, &[1], 0, |_| 0));
     }
 }

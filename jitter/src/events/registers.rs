@@ -15,10 +15,30 @@ pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
         return;
     };
     let n = e.reg_count as usize;
-    // On the stack: this runs before every hooked instruction (at every
-    // branch for the call-stack tools), where a heap buffer's malloc and
-    // free were a few per cent of QEMU's time. More registers than any
-    // guest has go through the heap.
+    // SAFETY: QEMU described `reg_count` registers of `reg_bytes` bytes at
+    // env + regs_env_offset, inside its CPUArchState.
+    let regs = unsafe { env_ptr.offset(e.regs_env_offset as isize) };
+    let wide = e.reg_bytes != 4;
+    // SAFETY (both reads): register `i < reg_count` lies inside the
+    // CPUArchState (above); they are read unaligned, as QEMU lays them out.
+    let reg = |i: usize| unsafe {
+        if wide {
+            (regs.add(8 * i) as *const u64).read_unaligned()
+        } else {
+            (regs.add(4 * i) as *const u32).read_unaligned() as u64
+        }
+    };
+    let head = [frame(tag::REGS, kind, (2 + n) as u32), pc];
+    // SAFETY: the CannoliCursor sits at a fixed offset from env in the vCPU.
+    let c = unsafe { &mut *(env_ptr.offset(e.cursor_env_offset as isize) as *mut Cursor) };
+    // This helper is called from the JIT: the event goes straight into the
+    // window where it fits (nearly always).
+    if stream::append_in_window(c, &head, n, reg) {
+        return;
+    }
+    // On the stack: a heap buffer's malloc and free were a few per cent of
+    // QEMU's time at every branch for the call-stack tools. More registers
+    // than any guest has go through the heap.
     let mut stack = [0u64; 2 + STACK_REGS];
     let mut heap = Vec::new();
     let words: &mut [u64] = if n <= STACK_REGS {
@@ -27,22 +47,10 @@ pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
         heap.resize(2 + n, 0);
         &mut heap
     };
-    words[0] = frame(tag::REGS, kind, (2 + n) as u32);
-    words[1] = pc;
+    words[..2].copy_from_slice(&head);
     for (i, w) in words[2..].iter_mut().enumerate() {
-        // SAFETY: QEMU described `reg_count` registers of `reg_bytes` bytes at
-        // env + regs_env_offset, inside its CPUArchState.
-        *w = unsafe {
-            let p =
-                env_ptr.offset(e.regs_env_offset as isize + (i * e.reg_bytes as usize) as isize);
-            match e.reg_bytes {
-                4 => (p as *const u32).read_unaligned() as u64,
-                _ => (p as *const u64).read_unaligned(),
-            }
-        };
+        *w = reg(i);
     }
-    // SAFETY: the CannoliCursor sits at a fixed offset from env in the vCPU.
-    let c = unsafe { &mut *(env_ptr.offset(e.cursor_env_offset as isize) as *mut Cursor) };
     stream::append(c, words, &[]);
 }
 
