@@ -704,13 +704,38 @@ fn busybox_applets(arch: &str) {
     );
     let mut bad = Vec::new();
     for ((a, r), w) in busybox_runs(arch).iter().zip(want) {
-        let (sizes, other) = leak_sizes(r);
+        let (mut sizes, other) = leak_sizes(r);
+        let mut extra_leak = false;
+        if arch == "arm" && a == "sort in.txt" {
+            // arm's sort loses its line array (grown by realloc) for good,
+            // as memcheck on arm would say too: sort_main keeps it only in
+            // r4, and the noreturn exit path clobbers r4 without saving it
+            // (r4 is 1 at exit_group and no live word holds the array).
+            // memcheck's amd64 build keeps it. Exactly that one block more.
+            let realloc = r.stderr.split(" realloc 0x").nth(1).and_then(|t| {
+                let hex: String = t.chars().take_while(char::is_ascii_hexdigit).collect();
+                u64::from_str_radix(&hex, 16).ok()
+            });
+            let lost: Vec<&Value> = r.findings.iter().filter(|f| f["kind"] == "leak").collect();
+            let by_realloc = |f: &&Value| {
+                let pc = f["pc"].as_str().and_then(|p| p.strip_prefix("0x"));
+                pc.and_then(|p| u64::from_str_radix(p, 16).ok()) == realloc
+            };
+            if realloc.is_some() && lost.iter().filter(|f| by_realloc(f)).count() == 1 {
+                let extra = lost.iter().find(|f| by_realloc(f)).unwrap();
+                let size = extra["size"].as_u64();
+                if let Some(i) = sizes.iter().position(|&n| Some(n) == size) {
+                    sizes.remove(i);
+                    extra_leak = true;
+                }
+            }
+        }
         let same = if bits64 {
             &sizes == w
         } else {
             sizes.len() == w.len()
         };
-        let status = if w.is_empty() { 0 } else { 99 };
+        let status = if w.is_empty() && !extra_leak { 0 } else { 99 };
         if !(same
             && other.is_empty()
             && r.status == status
@@ -722,9 +747,7 @@ fn busybox_applets(arch: &str) {
     assert!(bad.is_empty(), "{arch}:\n{}", bad.join("\n\n"));
 }
 
-per_guest!(mod busybox_applets_known = busybox_applets: mipsel, x86_64, i386, aarch64, mips64el);
-
-per_guest!(mod busybox_applets_untriaged = busybox_applets, ignore = "the leaks are memcheck's on these too, and the C library's string functions' loads past a short string's block are exempt (found by their code: arm's __memchr_neon), but ppc64le's ls reads past a short name's block at 0x1001cdbc, a 16-byte lxvd2x in GCC's inline expansion of strcmp in the program's own code (guarded by its page-offset check), which no library function tells; and arm's sort loses its line array (from realloc) for good: sort_main keeps it only in r4, and the noreturn exit path clobbers r4 without saving it (r4 is 1 at exit_group, no live word holds it; memcheck's amd64 run keeps it); and arm's awk has an 8-byte read at 0x11c0c, in the C library's string code, of a freed 2-byte block (the exemption is for loads past a live block's end, not into a freed one)": arm, ppc64le);
+per_guest!(busybox_applets: mipsel, x86_64, i386, aarch64, mips64el, arm, ppc64le);
 
 /// The cross toolchain's prefix (`strip`, `nm`) of a guest.
 fn binutils(arch: &str) -> &'static str {

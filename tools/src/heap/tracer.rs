@@ -235,6 +235,14 @@ pub struct Layout {
     /// without moving it, which memcheck keeps valid (its
     /// `VG_STACK_REDZONE_SZB`): 128 on x86_64, 288 on ppc64, else none.
     red_zone: u64,
+    /// QEMU loads a vector of 16 bytes or more as 8-byte pieces, one
+    /// access event each (ppc64's `lxvd2x`, arm's `vld1` of several d
+    /// registers, as NEON `memchr` does around a string's start): each
+    /// piece after the first follows the one before with the same pc, and
+    /// they are checked as the one vector load memcheck sees. Not on guests
+    /// where one instruction makes 8-byte loads that are not a vector
+    /// (aarch64's `ldp`, x86's `rep lodsq`: those load 16 bytes as one).
+    split_vectors: bool,
 }
 
 impl Layout {
@@ -299,6 +307,10 @@ pub struct Thread {
     ended: bool,
     /// It is on the process's list of streams with events waiting.
     queued: bool,
+    /// The item just applied was an 8-byte piece of a vector load on a
+    /// guest that splits them (see [`Layout::split_vectors`]): its pc,
+    /// the address right after it and where the vector starts.
+    half_load: Option<(u64, u64, u64)>,
 }
 
 fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {
@@ -343,6 +355,7 @@ impl Pid {
 
 impl Thread {
     fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
+        let half_load = self.half_load.take();
         match item {
             Item::Insn {
                 pc,
@@ -442,8 +455,26 @@ impl Thread {
                         self.bt.write(&rules, *pc, *addr, *val, *size);
                     }
                 }
+                // A piece of a split vector load after the first is
+                // checked as the vector so far (the first was checked by
+                // itself: a partial load of an aligned word is as fine as
+                // the vector's).
+                let (at, len) = match half_load {
+                    Some((p, next, start))
+                        if !*store && *size == 8 && p == *pc && next == *addr =>
+                    {
+                        self.half_load = Some((p, next.wrapping_add(8), start));
+                        (start, next.wrapping_add(8).wrapping_sub(start))
+                    }
+                    _ => {
+                        if !*store && *size == 8 && self.layout.split_vectors {
+                            self.half_load = Some((*pc, addr.wrapping_add(8), *addr));
+                        }
+                        (*addr, u64::from(*size))
+                    }
+                };
                 if self.calls.is_empty() {
-                    if let Some(bad) = st.heap.check(*addr, u64::from(*size), *store) {
+                    if let Some(bad) = st.heap.check(at, len, *store) {
                         if !st.freelist_link(*pc, &bad, u64::from(*size))
                             && !self.library_teardown(st, *pc)
                             && !self.string_overread(st, *pc, &bad, *store)

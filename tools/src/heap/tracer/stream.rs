@@ -98,6 +98,9 @@ impl Cannoli for Stream {
                 "ppc64" | "ppc64le" => 288,
                 _ => 0,
             },
+            // QEMU's names: the uname machine (`armv5tel`, `ppc64le`).
+            split_vectors: matches!(&*ci.arch, "ppc64" | "ppc64le" | "arm" | "armeb")
+                || ci.arch.starts_with("armv"),
         });
         lock(&pid.run.threads).insert(ci.tid);
         let t = Thread {
@@ -115,6 +118,7 @@ impl Cannoli for Stream {
             deferred: VecDeque::new(),
             ended: false,
             queued: false,
+            half_load: None,
         };
         let s = Stream {
             thread: Arc::new(Mutex::new(t)),
