@@ -1,6 +1,6 @@
 //! `--plot PATH.png`: guest instructions per second against the client's
-//! worker threads, one line per workload and trace kind (cannoli-pc-<N>w,
-//! cannoli-pcmem-<N>w, for every N that ran: `--workers`), and plain QEMU's
+//! worker threads, one line per workload and trace kind (`cannoli-pc-<N>w`,
+//! `cannoli-pcmem-<N>w`, for every N that ran: `--workers`), and plain QEMU's
 //! rate as a dashed reference line.
 //!
 //! [`chart`] gathers the points from the bench's medians, [`draw`] renders

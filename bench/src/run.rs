@@ -720,7 +720,7 @@ pub fn find_checksum(text: &str) -> Option<u64> {
     u64::from_str_radix(&hex, 16).ok()
 }
 
-/// ": <last line of stderr>" for an error message, or "".
+/// `": <last line of stderr>"` for an error message, or "".
 pub fn tail(stderr: &Path) -> String {
     let text = fs::read_to_string(stderr).unwrap_or_default();
     match text.lines().rev().find(|l| !l.trim().is_empty()) {

@@ -12,7 +12,7 @@ pub struct Workload {
     /// Guest architecture (`qemu-<arch>`, `target/guests/<arch>/`).
     pub arch: &'static str,
     /// Absolute path of the guest binary: QEMU passes it to the guest as
-    /// argv[0], so every configuration must see the same path for the
+    /// `argv[0]`, so every configuration must see the same path for the
     /// instruction counts to match.
     pub guest: PathBuf,
     pub args: Vec<String>,
