@@ -716,15 +716,18 @@ fn busybox_applets(arch: &str) {
                 let hex: String = t.chars().take_while(char::is_ascii_hexdigit).collect();
                 u64::from_str_radix(&hex, 16).ok()
             });
-            let lost: Vec<&Value> = r.findings.iter().filter(|f| f["kind"] == "leak").collect();
-            let by_realloc = |f: &&Value| {
-                let pc = f["pc"].as_str().and_then(|p| p.strip_prefix("0x"));
-                pc.and_then(|p| u64::from_str_radix(p, 16).ok()) == realloc
+            let pc = |f: &Value| {
+                let p = f["pc"].as_str()?.strip_prefix("0x")?;
+                u64::from_str_radix(p, 16).ok()
             };
-            if realloc.is_some() && lost.iter().filter(|f| by_realloc(f)).count() == 1 {
-                let extra = lost.iter().find(|f| by_realloc(f)).unwrap();
-                let size = extra["size"].as_u64();
-                if let Some(i) = sizes.iter().position(|&n| Some(n) == size) {
+            let by_realloc: Vec<u64> = r
+                .findings
+                .iter()
+                .filter(|f| f["kind"] == "leak" && realloc.is_some() && pc(f) == realloc)
+                .filter_map(|f| f["size"].as_u64())
+                .collect();
+            if let [size] = by_realloc[..] {
+                if let Some(i) = sizes.iter().position(|&n| n == size) {
                     sizes.remove(i);
                     extra_leak = true;
                 }

@@ -36,23 +36,8 @@ pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32) {
     if stream::append_in_window(c, &head, n, reg) {
         return;
     }
-    // On the stack: a heap buffer's malloc and free were a few per cent of
-    // QEMU's time at every branch for the call-stack tools. More registers
-    // than any guest has go through the heap.
-    let mut stack = [0u64; 2 + STACK_REGS];
-    let mut heap = Vec::new();
-    let words: &mut [u64] = if n <= STACK_REGS {
-        &mut stack[..2 + n]
-    } else {
-        heap.resize(2 + n, 0);
-        &mut heap
-    };
-    words[..2].copy_from_slice(&head);
-    for (i, w) in words[2..].iter_mut().enumerate() {
-        *w = reg(i);
-    }
-    stream::append(c, words, &[]);
+    // Once a window (at its end, where the event needs a flush, or before
+    // the thread's first): the rare path, through the stream.
+    let words: Vec<u64> = head.iter().copied().chain((0..n).map(reg)).collect();
+    stream::append(c, &words, &[]);
 }
-
-/// Registers an event holds on the stack (more than any guest reports).
-const STACK_REGS: usize = 128;

@@ -35,7 +35,7 @@
 //! bytes in the mapped file (RISC-V compressed instructions, x86, Thumb).
 
 mod drcov;
-mod isa;
+pub(crate) mod isa;
 pub mod space;
 
 use std::collections::{HashMap, HashSet};

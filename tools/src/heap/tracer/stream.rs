@@ -14,6 +14,7 @@ use cannoli::{Cannoli, ClientInfo};
 use super::{lock, order, table, Item, Layout, Pid, Proc, Thread};
 use crate::backtrace::arch;
 use crate::backtrace::state::BacktraceState;
+use crate::coverage::isa::Isa;
 use crate::heap::blocks::Heap;
 use crate::heap::parallel::{plain_wanted, SiteFilter};
 use crate::heap::Run;
@@ -98,9 +99,8 @@ impl Cannoli for Stream {
                 "ppc64" | "ppc64le" => 288,
                 _ => 0,
             },
-            // QEMU's names: the uname machine (`armv5tel`, `ppc64le`).
-            split_vectors: matches!(&*ci.arch, "ppc64" | "ppc64le" | "arm" | "armeb")
-                || ci.arch.starts_with("armv"),
+            split_vectors: Isa::of(&ci.arch) == Isa::Arm
+                || matches!(&*ci.arch, "ppc64" | "ppc64le"),
         });
         lock(&pid.run.threads).insert(ci.tid);
         let t = Thread {
