@@ -39,6 +39,26 @@ pub(crate) struct Accepted {
     /// Its process's block table, shared by every stream of the process
     /// (`None`: QEMU's side has none).
     pub(crate) blocks: Option<Arc<TableReader>>,
+    /// Our welcome, not sent yet: see [`Accepted::welcome`].
+    welcome: String,
+}
+
+impl Accepted {
+    /// Sends the welcome, which lets the guest thread run. The caller first
+    /// makes the stream known (its process's context taken, its place in
+    /// the announcements), so that a thread which runs, ends and is joined
+    /// at once never leaves its process looking finished: were its
+    /// process's last other stream to end in that gap, the process's
+    /// context (a library's placement, say) would go before this stream
+    /// took it, and this stream would get a new one that knows nothing.
+    pub(crate) fn welcome(&self, sock: &mut Sock) -> Result<(), Refusal> {
+        let who = format!("pid {} tid {}", self.hello.pid, self.hello.tid);
+        sock.write_all(self.welcome.as_bytes())
+            .map_err(|e| Refusal::Refused(format!("{who}: sending the welcome failed: {e}")))?;
+        let _ = sock.set_read_timeout(None);
+        let _ = sock.set_write_timeout(None);
+        Ok(())
+    }
 }
 
 /// The block tables mapped for the processes streaming, by pid, so that the
@@ -158,7 +178,8 @@ pub(crate) fn challenge(sock: &Sock, peer: &str) -> Result<Opened, Refusal> {
 /// to say; `peer` names it in messages. `timeout` bounds each read and
 /// write; `trust_pid`: take the hello's pid without checking it against the
 /// connecting process. A block table comes from `tables` when its
-/// process's other streams already mapped it.
+/// process's other streams already mapped it. It ends before the welcome:
+/// the caller sends it ([`Accepted::welcome`]) or refuses the stream.
 pub(crate) fn handshake(
     sock: &mut Sock,
     peer: &str,
@@ -277,22 +298,18 @@ pub(crate) fn handshake(
         error: None,
         proof: Some(token.prove(Role::Welcome, &ours, &hello.nonce)),
     };
-    let reply = serde_json::to_string(&welcome).expect("a Welcome serializes") + "\n";
-    sock.write_all(reply.as_bytes())
-        .map_err(|e| Refusal::Refused(format!("{who}: sending the welcome failed: {e}")))?;
-    let _ = sock.set_read_timeout(None);
-    let _ = sock.set_write_timeout(None);
     Ok(Accepted {
         hello,
         line,
         consumer,
         blocks,
+        welcome: serde_json::to_string(&welcome).expect("a Welcome serializes") + "\n",
     })
 }
 
 /// Tells QEMU why its stream is refused (QEMU prints it) and returns the
 /// refusal.
-fn refuse(sock: &mut Sock, msg: String) -> Refusal {
+pub(crate) fn refuse(sock: &mut Sock, msg: String) -> Refusal {
     let w = Welcome {
         error: Some(msg.clone()),
         proof: None,
@@ -500,6 +517,7 @@ mod tests {
                 tables,
             )
         });
+        let r = r.and_then(|a| a.welcome(&mut s).map(|()| a));
         (r, q.join().unwrap())
     }
 

@@ -536,6 +536,56 @@ fn overlapping_threads_get_one_pid_context() {
     assert!(take_result(pid, pid + 1).unwrap() == want);
 }
 
+/// Pids whose fake QEMU thread got its welcome.
+static WELCOMED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// Per pid: whether its context was taken after its thread was welcomed.
+static LATE: Mutex<Vec<(i32, bool)>> = Mutex::new(Vec::new());
+
+/// A tool whose process context notes whether its thread was already
+/// welcomed (and so may have run, ended and been joined).
+struct Gap;
+
+impl Cannoli for Gap {
+    type Trace = ();
+    type TidContext = ();
+    type PidContext = ();
+    fn init_pid(ci: &ClientInfo) -> Arc<()> {
+        // Long enough for a welcome already sent to reach the fake.
+        std::thread::sleep(Duration::from_millis(300));
+        let late = WELCOMED.lock().unwrap().contains(&ci.pid);
+        LATE.lock().unwrap().push((ci.pid, late));
+        Arc::new(())
+    }
+    fn init_tid(_: &(), _: &ClientInfo) -> (Self, ()) {
+        (Gap, ())
+    }
+    fn trace(&mut self, _: &(), _: &(), _: &[()]) {}
+}
+
+/// A thread's process context is taken before its welcome lets it run: a
+/// thread welcomed first could run, end and be joined, and its process's
+/// last other stream end, before it took the context, which a new one
+/// would then replace (a tool's process state, such as where a library
+/// was placed, lost).
+#[test]
+fn the_process_context_is_taken_before_the_welcome() {
+    let server = bind();
+    let addr = peer(&server);
+    let pid = 2600;
+    let q = std::thread::spawn(move || {
+        let mut p = Producer::create_memfd(4096, 2).unwrap();
+        let mut s = connect_fake(&addr, fake_hello(pid, pid, WIRE_VERSION, fake_regs()), &p)
+            .expect("welcomed");
+        WELCOMED.lock().unwrap().push(pid);
+        p.close();
+        s.write_all(b"{\"chunks\":0,\"lost_events\":0}\n").unwrap();
+    });
+    let stats = run_with_timeout_as::<Gap>(server, 1);
+    q.join().unwrap();
+    assert_eq!(stats.connections, 1);
+    assert_eq!(*LATE.lock().unwrap(), vec![(pid, false)]);
+}
+
 #[test]
 fn crashed_qemu_is_an_incomplete_stream() {
     let server = bind();

@@ -18,7 +18,7 @@ use super::workers::{end_of_stream, worker};
 use crate::announce::Announced;
 use crate::crew::Crew;
 use crate::decode::Shape;
-use crate::handshake::{handshake, Accepted, Opened, Refusal};
+use crate::handshake::{handshake, refuse, Accepted, Opened, Refusal};
 use crate::notes::{note, Notes};
 use crate::pipeline::Pipeline;
 use crate::recording::{StreamEnd, StreamLog, Writer};
@@ -86,6 +86,12 @@ pub(super) struct Stream<'a> {
     pub(super) lost: AtomicU64,
 }
 
+/// A stream we would not take: said, and counted.
+fn refused<T: Cannoli>(shared: &Shared<T>, why: &str) {
+    note!(shared.notes, "cannoli: rejected {why}");
+    lock(&shared.stats).refused_connections += 1;
+}
+
 fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, opened: Opened) {
     let accepted = handshake(
         &mut stream,
@@ -100,20 +106,14 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
         shared.seen_qemu.store(true, Ordering::Release);
     }
     let live_streams = *lock(&shared.live);
-    let Accepted {
-        hello,
-        line,
-        consumer,
-        blocks,
-    } = match accepted {
-        Ok(_) if live_streams > MAX_STREAMS => {
-            note!(
-                shared.notes,
-                "cannoli: rejected {peer}: more than {MAX_STREAMS} streams at once"
-            );
-            lock(&shared.stats).refused_connections += 1;
-            return;
-        }
+    let accepted = match accepted {
+        Ok(_) if live_streams > MAX_STREAMS => Err(refuse(
+            &mut stream,
+            format!("{peer}: more than {MAX_STREAMS} streams at once"),
+        )),
+        other => other,
+    };
+    let accepted = match accepted {
         Ok(a) => a,
         Err(Refusal::Stranger(m)) => {
             note!(shared.notes, "cannoli: ignored {m}");
@@ -121,19 +121,26 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
             return;
         }
         Err(Refusal::Refused(m)) => {
-            note!(shared.notes, "cannoli: rejected {m}");
-            lock(&shared.stats).refused_connections += 1;
+            refused(shared, &m);
             return;
         }
     };
-    // The stream's one descriptor: its ring and block table are mapped
-    // and their descriptors closed (`mempipe`).
-    let mut reader = BufReader::new(stream);
-    let mut ci = ClientInfo::from_hello(&hello);
+    let mut ci = ClientInfo::from_hello(&accepted.hello);
     let seq = lock(&shared.announced).connected(ci.pid);
     ci.stream = seq - 1;
     ci.tool_state = shared.state.clone();
     if let (Some(writer), false) = (&shared.recorder, shared.decode) {
+        if let Err(Refusal::Stranger(m) | Refusal::Refused(m)) = accepted.welcome(&mut stream) {
+            refused(shared, &m);
+            return;
+        }
+        let Accepted {
+            line,
+            consumer,
+            blocks,
+            ..
+        } = accepted;
+        let mut reader = BufReader::new(stream);
         let stream = Stream {
             consumer: &consumer,
             announced: &shared.announced,
@@ -154,11 +161,28 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
         return;
     }
 
+    // The process's context is this stream's before the welcome lets its
+    // thread run (`Accepted::welcome`).
+    let pid_ctx = shared.pid_acquire(&ci);
+    if let Err(Refusal::Stranger(m) | Refusal::Refused(m)) = accepted.welcome(&mut stream) {
+        refused(shared, &m);
+        shared.pid_release(ci.pid);
+        drop(pid_ctx);
+        return;
+    }
+    let Accepted {
+        line,
+        consumer,
+        blocks,
+        ..
+    } = accepted;
+    // The stream's one descriptor: its ring and block table are mapped
+    // and their descriptors closed (`mempipe`).
+    let mut reader = BufReader::new(stream);
     let record = shared
         .recorder
         .as_deref()
         .map(|w| (w, w.stream_start(&line, blocks.clone())));
-    let pid_ctx = shared.pid_acquire(&ci);
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
     let threads = shared.threads;
     let conn = Conn::<T> {
