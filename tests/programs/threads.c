@@ -25,8 +25,15 @@
  *   2. computes WORK * (index + 1) iterations of arithmetic, no memory
  *      shared with other threads, no locks, no malloc, no stdio);
  *   3. stores its own thread id (gettid) in its slot, its result in another;
- *   4. returns; glibc's thread exit path (no locks contended) ends in the
- *      exit syscall.
+ *   4. blocks in read() on its own `leave` pipe until main, which lets the
+ *      workers go one at a time, each after the one before it was joined;
+ *   5. returns; glibc's thread exit path ends in the exit syscall. It
+ *      decrements the process's thread count with an atomic read-modify-
+ *      write, which on a load-linked/store-conditional guest (arm, aarch64,
+ *      mips, riscv, ppc) is a retry loop: two workers leaving at once could
+ *      make one of them loop once more, in one run and not in another (a
+ *      loaded machine makes it likely). Leaving one at a time, no worker
+ *      contends there, so its count does not depend on timing.
  *
  * So worker i is vCPU i + 1 (main is vCPU 0) and its instruction count is
  * the same on every run. main's own count is not: pthread_join waits on a
@@ -48,6 +55,7 @@
 #define MAX_WORKERS 8
 
 static int pipe_fds[2], started_fds[2];
+static int leave_fds[MAX_WORKERS][2];
 static long work = 20000;
 static long worker_tid[MAX_WORKERS];
 static uint32_t worker_result[MAX_WORKERS];
@@ -71,6 +79,8 @@ static void *worker(void *arg)
     }
     worker_result[index] = x;
     worker_tid[index] = syscall(SYS_gettid);
+    if (read(leave_fds[index][0], &c, 1) != 1)
+        return (void *)1;
     return NULL;
 }
 
@@ -96,6 +106,12 @@ int main(int argc, char **argv)
         return 1;
     }
     for (long i = 0; i < workers; i++) {
+        if (pipe(leave_fds[i]) != 0) {
+            perror("pipe");
+            return 1;
+        }
+    }
+    for (long i = 0; i < workers; i++) {
         int e = pthread_create(&th[i], NULL, worker, (void *)i);
         if (e != 0) {
             fprintf(stderr, "threads: pthread_create: error %d\n", e);
@@ -116,6 +132,10 @@ int main(int argc, char **argv)
     joins_begin();
     for (long i = 0; i < workers; i++) {
         void *ret;
+        if (write(leave_fds[i][1], "l", 1) != 1) {
+            perror("write");
+            return 1;
+        }
         pthread_join(th[i], &ret);
         if (ret != NULL) {
             fprintf(stderr, "threads: worker %ld failed\n", i);
