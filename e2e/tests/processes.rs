@@ -11,7 +11,10 @@
 //!   thread's `X` count equals libinsn's count of its vCPU and its pc
 //!   sequence equals libexeclog's sequence of that vCPU (moved to the bare
 //!   QEMU's layout where the plugin moved the guest's vDSO, see
-//!   `e2e::pages`). Worker i is vCPU i + 1: the program creates all workers
+//!   `e2e::pages`). A worker's count does not depend on timing: the
+//!   workers leave one at a time, so none loops again in glibc's atomic
+//!   exit path (a store-conditional retry on most guests) because another
+//!   left at once. Worker i is vCPU i + 1: the program creates all workers
 //!   before any can finish, and QEMU numbers vCPUs in creation order; the
 //!   guest reports which thread id worker i had, and main's `clone` results
 //!   must agree. main's own count depends on timing (pthread_join waits on a
