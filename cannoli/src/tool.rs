@@ -45,6 +45,12 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     type PidContext: Send + Sync + 'static;
 
     /// Called once per guest process, when its first thread connects.
+    ///
+    /// It runs before that thread is welcomed, so the guest thread waits
+    /// for it: the context must exist before any of the process's threads
+    /// can run, start others and end. Keep it short (reading a symbol table
+    /// once per run is fine): the guest side gives up on a handshake after
+    /// [`wire::channel::HANDSHAKE_TIMEOUT`].
     fn init_pid(ci: &ClientInfo) -> Arc<Self::PidContext>;
 
     /// Called once per guest thread, when it connects.

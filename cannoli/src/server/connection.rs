@@ -86,6 +86,14 @@ pub(super) struct Stream<'a> {
     pub(super) lost: AtomicU64,
 }
 
+/// What a connection does with its stream.
+enum Role<'a, P> {
+    /// Record it, decoding nothing (`cannoli record` without a tool).
+    Record(&'a Writer),
+    /// Decode it, holding its process's shared context.
+    Decode(Arc<P>),
+}
+
 /// A stream we would not take: said, and counted.
 fn refused<T: Cannoli>(shared: &Shared<T>, why: &str) {
     note!(shared.notes, "cannoli: rejected {why}");
@@ -129,45 +137,20 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     let seq = lock(&shared.announced).connected(ci.pid);
     ci.stream = seq - 1;
     ci.tool_state = shared.state.clone();
-    if let (Some(writer), false) = (&shared.recorder, shared.decode) {
-        if let Err(Refusal::Stranger(m) | Refusal::Refused(m)) = accepted.welcome(&mut stream) {
-            refused(shared, &m);
-            return;
-        }
-        let Accepted {
-            line,
-            consumer,
-            blocks,
-            ..
-        } = accepted;
-        let mut reader = BufReader::new(stream);
-        let stream = Stream {
-            consumer: &consumer,
-            announced: &shared.announced,
-            notes: &shared.notes,
-            seq,
-            pid: ci.pid,
-            tid: ci.tid,
-            lost: AtomicU64::new(0),
-        };
-        let crew = Crew::new(
-            &consumer,
-            &shared.machine,
-            shared.threads,
-            Some((ci.pid, ci.tid)),
-        );
-        let st = record_stream(writer, &stream, &crew, &line, blocks, &mut reader);
-        lock(&shared.stats).add(&st);
-        return;
-    }
-
-    // The process's context is this stream's before the welcome lets its
-    // thread run (`Accepted::welcome`).
-    let pid_ctx = shared.pid_acquire(&ci);
+    // A record-only run decodes nothing, so it needs no process context.
+    // A decoding stream takes its process's context before the welcome
+    // lets its thread run (`Accepted::welcome`): a thread that starts and
+    // ends early must not find the context already dropped.
+    let role = match (&shared.recorder, shared.decode) {
+        (Some(writer), false) => Role::Record(writer),
+        _ => Role::Decode(shared.pid_acquire(&ci)),
+    };
     if let Err(Refusal::Stranger(m) | Refusal::Refused(m)) = accepted.welcome(&mut stream) {
         refused(shared, &m);
-        shared.pid_release(ci.pid);
-        drop(pid_ctx);
+        if let Role::Decode(pid_ctx) = role {
+            shared.pid_release(ci.pid);
+            drop(pid_ctx);
+        }
         return;
     }
     let Accepted {
@@ -179,12 +162,30 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     // The stream's one descriptor: its ring and block table are mapped
     // and their descriptors closed (`mempipe`).
     let mut reader = BufReader::new(stream);
+    let stream = Stream {
+        consumer: &consumer,
+        announced: &shared.announced,
+        notes: &shared.notes,
+        seq,
+        pid: ci.pid,
+        tid: ci.tid,
+        lost: AtomicU64::new(0),
+    };
+    let threads = shared.threads;
+    let crew = Crew::new(&consumer, &shared.machine, threads, Some((ci.pid, ci.tid)));
+    let pid_ctx = match role {
+        Role::Record(writer) => {
+            let st = record_stream(writer, &stream, &crew, &line, blocks, &mut reader);
+            lock(&shared.stats).add(&st);
+            return;
+        }
+        Role::Decode(pid_ctx) => pid_ctx,
+    };
     let record = shared
         .recorder
         .as_deref()
         .map(|w| (w, w.stream_start(&line, blocks.clone())));
     let (tool, tid_ctx) = T::init_tid(&pid_ctx, &ci);
-    let threads = shared.threads;
     let conn = Conn::<T> {
         pipe: Pipeline::new(
             &*pid_ctx,
@@ -195,15 +196,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
             2 * threads + 4,
         ),
         blocks,
-        stream: Stream {
-            consumer: &consumer,
-            announced: &shared.announced,
-            notes: &shared.notes,
-            seq,
-            pid: ci.pid,
-            tid: ci.tid,
-            lost: AtomicU64::new(0),
-        },
+        stream,
         pid: ci.pid,
         tid: ci.tid,
         events: AtomicU64::new(0),
@@ -214,7 +207,6 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
         record,
     };
 
-    let crew = Crew::new(&consumer, &shared.machine, threads, Some((ci.pid, ci.tid)));
     let end = crew.run(
         |_, next| {
             if catch_unwind(AssertUnwindSafe(|| worker(&conn, next))).is_err() {
