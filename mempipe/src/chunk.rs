@@ -2,9 +2,10 @@
 //! ([`ChunkBuf`]).
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use crate::layout::{Ring, SLOT_FREE, SLOT_WAITER};
+use crate::shared_copy::copy_words;
 use crate::sys::futex_wake;
 
 /// A claimed chunk. Dropping it releases its slot back to the producer.
@@ -33,9 +34,10 @@ impl Chunk<'_> {
     /// honest one does not while the chunk is claimed; a hostile one can),
     /// so it is never handed out as a `&[u8]`: that would let safe code
     /// read memory that changes under it, which Rust's rules forbid. It is
-    /// read with one relaxed 64-bit atomic load per word (the chunk is
-    /// page-aligned and a whole number of pages long, so the last word
-    /// read is inside it), as the block table is read. What comes out is
+    /// copied whole words at a time (the chunk is page-aligned and a whole
+    /// number of pages long, so the last word read is inside it) by
+    /// `shared_copy::copy_words`, which reads it as relaxed atomic loads
+    /// would, only faster. What comes out is
     /// this process's own memory, still untrusted input: it may mix bytes
     /// from before and after a hostile producer's write.
     #[inline]
@@ -48,17 +50,17 @@ impl Chunk<'_> {
         let n = self.len.div_ceil(8);
         let src = self.ring.chunk_ptr(self.idx).cast::<u64>();
         buf.words.reserve(n);
-        let dst = &mut buf.words.spare_capacity_mut()[..n];
-        for (i, d) in dst.iter_mut().enumerate() {
-            // SAFETY: i < n <= chunk_size / 8 (len <= chunk_size, checked
-            // when claimed; chunk_size is a multiple of 4096), so the word
-            // is inside this chunk, in the mapping, which outlives `self`
-            // (the Consumer's ring is borrowed); it is 8-aligned (the data area
-            // and chunk_size are page multiples); this process only ever
-            // reads it atomically.
-            let w = unsafe { AtomicU64::from_ptr(src.add(i)) }.load(Ordering::Relaxed);
-            d.write(w);
-        }
+        let dst = buf.words.spare_capacity_mut()[..n]
+            .as_mut_ptr()
+            .cast::<u64>();
+        // SAFETY: n <= chunk_size / 8 (len <= chunk_size, checked when
+        // claimed; chunk_size is a multiple of 4096), so the words are
+        // inside this chunk, in the mapping, which outlives `self` (the
+        // Consumer's ring is borrowed); they are 8-aligned (the data area
+        // and chunk_size are page multiples); this process only ever reads
+        // them atomically or through `copy_words`. `dst` is the buffer's
+        // own spare room for n words, apart from the mapping.
+        unsafe { copy_words(src, dst, n) };
         // SAFETY: the first n elements were just written.
         unsafe { buf.words.set_len(n) };
         buf.len = self.len;

@@ -41,9 +41,9 @@
 //! counted in [`Consumer::refused_chunks`], described by
 //! [`Consumer::violation`], and ends the stream. The bytes of a chunk can
 //! still change while the consumer reads them, so they are never handed
-//! out as a slice of the shared mapping: [`Chunk::copy_into`] reads them
-//! with atomic loads into the consumer's own memory ([`ChunkBuf`]), which
-//! the caller then parses as untrusted input.
+//! out as a slice of the shared mapping: [`Chunk::copy_into`] copies them,
+//! as atomic loads would read them, into the consumer's own memory
+//! ([`ChunkBuf`]), which the caller then parses as untrusted input.
 //!
 //! The [`table`] module holds the other shared file QEMU's side hands the
 //! client: a process's block table ([`TableWriter`], [`TableReader`]), a
@@ -156,6 +156,7 @@ mod error;
 mod layout;
 mod mapping;
 mod producer;
+mod shared_copy;
 mod sys;
 pub mod table;
 
