@@ -37,9 +37,9 @@ impl Chunk<'_> {
     /// copied whole words at a time (the chunk is page-aligned and a whole
     /// number of pages long, so the last word read is inside it) by
     /// `shared_copy::copy_words`, which reads it as relaxed atomic loads
-    /// would, only faster. What comes out is
-    /// this process's own memory, still untrusted input: it may mix bytes
-    /// from before and after a hostile producer's write.
+    /// would, only faster. What comes out is this process's own memory,
+    /// still untrusted input: it may mix bytes from before and after a
+    /// hostile producer's write.
     #[inline]
     pub fn copy_into(&self, buf: &mut ChunkBuf) {
         buf.words.clear();

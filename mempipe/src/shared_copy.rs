@@ -3,8 +3,8 @@
 //! Rust gives such memory no `&[u8]` and no plain reads: either would be a
 //! data race in its model. A relaxed atomic load per word is sound, and was
 //! this crate's copy, but it moves 8 bytes an instruction where `memcpy`
-//! moves 32 or 64: on a chunk of register events it was a tenth of a
-//! tool's time. On x86-64 the copy is one `rep movsb`, the string move the
+//! moves 32 or 64: with chunks of register events it was nearly a fifth
+//! of `cannoli heap`'s time (docs/performance.md). On x86-64 the copy is one `rep movsb`, the string move the
 //! CPU runs at `memcpy` speed. It is inline assembly, outside Rust's memory
 //! model: what it does is what a copy by relaxed byte-wise atomic loads
 //! would do (each byte is some value the memory held), which is all the
