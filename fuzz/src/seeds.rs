@@ -82,6 +82,17 @@ fn chunk32() -> Vec<u64> {
         b"hello\n",
     );
     w.extend([frame(tag::MUNMAP, 0, 3), 0x7fff_0000, 0x1000]);
+    // Registers as QEMU packs a 32-bit guest's: all 32 at a block's start,
+    // then v0, sp and ra at a branch (a narrowed hook library's).
+    w.extend([frame(tag::SOME_REGS, 0, 19), 0x40_0100, u32::MAX as u64]);
+    w.extend((0..16u64).map(|k| (2 * k) | (2 * k + 1) << 32));
+    w.extend([
+        frame(tag::SOME_REGS, 2, 5),
+        0x40_0104,
+        1 << 2 | 1 << 29 | 1 << 31,
+        0x12 | 0x7fff_0ff0 << 32,
+        0x40_0200,
+    ]);
     w.extend([frame(tag::MPROTECT, map_flags::READ, 3), 0x40_0000, 0x1000]);
     w
 }
@@ -280,10 +291,12 @@ mod tests {
             if bytes[0] & 1 == 1 {
                 continue;
             }
+            let bits = if name == "seed-mipsel" { 32 } else { 64 };
             let r = crate::decode::reference(
                 &bytes[5..],
-                if name == "seed-mipsel" { 32 } else { 64 },
+                bits,
                 u16::from_le_bytes([bytes[2], bytes[3]]) as u32 as usize,
+                bits as usize / 8,
             );
             assert!(r.error.is_none(), "{name}: {:?}", r.error);
             assert!(r.events.len() > 10, "{name}");

@@ -45,9 +45,13 @@ pub const INSN_FIRST: u32 = 2;
 /// `hook_insn` flags: the instruction's length in bytes sits at this shift.
 pub const INSN_LEN_SHIFT: u32 = 8;
 /// `hook_insn` answer: insert a call of `insn_helper`. The bits above it
-/// carry the [`wire::RegsKind`] the helper reports.
+/// are the jitter's own: bits 8..15 the [`wire::RegsKind`] the helper
+/// reports, [`WANT_EVERY_REG`] whether it reports every register.
 pub const WANT_HELPER: u32 = 1;
 const KIND_SHIFT: u32 = 8;
+/// `hook_insn` answer: the hook library asked for every register at this
+/// instruction ([`crate::every_register_here`]).
+pub const WANT_EVERY_REG: u32 = 1 << 16;
 
 pub(crate) const CURSOR: Reg = Reg::R14;
 pub(crate) const END: Reg = Reg::R15;
@@ -313,7 +317,7 @@ fn with_lifter<R>(f: impl FnOnce(&mut Lifter) -> R) -> R {
 /// call (for hooks that report registers).
 pub fn hook_insn(pc: u64, flags: u32) -> u32 {
     let branch = crate::events::branch_flag(pc, flags & INSN_CAN_END_BLOCK != 0);
-    let hook = user_hook_inst(pc, branch);
+    let (hook, every) = crate::events::asking_for_registers(|| user_hook_inst(pc, branch));
     with_lifter(|l| {
         if flags & INSN_FIRST != 0 {
             l.pcs.clear();
@@ -332,12 +336,17 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
         HookType::Branch => wire::RegsKind::BranchNo,
         _ => return 0,
     };
-    WANT_HELPER | (kind as u32) << KIND_SHIFT
+    WANT_HELPER | (kind as u32) << KIND_SHIFT | if every { WANT_EVERY_REG } else { 0 }
 }
 
 /// The [`wire::RegsKind`] a `hook_insn` answer asked the helper to report.
 pub fn helper_kind(want: u32) -> u32 {
-    want >> KIND_SHIFT
+    (want >> KIND_SHIFT) & 0xff
+}
+
+/// Whether a `hook_insn` answer asked the helper for every register.
+pub fn helper_every_reg(want: u32) -> bool {
+    want & WANT_EVERY_REG != 0
 }
 
 /// Code placed before a guest instruction.

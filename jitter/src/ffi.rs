@@ -313,7 +313,14 @@ unsafe extern "C" fn hook_insn(pc: u64, flags: u32) -> u32 {
 /// QEMU calls it from generated code with its env, as a TCG helper.
 unsafe extern "C" fn insn_helper(env: *mut u8, pc: u64, want: u32) {
     // SAFETY: `env` is the vCPU's CPUArchState, as insn_helper requires.
-    unsafe { events::insn_helper(env, pc, codegen::helper_kind(want)) };
+    unsafe {
+        events::insn_helper(
+            env,
+            pc,
+            codegen::helper_kind(want),
+            codegen::helper_every_reg(want),
+        )
+    };
 }
 
 /// # Safety

@@ -62,6 +62,28 @@ pub enum HookType {
     Never,
 }
 
+/// Narrows the registers that `Register` and `Branch` hooks report to those
+/// whose bits `mask` sets (bit `i`: register `i` in QEMU's order, as the
+/// client's `ClientInfo::regs` names them), except at the instructions
+/// whose `hook_inst` calls [`every_register_here`]. The client reads the
+/// registers left out as zero. Call it before the first such instruction
+/// runs (at the first `hook_inst` call, say), and tell the client which
+/// registers are real: they are the hook library's and its client's
+/// contract. A tool that follows call stacks needs two or three registers
+/// at each branch: on MIPS those take an event of 5 words, every register
+/// 34.
+pub fn narrow_registers(mask: u64) {
+    events::narrow(mask);
+}
+
+/// Called from `hook_inst`: the instruction it is asked about reports every
+/// register, whatever [`narrow_registers`] said (a probed function's entry,
+/// whose arguments a tool reads, or a return whose delay slot it
+/// replays).
+pub fn every_register_here() {
+    events::every_here();
+}
+
 extern "Rust" {
     // Defined by the user's hook library with `#[no_mangle]`; resolved when
     // that cdylib is linked.

@@ -552,8 +552,8 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
     }
 }
 
-/// Writes an event of `head` then `n` more words, word `i` of those being
-/// `word(i)`, straight into the window when it fits there whole, without
+/// Writes an event of `head` then `n` more words, the first `n` that
+/// `words` yields (it yields at least `n`), straight into the window when it fits there whole, without
 /// the stream's lock. Returns false, having written nothing, where the
 /// caller must take [`append`]'s path (no window yet, the stream ended, or
 /// the event would reach the window's end and so needs a flush).
@@ -564,13 +564,14 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
 /// may write the window as the JIT does. This is the path of a hooked
 /// instruction's register event, where the lock, the thread-local and a
 /// copy through a buffer cost more than the event itself.
-pub fn append_in_window(
+#[inline]
+pub fn append_in_window<const H: usize>(
     c: &mut Cursor,
-    head: &[u64],
+    head: &[u64; H],
     n: usize,
-    word: impl Fn(usize) -> u64,
+    words: impl Iterator<Item = u64>,
 ) -> bool {
-    let len = 8 * (head.len() + n) as u64;
+    let len = 8 * (H + n) as u64;
     let fits = c.cursor.checked_add(len).is_some_and(|e| e < c.end);
     if c.cursor == 0 || !fits {
         return false;
@@ -581,12 +582,16 @@ pub fn append_in_window(
     // nothing else writes or reads until this thread publishes it (see the
     // contract above); the cursor is 8-byte aligned. Only raw writes reach
     // the shared memory, no reference to it is made.
-    unsafe { std::ptr::copy_nonoverlapping(head.as_ptr(), p, head.len()) };
-    let tail = unsafe { p.add(head.len()) };
-    for i in 0..n {
-        // SAFETY: as above.
-        unsafe { tail.add(i).write(word(i)) };
+    // (`H` words, a constant: stores, not a call of memcpy.)
+    unsafe { p.cast::<[u64; H]>().write(*head) };
+    let tail = unsafe { p.add(H) };
+    let mut written = 0;
+    for w in words.take(n) {
+        // SAFETY: as above (`written < n`).
+        unsafe { tail.add(written).write(w) };
+        written += 1;
     }
+    debug_assert_eq!(written, n, "fewer words than the event's length");
     c.cursor += len;
     true
 }
@@ -832,10 +837,10 @@ mod tests {
             pc: 0,
         };
         // 2 + 3 words end at word 5, below the end (word 6).
-        assert!(append_in_window(&mut c, &[7, 8], 3, |i| 10 + i as u64));
+        assert!(append_in_window(&mut c, &[7, 8], 3, 10..));
         assert_eq!(c.cursor, start + 5 * 8);
         // One more word would reach the end: refused, nothing written.
-        assert!(!append_in_window(&mut c, &[9], 0, |_| 0));
+        assert!(!append_in_window(&mut c, &[9], 0, 0..));
         assert_eq!(c.cursor, start + 5 * 8);
         assert_eq!(buf, [7, 8, 10, 11, 12, 0, 0, 0]);
         // No window: refused.
@@ -844,6 +849,6 @@ mod tests {
             end: 0,
             pc: 0,
         };
-        assert!(!append_in_window(&mut none, &[1], 0, |_| 0));
+        assert!(!append_in_window(&mut none, &[1], 0, 0..));
     }
 }

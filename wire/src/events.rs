@@ -57,6 +57,10 @@ pub mod tag {
     pub const SIGNAL: u8 = 0x25;
     /// A translated block's instruction lengths.
     pub const BLOCK: u8 = 0x26;
+    /// Some guest registers at an instruction, packed at their guest size
+    /// (see [`crate::some_regs_words`]): what a Register or Branch hook
+    /// reports where the hook library narrowed the registers.
+    pub const SOME_REGS: u8 = 0x27;
 }
 
 /// First word of a framed event: tag, 24 bits of `aux`, length in words.
@@ -82,6 +86,18 @@ pub enum RegsKind {
     BranchNo = 1,
     /// A Branch hook on an instruction that can end a basic block.
     BranchYes = 2,
+}
+
+/// Most registers a [`tag::SOME_REGS`] event can name: one bit each in its
+/// mask word.
+pub const MAX_SOME_REGS: u32 = 64;
+
+/// Words of a [`tag::SOME_REGS`] event's values: one `reg_bytes`-byte value
+/// (4 or 8) per bit of `mask`, packed in the order of the bits, from bit 0
+/// up, the last word padded with zeros.
+#[inline]
+pub fn some_regs_words(mask: u64, reg_bytes: u32) -> usize {
+    (mask.count_ones() as usize * reg_bytes as usize).div_ceil(8)
 }
 
 /// Bits of the `aux` of mmap and mprotect events.
@@ -178,6 +194,17 @@ mod tests {
         assert_eq!(framed_len(10, 1), 11);
         assert_eq!(framed_len(10, 8), 11);
         assert_eq!(framed_len(10, 9), 12);
+    }
+
+    #[test]
+    fn some_regs_sizes() {
+        assert_eq!(some_regs_words(0, 4), 0);
+        assert_eq!(some_regs_words(0b1, 4), 1);
+        assert_eq!(some_regs_words(0b11, 4), 1);
+        assert_eq!(some_regs_words(0b111, 4), 2);
+        assert_eq!(some_regs_words(0b111, 8), 3);
+        assert_eq!(some_regs_words(u32::MAX as u64, 4), 16);
+        assert_eq!(some_regs_words(u64::MAX, 8), 64);
     }
 
     #[test]

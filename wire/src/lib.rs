@@ -70,6 +70,16 @@
 //! | `0x24` | mprotect | [`map_flags`] (prot bits only) | `base`, `len` |
 //! | `0x25` | signal | 0 | `signo`, `code`, `fault_addr`, `handler` (0: default action) |
 //! | `0x26` | block | instruction count `n` | `pc`, then `n` length bytes (one per instruction, 0: unknown) |
+//! | `0x27` | some registers | [`RegsKind`] | `pc`, `mask`, then the registers whose bits `mask` sets, [`Hello::regs`]`.bytes` each, packed ([`some_regs_words`]) |
+//!
+//! Registers come in either form. The jitter writes `0x27` where the hook
+//! library asked for fewer registers than the guest has (`cannoli heap`
+//! at branches wants the stack pointer, the link register and the return
+//! value, not 32 registers), `0x20` where it asked for all of them. A
+//! reader gives a tool the same slice of one word per register for both,
+//! the registers the mask leaves out reading as zero. `mask` names none past
+//! [`Hello::regs`]`.count`, and a guest with more than [`MAX_SOME_REGS`]
+//! registers has only `0x20` events.
 //!
 //! A block event is written when QEMU translates a block, by the thread
 //! that translates it and before the block first runs: it tells a reader
@@ -84,7 +94,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 /// Version of the event layout and handshake. Both sides must agree.
-pub const WIRE_VERSION: u32 = 6;
+pub const WIRE_VERSION: u32 = 7;
 
 pub mod blocks;
 pub mod channel;
@@ -103,8 +113,8 @@ mod text;
 
 pub use channel::{client_addr, Addr, RingRef, Token, TokenError, ADDR_ENV, TOKEN_ENV};
 pub use events::{
-    frame, framed_len, map_flags, mem32_tag, mem_tag, mem_words, pc_fits, tag, unframe, RegsKind,
-    MAX_JIT_EVENT, MAX_SYSCALL_DATA, PC_BITS, PC_MASK,
+    frame, framed_len, map_flags, mem32_tag, mem_tag, mem_words, pc_fits, some_regs_words, tag,
+    unframe, RegsKind, MAX_JIT_EVENT, MAX_SOME_REGS, MAX_SYSCALL_DATA, PC_BITS, PC_MASK,
 };
 pub use fdplace::FdPlace;
 pub use handshake::{

@@ -68,7 +68,7 @@ fn decode_chunk<T: Cannoli>(
     seam: &mut Seam,
 ) -> Decoded {
     let n = words.len();
-    let h = head_len(words, lay.reg_words);
+    let h = head_len(words, lay);
     seam.head.clear();
     seam.head.extend_from_slice(&words[..h]);
     seam.body = h < n;

@@ -24,6 +24,19 @@ impl Skipped {
     }
 }
 
+/// A word per register, where a `SOME_REGS` event's registers are spread
+/// for the tool: all zero between events (an event clears the words it
+/// wrote once the tool has them), so that an event costs the stores of its
+/// own registers, not a zeroed array.
+#[derive(Debug)]
+pub(crate) struct RegScratch([u8; wire::MAX_SOME_REGS as usize * 8]);
+
+impl Default for RegScratch {
+    fn default() -> Self {
+        RegScratch([0; wire::MAX_SOME_REGS as usize * 8])
+    }
+}
+
 /// A well-formed framed event: its length in words, and whether it was
 /// delivered (a tag this client knows) or skipped.
 pub(super) enum Frame {
@@ -37,6 +50,7 @@ pub(super) enum Frame {
 pub(super) fn frame_min(t: u8, reg_words: usize) -> usize {
     match t {
         tag::REGS => 2 + reg_words,
+        tag::SOME_REGS => 3,
         tag::SYSCALL => 11,
         tag::MMAP => 5,
         tag::MUNMAP | tag::MPROTECT => 3,
@@ -51,6 +65,7 @@ pub(super) fn frame_min(t: u8, reg_words: usize) -> usize {
 /// are rare, and this keeps the hot loop small (slicing here, not in the
 /// loop, spares the loop a byte-offset induction variable).
 #[inline(never)]
+#[allow(clippy::too_many_arguments)] // the decode loop's state, passed apart
 pub(super) fn framed<T: Cannoli>(
     pid: &T::PidContext,
     tid: &T::TidContext,
@@ -58,6 +73,7 @@ pub(super) fn framed<T: Cannoli>(
     bytes: &[u8],
     i: usize,
     lay: &Shape<'_>,
+    scratch: &mut RegScratch,
     trace: &mut Vec<T::Trace>,
 ) -> Result<Frame, Problem> {
     let (words, bytes) = (&words[i..], &bytes[i * 8..]);
@@ -89,14 +105,32 @@ pub(super) fn framed<T: Cannoli>(
         Ok(&bytes[at * 8..at * 8 + n as usize])
     };
     let m = lay.addr_mask;
+    // A registers event's registers, one word each, to the tool.
+    let regs = |regs: &[u8], trace: &mut Vec<T::Trace>| {
+        match aux {
+            0 => T::regs(pid, tid, f[1], regs, trace),
+            1 | 2 => T::branch(pid, tid, f[1], aux == 2, regs, trace),
+            _ => return Err(Problem::BadRegsKind(aux)),
+        }
+        Ok(())
+    };
     match t {
-        tag::REGS => {
-            let regs = &bytes[16..16 + lay.reg_words * 8];
-            match aux {
-                0 => T::regs(pid, tid, f[1], regs, trace),
-                1 | 2 => T::branch(pid, tid, f[1], aux == 2, regs, trace),
-                _ => return Err(Problem::BadRegsKind(aux)),
+        tag::REGS => regs(&bytes[16..16 + lay.reg_words * 8], trace)?,
+        tag::SOME_REGS => {
+            let mask = f[2];
+            let need = some_regs_len(mask, lay).ok_or(Problem::BadRegsMask(mask))?;
+            if need > len {
+                return Err(Problem::ShortFrame {
+                    len: len32,
+                    min: need as u64,
+                });
             }
+            // `some_regs_len` checked that the guest has at most 64.
+            let out = &mut scratch.0[..lay.reg_words * 8];
+            spread_regs(mask, &f[3..need], lay.reg_bytes == 4, out);
+            let delivered = regs(out, trace);
+            clear_regs(mask, out);
+            delivered?
         }
         tag::SYSCALL => {
             let data = payload(11, f[9])?;
@@ -166,6 +200,52 @@ pub(super) fn framed<T: Cannoli>(
         _ => return Ok(Frame::Unknown(len)),
     }
     Ok(Frame::Known(len))
+}
+
+/// Words a `SOME_REGS` event with `mask` needs; `None` if the mask names a
+/// register the guest does not have, or the guest has more registers than
+/// such an event may carry ([`wire::MAX_SOME_REGS`]).
+#[inline]
+pub(super) fn some_regs_len(mask: u64, lay: &Shape<'_>) -> Option<usize> {
+    if lay.reg_words > wire::MAX_SOME_REGS as usize
+        || (lay.reg_words < 64 && mask >> lay.reg_words != 0)
+    {
+        return None;
+    }
+    Some(3 + wire::some_regs_words(mask, lay.reg_bytes as u32))
+}
+
+/// Spreads the packed registers of a `SOME_REGS` event (`packed`: 8 bytes
+/// each, or 4 where `half`, in the order of `mask`'s bits) to one
+/// little-endian word per register in `out`, whose other words stay zero.
+/// The caller checked that `packed` holds them all and that `out` has a
+/// word for each bit.
+#[inline(always)]
+fn spread_regs(mask: u64, packed: &[u64], half: bool, out: &mut [u8]) {
+    let mut m = mask;
+    let mut k = 0;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        let v = if half {
+            (packed[k / 2] >> (32 * (k % 2))) as u32 as u64
+        } else {
+            packed[k]
+        };
+        out[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        k += 1;
+    }
+}
+
+/// Zeroes again the words of `out` that [`spread_regs`] wrote for `mask`.
+#[inline(always)]
+fn clear_regs(mask: u64, out: &mut [u8]) {
+    let mut m = mask;
+    while m != 0 {
+        let i = m.trailing_zeros() as usize;
+        m &= m - 1;
+        out[i * 8..i * 8 + 8].fill(0);
+    }
 }
 
 /// A mapping frame's protection bits.

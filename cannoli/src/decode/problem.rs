@@ -22,6 +22,9 @@ pub(crate) enum Problem {
     ShortFrame { len: u32, min: u64 },
     /// A registers event whose `aux` is not a `wire::RegsKind`.
     BadRegsKind(u32),
+    /// A `SOME_REGS` event whose mask names a register past the guest's,
+    /// or of a guest with more registers than such an event may carry.
+    BadRegsMask(u64),
     /// A run event naming block `id`, which the block table does not have
     /// or has damaged.
     Block { id: u64, error: EntryError },
@@ -71,6 +74,11 @@ impl std::fmt::Display for Malformed {
             Problem::BadRegsKind(k) => write!(
                 f,
                 "registers event (tag {:#04x}) has kind {k}, which is none of regs (0), branch-no (1), branch-yes (2)",
+                self.tag
+            )?,
+            Problem::BadRegsMask(m) => write!(
+                f,
+                "registers event (tag {:#04x}) names registers {m:#x}, past the guest's (or the guest has more than 64)",
                 self.tag
             )?,
             Problem::Block { id, error } => write!(

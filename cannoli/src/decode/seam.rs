@@ -2,7 +2,7 @@
 //! decoded in order with the block the chunks before it left open.
 
 use super::chunk::le_bytes;
-use super::framed::frame_min;
+use super::framed::{frame_min, some_regs_len};
 use super::place::{close, expand, Open, OpenBlock};
 use super::words::{decode_words, Cursor, Input, Stop};
 use super::Shape;
@@ -44,7 +44,7 @@ impl<Tr> Default for Carry<Tr> {
 /// Words of the head of a chunk: the longest prefix of well-formed
 /// in-block events (exec, memory, registers) and cuts, up to and including
 /// the first cut. A malformed event ends it (it is reported by the body).
-pub(super) fn head_len(words: &[u64], reg_words: usize) -> usize {
+pub(super) fn head_len(words: &[u64], lay: &Shape<'_>) -> usize {
     let n = words.len();
     let mut i = 0;
     while i < n {
@@ -61,9 +61,17 @@ pub(super) fn head_len(words: &[u64], reg_words: usize) -> usize {
             },
             tag::CUT => return i + 1,
             tag::CUT_LONG => return if n - i >= 2 { i + 2 } else { i },
-            tag::REGS => {
+            t @ (tag::REGS | tag::SOME_REGS) => {
                 let (_, aux, len) = wire::unframe(w);
-                if (len as usize) < frame_min(tag::REGS, reg_words) || aux > 2 {
+                let min = if t == tag::SOME_REGS {
+                    match words.get(i + 2).and_then(|&m| some_regs_len(m, lay)) {
+                        Some(min) => min,
+                        None => return i,
+                    }
+                } else {
+                    frame_min(t, lay.reg_words)
+                };
+                if (len as usize) < min || aux > 2 {
                     return i;
                 }
                 len as usize

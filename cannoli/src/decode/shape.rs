@@ -11,6 +11,9 @@ pub(crate) struct Shape<'a> {
     pub addr_mask: u64,
     /// Register words in a registers event.
     pub reg_words: usize,
+    /// Bytes of a register in a `SOME_REGS` event: 4 for a guest whose
+    /// registers are 4 bytes, else 8 (as the jitter packs them).
+    pub reg_bytes: usize,
     pub syscall_names: &'a BTreeMap<u64, String>,
 }
 
@@ -19,6 +22,7 @@ impl<'a> Shape<'a> {
         Shape {
             addr_mask: addr_mask(ci.guest_bits),
             reg_words: ci.regs.count as usize,
+            reg_bytes: if ci.regs.bytes == 4 { 4 } else { 8 },
             syscall_names: &ci.syscall_names,
         }
     }

@@ -1,7 +1,7 @@
 //! The hot loop over a chunk's words: the JIT events, one compare each on
 //! the common path.
 
-use super::framed::{framed, Frame, Skipped};
+use super::framed::{framed, Frame, RegScratch, Skipped};
 use super::place::{close, cut, place, Open};
 use super::problem::Problem;
 use super::Shape;
@@ -27,6 +27,8 @@ pub(super) struct Cursor {
     /// Exec callbacks of block instructions.
     pub expanded: u64,
     pub skipped: Skipped,
+    /// Where a `SOME_REGS` event's registers are spread for the tool.
+    pub regs: RegScratch,
 }
 
 impl Cursor {
@@ -353,13 +355,13 @@ pub(super) fn decode_words<'b, T: Cannoli>(
                 // malformed one ends it too, placed or not: the rest of the
                 // block is expanded either way.)
                 if open.is_some() {
-                    if t == tag::REGS && i + 1 < n {
+                    if (t == tag::REGS || t == tag::SOME_REGS) && i + 1 < n {
                         place!(words[i + 1]);
                     } else {
                         close_open!();
                     }
                 }
-                match framed::<T>(pid, tid, words, bytes, i, lay, trace) {
+                match framed::<T>(pid, tid, words, bytes, i, lay, &mut cur.regs, trace) {
                     Ok(Frame::Known(len)) => {
                         i += len;
                         extra += len - 1;

@@ -7,7 +7,9 @@
 //!   [`jitter::presets::plan`]);
 //! * what the call stacks need (`jitter::presets::branches`): registers
 //!   at branches and where they land, every other instruction as an exec
-//!   event;
+//!   event; there only the registers the plan's `regs=` setting names
+//!   (the stack pointer, the link register and the return value: see
+//!   [`jitter::narrow_registers`]), every register at the plan's pcs;
 //! * every load and store, with its value (the checks, and the memory a
 //!   leak scan reads);
 //! * every system call (the threads' `clone`s order them).
@@ -30,12 +32,11 @@ fn plan() -> MutexGuard<'static, Plan> {
     static P: OnceLock<Mutex<Plan>> = OnceLock::new();
     let m = P.get_or_init(|| {
         let maps = qemu_maps();
-        Mutex::new(plan::load_or_exit(
-            PLAN_ENV,
-            "libheap",
-            "cannoli heap",
-            maps,
-        ))
+        let plan = plan::load_or_exit(PLAN_ENV, "libheap", "cannoli heap", maps);
+        if let Some(m) = plan.regs {
+            jitter::narrow_registers(m);
+        }
+        Mutex::new(plan)
     });
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -51,6 +52,9 @@ fn plan() -> MutexGuard<'static, Plan> {
 #[no_mangle]
 fn hook_inst(pc: u64, branch: bool) -> HookType {
     let hooked = plan().hooked(pc);
+    if hooked {
+        jitter::every_register_here();
+    }
     let h = branches::inst(pc, branch);
     if h == HookType::Always && hooked {
         HookType::Register

@@ -59,7 +59,12 @@ pub fn check(stream: &Stream, chunk: &[u8]) {
     let mut got = Vec::new();
     let d2 = fuzzing::decode::<Rec>(&(), &(), data, &ci, &mut got);
     assert_eq!(d, d2, "two decodings of one chunk differ");
-    let r = reference(chunk, stream.bits, stream.reg_count as usize);
+    let r = reference(
+        chunk,
+        stream.bits,
+        stream.reg_count as usize,
+        stream.reg_bytes() as usize,
+    );
     if got != r.events {
         let first = got
             .iter()

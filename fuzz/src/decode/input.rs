@@ -52,6 +52,15 @@ enum Piece {
         fill: u64,
         extra: u8,
     },
+    /// A `SOME_REGS` event: `mask` (mostly cut to the stream's registers),
+    /// `fill` the values; `extra` lengthens or shortens the frame.
+    SomeRegs {
+        kind: u8,
+        pc: u64,
+        mask: u64,
+        fill: u64,
+        extra: u8,
+    },
     Syscall {
         num: u16,
         ret: i64,
@@ -206,6 +215,24 @@ pub(super) fn build(u: &mut Unstructured<'_>, s: &Stream) -> Vec<u8> {
                 w.push(wire::frame(tag::REGS, (kind % 4) as u32, (2 + n) as u32));
                 w.push(pc);
                 w.extend((0..n as u64).map(|k| fill ^ k));
+            }
+            Piece::SomeRegs {
+                kind,
+                pc,
+                mask,
+                fill,
+                extra,
+            } => {
+                let mask = if extra & 0x80 != 0 || regs >= 64 {
+                    mask
+                } else {
+                    mask & ((1u64 << regs) - 1)
+                };
+                let n = wire::some_regs_words(mask, s.reg_bytes());
+                let len = (3 + n + (extra % 3) as usize).saturating_sub((extra >> 6 & 1) as usize);
+                w.push(wire::frame(tag::SOME_REGS, (kind % 4) as u32, len as u32));
+                w.extend([pc, mask]);
+                w.extend((0..len.saturating_sub(3) as u64).map(|k| fill ^ k));
             }
             Piece::Syscall {
                 num,

@@ -83,7 +83,7 @@ fn place(run: &mut Running, pc: u64, is_cut: bool, out: &mut Vec<Ev>) {
 
 /// Reads a chunk word by word as the wire format documents it (the tables
 /// in `wire/src/lib.rs`), independently of the decoder's fast paths.
-pub fn reference(chunk: &[u8], bits: u32, reg_words: usize) -> Reading {
+pub fn reference(chunk: &[u8], bits: u32, reg_words: usize, reg_bytes: usize) -> Reading {
     let amask = if bits == 0 || bits >= 64 {
         u64::MAX
     } else {
@@ -192,7 +192,9 @@ pub fn reference(chunk: &[u8], bits: u32, reg_words: usize) -> Reading {
                     None
                 }
             }
-            t if t >= tag::FRAMED => framed(&w[i..], &chunk[i * 8..whole], amask, reg_words),
+            t if t >= tag::FRAMED => {
+                framed(&w[i..], &chunk[i * 8..whole], amask, (reg_words, reg_bytes))
+            }
             _ => None,
         };
         match ev {
@@ -230,7 +232,14 @@ pub fn reference(chunk: &[u8], bits: u32, reg_words: usize) -> Reading {
 /// A framed event at the start of `w` (`b`: the same as bytes, to the end
 /// of the chunk): `Some((Some(event), len))`, `Some((None, len))` for an
 /// unknown tag, `None` if malformed.
-fn framed(w: &[u64], b: &[u8], m: u64, reg_words: usize) -> Option<(Option<Ev>, usize)> {
+/// `regs`: the registers a registers event has, and the bytes of each in a
+/// `SOME_REGS` event.
+fn framed(
+    w: &[u64],
+    b: &[u8],
+    m: u64,
+    (reg_words, reg_bytes): (usize, usize),
+) -> Option<(Option<Ev>, usize)> {
     let first = w[0];
     let t = (first >> 56) as u8;
     let aux = ((first >> 32) & 0xff_ffff) as u32;
@@ -238,6 +247,7 @@ fn framed(w: &[u64], b: &[u8], m: u64, reg_words: usize) -> Option<(Option<Ev>, 
     // Fewest words (header and fixed fields) each known kind has.
     let min: u64 = match t {
         tag::REGS => 2 + reg_words as u64,
+        tag::SOME_REGS => 3,
         tag::SYSCALL => 11,
         tag::MMAP => 5,
         tag::MUNMAP | tag::MPROTECT => 3,
@@ -260,8 +270,25 @@ fn framed(w: &[u64], b: &[u8], m: u64, reg_words: usize) -> Option<(Option<Ev>, 
     };
     let rwx = |a: u32| (a & 7) as u8;
     let ev = match t {
-        tag::REGS => {
-            let regs = b[16..16 + reg_words * 8].to_vec();
+        tag::REGS | tag::SOME_REGS => {
+            let regs = if t == tag::REGS {
+                b[16..16 + reg_words * 8].to_vec()
+            } else {
+                // The mask's registers, `reg_bytes` each, one after the
+                // other from word 3; a word per register to the tool.
+                let mask = f[2];
+                let named: Vec<usize> = (0..64).filter(|i| mask >> i & 1 == 1).collect();
+                if reg_words > 64 || named.iter().any(|&i| i >= reg_words) {
+                    return None;
+                }
+                payload(3, (named.len() * reg_bytes) as u64)?;
+                let mut regs = vec![0u8; reg_words * 8];
+                for (k, &i) in named.iter().enumerate() {
+                    let at = 24 + k * reg_bytes;
+                    regs[i * 8..i * 8 + reg_bytes].copy_from_slice(&b[at..at + reg_bytes]);
+                }
+                regs
+            };
             match aux {
                 0 => Ev::Regs(f[1], regs),
                 1 | 2 => Ev::Branch(f[1], aux == 2, regs),

@@ -55,6 +55,15 @@ impl Stream {
         ]
     }
 
+    /// Bytes a register has: 4 on a 32-bit guest, as a hello of one says.
+    pub fn reg_bytes(&self) -> u32 {
+        if self.bits == 32 {
+            4
+        } else {
+            8
+        }
+    }
+
     pub(super) fn client_info(&self) -> ClientInfo {
         ClientInfo {
             stream: 0,
@@ -69,7 +78,7 @@ impl Stream {
             jitter_version: "fuzz".into(),
             regs: wire::RegLayout {
                 count: self.reg_count,
-                bytes: 8,
+                bytes: self.reg_bytes(),
                 names: Vec::new(),
             },
             syscall_names: names().clone(),

@@ -27,7 +27,7 @@ fn reference_reads_the_documented_events() {
         0x2000,
     ];
     let b: Vec<u8> = words.iter().flat_map(|x| x.to_le_bytes()).collect();
-    let r = reference(&b, 32, 0);
+    let r = reference(&b, 32, 0, 4);
     assert_eq!(
         r.events,
         vec![
@@ -62,7 +62,7 @@ fn damaged_chunks_agree_and_are_accounted() {
             check(&s, &b[..17]);
         }
     }
-    let r = reference(&b, 64, 3);
+    let r = reference(&b, 64, 3, 8);
     assert_eq!(
         (r.skipped, r.skipped_tag, r.skipped_words),
         (1, Some(0x30), 2)

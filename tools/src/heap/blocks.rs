@@ -142,6 +142,10 @@ pub struct Heap {
     live: BTreeMap<u64, Block>,
     /// Freed blocks whose memory was not handed out again, by address.
     freed: BTreeMap<u64, Block>,
+    /// Live blocks set aside by an allocation over them that came before
+    /// them ([`Heap::alloc_before`]), by address: live again once it is
+    /// freed.
+    aside: BTreeMap<u64, Block>,
     /// Bytes in one guest word (4 or 8).
     word: u64,
     /// The lowest block address ever allocated, and the end of the
@@ -161,6 +165,7 @@ impl Heap {
         Heap {
             live: BTreeMap::new(),
             freed: BTreeMap::new(),
+            aside: BTreeMap::new(),
             word,
             span: (u64::MAX, 0),
             live_bytes: 0,
@@ -170,8 +175,10 @@ impl Heap {
         }
     }
 
+    /// The live blocks, with those set aside (at the run's end, one whose
+    /// earlier allocation was never freed).
     pub fn live(&self) -> impl Iterator<Item = &Block> {
-        self.live.values()
+        self.live.values().chain(self.aside.values())
     }
 
     /// The live block containing `addr` (its start, for an empty block).
@@ -216,18 +223,55 @@ impl Heap {
         dropped
     }
 
+    /// The allocator returned `b` over live blocks that `later` says it
+    /// came before: their threads have ended, so neither they nor their
+    /// frees can have been between (their allocations were applied first
+    /// only because `b`'s thread's events came late; see
+    /// `tracer::order`). They are set aside until `b` is freed, then live
+    /// again. The other live blocks it overlaps are dropped, as
+    /// [`Heap::alloc`] says.
+    pub fn alloc_before(&mut self, b: Block, later: impl Fn(&Block) -> bool) -> Vec<Block> {
+        let hi = b.addr.wrapping_add(b.size.max(1));
+        let set: Vec<u64> = overlapping(&self.live, b.addr, hi)
+            .filter(|a| later(&self.live[a]))
+            .collect();
+        for a in set {
+            if let Some(old) = self.live.remove(&a) {
+                self.live_bytes -= old.size;
+                self.aside.insert(a, old);
+            }
+        }
+        self.alloc(b)
+    }
+
     /// `free(addr)`, described by `how`. `Ok`: the freed block (`None`
     /// for null, whose free is nothing). `Err`: a double or invalid free.
-    pub fn free(&mut self, addr: u64, how: Freed) -> Result<Option<&Block>, Bad> {
+    /// Where a block set aside lies at `addr` and another thread than the
+    /// live block's frees it, that block is the one freed (the freeing
+    /// thread had it from the set-aside block's owner, a hand-off the
+    /// live block's thread does not know). Otherwise the live block is,
+    /// and the blocks set aside under it are live again.
+    pub fn free(&mut self, addr: u64, how: Freed) -> Result<Option<Block>, Bad> {
         if addr == 0 {
             return Ok(None);
+        }
+        let of_aside = self.aside.contains_key(&addr)
+            && !self.live.get(&addr).is_some_and(|b| b.tid == how.tid);
+        if of_aside {
+            let mut b = self.aside.remove(&addr).expect("looked up above");
+            self.frees += 1;
+            b.freed = Some(Box::new(how));
+            // The memory is the live block's now: no use after free there.
+            return Ok(Some(b));
         }
         if let Some(mut b) = self.live.remove(&addr) {
             self.frees += 1;
             self.live_bytes -= b.size;
+            let hi = b.addr.wrapping_add(b.size.max(1));
             b.freed = Some(Box::new(how));
-            self.freed.insert(addr, b);
-            return Ok(self.freed.get(&addr));
+            self.freed.insert(addr, b.clone());
+            self.restore(addr, hi);
+            return Ok(Some(b));
         }
         if let Some(b) = self.freed.get(&addr) {
             return Err(Bad {
@@ -242,6 +286,35 @@ impl Heap {
             addr,
             block: inside,
         })
+    }
+
+    /// Makes the blocks set aside over `[lo, hi)` live again where no
+    /// live block overlaps them any more: the blocks allocated over them
+    /// were freed, and they came after those (the allocator handed their
+    /// memory out again).
+    fn restore(&mut self, lo: u64, hi: u64) {
+        let back: Vec<u64> = overlapping(&self.aside, lo, hi).collect();
+        for a in back {
+            let end = self.aside[&a].end().max(a.wrapping_add(1));
+            if overlapping(&self.live, a, end).next().is_some() {
+                continue;
+            }
+            let b = self.aside.remove(&a).expect("found above");
+            self.forget_freed(a, end);
+            self.live_bytes += b.size;
+            self.live.insert(a, b);
+        }
+    }
+
+    /// Whether `[addr, addr + size)` lies in a block of thread `tid` that is
+    /// set aside: the thread's own live memory, whatever block another
+    /// thread's allocation put over it in the meantime (an access there is
+    /// not checked against that block).
+    pub fn aside_holds(&self, tid: i32, addr: u64, size: u64) -> bool {
+        let Some((_, b)) = self.aside.range(..=addr).next_back() else {
+            return false;
+        };
+        b.tid == tid && addr.checked_add(size).is_some_and(|e| e <= b.end())
     }
 
     fn freed_at(&self, addr: u64) -> Option<&Block> {
@@ -357,9 +430,9 @@ impl Heap {
         self.freed.values().map(|b| (b.addr, b.end())).collect()
     }
 
-    /// How many blocks are live and freed.
+    /// How many blocks are live (set aside or not) and freed.
     pub fn block_count(&self) -> (usize, usize) {
-        (self.live.len(), self.freed.len())
+        (self.live.len() + self.aside.len(), self.freed.len())
     }
 }
 

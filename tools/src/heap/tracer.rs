@@ -17,7 +17,7 @@
 mod order;
 mod stream;
 
-pub use stream::Stream;
+pub use stream::{narrowed_registers, Stream};
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -476,6 +476,7 @@ impl Thread {
                 if self.calls.is_empty() {
                     if let Some(bad) = st.heap.check(at, len, *store) {
                         if !st.freelist_link(*pc, &bad, u64::from(*size))
+                            && !st.heap.aside_holds(self.tid, at, len)
                             && !self.library_teardown(st, *pc)
                             && !self.string_overread(st, *pc, &bad, *store)
                         {
@@ -651,7 +652,7 @@ impl Thread {
                     }
                     Ok(freed) => {
                         if let Some(b) = freed {
-                            self.run.record(self.pid, b, None);
+                            self.run.record(self.pid, &b, None);
                         }
                         let mut summary = lock(&self.run.summary);
                         summary.frees += 1;
@@ -737,7 +738,7 @@ impl Thread {
             st.seq += 1;
             let how = Freed::new(st.seq, self.tid, f.target, f.site_pc, stack.clone());
             if let Ok(Some(b)) = st.heap.free(old, how) {
-                self.run.record(self.pid, b, None);
+                self.run.record(self.pid, &b, None);
             }
             summary.frees += 1;
             summary.sample(st.heap.live_bytes);
@@ -754,17 +755,23 @@ impl Thread {
         e.1 += size;
         summary.allocs += 1;
         summary.bytes += size;
-        let dropped = st.heap.alloc(Block {
-            addr: ptr,
-            size,
-            seq: st.seq,
-            tid: self.tid,
-            pc: f.pc,
-            target: f.target,
-            site_pc: f.site_pc,
-            alloc_stack: stack,
-            freed: None,
-        });
+        // Other threads' live blocks are not this allocation's to drop
+        // (see `order`): they are set aside while it is live.
+        let me = self.tid;
+        let dropped = st.heap.alloc_before(
+            Block {
+                addr: ptr,
+                size,
+                seq: st.seq,
+                tid: self.tid,
+                pc: f.pc,
+                target: f.target,
+                site_pc: f.site_pc,
+                alloc_stack: stack,
+                freed: None,
+            },
+            |old| old.tid != me,
+        );
         summary.sample(st.heap.live_bytes);
         drop(summary);
         for b in &dropped {

@@ -56,6 +56,22 @@ impl Abi {
         })
     }
 
+    /// The name of an architecture whose guests follow it, as
+    /// `wire::reg_names` and the backtrace's rules know it (their register
+    /// names and call rules do not depend on the byte order).
+    pub fn arch(self) -> &'static str {
+        match self {
+            Abi::O32 => "mipsel",
+            Abi::N64 => "mips64el",
+            Abi::Aapcs => "arm",
+            Abi::Aapcs64 => "aarch64",
+            Abi::Riscv => "riscv64",
+            Abi::SysV => "x86_64",
+            Abi::Cdecl => "i386",
+            Abi::Elfv2 => "ppc64le",
+        }
+    }
+
     /// Its name, for messages and docs.
     pub fn name(self) -> &'static str {
         match self {

@@ -102,6 +102,10 @@ pub struct Plan {
     pub count: bool,
     /// Print every entry and return of every target (`--flow`).
     pub flow: bool,
+    /// The registers (a bit each, in QEMU's order) that registers events
+    /// need carry away from the sites, which carry every register; `None`:
+    /// every register everywhere. The hook library's `regs=` setting.
+    pub narrow: Option<u64>,
 }
 
 impl Plan {
@@ -146,6 +150,7 @@ impl Plan {
             stores: false,
             count,
             flow,
+            narrow: None,
         };
         // The program's own sites: in `sites`, or in module 0 when it is
         // position independent.
@@ -325,10 +330,14 @@ impl Plan {
     /// line.
     pub fn hooks(&self) -> String {
         let mut s = format!(
-            "stores={} count={}\n",
+            "stores={} count={}",
             u8::from(self.stores),
             u8::from(self.count)
         );
+        if let Some(m) = self.narrow {
+            let _ = write!(s, " regs={m:x}");
+        }
+        s.push('\n');
         let mut pcs: Vec<u64> = self.sites.keys().copied().collect();
         pcs.sort_unstable();
         for pc in pcs {

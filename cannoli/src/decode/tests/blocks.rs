@@ -481,19 +481,27 @@ fn chunks_split_anywhere_stitch_to_the_whole() {
 fn heads_stop_at_the_first_cut_or_other_event() {
     let lay = layout(32);
     let w = cat(&[&[0x10], &load(0x104), &[cut_w(0x104), 0x20]]);
-    assert_eq!(head_len(&w, lay.reg_words), 5);
-    assert_eq!(head_len(&[0x10, run_w(0), 0x20], lay.reg_words), 1);
-    assert_eq!(head_len(&[0x10, top(tag::LOAD) | 4, 1], lay.reg_words), 1);
-    assert_eq!(head_len(&[0x10, top(tag::CUT_LONG)], lay.reg_words), 1);
+    assert_eq!(head_len(&w, &lay), 5);
+    assert_eq!(head_len(&[0x10, run_w(0), 0x20], &lay), 1);
+    assert_eq!(head_len(&[0x10, top(tag::LOAD) | 4, 1], &lay), 1);
+    assert_eq!(head_len(&[0x10, top(tag::CUT_LONG)], &lay), 1);
     assert_eq!(
-        head_len(&[wire::frame(tag::REGS, 3, 5), 0, 0, 0, 0], lay.reg_words),
+        head_len(&[wire::frame(tag::REGS, 3, 5), 0, 0, 0, 0], &lay),
         0
     );
     assert_eq!(
-        head_len(&[wire::frame(tag::REGS, 0, 5), 0, 0, 0, 0], lay.reg_words),
+        head_len(&[wire::frame(tag::REGS, 0, 5), 0, 0, 0, 0], &lay),
         5
     );
-    assert_eq!(head_len(&[0x10, 0x14], lay.reg_words), 2);
+    assert_eq!(head_len(&[0x10, 0x14], &lay), 2);
+    // Some registers: in the head when well-formed, not with a mask past
+    // the guest's registers, a frame too short for them, or no mask.
+    let some = wire::frame(tag::SOME_REGS, 1, 5);
+    assert_eq!(head_len(&[some, 0x14, 0b111, 0, 0, 0x18], &lay), 6);
+    assert_eq!(head_len(&[some, 0x14, 0b1000, 0, 0, 0x18], &lay), 0);
+    let short = wire::frame(tag::SOME_REGS, 1, 4);
+    assert_eq!(head_len(&[short, 0x14, 0b111, 0, 0x18], &lay), 0);
+    assert_eq!(head_len(&[0x10, some, 0x14], &lay), 1);
     // A chunk that is all head leaves the carried block open; one with
     // a body replaces it.
     let c = cache();

@@ -51,6 +51,98 @@ fn regs_and_branch_events() {
 }
 
 #[test]
+fn some_regs_events_unpack_to_a_word_per_register() {
+    use wire::RegsKind;
+    let some = |kind: RegsKind, pc: u64, mask: u64, packed: &[u64]| {
+        let mut w = vec![
+            wire::frame(tag::SOME_REGS, kind as u32, 3 + packed.len() as u32),
+            pc,
+            mask,
+        ];
+        w.extend_from_slice(packed);
+        w
+    };
+    // A 32-bit guest: two registers a word, the mask's left out read zero.
+    let mut words = vec![0x400000];
+    words.extend(some(RegsKind::Regs, 0x400004, 0b101, &[0x11 | 0x33 << 32]));
+    words.extend(some(
+        RegsKind::BranchYes,
+        0x400008,
+        0b111,
+        &[0x11 | 0x8000_0000 << 32, 0x33],
+    ));
+    words.extend(some(RegsKind::BranchNo, 0x40000c, 0, &[]));
+    words.push(0x400010);
+    let (t, d) = run(&words, 32);
+    assert_eq!(
+        t,
+        vec![
+            Ev::Exec(0x400000),
+            Ev::Regs(0x400004, bytes(&[0x11, 0, 0x33])),
+            Ev::Branch(0x400008, true, bytes(&[0x11, 0x8000_0000, 0x33])),
+            Ev::Branch(0x40000c, false, bytes(&[0, 0, 0])),
+            Ev::Exec(0x400010),
+        ]
+    );
+    assert_eq!((d.events, d.error), (5, None));
+    // A 64-bit guest: a word per register.
+    let words = some(RegsKind::Regs, 0x40, 0b110, &[0xffff_ffff_8000_0000, 0x22]);
+    let (t, d) = run(&words, 64);
+    assert_eq!(
+        t,
+        vec![Ev::Regs(0x40, bytes(&[0, 0xffff_ffff_8000_0000, 0x22]))]
+    );
+    assert_eq!((d.events, d.error), (1, None));
+}
+
+#[test]
+fn malformed_some_regs_events() {
+    let check = |words: &[u64], bits: u32, p: Problem| {
+        let mut all = vec![0x10];
+        all.extend_from_slice(words);
+        let (evs, d) = run(&all, bits);
+        assert_eq!(evs, vec![Ev::Exec(0x10)], "{words:x?}");
+        let e = d.error.unwrap();
+        assert_eq!((e.offset, e.tag, e.problem), (8, tag::SOME_REGS, p));
+        assert!(e.to_string().contains("0x27"), "{e}");
+    };
+    // A register the guest (three here) does not have.
+    check(
+        &[wire::frame(tag::SOME_REGS, 0, 5), 0x14, 0b1001, 1, 2],
+        32,
+        Problem::BadRegsMask(0b1001),
+    );
+    check(
+        &[wire::frame(tag::SOME_REGS, 0, 5), 0x14, 1 << 63, 1, 2],
+        64,
+        Problem::BadRegsMask(1 << 63),
+    );
+    // Fewer words than the mask's registers take: three of 4 bytes need
+    // two, of 8 bytes three.
+    check(
+        &[wire::frame(tag::SOME_REGS, 0, 4), 0x14, 0b111, 1, 2],
+        32,
+        Problem::ShortFrame { len: 4, min: 5 },
+    );
+    check(
+        &[wire::frame(tag::SOME_REGS, 0, 5), 0x14, 0b111, 1, 2, 3],
+        64,
+        Problem::ShortFrame { len: 5, min: 6 },
+    );
+    // No room for the mask.
+    check(
+        &[wire::frame(tag::SOME_REGS, 0, 2), 0x14, 0, 0],
+        32,
+        Problem::ShortFrame { len: 2, min: 3 },
+    );
+    check(
+        &[wire::frame(tag::SOME_REGS, 3, 4), 0x14, 1, 1],
+        32,
+        Problem::BadRegsKind(3),
+    );
+}
+
+#[test]
 fn reg_values_by_name() {
     let mut h = wire::Hello {
         magic: wire::MAGIC.into(),

@@ -151,6 +151,7 @@ fn layout(bits: u32) -> Shape<'static> {
     Shape {
         addr_mask: addr_mask(bits),
         reg_words: REGS,
+        reg_bytes: if bits == 64 { 8 } else { 4 },
         syscall_names: names(),
     }
 }

@@ -15,10 +15,18 @@
 //! * a load that reads 0 from a thread's id word (`clone`'s parent-tid
 //!   pointer, which the kernel clears when that thread exits; glibc's
 //!   `pthread_join` waits for it) waits for that thread's last event;
-//! * an allocation that returns memory inside a live block of another
-//!   running thread waits until that block is freed: the allocator handed
-//!   it out again, so its free came first (a thread's cache given back to
-//!   a shared arena, another thread taking over an arena).
+//!
+//! An allocation that returns memory inside a live block of another
+//! thread does not wait: the two cannot both have been live, and which
+//! came first the streams do not say (the other thread's free may still
+//! be on its way, or this allocation and its free came before the other
+//! block was allocated, from an arena the threads shared). The other block
+//! is set aside while the new one is live, and live again once it is
+//! freed; meanwhile the other thread's accesses to it are its own (not
+//! checked against the new block: `Heap::aside_holds`), and its free, if it
+//! comes, frees the block set aside (`Heap::alloc_before`). Waiting for that free instead
+//! could wait for ever: two threads of one arena each waiting for the
+//! other's, with `pthread_join` waiting for both.
 //!
 //! What this cannot order: blocks handed between two running threads
 //! through other synchronisation (a queue under a mutex, an atomic flag)
@@ -34,8 +42,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::super::blocks::Bad;
-use super::{isa, lock, Item, Pid, Proc, Ret, Role, Symbolize, Thread};
-use crate::probe::plan::Site;
+use super::{lock, Item, Pid, Proc, Symbolize, Thread};
 
 /// The most events a process's threads hold back, together (about 50
 /// bytes each).
@@ -72,7 +79,7 @@ impl Order {
         }
     }
 
-    /// Whether every event of thread `tid` was applied.
+    /// Whether thread `tid` has events still to apply.
     fn running(&self, tid: i32) -> bool {
         !self.ended.contains(&tid)
     }
@@ -101,7 +108,7 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
             t.drain(pid, st, false);
         }
         for item in items {
-            if !t.deferred.is_empty() || t.waits(pid, st, item) {
+            if !t.deferred.is_empty() || t.waits(st, item) {
                 if !t.queued {
                     t.queued = true;
                     st.order.waiting.push(thread.clone());
@@ -167,7 +174,7 @@ pub fn release(pid: &Pid, st: &mut Proc, last: bool) {
 impl Thread {
     /// Whether `item` must wait for another thread's events (see the
     /// module's list).
-    fn waits(&self, pid: &Pid, st: &Proc, item: &Item) -> bool {
+    fn waits(&self, st: &Proc, item: &Item) -> bool {
         if self.tid != self.pid && !st.order.started.contains(&self.tid) {
             return true;
         }
@@ -182,33 +189,8 @@ impl Thread {
                 .tid_words
                 .get(addr)
                 .is_some_and(|&t| t != self.tid && st.order.running(t)),
-            Item::Hit { pc, regs } => self.reuses_running_block(pid, st, *pc, regs),
             _ => false,
         }
-    }
-
-    /// Whether the hit at `pc` returns, from the outermost allocation
-    /// call, memory overlapping a live block of another running thread.
-    fn reuses_running_block(&self, pid: &Pid, st: &Proc, pc: u64, regs: &[u64]) -> bool {
-        let Some(f) = self.calls.first() else {
-            return false;
-        };
-        let a = &f.args;
-        let size = match f.role {
-            Role::Malloc { size } => a[size],
-            Role::Calloc => a[0].wrapping_mul(a[1]),
-            Role::Realloc => a[1],
-            Role::ReallocArray => a[1].wrapping_mul(a[2]),
-            _ => return false,
-        };
-        pid.sites(pc).iter().any(|s| match s {
-            Site::Return(t, r) if *t == f.target => self.returned_value(r, regs).is_some_and(|v| {
-                st.heap
-                    .live_overlapping(v, v.saturating_add(size.max(1)))
-                    .any(|b| b.tid != self.tid && st.order.running(b.tid))
-            }),
-            _ => false,
-        })
     }
 
     /// Whether freeing `p` is the C library's teardown (see
@@ -264,23 +246,11 @@ impl Thread {
                 .is_some_and(|f| super::super::sig::is_string_func(&f.name))
     }
 
-    /// The return register's value after return `r` (its MIPS delay
-    /// slot run), if known.
-    fn returned_value(&self, r: &Ret, regs: &[u64]) -> Option<u64> {
-        let mut after = regs.to_vec();
-        let mut known = vec![true; after.len()];
-        if let Some(w) = r.delay {
-            isa::mips_delay(w, &mut after, &mut known, self.layout.bits64);
-        }
-        let i = self.layout.ret?;
-        (known.get(i) == Some(&true)).then(|| after[i])
-    }
-
     /// Runs the waiting events up to the first that must still wait;
     /// `last`: all of them.
     fn drain(&mut self, pid: &Pid, st: &mut Proc, last: bool) {
         while let Some(item) = self.deferred.front() {
-            if !last && self.waits(pid, st, item) {
+            if !last && self.waits(st, item) {
                 break;
             }
             self.run_oldest(pid, st);

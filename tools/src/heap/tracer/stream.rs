@@ -18,7 +18,38 @@ use crate::coverage::isa::Isa;
 use crate::heap::blocks::Heap;
 use crate::heap::parallel::{plain_wanted, SiteFilter};
 use crate::heap::Run;
+use crate::probe::conv::Abi;
 use crate::probe::shadow::{AddrMap, Shadow};
+
+/// The registers a thread's [`Layout`] reads away from the allocation
+/// functions' sites, by name: the stack pointer and the link register (the
+/// call stacks) and the return value. At the sites it reads the arguments
+/// too, and the registers a MIPS delay slot reads: the hook library
+/// reports every register there.
+fn away_from_sites(abi: Abi, rules: Option<arch::Rules>) -> [Option<&'static str>; 3] {
+    [
+        Some(abi.sp_reg()),
+        rules.and_then(|r| r.ra),
+        Some(abi.ret_reg()),
+    ]
+}
+
+/// The hook library's `regs=` mask for a guest of `abi`: the registers of
+/// `away_from_sites`, a bit each in QEMU's order; `None` (every
+/// register) where one of them has no known place.
+pub fn narrowed_registers(abi: Abi) -> Option<u64> {
+    let arch = abi.arch();
+    let names = cannoli::wire::reg_names(arch);
+    let mut mask = 0u64;
+    for name in away_from_sites(abi, arch::rules(arch))
+        .into_iter()
+        .flatten()
+    {
+        let i = names.iter().position(|n| *n == name)?;
+        mask |= 1 << i;
+    }
+    Some(mask)
+}
 
 /// A guest thread's stream: its state, which any thread of the process
 /// may advance once what it waits for has happened (`order`).
@@ -83,6 +114,7 @@ impl Cannoli for Stream {
         let rules = arch::rules(&ci.arch);
         let abi = pid.run.plan.abi;
         let bytes = ci.regs.bytes;
+        let [sp, ra, ret] = away_from_sites(abi, rules).map(|n| n.and_then(find));
         let layout = Arc::new(Layout {
             mask: if (1..8).contains(&bytes) {
                 (1u64 << (bytes * 8)) - 1
@@ -90,9 +122,9 @@ impl Cannoli for Stream {
                 u64::MAX
             },
             args: abi.arg_regs().iter().map(|n| find(n)).collect(),
-            ret: find(abi.ret_reg()),
-            sp: find(abi.sp_reg()),
-            ra: rules.and_then(|r| r.ra).and_then(find),
+            ret,
+            sp,
+            ra,
             bits64: ci.guest_bits == 64,
             red_zone: match &*ci.arch {
                 "x86_64" => 128,
