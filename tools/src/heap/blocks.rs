@@ -142,9 +142,8 @@ pub struct Heap {
     live: BTreeMap<u64, Block>,
     /// Freed blocks whose memory was not handed out again, by address.
     freed: BTreeMap<u64, Block>,
-    /// Live blocks set aside by an allocation over them that came before
-    /// them ([`Heap::alloc_before`]), by address: live again once it is
-    /// freed.
+    /// Other threads' live blocks set aside by an allocation over them
+    /// ([`Heap::alloc`]), by address: live again once it is freed.
     aside: BTreeMap<u64, Block>,
     /// Bytes in one guest word (4 or 8).
     word: u64,
@@ -201,18 +200,26 @@ impl Heap {
         }
     }
 
-    /// The allocator returned `b`. A live block it overlaps was freed
-    /// without a call this tool saw; it is dropped, and returned so that
-    /// its row of the allocations table is still written.
+    /// The allocator returned `b`. A live block of `b`'s thread that it
+    /// overlaps was freed without a call this tool saw: it is dropped, and
+    /// returned so that its row of the allocations table is still written.
+    /// A live block of another thread it overlaps is set aside until `b`
+    /// is freed, then live again: the two were never live together, and
+    /// which came first the threads' streams do not say (see
+    /// `tracer::order`).
     pub fn alloc(&mut self, b: Block) -> Vec<Block> {
         let hi = b.addr.wrapping_add(b.size.max(1));
         self.forget_freed(b.addr, hi);
-        let stale: Vec<u64> = overlapping(&self.live, b.addr, hi).collect();
+        let overlapped: Vec<u64> = overlapping(&self.live, b.addr, hi).collect();
         let mut dropped = Vec::new();
-        for a in stale {
+        for a in overlapped {
             if let Some(old) = self.live.remove(&a) {
                 self.live_bytes -= old.size;
-                dropped.push(old);
+                if old.tid == b.tid {
+                    dropped.push(old);
+                } else {
+                    self.aside.insert(a, old);
+                }
             }
         }
         self.widen(&b);
@@ -221,27 +228,6 @@ impl Heap {
         self.peak_bytes = self.peak_bytes.max(self.live_bytes);
         self.live.insert(b.addr, b);
         dropped
-    }
-
-    /// The allocator returned `b` over live blocks that `later` says it
-    /// came before: their threads have ended, so neither they nor their
-    /// frees can have been between (their allocations were applied first
-    /// only because `b`'s thread's events came late; see
-    /// `tracer::order`). They are set aside until `b` is freed, then live
-    /// again. The other live blocks it overlaps are dropped, as
-    /// [`Heap::alloc`] says.
-    pub fn alloc_before(&mut self, b: Block, later: impl Fn(&Block) -> bool) -> Vec<Block> {
-        let hi = b.addr.wrapping_add(b.size.max(1));
-        let set: Vec<u64> = overlapping(&self.live, b.addr, hi)
-            .filter(|a| later(&self.live[a]))
-            .collect();
-        for a in set {
-            if let Some(old) = self.live.remove(&a) {
-                self.live_bytes -= old.size;
-                self.aside.insert(a, old);
-            }
-        }
-        self.alloc(b)
     }
 
     /// `free(addr)`, described by `how`. `Ok`: the freed block (`None`

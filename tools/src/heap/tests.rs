@@ -263,7 +263,7 @@ fn two_threads() -> Heap {
     h.alloc(block(0x1010, 40, 1));
     let mut b = block(0x1010, 24, 2);
     b.tid = 2;
-    let dropped = h.alloc_before(b, |old| old.tid != 2);
+    let dropped = h.alloc(b);
     assert!(dropped.is_empty());
     h
 }
@@ -306,7 +306,7 @@ fn another_threads_free_takes_the_block_set_aside() {
     let mut h = two_threads();
     let mut c = block(0x1030, 16, 4);
     c.tid = 2;
-    h.alloc_before(c, |old| old.tid != 2);
+    h.alloc(c);
     let mut f = freed(5, "t2+0x8");
     f.tid = 2;
     h.free(0x1030, f).unwrap();

@@ -755,23 +755,19 @@ impl Thread {
         e.1 += size;
         summary.allocs += 1;
         summary.bytes += size;
-        // Other threads' live blocks are not this allocation's to drop
-        // (see `order`): they are set aside while it is live.
-        let me = self.tid;
-        let dropped = st.heap.alloc_before(
-            Block {
-                addr: ptr,
-                size,
-                seq: st.seq,
-                tid: self.tid,
-                pc: f.pc,
-                target: f.target,
-                site_pc: f.site_pc,
-                alloc_stack: stack,
-                freed: None,
-            },
-            |old| old.tid != me,
-        );
+        // Other threads' live blocks are set aside, not dropped (see
+        // `order`).
+        let dropped = st.heap.alloc(Block {
+            addr: ptr,
+            size,
+            seq: st.seq,
+            tid: self.tid,
+            pc: f.pc,
+            target: f.target,
+            site_pc: f.site_pc,
+            alloc_stack: stack,
+            freed: None,
+        });
         summary.sample(st.heap.live_bytes);
         drop(summary);
         for b in &dropped {

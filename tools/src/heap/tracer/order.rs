@@ -24,7 +24,7 @@
 //! is set aside while the new one is live, and live again once it is
 //! freed; meanwhile the other thread's accesses to it are its own (not
 //! checked against the new block: `Heap::aside_holds`), and its free, if it
-//! comes, frees the block set aside (`Heap::alloc_before`). Waiting for that free instead
+//! comes, frees the block set aside (`Heap::alloc`). Waiting for that free instead
 //! could wait for ever: two threads of one arena each waiting for the
 //! other's, with `pthread_join` waiting for both.
 //!
