@@ -99,7 +99,7 @@ impl Block {
     }
 
     /// Whether instruction `i` (below [`Block::len`]) is reported executed.
-    #[inline(always)]
+    #[cfg(test)]
     pub fn is_exec(&self, i: usize) -> bool {
         match &self.mask {
             None => true,

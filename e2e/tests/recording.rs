@@ -554,6 +554,25 @@ mod tools {
                 Err(e) => f.fail(&format!("record --hooks {preset}"), e),
             }
         }
+        // A MIPS delay slot starts no block: `--hooks branches` gives it no
+        // register event, so a landing per branch at most (plus the few
+        // blocks no branch leads to: the first, those after a syscall),
+        // where a register event in every slot made twice the branches.
+        match info_json(&dir, "info-branches", &dir.file("branches.cnl")) {
+            Ok((_, j)) => {
+                let n = |k: &str| j.get("events").get(k).as_u64().unwrap_or(0);
+                let (regs, branches) = (n("regs"), n("branch"));
+                if branches == 0 || regs > branches + branches / 8 {
+                    f.fail(
+                        "record --hooks branches: register events",
+                        format!(
+                            "{regs} register events for {branches} branches (delay slots hooked?)"
+                        ),
+                    );
+                }
+            }
+            Err(e) => f.fail("info of the --hooks branches recording", e),
+        }
         // Every tool on every recording.
         for (tool, file, needs) in TOOLS {
             for preset in presets {

@@ -59,20 +59,38 @@ fn expand_masked<T: Cannoli>(
     to: usize,
     trace: &mut Vec<T::Trace>,
 ) -> u64 {
-    // Runs of reported instructions go out whole.
+    let Some(mask) = b.mask.as_deref() else {
+        T::exec_run(pid, tid, &b.pcs[from..to], trace);
+        return (to - from) as u64;
+    };
+    // Runs of reported instructions go out whole, found a mask word at a
+    // time (a hooked block of a call-stack tool has a clear bit every few
+    // instructions).
     let mut n = 0;
     let mut k = from;
     while k < to {
-        if !b.is_exec(k) {
-            k += 1;
+        let w = mask[k / 64] >> (k % 64);
+        if w == 0 {
+            k = (k / 64 + 1) * 64;
             continue;
         }
-        let start = k;
-        while k < to && b.is_exec(k) {
-            k += 1;
+        let start = k + w.trailing_zeros() as usize;
+        if start >= to {
+            break;
         }
-        T::exec_run(pid, tid, &b.pcs[start..k], trace);
-        n += (k - start) as u64;
+        // The run's end: its ones in this word, then whole words of ones.
+        let mut end = start;
+        loop {
+            let ones = (mask[end / 64] >> (end % 64)).trailing_ones() as usize;
+            end += ones;
+            if ones == 0 || end % 64 != 0 || end >= to {
+                break;
+            }
+        }
+        let end = end.min(to);
+        T::exec_run(pid, tid, &b.pcs[start..end], trace);
+        n += (end - start) as u64;
+        k = end;
     }
     n
 }

@@ -43,12 +43,27 @@ pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
     let Some(e) = env() else {
         return ends_block;
     };
-    crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| {
-        let b: [u8; 4] = read_guest(a, 4)?.try_into().ok()?;
-        Some(if e.big_endian {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
-        })
+    crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| insn_word(e, a))
+}
+
+/// Whether the instruction at `pc` is the delay slot of a branch (MIPS:
+/// the instruction before it is a branch or jump with a delay slot).
+pub fn in_delay_slot(pc: u64) -> bool {
+    env().is_some_and(|e| {
+        e.mips
+            && pc
+                .checked_sub(4)
+                .and_then(|a| insn_word(e, a))
+                .is_some_and(crate::delay::mips_has_delay_slot)
+    })
+}
+
+/// The 4-byte instruction word at `addr`, in the guest's byte order.
+fn insn_word(e: &Env, addr: u64) -> Option<u32> {
+    let b: [u8; 4] = read_guest(addr, 4)?.try_into().ok()?;
+    Some(if e.big_endian {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
     })
 }

@@ -21,7 +21,7 @@ mod syscalls;
 
 pub use exec::{close_exec_fd, elf_ident, exec_successor, execve, note_exec_fd};
 pub use fork::fork_child;
-pub use guest::branch_flag;
+pub use guest::{branch_flag, in_delay_slot};
 pub use mappings::{mmap, mprotect, munmap};
 pub use registers::{asking_for_registers, every_here, insn_helper, narrow};
 pub use signals::signal;

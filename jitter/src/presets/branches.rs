@@ -20,10 +20,17 @@
 //! asks about a block's instructions in order, right after translating it,
 //! so an instruction starts a block if the one asked about before it (on this
 //! thread) was a branch, lies after it or far before it, or was the delay
-//! slot of a branch (MIPS: QEMU may flag the branch rather than its delay
-//! slot, which ends the block with it). A wrong guess costs one register
-//! event, or, the other way round, one branch target the client judges by
-//! addresses alone (it counts those).
+//! slot of a branch. A wrong guess costs one register event, or, the other
+//! way round, one branch target the client judges by addresses alone (it
+//! counts those).
+//!
+//! On MIPS the instruction after a branch or jump with a delay slot (the
+//! jitter decodes the guest's word) is that slot, which QEMU translates
+//! into the branch's own block: it starts none, and gets
+//! [`HookType::Always`]. The registers before it are the branch's (only a
+//! link register differs), and a call-stack tool reads a branch's
+//! outcome where it lands, after the slot; a register event there was a
+//! third of a MIPS trace's register events, for nothing.
 
 use crate::HookType;
 use std::cell::{Cell, RefCell};
@@ -54,6 +61,9 @@ pub fn inst(pc: u64, branch: bool) -> HookType {
     }
     let starts_block = match (prev, before) {
         (None, _) => true,
+        (Some((p, true)), _) if pc == p.wrapping_add(4) && crate::events::in_delay_slot(pc) => {
+            false
+        }
         (Some((p, was_branch)), before) => {
             was_branch
                 || pc <= p

@@ -190,10 +190,11 @@ impl Shadow {
     pub fn load_seen(&mut self, addr: u64, value: u64, size: u8, big_endian: bool, tag: bool) {
         let n = u64::from(size.min(8));
         let o = (addr % PAGE) as usize;
-        let dead = o as u64 + n <= PAGE
-            && self
-                .page(addr / PAGE)
-                .is_some_and(|p| Page::any_bits(&p.dead, o, n as usize));
+        // Through the recent-page cache, as the store below goes: a load
+        // is mostly of a page just touched.
+        let dead = n > 0
+            && o as u64 + n <= PAGE
+            && Page::any_bits(&self.page_mut(addr / PAGE).dead, o, n as usize);
         if !dead {
             // No byte was given up (or the load crosses a page: rare,
             // and then taken whole).

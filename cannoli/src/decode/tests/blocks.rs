@@ -151,6 +151,38 @@ fn a_run_after_a_run_expands_the_whole_first_block() {
     expect(&[run_w(3)], ex(&want));
 }
 
+/// Runs of reported instructions that cross mask words, fill a whole word,
+/// start and end on a word's edge, placed around a load in the middle:
+/// every reported pc once, in order, each run cut only by a clear bit, the
+/// load or the block's end.
+#[test]
+fn masks_with_runs_across_words() {
+    use crate::blocks::tests::entry;
+    let n = 200;
+    let pcs: Vec<u64> = (0..n).map(|k| 0x8000 + 4 * k).collect();
+    let reported = |k: u64| (10..140).contains(&k) && k != 75 || (128..192).contains(&k);
+    let bits: Vec<bool> = (0..n).map(reported).collect();
+    let c = BlockCache::new(Arc::new(vec![entry(&pcs, &bits)]));
+    let at = |k: u64| 0x8000 + 4 * k;
+    for load_at in [100, 127, 128, 130, 191, 199] {
+        let words = cat(&[&[run_w(0)], &load(at(load_at)), &[run_w(0)]]);
+        let (got, d) = run_blocks(&words, Some(&c));
+        assert_eq!(d.error, None);
+        let mut want: Vec<Ev> = (0..=load_at)
+            .filter(|&k| reported(k))
+            .map(|k| Ev::Exec(at(k)))
+            .collect();
+        want.push(rd(at(load_at)));
+        want.extend(
+            (load_at + 1..n)
+                .filter(|&k| reported(k))
+                .map(|k| Ev::Exec(at(k))),
+        );
+        want.extend((0..n).filter(|&k| reported(k)).map(|k| Ev::Exec(at(k))));
+        assert_eq!(got, want, "load at {load_at}");
+    }
+}
+
 #[test]
 fn memory_events_are_placed_after_their_instruction() {
     let mut want = ex(&[0x100, 0x104]);
