@@ -76,6 +76,20 @@ pub fn narrow_registers(mask: u64) {
     events::narrow(mask);
 }
 
+/// The mask [`narrow_registers`] takes for the registers named `names`
+/// (as the client's `ClientInfo::regs` names them: `sp`, `ra`, `rsp`,
+/// ...): `None` before QEMU's init, or if this guest has no register of
+/// one of those names (a hook library told the names of another
+/// architecture's registers then keeps every register).
+pub fn register_mask(names: &[&str]) -> Option<u64> {
+    let regs = &config::get()?.guest.regs;
+    let known = &regs.names[..(regs.count as usize).min(regs.names.len())];
+    names.iter().try_fold(0u64, |mask, name| {
+        let i = known.iter().position(|n| n == name)?;
+        (i < 64).then(|| mask | 1 << i)
+    })
+}
+
 /// Called from `hook_inst`: the instruction it is asked about reports every
 /// register, whatever [`narrow_registers`] said (a probed function's entry,
 /// whose arguments a tool reads, or a return whose delay slot it

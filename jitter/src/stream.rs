@@ -553,8 +553,8 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
 }
 
 /// Writes an event of `head` then `n` more words, the first `n` that
-/// `words` yields (it yields at least `n`), straight into the window when it fits there whole, without
-/// the stream's lock. Returns false, having written nothing, where the
+/// `words` yields (it yields at least `n`), straight into the window when
+/// it fits there whole, without the stream's lock. Returns false, having written nothing, where the
 /// caller must take [`append`]'s path (no window yet, the stream ended, or
 /// the event would reach the window's end and so needs a flush).
 ///

@@ -558,6 +558,53 @@ fn i386_bt_calls() {
     traces_bt_calls("i386");
 }
 
+/// An x86 call is told by the return address it pushes, a store the tool
+/// takes with its branch's event: a branch that ends one chunk and its
+/// store that opens the next are still a call. The lines of `calls` (some
+/// 28,000 entries and exits) are the same at the smallest chunks (8 KiB, a
+/// boundary every few hundred events) as at the default size.
+#[test]
+fn x86_calls_across_chunk_boundaries() {
+    for arch in ["x86_64", "i386"] {
+        guest(arch);
+        let prog = workspace().join(format!("target/guests/{arch}/calls"));
+        let run = |chunk_kb: &str| -> Vec<String> {
+            let out_file = tmp(&format!("{arch}-calls-{chunk_kb}.jsonl"));
+            let mut c = Command::new(backtrace_bin());
+            c.arg("-o").arg(&out_file).arg(&prog).stdin(Stdio::null());
+            c.env_remove("CANNOLI_CHUNK_KB");
+            if chunk_kb != "default" {
+                c.env("CANNOLI_CHUNK_KB", chunk_kb);
+            }
+            let out = c.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{arch} calls, {chunk_kb}: {err}");
+            let text = std::fs::read_to_string(&out_file).unwrap();
+            let _ = std::fs::remove_file(&out_file);
+            // The ids differ between runs; nothing else may.
+            text.lines()
+                .map(|l| {
+                    let mut v: Value = serde_json::from_str(l).unwrap();
+                    let o = v.as_object_mut().unwrap();
+                    o.remove("pid");
+                    o.remove("tid");
+                    v.to_string()
+                })
+                .collect()
+        };
+        let (whole, small) = (run("default"), run("8"));
+        assert!(whole.len() > 1000, "{arch} calls: {} lines", whole.len());
+        if let Some(i) = (0..whole.len().max(small.len())).find(|&i| whole.get(i) != small.get(i)) {
+            panic!(
+                "{arch} calls: line {} differs at 8 KiB chunks:\n  default: {:?}\n  8 KiB:   {:?}",
+                i + 1,
+                whole.get(i),
+                small.get(i)
+            );
+        }
+    }
+}
+
 /// ELFv2: calls land on local entry points; the link register is not in
 /// the trace, the code is read instead.
 #[test]

@@ -103,6 +103,14 @@ const MIPS: Rules = Rules {
 /// The rules for QEMU's arch name (`ClientInfo::arch`: QEMU reports its
 /// uname machine, like `armv5tel` or `i686`; the launcher's names, like
 /// `arm` and `i386`, are accepted too).
+/// The registers the call stacks read on `arch`: the stack pointer and
+/// the link register (where it has one). A live run's hook library
+/// reports only these at branches and landings.
+pub fn registers_read(arch: &str) -> Option<Vec<&'static str>> {
+    let r = rules(arch)?;
+    Some(std::iter::once(r.sp).chain(r.ra).collect())
+}
+
 pub fn rules(arch: &str) -> Option<Rules> {
     Some(match arch {
         "mips" | "mipsel" | "mips64" | "mips64el" | "mipsn32" | "mipsn32el" => MIPS,

@@ -578,16 +578,21 @@ impl Cannoli for Backtrace {
         }
     }
 
+    /// A branch's store: kept right after the branch's own event, and at a
+    /// chunk's start, where the branch may have ended the previous chunk
+    /// (the serial phase checks it against the branch flag either way).
     fn write(_pid: &Pid, _tid: &Tid, pc: u64, addr: u64, val: u64, sz: u8, trace: &mut Vec<Item>) {
-        if let Some(Item::Insn {
-            pc: b,
-            branch: true,
-            ..
-        }) = trace.last()
-        {
-            if *b == pc {
-                trace.push(Item::Write { pc, addr, val, sz });
-            }
+        let keep = match trace.last() {
+            None => true,
+            Some(Item::Insn {
+                pc: b,
+                branch: true,
+                ..
+            }) => *b == pc,
+            Some(_) => false,
+        };
+        if keep {
+            trace.push(Item::Write { pc, addr, val, sz });
         }
     }
 
@@ -717,6 +722,23 @@ impl Cannoli for Backtrace {
     }
 }
 
+/// The variable naming the registers the hook library reports (see
+/// `examples/backtrace`).
+const REGS_ENV: &str = "CANNOLI_BACKTRACE_REGS";
+
+/// The registers a live run of `args`' program needs reported
+/// ([`arch::registers_read`] of its architecture); `None` (every register)
+/// for a replay, or a program whose architecture this cannot tell (the
+/// launcher then says why it cannot run it).
+fn registers_read(args: &Args) -> Option<Vec<&'static str>> {
+    if args.replay.is_some() {
+        return None;
+    }
+    let path = launch::find::resolve_program(args.program.first()?).ok()?;
+    let guest = launch::arch::inspect(&path).ok()?;
+    arch::registers_read(guest.arch.name)
+}
+
 /// Runs backtrace; returns the exit status: the program's (or the
 /// recording's), [`cannoli::EXIT_INCOMPLETE`] if events or the output are
 /// incomplete, 1 (or the launcher's status) if nothing could run.
@@ -735,6 +757,9 @@ pub fn main(args: Args) -> i32 {
         hooks: "backtrace",
         threads: args.threads,
     });
+    if let Some(names) = registers_read(&args) {
+        launcher = launcher.qemu_env(REGS_ENV, names.join(","));
+    }
     if let Some(addr) = args.listen {
         launcher = launcher.listen(addr);
     }
