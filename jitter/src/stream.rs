@@ -554,9 +554,10 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
 
 /// Writes an event of `head` then `n` more words, the first `n` that
 /// `words` yields (it yields at least `n`), straight into the window when
-/// it fits there whole, without the stream's lock. Returns false, having written nothing, where the
-/// caller must take [`append`]'s path (no window yet, the stream ended, or
-/// the event would reach the window's end and so needs a flush).
+/// it fits there whole, without the stream's lock. Returns false, having
+/// written nothing, where the caller must take [`append`]'s path (no
+/// window yet, the stream ended, or the event would reach the window's
+/// end and so needs a flush).
 ///
 /// Only for helpers the JIT calls: they run on the vCPU's own thread between
 /// the JIT's own lock-free writes to the same window (the call site stored

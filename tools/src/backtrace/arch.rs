@@ -100,9 +100,6 @@ const MIPS: Rules = Rules {
     mode_bits: 0,
 };
 
-/// The rules for QEMU's arch name (`ClientInfo::arch`: QEMU reports its
-/// uname machine, like `armv5tel` or `i686`; the launcher's names, like
-/// `arm` and `i386`, are accepted too).
 /// The registers the call stacks read on `arch`: the stack pointer and
 /// the link register (where it has one). A live run's hook library
 /// reports only these at branches and landings.
@@ -111,6 +108,9 @@ pub fn registers_read(arch: &str) -> Option<Vec<&'static str>> {
     Some(std::iter::once(r.sp).chain(r.ra).collect())
 }
 
+/// The rules for QEMU's arch name (`ClientInfo::arch`: QEMU reports its
+/// uname machine, like `armv5tel` or `i686`; the launcher's names, like
+/// `arm` and `i386`, are accepted too).
 pub fn rules(arch: &str) -> Option<Rules> {
     Some(match arch {
         "mips" | "mipsel" | "mips64" | "mips64el" | "mipsn32" | "mipsn32el" => MIPS,
@@ -228,6 +228,13 @@ mod tests {
             }
         }
         assert!(rules("sparc64").is_none());
+        // What a live run's hook library is told to keep.
+        assert_eq!(registers_read("mipsel").unwrap(), ["sp", "ra"]);
+        assert_eq!(registers_read("arm").unwrap(), ["sp", "lr"]);
+        assert_eq!(registers_read("aarch64").unwrap(), ["sp", "x30"]);
+        assert_eq!(registers_read("x86_64").unwrap(), ["rsp"]);
+        assert_eq!(registers_read("ppc64le").unwrap(), ["r1"]);
+        assert!(registers_read("sparc64").is_none());
         assert_eq!(rules("i686").unwrap().ret_pop, 4);
         assert_eq!(rules("x86_64").unwrap().ret_pop, 8);
         assert!(rules("mips").unwrap().delay_slot);
