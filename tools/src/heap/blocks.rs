@@ -186,11 +186,6 @@ impl Heap {
         (addr < b.end() || addr == b.addr).then_some(b)
     }
 
-    /// The live blocks overlapping `[lo, hi)`.
-    pub fn live_overlapping(&self, lo: u64, hi: u64) -> impl Iterator<Item = &Block> + '_ {
-        overlapping(&self.live, lo, hi).filter_map(|a| self.live.get(&a))
-    }
-
     /// Forgets the freed blocks overlapping `[lo, hi)`: the allocator
     /// handed the memory out again, or it was unmapped.
     pub fn forget_freed(&mut self, lo: u64, hi: u64) {

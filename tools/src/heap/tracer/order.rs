@@ -24,9 +24,9 @@
 //! is set aside while the new one is live, and live again once it is
 //! freed; meanwhile the other thread's accesses to it are its own (not
 //! checked against the new block: `Heap::aside_holds`), and its free, if it
-//! comes, frees the block set aside (`Heap::alloc`). Waiting for that free instead
-//! could wait for ever: two threads of one arena each waiting for the
-//! other's, with `pthread_join` waiting for both.
+//! comes, frees the block set aside (`Heap::free`). Waiting for that free
+//! instead could wait for ever: two threads of one arena each waiting for
+//! the other's, with `pthread_join` waiting for both.
 //!
 //! What this cannot order: blocks handed between two running threads
 //! through other synchronisation (a queue under a mutex, an atomic flag)
