@@ -9,7 +9,7 @@
 //!   at branches and where they land, every other instruction as an exec
 //!   event; there only the registers the plan's `regs=` setting names
 //!   (the stack pointer, the link register and the return value: see
-//!   [`jitter::narrow_registers`]), every register at the plan's pcs;
+//!   [`jitter::register_mask`]), every register at the plan's pcs;
 //! * every load and store, with its value (the checks, and the memory a
 //!   leak scan reads);
 //! * every system call (the threads' `clone`s order them).
@@ -33,8 +33,12 @@ fn plan() -> MutexGuard<'static, Plan> {
     let m = P.get_or_init(|| {
         let maps = qemu_maps();
         let plan = plan::load_or_exit(PLAN_ENV, "libheap", "cannoli heap", maps);
-        if let Some(m) = plan.regs {
-            jitter::narrow_registers(m);
+        if let Some(names) = &plan.regs {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            // A name this guest lacks keeps every register.
+            if let Some(m) = jitter::register_mask(&names) {
+                jitter::narrow_registers(m);
+            }
         }
         Mutex::new(plan)
     });

@@ -6,9 +6,9 @@
 //! code.
 //!
 //! The plan: a line of settings (`stores=1`: every store too; `count=1`:
-//! every other instruction as an exec event; `regs=HEX`: the registers,
-//! a bit each, that registers events carry away from the plan's pcs, see
-//! [`crate::narrow_registers`]), then one hex pc per line.
+//! every other instruction as an exec event; `regs=NAME,NAME,...`: the
+//! registers that registers events carry away from the plan's pcs, see
+//! [`crate::register_mask`]), then one hex pc per line.
 //! For pcs in shared libraries, `exe LOW PATH` names the program and where
 //! its offset 0 is linked, and each `lib LOW PATH` is followed by `+PC`
 //! lines at the library's link-time addresses. A line `LO-HI` (or
@@ -50,9 +50,9 @@ pub struct Plan {
     pub stores: bool,
     /// `count=1`: every other instruction as an exec event.
     pub count: bool,
-    /// `regs=HEX`: the registers events carry at instructions other than
-    /// the plan's pcs (which carry every register).
-    pub regs: Option<u64>,
+    /// `regs=NAME,...`: the registers events carry at instructions other
+    /// than the plan's pcs (which carry every register), by name.
+    pub regs: Option<Vec<String>>,
     exe: Option<(u64, String)>,
     /// `(entry, low, path)` of the file QEMU starts in.
     anchor: Option<(u64, u64, String)>,
@@ -94,10 +94,12 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
             "count=1" => plan.count = true,
             "stores=0" | "count=0" => {}
             _ if kv.starts_with("regs=") => {
-                let hex = &kv["regs=".len()..];
-                let m = u64::from_str_radix(hex, 16)
-                    .map_err(|_| format!("bad register mask {hex:?}"))?;
-                plan.regs = Some(m);
+                let list = &kv["regs=".len()..];
+                let names: Vec<String> = list.split(',').map(String::from).collect();
+                if names.iter().any(|n| n.is_empty()) {
+                    return Err(format!("bad register list {list:?}"));
+                }
+                plan.regs = Some(names);
             }
             _ => return Err(format!("unknown setting {kv:?}")),
         }
@@ -318,12 +320,12 @@ mod tests {
 
     #[test]
     fn settings_name_the_registers() {
-        let p = parse("stores=1 count=0 regs=a0000004\n10\n", Some("")).unwrap();
+        let p = parse("stores=1 count=0 regs=sp,ra,v0\n10\n", Some("")).unwrap();
         assert!(p.stores && !p.count);
-        assert_eq!(p.regs, Some(0xa000_0004));
+        assert_eq!(p.regs.unwrap(), ["sp", "ra", "v0"]);
         assert_eq!(parse("stores=0\n", Some("")).unwrap().regs, None);
-        let e = parse("regs=sp\n", Some("")).err().unwrap();
-        assert!(e.contains("bad register mask \"sp\""), "{e}");
+        let e = parse("regs=sp,,ra\n", Some("")).err().unwrap();
+        assert!(e.contains("bad register list \"sp,,ra\""), "{e}");
         assert!(parse("regs=\n", Some("")).is_err());
         assert!(parse("flow=1\n", Some("")).is_err());
     }

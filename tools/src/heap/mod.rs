@@ -262,7 +262,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         let mut plan = Plan::new(&img, specs, false, false).map_err(|e| e.to_string())?;
         // Away from the allocation functions, registers only for the call
         // stacks: three where a guest has up to 32.
-        plan.narrow = tracer::narrowed_registers(plan.abi);
+        plan.narrow = Some(tracer::narrowed_registers(plan.abi));
         Ok(plan)
     });
     let plan = match plan {

@@ -102,10 +102,10 @@ pub struct Plan {
     pub count: bool,
     /// Print every entry and return of every target (`--flow`).
     pub flow: bool,
-    /// The registers (a bit each, in QEMU's order) that registers events
-    /// need carry away from the sites, which carry every register; `None`:
-    /// every register everywhere. The hook library's `regs=` setting.
-    pub narrow: Option<u64>,
+    /// The registers, by name, that registers events need carry away
+    /// from the sites, which carry every register; `None`: every register
+    /// everywhere. The hook library's `regs=` setting.
+    pub narrow: Option<Vec<&'static str>>,
 }
 
 impl Plan {
@@ -334,8 +334,8 @@ impl Plan {
             u8::from(self.stores),
             u8::from(self.count)
         );
-        if let Some(m) = self.narrow {
-            let _ = write!(s, " regs={m:x}");
+        if let Some(names) = &self.narrow {
+            let _ = write!(s, " regs={}", names.join(","));
         }
         s.push('\n');
         let mut pcs: Vec<u64> = self.sites.keys().copied().collect();

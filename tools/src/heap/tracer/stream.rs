@@ -34,21 +34,14 @@ fn away_from_sites(abi: Abi, rules: Option<arch::Rules>) -> [Option<&'static str
     ]
 }
 
-/// The hook library's `regs=` mask for a guest of `abi`: the registers of
-/// `away_from_sites`, a bit each in QEMU's order; `None` (every
-/// register) where one of them has no known place.
-pub fn narrowed_registers(abi: Abi) -> Option<u64> {
-    let arch = abi.arch();
-    let names = cannoli::wire::reg_names(arch);
-    let mut mask = 0u64;
-    for name in away_from_sites(abi, arch::rules(arch))
+/// The hook library's `regs=` setting for a guest of `abi`: the registers
+/// of `away_from_sites`, by name (the hook library finds them among the
+/// guest's own, see `jitter::register_mask`).
+pub fn narrowed_registers(abi: Abi) -> Vec<&'static str> {
+    away_from_sites(abi, arch::rules(abi.arch()))
         .into_iter()
         .flatten()
-    {
-        let i = names.iter().position(|n| *n == name)?;
-        mask |= 1 << i;
-    }
-    Some(mask)
+        .collect()
 }
 
 /// A guest thread's stream: its state, which any thread of the process
