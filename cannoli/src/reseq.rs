@@ -88,7 +88,8 @@ impl<Tr, M, S: Default> Reseq<Tr, M, S> {
             st.free.push(buf);
         }
         drop(st);
-        self.room.notify_all();
+        // One ticket came back: one waiter can take it.
+        self.room.notify_one();
     }
 
     /// Hands in the decoded trace of chunk `seq` and its `meta`. If it is
@@ -127,7 +128,12 @@ impl<Tr, M, S: Default> Reseq<Tr, M, S> {
             if st.free.len() < self.max_free {
                 st.free.push(cur);
             }
-            self.room.notify_all();
+            // One ticket came back, so one waiter is woken, not all: with
+            // many workers held at a full window (a tool whose serial part
+            // is the slowest, as heap's is) waking them all made each of
+            // them take this lock in turn, the deliverer's too, for every
+            // chunk delivered.
+            self.room.notify_one();
             let next = st.next;
             match st.pending.remove(&next) {
                 Some((b, m)) => (cur, meta) = (b, m),
@@ -280,5 +286,39 @@ mod tests {
         let out = out.into_inner().unwrap();
         assert_eq!(out, (0..CHUNKS).collect::<Vec<_>>());
         assert!(max_ahead.load(Ordering::SeqCst) < (2 * WORKERS + 4) as u64);
+    }
+    /// More workers than the window holds, and a slow deliverer (heap's
+    /// serial phase): most claims wait at a full window, and each ticket
+    /// given back wakes one of them. A wake-up lost there would hang
+    /// this test; every chunk still arrives, in order.
+    #[test]
+    fn crowded_window_wakes_one_waiter_per_ticket() {
+        const CHUNKS: u64 = 3000;
+        const WORKERS: usize = 16;
+        let r = Reseq::<u64>::new(0, 2);
+        let seqs = AtomicU64::new(0);
+        let out = Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for _ in 0..WORKERS {
+                let (r, seqs, out) = (&r, &seqs, &out);
+                s.spawn(move || loop {
+                    let mut b = r.claim();
+                    let seq = seqs.fetch_add(1, Ordering::SeqCst);
+                    if seq >= CHUNKS {
+                        r.unclaim(b);
+                        return;
+                    }
+                    b.push(seq);
+                    r.complete(seq, b, (), |t, (), _| {
+                        for _ in 0..500 {
+                            std::hint::spin_loop();
+                        }
+                        out.lock().unwrap().extend_from_slice(t)
+                    });
+                });
+            }
+        });
+        let out = out.into_inner().unwrap();
+        assert_eq!(out, (0..CHUNKS).collect::<Vec<_>>());
     }
 }
