@@ -20,6 +20,11 @@ pub struct Exit {
     status: libc::c_int,
     /// Peak resident set size in KiB (`ru_maxrss`).
     pub maxrss_kb: u64,
+    /// CPU seconds, user and system (`ru_utime` + `ru_stime`).
+    pub cpu_s: f64,
+    /// Context switches: voluntary (it blocked: a futex, a full ring) and
+    /// involuntary (preempted: another thread took its CPU).
+    pub switches: (u64, u64),
     /// When `poll` saw the process end.
     pub at: Instant,
 }
@@ -114,10 +119,16 @@ impl Proc {
         self.exit = Some(Exit {
             status,
             maxrss_kb: ru.ru_maxrss.max(0) as u64,
+            cpu_s: timeval_s(ru.ru_utime) + timeval_s(ru.ru_stime),
+            switches: (ru.ru_nvcsw.max(0) as u64, ru.ru_nivcsw.max(0) as u64),
             at,
         });
         Ok(())
     }
+}
+
+fn timeval_s(t: libc::timeval) -> f64 {
+    t.tv_sec as f64 + t.tv_usec as f64 / 1e6
 }
 
 impl Drop for Proc {

@@ -52,6 +52,12 @@ pub struct Sample {
     pub total: f64,
     /// Peak RSS of QEMU in KiB.
     pub qemu_rss_kb: u64,
+    /// QEMU's CPU seconds and its voluntary and involuntary context
+    /// switches, where bench started QEMU itself (not under `cannoli`):
+    /// CPU near the wall time says QEMU ran all along; voluntary switches
+    /// that it waited (for a free slot of a full ring, say), involuntary
+    /// ones that other threads took its CPU.
+    pub qemu_cpu: Option<(f64, u64, u64)>,
     /// Peak RSS of the client in KiB.
     pub client_rss_kb: Option<u64>,
     /// Events the client decoded, and those it reported lost.
@@ -187,6 +193,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
     let mut sample = Sample {
         wall: (qexit.at - start).as_secs_f64(),
         qemu_rss_kb: qexit.maxrss_kb,
+        qemu_cpu: Some((qexit.cpu_s, qexit.switches.0, qexit.switches.1)),
         ..Sample::default()
     };
     sample.total = sample.wall;
@@ -412,6 +419,8 @@ fn record(
         pc_checksum: None,
         stdout,
         file_bytes: Some(info.file_bytes),
+        // QEMU ran under the recorder: wait4's rusage is both together.
+        qemu_cpu: None,
     })
 }
 

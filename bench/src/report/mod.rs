@@ -40,6 +40,23 @@ impl Cell {
     fn total(&self) -> Option<f64> {
         table::median(&self.samples.iter().map(|s| s.total).collect::<Vec<_>>())
     }
+    /// Median of QEMU's CPU seconds, where bench started QEMU itself.
+    fn qemu_cpu(&self) -> Option<f64> {
+        let v: Vec<f64> = self
+            .samples
+            .iter()
+            .filter_map(|s| s.qemu_cpu)
+            .map(|c| c.0)
+            .collect();
+        table::median(&v)
+    }
+    /// Medians of QEMU's voluntary and involuntary context switches.
+    fn qemu_switches(&self) -> Option<(u64, u64)> {
+        Some((
+            self.med(|s| s.qemu_cpu.map(|c| c.1))?,
+            self.med(|s| s.qemu_cpu.map(|c| c.2))?,
+        ))
+    }
     fn med(&self, f: impl Fn(&Sample) -> Option<u64>) -> Option<u64> {
         table::median_u64(&self.samples.iter().filter_map(f).collect::<Vec<_>>())
     }
@@ -75,6 +92,8 @@ pub fn render(
         "QEMU wall s",
         "wall min-max",
         "total s",
+        "QEMU CPU s",
+        "QEMU switches vol/invol",
         "guest insn/s",
         "slowdown vs plain",
         "speedup vs peer",
@@ -134,6 +153,10 @@ pub fn render(
                 wall.map(table::secs).unwrap_or_else(dash),
                 cell.wall_range().unwrap_or_else(dash),
                 cell.total().map(table::secs).unwrap_or_else(dash),
+                cell.qemu_cpu().map(table::secs).unwrap_or_else(dash),
+                cell.qemu_switches()
+                    .map(|(v, i)| format!("{}/{}", table::count(v), table::count(i)))
+                    .unwrap_or_else(dash),
                 match (truth.insns, wall) {
                     (Some((n, _)), Some(s)) => table::rate(n, s),
                     _ => dash(),
@@ -185,7 +208,11 @@ pub fn render(
         "\nColumns: *guest insns* is libinsn.so's count for the workload (the same for every row);";
     out += " *events* what the tool saw (client events, or the plugins' totals);";
     out += " *QEMU wall s* from starting QEMU to its exit, *total s* until the client had also";
-    out += " exited (it lingers 100 ms for forked children); *wall min-max* over the runs; *guest insn/s* = guest insns / QEMU wall;";
+    out += " exited (it lingers 100 ms for forked children); *wall min-max* over the runs;";
+    out += " *QEMU CPU s* its user and system CPU time, and *QEMU switches* how often it";
+    out += " blocked (voluntary: waiting for a free slot of a full ring, or for a lock) and was";
+    out += " preempted (involuntary: another thread took its CPU), from wait4's rusage, where";
+    out += " bench started QEMU itself; *guest insn/s* = guest insns / QEMU wall;";
     out += " *slowdown vs plain* = QEMU wall / plain's; *speedup vs peer* = the QEMU plugin";
     out += " doing the same job's wall / this wall: cannoli-pc vs plugin-insn, cannoli-pcmem vs";
     out +=

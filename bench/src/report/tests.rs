@@ -5,6 +5,7 @@ fn sample(wall: f64, events: Option<u64>, insns: Option<u64>) -> Sample {
         wall,
         total: wall,
         qemu_rss_kb: 1024,
+        qemu_cpu: Some((wall / 2.0, 12, 4)),
         events,
         lost: events.map(|_| 0),
         insns,
@@ -96,12 +97,17 @@ fn table_has_ratios_and_flags_count_mismatch() {
     assert!(row("plain").contains(" 1.000-3.000 |"), "{r}");
     assert!(row("cannoli-pc-1w").contains("2.00x"), "{r}");
     assert!(row("cannoli-pc-1w").contains("2.50x"), "{r}");
+    // QEMU's CPU (half its wall in these samples) and its context switches.
+    assert!(r.contains("| QEMU CPU s | QEMU switches vol/invol |"), "{r}");
+    let pc1 = row("cannoli-pc-1w");
+    let cells: Vec<&str> = pc1.split('|').map(str::trim).collect();
+    assert_eq!((cells[8], cells[9]), ("2.000", "12/4"), "{r}");
     // ... and 1.5x faster than plugin-tb's 6 s (the best plugin column,
     // right after the peer's).
     let speedups = |name: &str| {
         let row = row(name);
         let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-        (cells[10].to_string(), cells[11].to_string())
+        (cells[12].to_string(), cells[13].to_string())
     };
     assert!(r.contains("| speedup vs peer | speedup vs best plugin |"));
     assert_eq!(speedups("cannoli-pc-1w"), ("2.50x".into(), "1.50x".into()));
