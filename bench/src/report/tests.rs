@@ -98,7 +98,10 @@ fn table_has_ratios_and_flags_count_mismatch() {
     assert!(row("cannoli-pc-1w").contains("2.00x"), "{r}");
     assert!(row("cannoli-pc-1w").contains("2.50x"), "{r}");
     // QEMU's CPU (half its wall in these samples) and its context switches.
-    assert!(r.contains("| QEMU CPU s | QEMU switches vol/invol |"), "{r}");
+    assert!(
+        r.contains("| QEMU CPU s | QEMU switches vol/invol |"),
+        "{r}"
+    );
     let pc1 = row("cannoli-pc-1w");
     let cells: Vec<&str> = pc1.split('|').map(str::trim).collect();
     assert_eq!((cells[8], cells[9]), ("2.000", "12/4"), "{r}");
