@@ -287,6 +287,7 @@ mod tests {
         assert_eq!(out, (0..CHUNKS).collect::<Vec<_>>());
         assert!(max_ahead.load(Ordering::SeqCst) < (2 * WORKERS + 4) as u64);
     }
+
     /// More workers than the window holds, and a slow deliverer (heap's
     /// serial phase): most claims wait at a full window, and each ticket
     /// given back wakes one of them. A wake-up lost there would hang
