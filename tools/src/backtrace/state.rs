@@ -172,7 +172,15 @@ pub struct BacktraceState {
     /// Outermost first.
     pub backtrace: Vec<Frame>,
     /// One entry per frame, in step with `backtrace`.
-    pub return_stack: Vec<Return>,
+    return_stack: Vec<Return>,
+    /// A bit ([`ret_bit`]) for the return address of every frame on
+    /// `return_stack`: a landing whose bit is clear returns to none of
+    /// them, told without a look through the stack (most landings are a
+    /// branch inside a function).
+    ret_filter: u64,
+    /// Frames on `return_stack` that expect their return by the stack
+    /// pointer alone (no return address known).
+    by_sp: usize,
     /// Set by a branch; the next instruction shows where it went.
     pub branch_flag: Option<Branch>,
     /// The first instruction has been seen.
@@ -195,17 +203,46 @@ impl BacktraceState {
         self.backtrace.iter().map(|f| f.name.as_ref())
     }
 
+    /// What each frame expects its return to look like, outermost first.
+    pub fn return_stack(&self) -> &[Return] {
+        &self.return_stack
+    }
+
     fn push(&mut self, frame: Frame, ret: Return) {
         self.backtrace.push(frame);
+        match ret.addr {
+            Some(a) => self.ret_filter |= ret_bit(a),
+            None if ret.sp.is_some() => self.by_sp += 1,
+            None => {}
+        }
         self.return_stack.push(ret);
     }
 
     fn pop(&mut self) -> Option<(Frame, Return)> {
-        Some((self.backtrace.pop()?, self.return_stack.pop()?))
+        let popped = (self.backtrace.pop()?, self.return_stack.pop()?);
+        // A bit may stand for other frames too: made again from those
+        // left (returns are far fewer than the landings the filter saves
+        // a look through the stack).
+        self.ret_filter = self
+            .return_stack
+            .iter()
+            .filter_map(|r| r.addr)
+            .fold(0, |f, a| f | ret_bit(a));
+        if popped.1.addr.is_none() && popped.1.sp.is_some() {
+            self.by_sp -= 1;
+        }
+        Some(popped)
+    }
+
+    /// Whether some frame may expect a return to `pc` (false: none does).
+    fn may_return_to(&self, pc: u64) -> bool {
+        self.by_sp > 0 || self.ret_filter & ret_bit(pc) != 0
     }
 
     /// An instruction at `pc` is about to run. `branch`: it can end a basic
     /// block. `regs`: the registers before it, if the event carried them.
+    /// Inlined: a call-stack tool's serial phase runs it for most events.
+    #[inline(always)]
     pub fn insn(
         &mut self,
         rules: &Rules,
@@ -398,7 +435,12 @@ impl BacktraceState {
 
         // A return: to the innermost frame that expects it. Frames above it
         // are left without returning (longjmp and the like).
-        if let Some(i) = self.return_stack.iter().rposition(|r| r.matches(pc, sp)) {
+        let frame = if self.may_return_to(pc) {
+            self.return_stack.iter().rposition(|r| r.matches(pc, sp))
+        } else {
+            None
+        };
+        if let Some(i) = frame {
             while self.depth() > i + 1 {
                 self.exit_top(pc, from, out);
             }
@@ -443,6 +485,11 @@ impl BacktraceState {
             out(&Change::Exit { frame, pc, from }, self);
         }
     }
+}
+
+/// `addr`'s bit in [`BacktraceState`]'s filter of return addresses.
+fn ret_bit(addr: u64) -> u64 {
+    1 << (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58)
 }
 
 fn name_of(syms: &impl Symbolize, pc: u64) -> Arc<str> {

@@ -354,59 +354,172 @@ impl Pid {
 }
 
 impl Thread {
+    /// Applies one event. Loads and stores (most events) and instructions
+    /// take their own paths, inlined into the serial loop
+    /// ([`order::run`]); the rare kinds go through one call.
+    #[inline(always)]
     fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
         let half_load = self.half_load.take();
-        match item {
+        match *item {
+            Item::Access {
+                pc,
+                addr,
+                val,
+                hi,
+                size,
+                store,
+            } => self.access(st, pc, addr, val, hi, size, store, half_load),
             Item::Insn {
                 pc,
                 branch,
                 regs,
                 value,
-            } => {
-                if let Some(p) = self.pending.take() {
-                    if p.next != *pc {
-                        self.returned(pid, st, p.target, &p.ret, &p.regs);
-                    }
-                }
-                if let Some(r) = regs {
-                    // The frames the stack pointer rose above are gone:
-                    // memcheck makes them inaccessible, so no pointer
-                    // left in them is a root until stored there again.
-                    // It makes the red zone below the stack pointer (the
-                    // bytes an ABI lets a leaf use unmoved) undefined at
-                    // each call and return too (VEX's AbiHint), so what
-                    // lies below the new stack pointer goes with it. A
-                    // jump of more than memcheck's largest frame
-                    // (`--max-stackframe`, 2000000) is a switch of
-                    // stacks, not a return.
-                    if self.sp_last != 0 && r.sp > self.sp_last && r.sp - self.sp_last <= 2_000_000
-                    {
-                        let rz = self.layout.red_zone;
-                        st.shadow.kill(self.sp_last.saturating_sub(rz), r.sp);
-                    }
-                    self.sp_lo = self.sp_lo.min(r.sp);
-                    self.sp_last = r.sp;
-                }
-                if let Some(rules) = self.rules {
-                    let res = st.resolver();
-                    self.bt
-                        .insn(&rules, &res, *pc, *branch, *regs, &mut |_, _| {});
-                }
-                // The outermost allocation function's frame is gone
-                // without a return instruction of its own: it ended in a
-                // tail call to a function outside the plan (calloc's `jmp
-                // memset` through the PLT).
-                if self.rules.is_some()
-                    && self
-                        .calls
-                        .first()
-                        .is_some_and(|f| self.bt.depth() < f.depth)
-                {
-                    let f = self.calls.remove(0);
-                    self.calls.clear();
-                    self.completed(st, &f, value.unwrap_or(0));
-                }
+            } => self.insn(pid, st, pc, branch, regs, value),
+            _ => self.apply_rare(pid, st, item),
+        }
+    }
+
+    /// An instruction (see [`Item::Insn`]).
+    #[inline(always)]
+    fn insn(
+        &mut self,
+        pid: &Pid,
+        st: &mut Proc,
+        pc: u64,
+        branch: bool,
+        regs: Option<Regs>,
+        value: Option<u64>,
+    ) {
+        if let Some(p) = self.pending.take() {
+            if p.next != pc {
+                self.returned(pid, st, p.target, &p.ret, &p.regs);
             }
+        }
+        if let Some(r) = regs {
+            // The frames the stack pointer rose above are gone: memcheck makes them inaccessible,
+            // so no pointer left in them is a root until stored there again. It makes the red zone
+            // below the stack pointer (the bytes an ABI lets a leaf use unmoved) undefined at each
+            // call and return too (VEX's AbiHint), so what lies below the new stack pointer goes
+            // with it. A jump of more than memcheck's largest frame (`--max-stackframe`, 2000000)
+            // is a switch of stacks, not a return.
+            if self.sp_last != 0 && r.sp > self.sp_last && r.sp - self.sp_last <= 2_000_000 {
+                let rz = self.layout.red_zone;
+                st.shadow.kill(self.sp_last.saturating_sub(rz), r.sp);
+            }
+            self.sp_lo = self.sp_lo.min(r.sp);
+            self.sp_last = r.sp;
+        }
+        // By reference: the rules are some ten words, an instruction event every few instructions.
+        if let Some(rules) = &self.rules {
+            let res = st.resolver();
+            self.bt.insn(rules, &res, pc, branch, regs, &mut |_, _| {});
+        }
+        // The outermost allocation function's frame is gone without a return instruction of its
+        // own: it ended in a tail call to a function outside the plan (calloc's `jmp memset`
+        // through the PLT).
+        if self.rules.is_some()
+            && self
+                .calls
+                .first()
+                .is_some_and(|f| self.bt.depth() < f.depth)
+        {
+            let f = self.calls.remove(0);
+            self.calls.clear();
+            self.completed(st, &f, value.unwrap_or(0));
+        }
+    }
+
+    /// A load or store: the shadow memory, the x86 call stack's pushes,
+    /// and the check against the heap.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn access(
+        &mut self,
+        st: &mut Proc,
+        pc: u64,
+        addr: u64,
+        val: u64,
+        hi: u64,
+        size: u8,
+        store: bool,
+        half_load: Option<(u64, u64, u64)>,
+    ) {
+        let be = st.big_endian;
+        // The allocator's own accesses tag what they touch: not where the program keeps pointers
+        // (see `leaks`).
+        let mine = !self.calls.is_empty();
+        let sh = &mut st.shadow;
+        // Called directly (not through a function pointer), to inline.
+        if size == 16 {
+            let (first, second) = if be { (hi, val) } else { (val, hi) };
+            let second_at = addr.wrapping_add(8);
+            if store {
+                sh.store_tagged(addr, first, 8, be, mine);
+                sh.store_tagged(second_at, second, 8, be, mine);
+            } else {
+                sh.load_seen(addr, first, 8, be, mine);
+                sh.load_seen(second_at, second, 8, be, mine);
+            }
+        } else if store {
+            sh.store_tagged(addr, val, size, be, mine);
+        } else {
+            sh.load_seen(addr, val, size, be, mine);
+        }
+        if store {
+            if let Some(rules) = &self.rules {
+                self.bt.write(rules, pc, addr, val, size);
+            }
+        }
+        // A piece of a split vector load after the first is checked as the vector so far (the first
+        // was checked by itself: a partial load of an aligned word is as fine as the vector's).
+        let (at, len) = match half_load {
+            Some((p, next, start)) if !store && size == 8 && p == pc && next == addr => {
+                self.half_load = Some((p, next.wrapping_add(8), start));
+                (start, next.wrapping_add(8).wrapping_sub(start))
+            }
+            _ => {
+                if !store && size == 8 && self.layout.split_vectors {
+                    self.half_load = Some((pc, addr.wrapping_add(8), addr));
+                }
+                (addr, u64::from(size))
+            }
+        };
+        if self.calls.is_empty() {
+            if let Some(bad) = st.heap.check(at, len, store) {
+                self.bad_access(st, bad, pc, at, len, size, store);
+            }
+        }
+    }
+
+    /// An access [`Heap::check`] found outside what the heap allows: a
+    /// finding, unless it is one of the C library's own ways.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    fn bad_access(
+        &mut self,
+        st: &mut Proc,
+        bad: Bad,
+        pc: u64,
+        at: u64,
+        len: u64,
+        size: u8,
+        store: bool,
+    ) {
+        if !st.freelist_link(pc, &bad, u64::from(size))
+            && !st.heap.aside_holds(self.tid, at, len)
+            && !self.library_teardown(st, pc)
+            && !self.string_overread(st, pc, &bad, store)
+        {
+            let op = if store { Op::Write } else { Op::Read };
+            self.found(st, bad, op, pc, u64::from(size));
+        }
+    }
+
+    /// The other kinds of event.
+    #[inline(never)]
+    fn apply_rare(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
+        match item {
             Item::Hit { pc, regs } => {
                 for s in pid.sites(*pc) {
                     match s {
@@ -422,67 +535,6 @@ impl Thread {
                         }
                         Site::Return(t, r) => self.returned(pid, st, t, &r, regs),
                         Site::NotTaken(_) | Site::Pc(_) => {}
-                    }
-                }
-            }
-            Item::Access {
-                pc,
-                addr,
-                val,
-                hi,
-                size,
-                store,
-            } => {
-                let be = st.big_endian;
-                // The allocator's own accesses tag what they touch: not
-                // where the program keeps pointers (see `leaks`).
-                let mine = !self.calls.is_empty();
-                let sh = &mut st.shadow;
-                let put = if *store {
-                    Shadow::store_tagged
-                } else {
-                    Shadow::load_seen
-                };
-                if *size == 16 {
-                    let (first, second) = if be { (*hi, *val) } else { (*val, *hi) };
-                    put(sh, *addr, first, 8, be, mine);
-                    put(sh, addr.wrapping_add(8), second, 8, be, mine);
-                } else {
-                    put(sh, *addr, *val, *size, be, mine);
-                }
-                if *store {
-                    if let Some(rules) = self.rules {
-                        self.bt.write(&rules, *pc, *addr, *val, *size);
-                    }
-                }
-                // A piece of a split vector load after the first is
-                // checked as the vector so far (the first was checked by
-                // itself: a partial load of an aligned word is as fine as
-                // the vector's).
-                let (at, len) = match half_load {
-                    Some((p, next, start))
-                        if !*store && *size == 8 && p == *pc && next == *addr =>
-                    {
-                        self.half_load = Some((p, next.wrapping_add(8), start));
-                        (start, next.wrapping_add(8).wrapping_sub(start))
-                    }
-                    _ => {
-                        if !*store && *size == 8 && self.layout.split_vectors {
-                            self.half_load = Some((*pc, addr.wrapping_add(8), *addr));
-                        }
-                        (*addr, u64::from(*size))
-                    }
-                };
-                if self.calls.is_empty() {
-                    if let Some(bad) = st.heap.check(at, len, *store) {
-                        if !st.freelist_link(*pc, &bad, u64::from(*size))
-                            && !st.heap.aside_holds(self.tid, at, len)
-                            && !self.library_teardown(st, *pc)
-                            && !self.string_overread(st, *pc, &bad, *store)
-                        {
-                            let op = if *store { Op::Write } else { Op::Read };
-                            self.found(st, bad, op, *pc, u64::from(*size));
-                        }
                     }
                 }
             }
@@ -543,13 +595,14 @@ impl Thread {
             Item::Signal { handler } => self.bt.signal(*handler),
             Item::Clone { child, tid_word } => st.order.created(*child, *tid_word),
             Item::Exit { args } => st.exit_regs = args.to_vec(),
+            Item::Insn { .. } | Item::Access { .. } => unreachable!("applied inline"),
         }
     }
 
     /// The thread's call stack now, at `pc`, innermost first.
     fn stack(&self, st: &mut Proc, pc: u64) -> Stack {
         let mut v = vec![st.name(pc)];
-        for r in self.bt.return_stack.iter().skip(1).rev() {
+        for r in self.bt.return_stack().iter().skip(1).rev() {
             if v.len() >= MAX_FRAMES {
                 break;
             }
@@ -624,9 +677,9 @@ impl Thread {
         let outer = self.calls.is_empty();
         let args: Vec<u64> = (0..role.args()).map(|i| self.arg(st, regs, i)).collect();
         let stack = (outer && role != Role::Internal).then(|| self.stack(st, pc));
-        let caller = self.bt.return_stack.last().and_then(|r| r.addr);
+        let caller = self.bt.return_stack().last().and_then(|r| r.addr);
         // The frame `stack` names as the caller (its first is no frame).
-        let site_pc = self.bt.return_stack.iter().skip(1).next_back();
+        let site_pc = self.bt.return_stack().iter().skip(1).next_back();
         let site_pc = site_pc.and_then(|r| r.addr).unwrap_or(0);
         if outer {
             st.note_allocator(pc);

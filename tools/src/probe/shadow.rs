@@ -70,14 +70,84 @@ impl Page {
 }
 
 impl Page {
-    /// Whether any bit of `bitmap` is set for the `n` bytes (at most 8)
-    /// at offset `o`, which lie inside the page.
+    /// Writes the first `n` of `bytes` (1 to 8, in guest order) at offset
+    /// `o`, inside the page: known, tagged with `tag`, no longer given up.
+    /// The bits of the three bitmaps are worked out once, and the bytes
+    /// go in as one word where eight fit before the page's end.
     #[inline(always)]
-    fn any_bits(bitmap: &[u64; (PAGE / 64) as usize], o: usize, n: usize) -> bool {
+    fn put(&mut self, o: usize, n: usize, bytes: [u8; 8], tag: bool) {
+        match self.bytes.get_mut(o..o + 8) {
+            Some(w) => {
+                let keep = if n == 8 { 0 } else { !0u64 << (8 * n) };
+                let old = u64::from_le_bytes((&*w).try_into().expect("8 bytes"));
+                let new = (old & keep) | (u64::from_le_bytes(bytes) & !keep);
+                w.copy_from_slice(&new.to_le_bytes());
+            }
+            None => self.bytes[o..o + n].copy_from_slice(&bytes[..n]),
+        }
+        let b = Bits::new(o, n);
+        b.set(&mut self.known);
+        if tag {
+            b.set(&mut self.tagged);
+        } else {
+            b.clear(&mut self.tagged);
+        }
+        b.clear(&mut self.dead);
+    }
+}
+
+/// The bits of a page's bitmaps for at most 8 bytes at an offset inside
+/// the page: in one word, and the rest, if any, in the next.
+#[derive(Clone, Copy)]
+struct Bits {
+    w: usize,
+    lo: u64,
+    hi: u64,
+}
+
+impl Bits {
+    #[inline(always)]
+    fn new(o: usize, n: usize) -> Bits {
         let m = (1u64 << n) - 1;
         let (w, sh) = (o / 64, o % 64);
-        let hi = if sh + n > 64 { m >> (64 - sh) } else { 0 };
-        bitmap[w] & (m << sh) != 0 || (hi != 0 && bitmap[w + 1] & hi != 0)
+        Bits {
+            w,
+            lo: m << sh,
+            // Bits past the word's end go on in the next one.
+            hi: if sh + n > 64 { m >> (64 - sh) } else { 0 },
+        }
+    }
+
+    #[inline(always)]
+    fn set(self, bitmap: &mut [u64; (PAGE / 64) as usize]) {
+        bitmap[self.w] |= self.lo;
+        if self.hi != 0 {
+            bitmap[self.w + 1] |= self.hi;
+        }
+    }
+
+    #[inline(always)]
+    fn clear(self, bitmap: &mut [u64; (PAGE / 64) as usize]) {
+        bitmap[self.w] &= !self.lo;
+        if self.hi != 0 {
+            bitmap[self.w + 1] &= !self.hi;
+        }
+    }
+
+    #[inline(always)]
+    fn any(self, bitmap: &[u64; (PAGE / 64) as usize]) -> bool {
+        bitmap[self.w] & self.lo != 0 || (self.hi != 0 && bitmap[self.w + 1] & self.hi != 0)
+    }
+}
+
+/// The low `n` bytes of `value` in guest order (big-endian: the most
+/// significant of them first), in the first `n` places.
+#[inline(always)]
+fn guest_bytes(value: u64, n: usize, big_endian: bool) -> [u8; 8] {
+    if big_endian {
+        (value << (8 * (8 - n))).to_be_bytes()
+    } else {
+        value.to_le_bytes()
     }
 }
 
@@ -162,44 +232,43 @@ impl Shadow {
     /// [`Shadow::store`], the bytes tagged with `tag` until the next store
     /// to them (`cannoli heap`: written by the allocator itself, whose
     /// bookkeeping is not where a program keeps its pointers).
-    #[inline]
+    #[inline(always)]
     pub fn store_tagged(&mut self, addr: u64, value: u64, size: u8, big_endian: bool, tag: bool) {
         let n = usize::from(size.min(8));
         let o = (addr % PAGE) as usize;
         if n == 0 || o + n > PAGE as usize {
             return self.store_bytes(addr, value, n, big_endian, tag);
         }
-        // The `n` bytes in guest order: the low ones of the value.
-        let bytes = if big_endian {
-            (value << (8 * (8 - n))).to_be_bytes()
-        } else {
-            value.to_le_bytes()
-        };
-        let p = self.page_mut(addr / PAGE);
-        p.bytes[o..o + n].copy_from_slice(&bytes[..n]);
-        Page::set_bits(&mut p.known, o, n, true);
-        Page::set_bits(&mut p.tagged, o, n, tag);
-        Page::set_bits(&mut p.dead, o, n, false);
+        let bytes = guest_bytes(value, n, big_endian);
+        self.page_mut(addr / PAGE).put(o, n, bytes, tag);
     }
 
     /// A load of `size` bytes of `value` at `addr`: what memory holds
     /// there, kept as a store keeps it, except in bytes given up by
     /// [`Shadow::kill`] and not stored since (memcheck's undefined stack:
     /// reading a stale slot does not make its value the program's again).
-    #[inline]
+    #[inline(always)]
     pub fn load_seen(&mut self, addr: u64, value: u64, size: u8, big_endian: bool, tag: bool) {
-        let n = u64::from(size.min(8));
+        let n = usize::from(size.min(8));
         let o = (addr % PAGE) as usize;
-        // Through the recent-page cache, as the store below goes: a load
-        // is mostly of a page just touched.
-        let dead = n > 0
-            && o as u64 + n <= PAGE
-            && Page::any_bits(&self.page_mut(addr / PAGE).dead, o, n as usize);
-        if !dead {
-            // No byte was given up (or the load crosses a page: rare,
-            // and then taken whole).
-            return self.store_tagged(addr, value, size, big_endian, tag);
+        if n == 0 || o + n > PAGE as usize {
+            // Across a page's end: rare, and then taken whole.
+            return self.store_bytes(addr, value, n, big_endian, tag);
         }
+        // One look at the page (through the recent-page cache: a load is
+        // mostly of a page just touched) for both the check and the write.
+        let p = self.page_mut(addr / PAGE);
+        if !Bits::new(o, n).any(&p.dead) {
+            // No byte was given up: kept as a store keeps it.
+            return p.put(o, n, guest_bytes(value, n, big_endian), tag);
+        }
+        self.load_partly_dead(addr, value, n as u64, big_endian, tag);
+    }
+
+    /// [`Shadow::load_seen`] of bytes some of which were given up: only
+    /// the others take the loaded value.
+    #[cold]
+    fn load_partly_dead(&mut self, addr: u64, value: u64, n: u64, big_endian: bool, tag: bool) {
         let le = value.to_le_bytes();
         for i in 0..n {
             let a = addr.wrapping_add(i);

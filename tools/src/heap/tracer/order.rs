@@ -174,6 +174,7 @@ pub fn release(pid: &Pid, st: &mut Proc, last: bool) {
 impl Thread {
     /// Whether `item` must wait for another thread's events (see the
     /// module's list).
+    #[inline(always)]
     fn waits(&self, st: &Proc, item: &Item) -> bool {
         if self.tid != self.pid && !st.order.started.contains(&self.tid) {
             return true;
@@ -204,7 +205,7 @@ impl Thread {
             .is_some_and(|b| b.addr == p && b.tid != self.tid)
             && self
                 .bt
-                .return_stack
+                .return_stack()
                 .last()
                 .and_then(|r| r.addr)
                 .is_some_and(|c| self.library_teardown(st, c))
@@ -222,7 +223,7 @@ impl Thread {
             && st.resolver().function(pc).is_none()
             && self
                 .bt
-                .return_stack
+                .return_stack()
                 .iter()
                 .filter_map(|r| r.addr)
                 .all(|a| st.in_allocator_module(a))
