@@ -173,11 +173,16 @@ pub struct BacktraceState {
     pub backtrace: Vec<Frame>,
     /// One entry per frame, in step with `backtrace`.
     return_stack: Vec<Return>,
-    /// A bit ([`ret_bit`]) for the return address of every frame on
+    /// A bit ([`ret_slot`]) for the return address of every frame on
     /// `return_stack`: a landing whose bit is clear returns to none of
     /// them, told without a look through the stack (most landings are a
     /// branch inside a function).
     ret_filter: u64,
+    /// How many frames' return addresses have each bit of `ret_filter`
+    /// (64 counts once a frame was pushed), so that a return clears its
+    /// bit without a look through the stack either (a deep recursion
+    /// unwinds in time linear in its depth).
+    ret_counts: Vec<u32>,
     /// Frames on `return_stack` that expect their return by the stack
     /// pointer alone (no return address known).
     by_sp: usize,
@@ -211,7 +216,14 @@ impl BacktraceState {
     fn push(&mut self, frame: Frame, ret: Return) {
         self.backtrace.push(frame);
         match ret.addr {
-            Some(a) => self.ret_filter |= ret_bit(a),
+            Some(a) => {
+                if self.ret_counts.is_empty() {
+                    self.ret_counts = vec![0; 64];
+                }
+                let k = ret_slot(a);
+                self.ret_counts[k] += 1;
+                self.ret_filter |= 1 << k;
+            }
             None if ret.sp.is_some() => self.by_sp += 1,
             None => {}
         }
@@ -220,23 +232,24 @@ impl BacktraceState {
 
     fn pop(&mut self) -> Option<(Frame, Return)> {
         let popped = (self.backtrace.pop()?, self.return_stack.pop()?);
-        // A bit may stand for other frames too: made again from those
-        // left (returns are far fewer than the landings the filter saves
-        // a look through the stack).
-        self.ret_filter = self
-            .return_stack
-            .iter()
-            .filter_map(|r| r.addr)
-            .fold(0, |f, a| f | ret_bit(a));
-        if popped.1.addr.is_none() && popped.1.sp.is_some() {
-            self.by_sp -= 1;
+        match popped.1.addr {
+            Some(a) => {
+                // Pushed with this address, so its count is at least 1.
+                let k = ret_slot(a);
+                self.ret_counts[k] -= 1;
+                if self.ret_counts[k] == 0 {
+                    self.ret_filter &= !(1 << k);
+                }
+            }
+            None if popped.1.sp.is_some() => self.by_sp -= 1,
+            None => {}
         }
         Some(popped)
     }
 
     /// Whether some frame may expect a return to `pc` (false: none does).
     fn may_return_to(&self, pc: u64) -> bool {
-        self.by_sp > 0 || self.ret_filter & ret_bit(pc) != 0
+        self.by_sp > 0 || self.ret_filter & (1 << ret_slot(pc)) != 0
     }
 
     /// An instruction at `pc` is about to run. `branch`: it can end a basic
@@ -487,9 +500,10 @@ impl BacktraceState {
     }
 }
 
-/// `addr`'s bit in [`BacktraceState`]'s filter of return addresses.
-fn ret_bit(addr: u64) -> u64 {
-    1 << (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58)
+/// `addr`'s bit (0 to 63) in [`BacktraceState`]'s filter of return
+/// addresses.
+fn ret_slot(addr: u64) -> usize {
+    (addr.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize
 }
 
 fn name_of(syms: &impl Symbolize, pc: u64) -> Arc<str> {

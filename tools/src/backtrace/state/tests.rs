@@ -490,3 +490,46 @@ fn a_longjmp_leaves_the_frames_above() {
         &["+main", "+f", "+g", "-g", "-f"],
     );
 }
+
+/// The filter of return addresses never hides a frame's return (no false
+/// "no frame returns there"), counts frames that share a bit, and is
+/// empty again once every frame has returned.
+#[test]
+fn return_filter_keeps_every_frame_and_empties() {
+    let mut st = BacktraceState::default();
+    let frame = |entry| Frame {
+        name: "f".into(),
+        entry,
+        via: Via::Call,
+    };
+    // Enough return addresses that several share a bit, some twice
+    // (recursion), and one frame known by its stack pointer alone.
+    let addrs: Vec<u64> = (0..200u64).map(|i| 0x40_0000 + 4 * (i % 150)).collect();
+    for &a in &addrs {
+        st.push(
+            frame(a),
+            Return {
+                addr: Some(a),
+                sp: Some(0x7fff_0000 - a),
+            },
+        );
+    }
+    st.push(
+        frame(1),
+        Return {
+            addr: None,
+            sp: Some(0x1000),
+        },
+    );
+    assert!(st.may_return_to(0x1234), "a frame known by its sp alone");
+    st.pop();
+    for n in (0..addrs.len()).rev() {
+        for &a in &addrs[..=n] {
+            assert!(st.may_return_to(a), "{a:#x} hidden at depth {n}");
+        }
+        st.pop();
+    }
+    assert_eq!(st.ret_filter, 0);
+    assert_eq!(st.by_sp, 0);
+    assert!(!st.may_return_to(0x40_0000));
+}
