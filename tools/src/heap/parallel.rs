@@ -32,7 +32,7 @@ pub fn plain_wanted(trace: &[Item]) -> usize {
     let mut plain = 0;
     for item in trace.iter().rev().take(SCAN) {
         match item {
-            Item::Access { .. } => {}
+            Item::Access(_) => {}
             Item::Insn { branch: false, .. } => {
                 plain += 1;
                 if plain == 2 {
@@ -86,6 +86,7 @@ impl Default for SiteFilter {
 #[cfg(test)]
 mod tests {
     use super::super::super::backtrace::state::Regs;
+    use super::super::tracer::MemAccess;
     use super::*;
 
     fn plain(pc: u64) -> Item {
@@ -98,14 +99,14 @@ mod tests {
     }
 
     fn access() -> Item {
-        Item::Access {
+        Item::Access(MemAccess {
             pc: 0,
             addr: 0x1000,
             val: 0,
             hi: 0,
             size: 8,
             store: false,
-        }
+        })
     }
 
     #[test]

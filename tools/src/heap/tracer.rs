@@ -61,15 +61,8 @@ pub enum Item {
         pc: u64,
         regs: Box<[u64]>,
     },
-    /// A load or store (16-byte ones with `hi`).
-    Access {
-        pc: u64,
-        addr: u64,
-        val: u64,
-        hi: u64,
-        size: u8,
-        store: bool,
-    },
+    /// A load or store.
+    Access(MemAccess),
     Map {
         base: u64,
         len: u64,
@@ -98,6 +91,18 @@ pub enum Item {
         pc: u64,
         lens: Box<[u8]>,
     },
+}
+
+/// A load or store, as the serial phase checks it.
+#[derive(Debug, Clone, Copy)]
+pub struct MemAccess {
+    pub pc: u64,
+    pub addr: u64,
+    pub val: u64,
+    /// The high 8 bytes of a 16-byte access.
+    pub hi: u64,
+    pub size: u8,
+    pub store: bool,
 }
 
 /// A guest process: its heap, its memory as the trace shows it, and how
@@ -361,14 +366,7 @@ impl Thread {
     fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
         let half_load = self.half_load.take();
         match *item {
-            Item::Access {
-                pc,
-                addr,
-                val,
-                hi,
-                size,
-                store,
-            } => self.access(st, pc, addr, val, hi, size, store, half_load),
+            Item::Access(a) => self.access(st, a, half_load),
             Item::Insn {
                 pc,
                 branch,
@@ -431,19 +429,16 @@ impl Thread {
 
     /// A load or store: the shadow memory, the x86 call stack's pushes,
     /// and the check against the heap.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn access(
-        &mut self,
-        st: &mut Proc,
-        pc: u64,
-        addr: u64,
-        val: u64,
-        hi: u64,
-        size: u8,
-        store: bool,
-        half_load: Option<(u64, u64, u64)>,
-    ) {
+    fn access(&mut self, st: &mut Proc, a: MemAccess, half_load: Option<(u64, u64, u64)>) {
+        let MemAccess {
+            pc,
+            addr,
+            val,
+            hi,
+            size,
+            store,
+        } = a;
         let be = st.big_endian;
         // The allocator's own accesses tag what they touch: not where the program keeps pointers
         // (see `leaks`).
@@ -486,26 +481,20 @@ impl Thread {
         };
         if self.calls.is_empty() {
             if let Some(bad) = st.heap.check(at, len, store) {
-                self.bad_access(st, bad, pc, at, len, size, store);
+                self.bad_access(st, bad, &a, at, len);
             }
         }
     }
 
     /// An access [`Heap::check`] found outside what the heap allows: a
     /// finding, unless it is one of the C library's own ways.
-    #[allow(clippy::too_many_arguments)]
+    /// `at` and `len`: the bytes checked (a split vector load's so far).
     #[cold]
     #[inline(never)]
-    fn bad_access(
-        &mut self,
-        st: &mut Proc,
-        bad: Bad,
-        pc: u64,
-        at: u64,
-        len: u64,
-        size: u8,
-        store: bool,
-    ) {
+    fn bad_access(&mut self, st: &mut Proc, bad: Bad, a: &MemAccess, at: u64, len: u64) {
+        let MemAccess {
+            pc, size, store, ..
+        } = *a;
         if !st.freelist_link(pc, &bad, u64::from(size))
             && !st.heap.aside_holds(self.tid, at, len)
             && !self.library_teardown(st, pc)
@@ -595,7 +584,7 @@ impl Thread {
             Item::Signal { handler } => self.bt.signal(*handler),
             Item::Clone { child, tid_word } => st.order.created(*child, *tid_word),
             Item::Exit { args } => st.exit_regs = args.to_vec(),
-            Item::Insn { .. } | Item::Access { .. } => unreachable!("applied inline"),
+            Item::Insn { .. } | Item::Access(_) => unreachable!("applied inline"),
         }
     }
 

@@ -50,22 +50,7 @@ impl Page {
     /// most 8) at offset `o`, which lie inside the page.
     #[inline(always)]
     fn set_bits(bitmap: &mut [u64; (PAGE / 64) as usize], o: usize, n: usize, on: bool) {
-        let m = (1u64 << n) - 1;
-        let (w, sh) = (o / 64, o % 64);
-        let lo = m << sh;
-        // Bits past the word's end go on in the next one.
-        let hi = if sh + n > 64 { m >> (64 - sh) } else { 0 };
-        if on {
-            bitmap[w] |= lo;
-            if hi != 0 {
-                bitmap[w + 1] |= hi;
-            }
-        } else {
-            bitmap[w] &= !lo;
-            if hi != 0 {
-                bitmap[w + 1] &= !hi;
-            }
-        }
+        Bits::new(o, n).put(bitmap, on);
     }
 }
 
@@ -86,13 +71,9 @@ impl Page {
             None => self.bytes[o..o + n].copy_from_slice(&bytes[..n]),
         }
         let b = Bits::new(o, n);
-        b.set(&mut self.known);
-        if tag {
-            b.set(&mut self.tagged);
-        } else {
-            b.clear(&mut self.tagged);
-        }
-        b.clear(&mut self.dead);
+        b.put(&mut self.known, true);
+        b.put(&mut self.tagged, tag);
+        b.put(&mut self.dead, false);
     }
 }
 
@@ -118,19 +99,19 @@ impl Bits {
         }
     }
 
+    /// Sets (`on`) or clears these bits of `bitmap`.
     #[inline(always)]
-    fn set(self, bitmap: &mut [u64; (PAGE / 64) as usize]) {
-        bitmap[self.w] |= self.lo;
-        if self.hi != 0 {
-            bitmap[self.w + 1] |= self.hi;
-        }
-    }
-
-    #[inline(always)]
-    fn clear(self, bitmap: &mut [u64; (PAGE / 64) as usize]) {
-        bitmap[self.w] &= !self.lo;
-        if self.hi != 0 {
-            bitmap[self.w + 1] &= !self.hi;
+    fn put(self, bitmap: &mut [u64; (PAGE / 64) as usize], on: bool) {
+        if on {
+            bitmap[self.w] |= self.lo;
+            if self.hi != 0 {
+                bitmap[self.w + 1] |= self.hi;
+            }
+        } else {
+            bitmap[self.w] &= !self.lo;
+            if self.hi != 0 {
+                bitmap[self.w + 1] &= !self.hi;
+            }
         }
     }
 

@@ -42,7 +42,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use super::super::blocks::Bad;
-use super::{lock, Item, Pid, Proc, Symbolize, Thread};
+use super::{lock, Item, MemAccess, Pid, Proc, Symbolize, Thread};
 
 /// The most events a process's threads hold back, together (about 50
 /// bytes each).
@@ -180,12 +180,12 @@ impl Thread {
             return true;
         }
         match item {
-            Item::Access {
+            Item::Access(MemAccess {
                 addr,
                 val: 0,
                 store: false,
                 ..
-            } => st
+            }) => st
                 .order
                 .tid_words
                 .get(addr)

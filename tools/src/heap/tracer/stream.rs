@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use cannoli::{Cannoli, ClientInfo};
 
-use super::{lock, order, table, Item, Layout, Pid, Proc, Thread};
+use super::{lock, order, table, Item, Layout, MemAccess, Pid, Proc, Thread};
 use crate::backtrace::arch;
 use crate::backtrace::state::BacktraceState;
 use crate::coverage::isa::Isa;
@@ -205,14 +205,14 @@ impl Cannoli for Stream {
         sz: u8,
         trace: &mut Vec<Item>,
     ) {
-        trace.push(Item::Access {
+        trace.push(Item::Access(MemAccess {
             pc,
             addr,
             val,
             hi: 0,
             size: sz,
             store: false,
-        });
+        }));
     }
 
     fn write(
@@ -224,25 +224,25 @@ impl Cannoli for Stream {
         sz: u8,
         trace: &mut Vec<Item>,
     ) {
-        trace.push(Item::Access {
+        trace.push(Item::Access(MemAccess {
             pc,
             addr,
             val,
             hi: 0,
             size: sz,
             store: true,
-        });
+        }));
     }
 
     fn access_wide(_p: &Pid, _l: &Arc<Layout>, a: &cannoli::Access, trace: &mut Vec<Item>) {
-        trace.push(Item::Access {
+        trace.push(Item::Access(MemAccess {
             pc: a.pc,
             addr: a.addr,
             val: a.val as u64,
             hi: (a.val >> 64) as u64,
             size: a.size,
             store: a.store,
-        });
+        }));
     }
 
     fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
