@@ -222,6 +222,21 @@ pub(super) fn some_regs_len(mask: u64, lay: &Shape<'_>) -> Option<usize> {
 /// word for each bit.
 #[inline(always)]
 fn spread_regs(mask: u64, packed: &[u64], half: bool, out: &mut [u8]) {
+    if half && is_every_reg(mask, out) {
+        // Every register of a 32-bit guest (a probe's event): a widening
+        // copy, with no walk over the mask's bits.
+        // A word of two registers at a time: no index to check per
+        // register, and the compiler may widen several words at once.
+        let (pairs, odd) = out.split_at_mut(out.len() / 16 * 16);
+        for (o, &w) in pairs.chunks_exact_mut(16).zip(packed) {
+            o[..8].copy_from_slice(&(w as u32 as u64).to_le_bytes());
+            o[8..].copy_from_slice(&(w >> 32).to_le_bytes());
+        }
+        if let (false, Some(&w)) = (odd.is_empty(), packed.get(pairs.len() / 16)) {
+            odd.copy_from_slice(&(w as u32 as u64).to_le_bytes());
+        }
+        return;
+    }
     let mut m = mask;
     let mut k = 0;
     while m != 0 {
@@ -240,12 +255,23 @@ fn spread_regs(mask: u64, packed: &[u64], half: bool, out: &mut [u8]) {
 /// Zeroes again the words of `out` that [`spread_regs`] wrote for `mask`.
 #[inline(always)]
 fn clear_regs(mask: u64, out: &mut [u8]) {
+    if is_every_reg(mask, out) {
+        out.fill(0);
+        return;
+    }
     let mut m = mask;
     while m != 0 {
         let i = m.trailing_zeros() as usize;
         m &= m - 1;
         out[i * 8..i * 8 + 8].fill(0);
     }
+}
+
+/// Whether `mask` names every register `out` has a word for.
+#[inline(always)]
+fn is_every_reg(mask: u64, out: &[u8]) -> bool {
+    let n = out.len() / 8;
+    n < 64 && mask == (1u64 << n) - 1
 }
 
 /// A mapping frame's protection bits.

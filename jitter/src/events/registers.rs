@@ -4,14 +4,17 @@
 //! Which registers it carries is the hook library's choice, made at lift
 //! time: every register by default; after [`narrow`], only those of the
 //! mask, except at the instructions whose `hook_inst` called
-//! [`every_here`]. The event is `REGS` (one word per register) where it
-//! carries every register, `SOME_REGS` (the registers of a mask, packed at
-//! their guest size) where it carries fewer. (Every register of a 32-bit
-//! guest packed would be half the words, but the client hands a tool a
-//! `REGS` event's registers where they lie in the chunk, and a
-//! `SOME_REGS` event's spread to a word each: for every register that
-//! spreading cost more than the words saved. `cannoli probe` of ten pcs
-//! with every register, 3.1 M hits: 1.19x the CPU, paired.)
+//! [`every_here`]. The event is `SOME_REGS` (the registers of a mask,
+//! packed at their guest size) where the guest's registers are 32-bit or
+//! it carries fewer than every register, `REGS` (one word per register)
+//! where it carries every register of a 64-bit guest. (Every register of a
+//! 32-bit guest packed is a straight copy of env at half the bytes: 19
+//! words a hit on mips instead of 34, so the ring and a recording fill
+//! half as fast. QEMU's own CPU time did not move measurably: `cannoli
+//! probe` of ten pcs of busybox `sha256sum` on mipsel, 1.09 M hits, 41
+//! paired runs on the 2-core VM, median difference 3 ms of 290 ms, where
+//! run-to-run noise is ten times that. The client widens a full mask's
+//! registers two to a word, at the CPU time `REGS` cost it.)
 
 use super::guest::env;
 use crate::stream::{self, Cursor};
@@ -84,9 +87,33 @@ pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32, every: bool) {
     } else {
         NARROWED.load(Ordering::Relaxed) & all
     };
-    if n > MAX_PACKED || mask == all {
+    if n > MAX_PACKED || wide && mask == all {
         let head = [frame(tag::REGS, kind, (2 + n) as u32), pc];
         write(c, &head, n, || (0..n).map(reg));
+        return;
+    }
+    if mask == all {
+        // Every register of a 32-bit guest: they lie in env as the event
+        // packs them (two to a word, little-endian host), so the words are
+        // a straight copy, half the bytes of a `REGS` event.
+        let words = n.div_ceil(2);
+        let head = [frame(tag::SOME_REGS, kind, (3 + words) as u32), pc, mask];
+        if n % 2 == 0 {
+            // SAFETY: word `w < n / 2` is registers 2w and 2w + 1, inside
+            // the CPUArchState (above), read unaligned.
+            let word = |w: usize| unsafe { (regs.add(8 * w) as *const u64).read_unaligned() };
+            write(c, &head, words, || (0..words).map(word));
+        } else {
+            let pair = |w: usize| {
+                reg(2 * w)
+                    | if 2 * w + 1 < n {
+                        reg(2 * w + 1) << 32
+                    } else {
+                        0
+                    }
+            };
+            write(c, &head, words, || (0..words).map(pair));
+        }
         return;
     }
     let words = wire::some_regs_words(mask, if wide { 8 } else { 4 });
