@@ -69,7 +69,7 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
                  cannoli-pcmem-2w and peak RSS, and the goals, follow the main table;
                  probe: `cannoli probe` at the workload's probe points, hits to
                  /dev/null, their number checked (busybox-sha256 only: ten pcs of
-                 the SHA-256 block function, run once per 64 bytes)
+                 the SHA-256 block and update functions, about 1 M hits)
   --workers N[,N] the worker threads of the generated cannoli rows, e.g. 1,2,4,8,14
                  (default: from the machine's CPUs, one of them left to QEMU: 1, 2,
                  4, 8, ... below CPUs - 1, and CPUs - 1; at least 1,2; 16 CPUs give

@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::probe::{sha256_blocks, Probes, SHA256_BLOCK};
+use crate::probe::{sha256_probe_hits, Probes, SHA256_PROBES};
 
 pub struct Workload {
     pub name: &'static str,
@@ -77,8 +77,8 @@ pub fn all(root: &Path, quick: bool) -> Vec<Workload> {
             expect_stdout: None,
             input: Some((sha_file, sha_bytes)),
             probes: Some(Probes {
-                points: SHA256_BLOCK,
-                hits: SHA256_BLOCK.len() as u64 * sha256_blocks(sha_bytes),
+                points: SHA256_PROBES,
+                hits: sha256_probe_hits(sha_bytes),
             }),
         },
         Workload {
