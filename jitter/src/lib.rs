@@ -28,7 +28,8 @@
 //! thread's ring and `channel` its connection to the client; `blocks` is
 //! the process's block table; `arena` the address space rings go to;
 //! `fds` puts every descriptor they make out of the guest's reach;
-//! `forkguard` holds their locks across fork(2).
+//! `forkguard` holds their locks across fork(2); `prefetch` asks for a
+//! ring's lines before a helper writes them.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -44,6 +45,7 @@ mod events;
 mod fds;
 mod ffi;
 mod forkguard;
+mod prefetch;
 pub mod presets;
 mod stream;
 

@@ -564,7 +564,8 @@ pub fn append(c: &mut Cursor, words: &[u64], payload: &[u8]) {
 /// the JIT's cursor into `c` before the call and reloads it after), so they
 /// may write the window as the JIT does. This is the path of a hooked
 /// instruction's register event, where the lock, the thread-local and a
-/// copy through a buffer cost more than the event itself.
+/// copy through a buffer cost more than the event itself. The lines a few
+/// such events ahead are then asked for ([`crate::prefetch`]).
 #[inline]
 pub fn append_in_window<const H: usize>(
     c: &mut Cursor,
@@ -594,6 +595,7 @@ pub fn append_in_window<const H: usize>(
     }
     debug_assert_eq!(written, n, "fewer words than the event's length");
     c.cursor += len;
+    crate::prefetch::ring_lines_ahead(c.cursor);
     true
 }
 
