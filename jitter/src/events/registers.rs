@@ -98,7 +98,7 @@ pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32, every: bool) {
         // a straight copy, half the bytes of a `REGS` event.
         let words = n.div_ceil(2);
         let head = [frame(tag::SOME_REGS, kind, (3 + words) as u32), pc, mask];
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             // SAFETY: word `w < n / 2` is registers 2w and 2w + 1, inside
             // the CPUArchState (above), read unaligned.
             let word = |w: usize| unsafe { (regs.add(8 * w) as *const u64).read_unaligned() };
