@@ -30,11 +30,13 @@
 //! [`libs`] finds a shared library's file, [`conv`] is each guest's calling
 //! convention, [`isa`] finds return instructions and tail calls, [`plan`]
 //! turns probes into hooked pcs, [`shadow`] keeps stores, [`tracer`] is the
-//! client, [`out`] writes hits.
+//! client, [`out`] writes hits, [`hex`] the registers of a pc probe's
+//! line.
 
 pub mod conv;
 pub mod elf;
 pub mod error;
+pub mod hex;
 pub mod isa;
 pub mod libs;
 pub mod out;

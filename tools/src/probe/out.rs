@@ -7,6 +7,8 @@ use std::io::Write as _;
 
 use serde_json::{json, Map, Value};
 
+use super::hex::{self, Key};
+
 /// Where in a function a hit is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum At {
@@ -98,66 +100,6 @@ pub struct Regs<'a> {
     pub values: &'a [u64],
     /// [`keys`] of `names`, for the text line's fast path; empty: none.
     pub keys: &'a [Key],
-}
-
-/// A register's ` name=` padded to 16 bytes, so a line copies it whole (one
-/// fixed-size move, not a copy call); `len` 0 for the pc, which the line
-/// already has.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Key {
-    bytes: [u8; 16],
-    len: u8,
-}
-
-/// The keys of `names`; empty if a name is too long for one (the line is
-/// then written by name, more slowly).
-pub fn keys(names: &[String]) -> Vec<Key> {
-    if names.iter().any(|n| n.len() > 14) {
-        return Vec::new();
-    }
-    names
-        .iter()
-        .map(|n| {
-            let mut k = Key::default();
-            if n != "pc" {
-                k.bytes[0] = b' ';
-                k.bytes[1..=n.len()].copy_from_slice(n.as_bytes());
-                k.bytes[n.len() + 1] = b'=';
-                k.len = n.len() as u8 + 2;
-            }
-            k
-        })
-        .collect()
-}
-
-/// The two lower-case hex digits of every byte value, high nibble first.
-const HEX_PAIRS: [[u8; 2]; 256] = {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut t = [[0u8; 2]; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = [DIGITS[i >> 4], DIGITS[i & 0xf]];
-        i += 1;
-    }
-    t
-};
-
-/// Writes `0x` and `v` in lower-case hex over all of `out` (what follows
-/// the digits is left over, to be overwritten or cut off); returns how
-/// many bytes the number took. The digits are shifted to the top of the
-/// word, so every value writes the same 18 bytes, with no loop to run and
-/// no branch: eight two-digit moves from a 512-byte table that stays in
-/// the L1 cache (a register costs about a third of the instructions that
-/// spreading nibbles in SSE2 lanes did).
-fn hex_fixed(out: &mut [u8; 18], v: u64) -> usize {
-    let digits = (64 - (v | 1).leading_zeros()).div_ceil(4);
-    let top = (v << ((16 - digits) * 4)).to_be_bytes();
-    out[0] = b'0';
-    out[1] = b'x';
-    for (pair, &byte) in out[2..].chunks_exact_mut(2).zip(&top) {
-        pair.copy_from_slice(&HEX_PAIRS[usize::from(byte)]);
-    }
-    2 + digits as usize
 }
 
 impl<'a> Regs<'a> {
@@ -335,18 +277,8 @@ impl Hit<'_> {
                 // (a memset), each key and number put in as fixed-size
                 // moves, the rest cut off.
                 let start = s.len();
-                s.resize(start + self.regs.keys.len() * 34, 0);
-                let out = &mut s[start..];
-                let mut at = 0;
-                for (k, &v) in self.regs.keys.iter().zip(self.regs.values) {
-                    if k.len == 0 {
-                        continue;
-                    }
-                    out[at..at + 16].copy_from_slice(&k.bytes);
-                    at += usize::from(k.len);
-                    let num: &mut [u8; 18] = (&mut out[at..at + 18]).try_into().unwrap();
-                    at += hex_fixed(num, v);
-                }
+                s.resize(start + self.regs.keys.len() * hex::MAX_PER_KEY, 0);
+                let at = hex::put_regs(&mut s[start..], self.regs.keys, self.regs.values);
                 s.truncate(start + at);
             }
             At::Pc => {
@@ -462,6 +394,7 @@ impl Hit<'_> {
 
 #[cfg(test)]
 mod tests {
+    use super::hex::keys;
     use super::*;
 
     fn hit(at: At) -> Hit<'static> {
@@ -506,9 +439,6 @@ mod tests {
             let mut s = Vec::new();
             push_dec(&mut s, v);
             assert_eq!(s, format!("{v}").as_bytes());
-            let mut out = [0u8; 18];
-            let n = hex_fixed(&mut out, v);
-            assert_eq!(&out[..n], format!("{v:#x}").as_bytes());
         }
     }
 

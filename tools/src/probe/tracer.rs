@@ -22,8 +22,9 @@ use std::sync::{Arc, Mutex};
 
 use cannoli::{Cannoli, ClientInfo};
 
+use super::hex::{self, Key};
 use super::isa;
-use super::out::{self, At, Hit, Key, Regs};
+use super::out::{self, At, Hit, Regs};
 use super::plan::{Plan, Site};
 use super::shadow::Shadow;
 use super::{Mode, RunState};
@@ -88,7 +89,7 @@ const DEFER_LIMIT: usize = 1 << 20;
 /// A thread's register layout, by the plan's needs.
 pub struct ThreadRegs {
     names: Vec<String>,
-    /// The names as a pc probe's line writes them ([`out::keys`]).
+    /// The names as a pc probe's line writes them ([`hex::keys`]).
     keys: Vec<Key>,
     mask: u64,
     args: Vec<Option<usize>>,
@@ -200,7 +201,7 @@ impl Cannoli for Probe {
             json_keys: out::json_keys(&names),
             pid: ci.pid,
             tid: ci.tid,
-            keys: out::keys(&names),
+            keys: hex::keys(&names),
             names,
         });
         let p = Probe {
