@@ -59,7 +59,8 @@ pub mod tag {
     pub const BLOCK: u8 = 0x26;
     /// Some guest registers at an instruction, packed at their guest size
     /// (see [`crate::some_regs_words`]): what a Register or Branch hook
-    /// reports where the hook library narrowed the registers.
+    /// reports where the hook library narrowed the registers, or where
+    /// they are 4 bytes each.
     pub const SOME_REGS: u8 = 0x27;
 }
 

@@ -75,7 +75,8 @@
 //! Registers come in either form. The jitter writes `0x27` where the hook
 //! library asked for fewer registers than the guest has (`cannoli heap`
 //! at branches wants the stack pointer, the link register and the return
-//! value, not 32 registers), `0x20` where it asked for all of them. A
+//! value, not 32 registers), and for all of them where they are 4 bytes
+//! (half the words of `0x20`); `0x20` for all of a 64-bit guest's. A
 //! reader gives a tool the same slice of one word per register for both,
 //! the registers the mask leaves out reading as zero. `mask` names none past
 //! [`Hello::regs`]`.count`, and a guest with more than [`MAX_SOME_REGS`]

@@ -223,16 +223,17 @@ pub(super) fn some_regs_len(mask: u64, lay: &Shape<'_>) -> Option<usize> {
 #[inline(always)]
 fn spread_regs(mask: u64, packed: &[u64], half: bool, out: &mut [u8]) {
     if half && is_every_reg(mask, out) {
-        // Every register of a 32-bit guest (a probe's event): a widening
-        // copy, with no walk over the mask's bits.
-        // A word of two registers at a time: no index to check per
-        // register, and the compiler may widen several words at once.
+        // Every register of a 32-bit guest (a probe's event): widened a
+        // word of two at a time, with no walk over the mask's bits and no
+        // index to check per register.
         let (pairs, odd) = out.split_at_mut(out.len() / 16 * 16);
         for (o, &w) in pairs.chunks_exact_mut(16).zip(packed) {
             o[..8].copy_from_slice(&(w as u32 as u64).to_le_bytes());
             o[8..].copy_from_slice(&(w >> 32).to_le_bytes());
         }
-        if let (false, Some(&w)) = (odd.is_empty(), packed.get(pairs.len() / 16)) {
+        if !odd.is_empty() {
+            // The caller checked that `packed` holds every register.
+            let w = packed[pairs.len() / 16];
             odd.copy_from_slice(&(w as u32 as u64).to_le_bytes());
         }
         return;
