@@ -36,12 +36,14 @@ static HAS_PREFETCHW: LazyLock<bool> = LazyLock::new(|| {
 });
 
 /// Asks for the three cache lines [`AHEAD`] bytes past `cursor` for
-/// writing, where the CPU can.
+/// writing, where the CPU can and they lie before `end` (the window's end:
+/// past it lies a chunk a worker may be reading, whose lines this core
+/// must not take from it).
 #[inline(always)]
-pub fn ring_lines_ahead(cursor: u64) {
+pub fn ring_lines_ahead(cursor: u64, end: u64) {
     #[cfg(target_arch = "x86_64")]
-    if *HAS_PREFETCHW {
-        let p = cursor.wrapping_add(AHEAD);
+    if *HAS_PREFETCHW && cursor.checked_add(AHEAD + 192).is_some_and(|e| e <= end) {
+        let p = cursor + AHEAD;
         // SAFETY: a prefetch is a hint: it reads and writes nothing the
         // program sees and faults on no address, mapped or not; the CPU has
         // the instruction (checked above).
@@ -56,16 +58,18 @@ pub fn ring_lines_ahead(cursor: u64) {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = cursor;
+    let _ = (cursor, end);
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
     fn prefetching_anywhere_is_harmless() {
-        // Unmapped, null and wrapping addresses: a hint, never a fault.
-        for p in [0, 8, u64::MAX - 64, 0x7fff_ffff_f000] {
-            super::ring_lines_ahead(p);
+        // Unmapped and null addresses: a hint, never a fault; none past
+        // the end, or where the sum would wrap.
+        for p in [0, 8, 0x7fff_ffff_f000, u64::MAX - 64] {
+            super::ring_lines_ahead(p, u64::MAX);
+            super::ring_lines_ahead(p, p);
         }
     }
 }

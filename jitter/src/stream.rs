@@ -595,7 +595,7 @@ pub fn append_in_window<const H: usize>(
     }
     debug_assert_eq!(written, n, "fewer words than the event's length");
     c.cursor += len;
-    crate::prefetch::ring_lines_ahead(c.cursor);
+    crate::prefetch::ring_lines_ahead(c.cursor, c.end);
     true
 }
 
