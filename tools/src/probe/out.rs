@@ -98,7 +98,7 @@ fn push_dec(s: &mut Vec<u8>, v: u64) {
 pub struct Regs<'a> {
     pub names: &'a [String],
     pub values: &'a [u64],
-    /// [`keys`] of `names`, for the text line's fast path; empty: none.
+    /// [`hex::keys`] of `names`, for the text line's fast path; empty: none.
     pub keys: &'a [Key],
 }
 
