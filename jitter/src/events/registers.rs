@@ -98,22 +98,18 @@ pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32, every: bool) {
         // a straight copy, half the bytes of a `REGS` event.
         let words = n.div_ceil(2);
         let head = [frame(tag::SOME_REGS, kind, (3 + words) as u32), pc, mask];
-        if n.is_multiple_of(2) {
-            // SAFETY: word `w < n / 2` is registers 2w and 2w + 1, inside
-            // the CPUArchState (above), read unaligned.
-            let word = |w: usize| unsafe { (regs.add(8 * w) as *const u64).read_unaligned() };
-            write(c, &head, words, || (0..words).map(word));
-        } else {
-            let pair = |w: usize| {
-                reg(2 * w)
-                    | if 2 * w + 1 < n {
-                        reg(2 * w + 1) << 32
-                    } else {
-                        0
-                    }
-            };
-            write(c, &head, words, || (0..words).map(pair));
-        }
+        // SAFETY: word `w` holds registers 2w and 2w + 1, or 2w alone for
+        // the last word of an odd count, inside the CPUArchState (above),
+        // read unaligned.
+        let word = |w: usize| unsafe {
+            let at = regs.add(8 * w);
+            if 2 * w + 1 < n {
+                (at as *const u64).read_unaligned()
+            } else {
+                (at as *const u32).read_unaligned() as u64
+            }
+        };
+        write(c, &head, words, || (0..words).map(word));
         return;
     }
     let words = wire::some_regs_words(mask, if wide { 8 } else { 4 });

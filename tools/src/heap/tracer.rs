@@ -394,12 +394,13 @@ impl Thread {
             }
         }
         if let Some(r) = regs {
-            // The frames the stack pointer rose above are gone: memcheck makes them inaccessible,
-            // so no pointer left in them is a root until stored there again. It makes the red zone
-            // below the stack pointer (the bytes an ABI lets a leaf use unmoved) undefined at each
-            // call and return too (VEX's AbiHint), so what lies below the new stack pointer goes
-            // with it. A jump of more than memcheck's largest frame (`--max-stackframe`, 2000000)
-            // is a switch of stacks, not a return.
+            // The frames the stack pointer rose above are gone: memcheck makes
+            // them inaccessible, so no pointer left in them is a root until
+            // stored there again. It makes the red zone below the stack pointer
+            // (the bytes an ABI lets a leaf use unmoved) undefined at each call
+            // and return too (VEX's AbiHint), so what lies below the new stack
+            // pointer goes with it. A jump of more than memcheck's largest frame
+            // (`--max-stackframe`, 2000000) is a switch of stacks, not a return.
             if self.sp_last != 0 && r.sp > self.sp_last && r.sp - self.sp_last <= 2_000_000 {
                 let rz = self.layout.red_zone;
                 st.shadow.kill(self.sp_last.saturating_sub(rz), r.sp);
@@ -407,14 +408,15 @@ impl Thread {
             self.sp_lo = self.sp_lo.min(r.sp);
             self.sp_last = r.sp;
         }
-        // By reference: the rules are some ten words, an instruction event every few instructions.
+        // By reference: the rules are some ten words, an instruction event every
+        // few instructions.
         if let Some(rules) = &self.rules {
             let res = st.resolver();
             self.bt.insn(rules, &res, pc, branch, regs, &mut |_, _| {});
         }
-        // The outermost allocation function's frame is gone without a return instruction of its
-        // own: it ended in a tail call to a function outside the plan (calloc's `jmp memset`
-        // through the PLT).
+        // The outermost allocation function's frame is gone without a return
+        // instruction of its own: it ended in a tail call to a function outside
+        // the plan (calloc's `jmp memset` through the PLT).
         if self.rules.is_some()
             && self
                 .calls
@@ -440,8 +442,8 @@ impl Thread {
             store,
         } = a;
         let be = st.big_endian;
-        // The allocator's own accesses tag what they touch: not where the program keeps pointers
-        // (see `leaks`).
+        // The allocator's own accesses tag what they touch: not where the
+        // program keeps pointers (see `leaks`).
         let mine = !self.calls.is_empty();
         let sh = &mut st.shadow;
         // Called directly (not through a function pointer), to inline.
@@ -465,8 +467,9 @@ impl Thread {
                 self.bt.write(rules, pc, addr, val, size);
             }
         }
-        // A piece of a split vector load after the first is checked as the vector so far (the first
-        // was checked by itself: a partial load of an aligned word is as fine as the vector's).
+        // A piece of a split vector load after the first is checked as the
+        // vector so far (the first was checked by itself: a partial load of an
+        // aligned word is as fine as the vector's).
         let (at, len) = match half_load {
             Some((p, next, start)) if !store && size == 8 && p == pc && next == addr => {
                 self.half_load = Some((p, next.wrapping_add(8), start));

@@ -109,7 +109,7 @@ const HEX_PAIRS: [[u8; 2]; 256] = {
 /// Writes `0x` and `v` in lower-case hex over all of `out` (what follows
 /// the digits is left over, to be overwritten or cut off); returns how
 /// many bytes the number took.
-pub fn hex_by_pairs(out: &mut [u8; 18], v: u64) -> usize {
+fn hex_by_pairs(out: &mut [u8; 18], v: u64) -> usize {
     let (digits, top) = lead(v);
     out[0] = b'0';
     out[1] = b'x';
