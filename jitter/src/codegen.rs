@@ -506,7 +506,7 @@ fn lift_once(a: &mut Asm, pc: u64, own_run: bool) {
         advance(a, len);
         return;
     }
-    if !a.here().is_multiple_of(2) {
+    if a.here() % 2 != 0 {
         a.nop1();
     }
     let gate = a.here();
