@@ -31,8 +31,8 @@
 //! order-sensitive, and the same function as the TB-level plugin peer's
 //! (`bench/plugins/tbpeer.c`), so the two checksums are equal. A block's
 //! run of instructions comes as one [`Cannoli::exec_run`] call, folded in
-//! registers; single instructions (the rare events between) come to
-//! `exec`.
+//! registers in four independent chains (the peer folds its blocks the same
+//! way); single instructions (the rare events between) come to `exec`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -42,6 +42,9 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Instant;
+
+/// How many chains [`Fold::push_all`] folds a run in.
+const LANES: usize = 4;
 
 /// The pc checksum of a run of exec events: `s1` sums the pcs, `s2` the
 /// running sums (so each pc counts as many times as there are pcs from it
@@ -64,16 +67,45 @@ impl Fold {
         self.n += 1;
     }
 
-    /// Folds a run of pcs with the state in registers.
+    /// Folds a run of pcs with the state in registers: the same function
+    /// as [`Fold::push`] pc by pc, computed in [`LANES`] independent chains.
+    /// Pc by pc, each pc waits for the one before it (two dependent adds, so
+    /// one pc a cycle at best, which bounded a many-core nop loop); here lane
+    /// `j` folds pcs `j`, `j + LANES`, ..., and the lanes are joined after.
+    /// Every pc is still read and added, in the same order-sensitive sums.
     #[inline(always)]
     fn push_all(&mut self, pcs: &[u64]) {
+        let quads = pcs.chunks_exact(LANES);
+        let tail = quads.remainder();
+        if pcs.len() >= LANES {
+            *self = self.then(Fold::of_lanes(quads));
+        }
         let (mut s1, mut s2) = (self.s1, self.s2);
-        for &pc in pcs {
+        for &pc in tail {
             s1 = s1.wrapping_add(pc);
             s2 = s2.wrapping_add(s1);
         }
         (self.s1, self.s2) = (s1, s2);
-        self.n += pcs.len() as u64;
+        self.n += tail.len() as u64;
+    }
+
+    /// The fold, from zero, of `m` groups of [`LANES`] pcs. Lane `j` sums
+    /// its pcs (`v1`) and their running sums (`v2`), so pc `LANES*k + j`
+    /// counts `m - k` times in `v2[j]`. In the fold of the whole run it
+    /// counts once per pc from it to the end, `LANES*(m - k) - j` times:
+    /// hence `s2 = LANES * sum(v2) - sum(j * v1[j])`, all mod 2^64.
+    #[inline(always)]
+    fn of_lanes(quads: std::slice::ChunksExact<'_, u64>) -> Fold {
+        let n = (quads.len() * LANES) as u64;
+        let (v1, v2) = lanes(quads);
+        let mut f = Fold { s1: 0, s2: 0, n };
+        for j in 0..LANES {
+            f.s1 = f.s1.wrapping_add(v1[j]);
+            f.s2 =
+                f.s2.wrapping_add(v2[j].wrapping_mul(LANES as u64))
+                    .wrapping_sub(v1[j].wrapping_mul(j as u64));
+        }
+        f
     }
 
     /// The fold of `self`'s pcs followed by `next`'s: each of `next`'s
@@ -93,6 +125,51 @@ impl Fold {
     fn checksum(self) -> u64 {
         self.s2 ^ self.s1.rotate_left(32)
     }
+}
+
+/// Lane `j`'s sum of pcs `j`, `j + LANES`, ... of `quads`, and the sum of
+/// its running sums: two pairs of SSE2 registers (part of every x86-64), so
+/// a group of four pcs is two loads and four 64-bit vector adds.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn lanes(quads: std::slice::ChunksExact<'_, u64>) -> ([u64; LANES], [u64; LANES]) {
+    use std::arch::x86_64::{__m128i, _mm_add_epi64, _mm_loadu_si128, _mm_setzero_si128};
+    const _: () = assert!(LANES == 4);
+    // SAFETY: SSE2 is in x86-64's baseline; this only makes a zero.
+    let zero = unsafe { _mm_setzero_si128() };
+    let (mut lo1, mut hi1, mut lo2, mut hi2) = (zero, zero, zero, zero);
+    for q in quads {
+        // SAFETY: `q` is four u64s (a chunks_exact of LANES), so both
+        // 16-byte loads read inside it; `loadu` needs no alignment. SSE2 is
+        // in x86-64's baseline.
+        unsafe {
+            let p = q.as_ptr().cast::<__m128i>();
+            lo1 = _mm_add_epi64(lo1, _mm_loadu_si128(p));
+            hi1 = _mm_add_epi64(hi1, _mm_loadu_si128(p.add(1)));
+            lo2 = _mm_add_epi64(lo2, lo1);
+            hi2 = _mm_add_epi64(hi2, hi1);
+        }
+    }
+    // SAFETY: `__m128i` and `[u64; 2]` are 16 plain bytes alike.
+    let words = |v: __m128i| unsafe { std::mem::transmute::<__m128i, [u64; 2]>(v) };
+    let ([a, b], [c, d]) = (words(lo1), words(hi1));
+    let ([e, f], [g, h]) = (words(lo2), words(hi2));
+    ([a, b, c, d], [e, f, g, h])
+}
+
+/// [`lanes`] without SSE2: four scalar chains.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn lanes(quads: std::slice::ChunksExact<'_, u64>) -> ([u64; LANES], [u64; LANES]) {
+    let mut v1 = [0u64; LANES];
+    let mut v2 = [0u64; LANES];
+    for q in quads {
+        for j in 0..LANES {
+            v1[j] = v1[j].wrapping_add(q[j]);
+            v2[j] = v2[j].wrapping_add(v1[j]);
+        }
+    }
+    (v1, v2)
 }
 
 /// The chunk's fold: the last value of `trace` (pushed by the chunk's first
@@ -391,6 +468,19 @@ mod tests {
                 (whole.checksum(), whole.n),
                 "{a} {b}"
             );
+        }
+        for len in 0..=40 {
+            for start in [0, 1, 3, 150] {
+                let run = &pcs[start..start + len];
+                let mut lanes = fold(&pcs[..start]);
+                lanes.push_all(run);
+                let one_by_one = fold(&pcs[..start + len]);
+                assert_eq!(
+                    (lanes.s1, lanes.s2, lanes.n),
+                    (one_by_one.s1, one_by_one.s2, one_by_one.n),
+                    "{start} {len}"
+                );
+            }
         }
         let mut swapped = pcs.clone();
         swapped.swap(10, 11);
