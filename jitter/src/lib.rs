@@ -92,6 +92,14 @@ pub fn register_mask(names: &[&str]) -> Option<u64> {
     })
 }
 
+/// [`narrow_registers`] to the registers named `names`, the way a hook
+/// library told them by its client does it; false, with every register
+/// kept, where [`register_mask`] gives no mask (before QEMU's init, or a
+/// name this guest lacks).
+pub fn narrow_registers_named(names: &[&str]) -> bool {
+    register_mask(names).map(narrow_registers).is_some()
+}
+
 /// Called from `hook_inst`: the instruction it is asked about reports every
 /// register, whatever [`narrow_registers`] said (a probed function's entry,
 /// whose arguments a tool reads, or a return whose delay slot it

@@ -29,9 +29,7 @@ fn narrow_once() {
             return;
         };
         let names: Vec<&str> = v.split(',').filter(|n| !n.is_empty()).collect();
-        if let Some(mask) = jitter::register_mask(&names) {
-            jitter::narrow_registers(mask);
-        }
+        jitter::narrow_registers_named(&names);
     });
 }
 

@@ -36,9 +36,7 @@ fn plan() -> MutexGuard<'static, Plan> {
         if let Some(names) = &plan.regs {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             // A name this guest lacks keeps every register.
-            if let Some(m) = jitter::register_mask(&names) {
-                jitter::narrow_registers(m);
-            }
+            jitter::narrow_registers_named(&names);
         }
         Mutex::new(plan)
     });
