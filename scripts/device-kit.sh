@@ -7,7 +7,8 @@
 # and pcre2, the mipsel guests and the mipsel C library archive (heap's
 # search by code). It goes to devkit/ (git-ignored, about 36 MB); carry
 # that folder to the machine and run `bash scripts/device-run.sh [BENCH
-# ARGS]` there from the checkout. Build first: bash scripts/build-qemu.sh.
+# ARGS]` (or `bash scripts/device-goals.sh`) there from the checkout.
+# Build first: bash scripts/build-qemu.sh.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -17,6 +18,9 @@ cd "$root"
 : "${CANNOLI_QEMU_PLAIN:?target/qemu.env names no plain QEMU: bash scripts/build-qemu.sh}"
 cargo build --release --quiet -p bench -p benchmark -p bench-hooks -p cannoli-cli -p heap -p probe
 bash scripts/build-guests.sh --quiet mipsel
+# The TB peer is built by the bench (when its source is newer): one tiny
+# row of it, so that the kit never carries a peer older than tbpeer.c.
+target/release/bench --quick --workload nop-loop --config plugin-tb >/dev/null
 k=devkit
 rm -rf "$k"
 mkdir -p "$k"/build/tests/tcg/plugins "$k"/plain "$k"/include "$k"/release "$k"/guests "$k"/lib "$k"/cross

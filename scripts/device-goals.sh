@@ -1,0 +1,42 @@
+#!/bin/bash
+# SPDX-License-Identifier: GPL-2.0-or-later
+# The many-core goals of the open performance issues, measured in one
+# call on a machine reached with the `device` tool (a few minutes on 16
+# cores): the bench's rows for the worker crew (plain, the TB peer with
+# and without libmem, PC and PC+mem at 1, 2, 4, 8 and CPUs-1 workers), its
+# `probe` row, and `cannoli heap` of the bench's busybox sha256sum beside
+# plain QEMU, three rounds each. Here, first: bash scripts/device-kit.sh;
+# then carry devkit and run `bash scripts/device-goals.sh` there. Every
+# result goes to $OUT (machine.txt, bench.md, bench.err, heap.txt).
+set -u
+here=$(pwd)
+out=${OUT:-$here}
+mkdir -p "$out"
+t0=$(date +%s)
+cpus=$(nproc)
+workers="1 2 4 8"
+[ "$cpus" -gt 2 ] && workers="$workers $((cpus - 1))"
+configs=plain,plugin-tb,plugin-tb-mem,probe
+for w in $(printf '%s\n' $workers | sort -nu); do
+  [ "$w" -lt "$cpus" ] || [ "$w" -le 2 ] || continue
+  configs="$configs,cannoli-pc-${w}w,cannoli-pcmem-${w}w"
+done
+# The kit goes in place and the bench runs (device-run.sh).
+timeout 420 bash scripts/device-run.sh --runs "${RUNS:-3}" \
+  --workload nop-loop,busybox-sha256,sortcrc --config "$configs"
+echo "bench: rc $?, $(($(date +%s) - t0)) s"
+# shellcheck disable=SC1091
+. target/qemu.env
+in=target/bench/random-20MB.bin
+bb=target/guests/mipsel/busybox
+TIMEFORMAT='%R s wall, %U s user, %S s system'
+{
+  echo "cannoli heap of busybox sha256sum 20 MB, $cpus CPUs, default workers; plain QEMU beside it"
+  for r in 1 2 3; do
+    echo -n "round $r plain: "
+    { time "$CANNOLI_QEMU_PLAIN"/qemu-mipsel "$bb" sha256sum "$in" >/dev/null; } 2>&1
+    echo -n "round $r heap: "
+    { time timeout 90 target/release/cannoli heap -o /dev/null "$bb" sha256sum "$in" >/dev/null 2>&1; } 2>&1
+  done
+} 2>&1 | tee "$out"/heap.txt
+echo "device-goals: $(($(date +%s) - t0)) s in all"
