@@ -79,10 +79,14 @@ fn put_regs_with(
         if k.len == 0 {
             continue;
         }
-        out[at..at + 16].copy_from_slice(&k.bytes);
-        at += usize::from(k.len);
-        let num: &mut [u8; 18] = (&mut out[at..at + 18]).try_into().unwrap();
-        at += hex(num, v);
+        // One bounds check a register: the key and the number both lie in
+        // this slot (a key is at most 16 bytes, which `min` tells the
+        // compiler).
+        let slot: &mut [u8; MAX_PER_KEY] = (&mut out[at..at + MAX_PER_KEY]).try_into().unwrap();
+        let key = usize::from(k.len).min(16);
+        slot[..16].copy_from_slice(&k.bytes);
+        let num: &mut [u8; 18] = (&mut slot[key..key + 18]).try_into().unwrap();
+        at += key + hex(num, v);
     }
     at
 }

@@ -40,8 +40,16 @@ pub enum Item {
     Count(u64),
     /// Hits of pc probes formatted by a worker (`ThreadRegs::lines`):
     /// their `text`, how many lines (`hits`) and hooked instructions
-    /// (`pcs`) that is.
-    Lines { text: Vec<u8>, hits: u64, pcs: u64 },
+    /// (`pcs`) that is; `values`: the worker's room for a hit's registers,
+    /// reused hit after hit, of no use in the serial phase (a stack array
+    /// for the most registers of any guest cost a kilobyte's memset and
+    /// copy a hit).
+    Lines {
+        text: Vec<u8>,
+        hits: u64,
+        pcs: u64,
+        values: Vec<u64>,
+    },
     /// A hooked pc whose one site is a pc probe, where the line needs the
     /// thread's serial state (`ThreadRegs::split`): the worker wrote all
     /// of it after that ([`out::Hit::pc_tail`]).
@@ -229,23 +237,22 @@ impl Cannoli for Probe {
 
     fn regs(pid: &Pid, l: &Arc<ThreadRegs>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
         let plan = &pid.plan;
+        let sites = plan.sites.get(&pc);
         // A library's pcs are known once it is mapped (serial phase).
-        if !plan.sites.contains_key(&pc) && plan.modules.is_empty() {
+        if sites.is_none() && plan.modules.is_empty() {
             // A recording with registers everywhere: not ours.
             count(trace, 1);
             return;
         }
         let n = (regs.len() / 8).min(l.names.len());
-        if n <= MAX_REGS {
-            if let Some(sites) = plan.sites.get(&pc) {
-                if l.lines && sites.iter().all(|s| matches!(s, Site::Pc(_))) {
-                    lines(plan, l, pc, sites, regs, n, trace);
-                    return;
-                }
-                if let (Some(split), [Site::Pc(p)]) = (l.split, &sites[..]) {
-                    tail(plan, l, split, pc, *p, regs, n, trace);
-                    return;
-                }
+        if let Some(sites) = sites {
+            if l.lines && sites.iter().all(|s| matches!(s, Site::Pc(_))) {
+                lines(plan, l, pc, sites, regs, n, trace);
+                return;
+            }
+            if let (Some(split), [Site::Pc(p)]) = (l.split, &sites[..]) {
+                tail(plan, l, split, pc, *p, regs, n, trace);
+                return;
             }
         }
         let v: Box<[u64]> = (0..n)
@@ -346,10 +353,6 @@ pub fn bias_after(m: &super::plan::Module, known: Option<u64>, base: u64) -> u64
     }
 }
 
-/// The most registers a worker formats from the stack (more than any
-/// guest has).
-const MAX_REGS: usize = 128;
-
 /// A worker writes the lines of a hooked pc whose every site is a pc probe
 /// ([`ThreadRegs::lines`]), after the hits before it in this chunk.
 fn lines(
@@ -361,22 +364,29 @@ fn lines(
     n: usize,
     trace: &mut Vec<Item>,
 ) {
-    let v = l.masked(regs, n);
     if !matches!(trace.last(), Some(Item::Lines { .. })) {
         trace.push(Item::Lines {
             // About a hundred lines of 32 registers.
             text: Vec::with_capacity(1 << 15),
             hits: 0,
             pcs: 0,
+            values: Vec::with_capacity(n),
         });
     }
-    let Some(Item::Lines { text, hits, pcs }) = trace.last_mut() else {
+    let Some(Item::Lines {
+        text,
+        hits,
+        pcs,
+        values,
+    }) = trace.last_mut()
+    else {
         unreachable!("pushed above");
     };
+    l.masked(regs, n, values);
     *pcs += 1;
     for s in sites {
         if let Site::Pc(p) = *s {
-            l.pc_hit(plan, p, pc, &v[..n]).text(text);
+            l.pc_hit(plan, p, pc, values).text(text);
             *hits += 1;
         }
     }
@@ -395,22 +405,24 @@ fn tail(
     n: usize,
     trace: &mut Vec<Item>,
 ) {
-    let v = l.masked(regs, n);
+    let mut v = Vec::with_capacity(n);
+    l.masked(regs, n, &mut v);
     let mut text = Vec::with_capacity(64 * n);
-    l.pc_hit(plan, p, pc, &v[..n])
+    l.pc_hit(plan, p, pc, &v)
         .pc_tail(split, &l.json_keys, &mut text);
     trace.push(Item::Tail(text.into()));
 }
 
 impl ThreadRegs {
     /// The first `n` registers of a `Register` event, each masked to the
-    /// guest's word.
-    fn masked(&self, regs: &[u8], n: usize) -> [u64; MAX_REGS] {
-        let mut v = [0u64; MAX_REGS];
-        for (i, r) in v[..n].iter_mut().enumerate() {
-            *r = u64::from_le_bytes(regs[i * 8..i * 8 + 8].try_into().unwrap()) & self.mask;
-        }
-        v
+    /// guest's word, in `values` (what it held before is gone).
+    fn masked(&self, regs: &[u8], n: usize, values: &mut Vec<u64>) {
+        values.clear();
+        values.extend(
+            regs.chunks_exact(8)
+                .take(n)
+                .map(|w| u64::from_le_bytes(w.try_into().unwrap()) & self.mask),
+        );
     }
 
     /// The hit of pc probe `p` at `pc` with these registers, as a worker
@@ -450,7 +462,9 @@ impl Probe {
         match item {
             Item::Map { module, base } => self.place(pid, *module, *base),
             Item::Count(n) => self.insns += n,
-            Item::Lines { text, hits, pcs } => {
+            Item::Lines {
+                text, hits, pcs, ..
+            } => {
                 // As [`Self::hit`] at a pc with no conditional return's
                 // fall-through: a pending return was taken, before these.
                 if let Some(p) = self.pending.take() {
