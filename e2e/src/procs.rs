@@ -149,17 +149,31 @@ pub fn run_plugin_retrying(
 
 /// Whether QEMU's stderr shows the plugin race: a wild access caught by
 /// QEMU's own handler, glibc aborting on the heap it corrupts (freeing
-/// the stale pointer), or the guest dying of a SIGSEGV after the stale
-/// write landed in QEMU's state for it (seen once in CI, 2026-11-24, on
+/// the stale pointer, or finding a chunk too small in `malloc`: "Fatal
+/// glibc error: malloc assertion failure in _int_malloc", seen in a
+/// fresh-clone CI run with two CPU hogs, 2026-11-28, on x86_64
+/// `threads`), or the guest dying of a SIGSEGV after the stale write
+/// landed in QEMU's state for it (seen once in CI, 2026-11-24, on
 /// mips64el `threads`, whose bare run had just succeeded: the only caller
 /// runs the program without the plugin first and asserts that).
 fn plugin_race_crash(stderr: &str) -> bool {
     stderr.contains("QEMU internal SIGSEGV")
         || stderr.contains("uncaught target signal 11 (Segmentation fault)")
-        || ["invalid pointer", "corrupted", "double free"]
-            .iter()
-            .any(|m| stderr.contains(m))
+        || GLIBC_HEAP_ABORTS.iter().any(|m| stderr.contains(m))
 }
+
+/// What glibc prints when it aborts on a corrupted heap (its malloc
+/// checks' messages).
+const GLIBC_HEAP_ABORTS: &[&str] = &[
+    "invalid pointer",
+    "corrupted",
+    "double free",
+    "malloc assertion failure",
+    "malloc(): ",
+    "malloc_consolidate(): ",
+    "free(): ",
+    "realloc(): ",
+];
 
 /// A change made to every command of a comparison (extra QEMU options,
 /// the environment): ground truth and traced runs must get the same.
@@ -390,6 +404,24 @@ pub fn elf_symbol(syms: &HashMap<String, u64>, path: &Path, name: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The crashes of QEMU's libexeclog race seen in CI, and not a guest's
+    /// own failure.
+    #[test]
+    fn plugin_race_crashes() {
+        for seen in [
+            "Fatal glibc error: malloc assertion failure in _int_malloc: (unsigned long) (size) >= (unsigned long) (nb)",
+            "free(): invalid pointer",
+            "malloc(): unaligned tcache chunk detected",
+            "double free or corruption (out)",
+            "QEMU internal SIGSEGV {code=MAPERR, addr=0x8}",
+            "qemu: uncaught target signal 11 (Segmentation fault) - core dumped",
+        ] {
+            assert!(plugin_race_crash(seen), "{seen}");
+        }
+        assert!(!plugin_race_crash("threads: bad argument\n"));
+        assert!(!plugin_race_crash(""));
+    }
 
     #[test]
     fn streams_file() {
