@@ -14,11 +14,14 @@ out=${OUT:-$here}
 mkdir -p "$out"
 t0=$(date +%s)
 cpus=$(nproc)
-workers="1 2 4 8"
-[ "$cpus" -gt 2 ] && workers="$workers $((cpus - 1))"
+[ -x devkit/release/bench ] || { echo "device-goals: no devkit/ here: run scripts/device-kit.sh and carry devkit" >&2; exit 2; }
+# The worker counts are the bench's own default for this machine (its
+# --help says which), named as rows since --config picks the rows.
+workers=$(devkit/release/bench --help 2>&1 |
+  sed -n 's/^On this machine --workers defaults to \([0-9,]*\)\.$/\1/p')
+[ -n "$workers" ] || { echo "device-goals: devkit/release/bench --help names no default workers" >&2; exit 2; }
 configs=plain,plugin-tb,plugin-tb-mem,probe
-for w in $(printf '%s\n' $workers | sort -nu); do
-  [ "$w" -lt "$cpus" ] || [ "$w" -le 2 ] || continue
+for w in ${workers//,/ }; do
   configs="$configs,cannoli-pc-${w}w,cannoli-pcmem-${w}w"
 done
 # The kit goes in place and the bench runs (device-run.sh).

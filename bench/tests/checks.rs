@@ -32,6 +32,7 @@ fn quick_rows_agree_with_qemus_plugins() {
     for row in [
         "plugin-insn",
         "plugin-tb",
+        "cannoli-pc-1w",
         "cannoli-pc-2w",
         "cannoli-pcmem-2w",
     ] {
