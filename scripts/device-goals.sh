@@ -3,11 +3,12 @@
 # The many-core goals of the open performance issues, measured in one
 # call on a machine reached with the `device` tool (a few minutes on 16
 # cores): the bench's rows for the worker crew (plain, the TB peer with
-# and without libmem, PC and PC+mem at 1, 2, 4, 8 and CPUs-1 workers), its
-# `probe` row, and `cannoli heap` of the bench's busybox sha256sum beside
-# plain QEMU, three rounds each. Here, first: bash scripts/device-kit.sh;
-# then carry devkit and run `bash scripts/device-goals.sh` there. Every
-# result goes to $OUT (machine.txt, bench.md, bench.err, heap.txt).
+# and without libmem, PC and PC+mem at 1, 2, 4, 8 and CPUs-1 workers)
+# with their chart, its `probe` row, and `cannoli heap` of the bench's
+# busybox sha256sum beside plain QEMU, three rounds each. Here, first:
+# bash scripts/device-kit.sh; then carry devkit and run `bash
+# scripts/device-goals.sh` there. Every result goes to $OUT (machine.txt,
+# bench.md, bench.err, workers.png, heap.txt).
 set -u
 here=$(pwd)
 out=${OUT:-$here}
@@ -26,7 +27,7 @@ for w in ${workers//,/ }; do
 done
 # The kit goes in place and the bench runs (device-run.sh).
 timeout 420 bash scripts/device-run.sh --runs "${RUNS:-3}" \
-  --workload nop-loop,busybox-sha256,sortcrc --config "$configs"
+  --workload nop-loop,busybox-sha256,sortcrc --config "$configs" --plot "$out"/workers.png
 echo "bench: rc $?, $(($(date +%s) - t0)) s"
 # shellcheck disable=SC1091
 . target/qemu.env
