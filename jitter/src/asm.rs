@@ -172,6 +172,14 @@ impl<'a> Asm<'a> {
         self.modrm_mem(src as u8, m);
     }
 
+    /// `prefetchw [m]`: a hint to fetch the line for writing (0F 0D /1).
+    /// Only for a CPU that has it (`crate::prefetch::has_prefetchw`).
+    pub fn prefetchw(&mut self, m: Mem) {
+        self.rex(false, 0, m.base);
+        self.bytes(&[0x0f, 0x0d]);
+        self.modrm_mem(1, m);
+    }
+
     /// `mov dst, qword [m]`.
     pub fn mov_r_m64(&mut self, dst: Reg, m: Mem) {
         self.rex(true, dst as u8, m.base);
@@ -426,6 +434,14 @@ mod tests {
             assert_eq!(
                 one(|a| a.mov_r_m64(r, mem(Rbp, -0x40))),
                 format!("mov -0x40(%rbp),%{name}")
+            );
+            assert_eq!(
+                one(|a| a.prefetchw(mem(r, 0x400))),
+                format!("prefetchw 0x400(%{name})")
+            );
+            assert_eq!(
+                one(|a| a.prefetchw(mem(r, 0))),
+                format!("prefetchw (%{name})")
             );
         }
     }

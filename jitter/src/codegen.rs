@@ -28,6 +28,12 @@
 //!
 //! Every event the JIT writes is checked against the window at once, so a
 //! chunk's [`HEADROOM`] only has to hold one event past the window's end.
+//!
+//! Where the CPU has `prefetchw`, a block's code asks for the ring line a
+//! kilobyte past the cursor at its first event and after every 64 bytes of
+//! events since ([`fetched`]): the ring's lines were last read by a worker
+//! on another core, and each line's first store would otherwise wait for
+//! it to come back (`prefetch`).
 
 use crate::asm::{jmp8_bytes, mem, Asm, Mem, Reg};
 use crate::stream::{self, Window, HEADROOM};
@@ -49,6 +55,8 @@ pub const INSN_LEN_SHIFT: u32 = 8;
 /// reports, [`WANT_EVERY_REG`] whether it reports every register.
 pub const WANT_HELPER: u32 = 1;
 const KIND_SHIFT: u32 = 8;
+/// A cache line: the event bytes between two `prefetchw`s of a block.
+const LINE: i32 = 64;
 /// `hook_insn` answer: the hook library asked for every register at this
 /// instruction ([`crate::every_register_here`]).
 pub const WANT_EVERY_REG: u32 = 1 << 16;
@@ -279,6 +287,8 @@ struct Lifter {
     /// The decision taken for the load being lifted, between its two
     /// splices: (pc, size, wanted).
     pending_load: Option<(u64, u8, bool)>,
+    /// Event bytes this block's code writes after its last `prefetchw`.
+    unfetched: i32,
 }
 
 impl Lifter {
@@ -291,6 +301,7 @@ impl Lifter {
             run: Run::Unhooked,
             index: 0,
             pending_load: None,
+            unfetched: 0,
         }
     }
 
@@ -325,6 +336,7 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
             l.flags.clear();
             l.started = false;
             l.pending_load = None;
+            l.unfetched = 0;
         }
         l.pcs.push(pc);
         l.hooks.push(hook);
@@ -379,6 +391,9 @@ pub fn lift_insn(a: &mut Asm, pc: u64) {
                 Run::Entry(id) => run_event(a, id),
                 Run::PerInsn => no_entry_run(a),
                 Run::Unhooked => {}
+            }
+            if l.run != Run::Unhooked {
+                fetched(a, l, 8, true);
             }
         }
         (l.hooks[l.index], l.run)
@@ -618,4 +633,21 @@ pub fn lift_mem(a: &mut Asm, x: &Access) {
         store_word(a, 8, x.pc);
     }
     advance(a, len);
+    with_lifter(|l| fetched(a, l, len, false));
+}
+
+/// The block's code wrote `bytes` more of events: ask for the ring line
+/// [`crate::prefetch::AHEAD`] past the cursor for writing at the block's
+/// first event (`now`) and after each line's worth of events since, so
+/// that the line a worker on another core read last is on its way before
+/// the events' stores reach it (see `prefetch`).
+fn fetched(a: &mut Asm, l: &mut Lifter, bytes: i32, now: bool) {
+    if !crate::prefetch::has_prefetchw() {
+        return;
+    }
+    l.unfetched += bytes;
+    if now || l.unfetched >= LINE {
+        a.prefetchw(mem(CURSOR, crate::prefetch::AHEAD as i32));
+        l.unfetched = 0;
+    }
 }
