@@ -257,6 +257,46 @@ fn recording_table_and_goals() {
 }
 
 #[test]
+fn never_is_no_checksum_reference() {
+    // Without the TB peer, the first row that traces pcs is the
+    // reference, not `never` (which folds nothing) before it.
+    let root = std::path::Path::new("/nonexistent");
+    let mut ws = crate::workload::all(root, true);
+    ws.truncate(1);
+    ws[0].expect_stdout = Some("x\n".into());
+    let cell = |name: &str, s: Sample| Cell {
+        workload: 0,
+        config: config::by_name(name).unwrap(),
+        samples: vec![s],
+        errors: vec![],
+    };
+    let mut cells = vec![
+        cell("plain", sample(1.0, None, None)),
+        cell("never", checked(sample(1.1, Some(0), None), 0)),
+        cell(
+            "cannoli-pc-2w",
+            checked(sample(2.0, Some(1000), None), 0xabc),
+        ),
+        cell(
+            "cannoli-pc-1w",
+            checked(sample(2.5, Some(1000), None), 0xabc),
+        ),
+    ];
+    let r = render(&["- host".into()], 1, &ws, &cells, &[]);
+    assert!(r.contains("All checks passed"), "{r}");
+    assert!(!r.contains("differs from never"), "{r}");
+    // A row that differs from the reference is still caught.
+    cells[3].samples[0].pc_checksum = Some(0xabd);
+    let r = render(&["- host".into()], 1, &ws, &cells, &[]);
+    assert!(
+        r.contains(
+            "pc checksum 0x0000000000000abd differs from cannoli-pc-2w's 0x0000000000000abc"
+        ),
+        "{r}"
+    );
+}
+
+#[test]
 fn rows_of_the_worker_list_and_of_the_filter() {
     let root = std::path::Path::new("/nonexistent");
     let ws = crate::workload::all(root, true);
