@@ -42,9 +42,9 @@ for hogs in 0 4 8 $((cpus - 1)) 0; do
   [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}"
   wait 2>/dev/null
 done | tee "$out"/hogs.txt
-last=$((cpus - 1))
 configs=plain
-for w in 4 8 $last; do
+# 4, 8 and CPUs-1 workers, each once (CPUs-1 may be 4 or 8).
+for w in $(printf '%s\n' 4 8 $((cpus - 1)) | sort -nu); do
   configs="$configs,cannoli-pc-${w}w,cannoli-pcmem-${w}w"
 done
 for round in 1 2; do
