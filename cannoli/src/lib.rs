@@ -92,7 +92,7 @@ pub use event::{Access, Block, Mapping, Prot, Protection, Signal, Syscall};
 pub use flow::{Flow, ToolError};
 pub use notes::Notes;
 pub use recording::{replay, replay_with, Recording, Replayed};
-pub use server::{original_fd_limit, raise_fd_limit, Server};
+pub use server::{original_fd_limit, raise_fd_limit, Server, Waker};
 pub use state::ToolState;
 pub use tool::Cannoli;
 

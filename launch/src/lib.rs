@@ -415,6 +415,9 @@ impl Launcher {
             None => format!("unix:{}", run_dir.path.join("c.sock").display()),
         };
         let server = Server::bind(&addr).map_err(Error::Listen)?;
+        // Once QEMU has exited, the server is told at once (not at its
+        // next poll of `exited`).
+        let waker = server.waker().map_err(Error::Server)?;
         cmd.env(cannoli::wire::ADDR_ENV, server.addr().to_string());
         cmd.env(cannoli::wire::TOKEN_ENV, server.token().to_hex());
         if std::env::var_os("CANNOLI_VERBOSE").is_some_and(|v| !v.is_empty() && v != "0") {
@@ -479,6 +482,7 @@ impl Launcher {
         let _ = tree::Orphans::new(&qemu).wait_all();
         drop(subreaper);
         exited.store(true, Ordering::Release);
+        waker.wake();
         let status = status.map_err(|e| Error::Io {
             what: "waiting for QEMU".into(),
             source: e,

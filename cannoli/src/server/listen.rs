@@ -3,7 +3,7 @@
 //! thread of its own.
 
 use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::net::TcpListener;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -34,7 +34,8 @@ use crate::{Cannoli, Error, Stats, ToolState};
 /// How long [`Server::run`] keeps listening after the last connection ended,
 /// for a forked child that has not connected yet.
 const DEFAULT_LINGER: Duration = Duration::from_millis(100);
-/// How often [`Server::run_until`] asks its condition while it is false.
+/// How often [`Server::run_until`] asks its condition while it is false
+/// (and nobody calls its [`Waker`]).
 const DONE_POLL: Duration = Duration::from_millis(10);
 
 /// A listening client. Create it with [`Server::bind`], then call
@@ -52,6 +53,25 @@ pub struct Server {
     state: ToolState,
     /// Where the run's lines go (see [`Server::with_notes`]).
     notes: Notes,
+    /// The accept loop's wake-up pair: a byte written to `wake_tx` (a
+    /// connection ended, or a [`Waker`]) ends its wait on `wake_rx`.
+    wake_rx: UnixStream,
+    wake_tx: UnixStream,
+}
+
+/// Wakes a server's accept loop from another thread, so that
+/// [`Server::run_until`] asks its `done` again at once rather than at its
+/// next poll: a launcher calls [`Waker::wake`] once QEMU has exited, and
+/// the run ends with it instead of up to 10 ms later.
+pub struct Waker(UnixStream);
+
+impl Waker {
+    /// Makes the accept loop look again now (its condition, its
+    /// connections, its backlog).
+    pub fn wake(&self) {
+        // Non-blocking: a full socket buffer already holds a wake-up.
+        let _ = (&self.0).write(&[1]);
+    }
 }
 
 enum Listener {
@@ -139,6 +159,16 @@ impl Server {
                 (Listener::Tcp(l), Addr::Tcp(local.to_string()))
             }
         };
+        let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| Error::Io {
+            what: "creating the wake-up socket pair",
+            source: e,
+        })?;
+        for s in [&wake_rx, &wake_tx] {
+            s.set_nonblocking(true).map_err(|e| Error::Io {
+                what: "setting up the wake-up socket pair",
+                source: e,
+            })?;
+        }
         Ok(Server {
             listener,
             addr,
@@ -149,6 +179,16 @@ impl Server {
             tee: None,
             state: ToolState::default(),
             notes: Notes::default(),
+            wake_rx,
+            wake_tx,
+        })
+    }
+
+    /// A [`Waker`] of this server's accept loop.
+    pub fn waker(&self) -> Result<Waker, Error> {
+        self.wake_tx.try_clone().map(Waker).map_err(|e| Error::Io {
+            what: "sharing the wake-up socket",
+            source: e,
         })
     }
 
@@ -239,7 +279,8 @@ impl Server {
     /// For a launcher: bind, start QEMU with this address, pass "QEMU has
     /// exited" as `done`. Once the traced process has exited, every
     /// connection it made is established (in the backlog at least), so none
-    /// is missed. `done` is asked every 10 ms while it is false.
+    /// is missed. `done` is asked every 10 ms while it is false, and at
+    /// once when a [`Waker`] of this server ([`Server::waker`]) is woken.
     pub fn run_until<T: Cannoli>(
         self,
         threads: usize,
@@ -286,16 +327,8 @@ impl Server {
             Some(w) => (Some(w), false),
             None => (self.tee.clone(), true),
         };
-        let (wake_rx, wake_tx) = UnixStream::pair().map_err(|e| Error::Io {
-            what: "creating the wake-up socket pair",
-            source: e,
-        })?;
-        for s in [&wake_rx, &wake_tx] {
-            s.set_nonblocking(true).map_err(|e| Error::Io {
-                what: "setting up the wake-up socket pair",
-                source: e,
-            })?;
-        }
+        let wake_rx = self.wake_rx;
+        let wake_tx = self.wake_tx;
         self.listener.set_nonblocking().map_err(|e| Error::Io {
             what: "making the listening socket non-blocking",
             source: e,

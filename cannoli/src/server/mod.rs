@@ -26,7 +26,7 @@ mod shared;
 mod workers;
 
 pub use fd_limit::{original_fd_limit, raise_fd_limit};
-pub use listen::Server;
+pub use listen::{Server, Waker};
 
 fn lock<X>(m: &Mutex<X>) -> MutexGuard<'_, X> {
     m.lock().unwrap_or_else(|p| p.into_inner())
