@@ -33,7 +33,7 @@
 #include <stdbool.h>
 
 /* Bump on any change to this file. QEMU refuses a jitter of another version. */
-#define CANNOLI_ABI_VERSION 7
+#define CANNOLI_ABI_VERSION 8
 
 /* Name of the CannoliOps symbol a jitter library exports. */
 #define CANNOLI_OPS_SYMBOL "cannoli_ops"
@@ -102,6 +102,12 @@ typedef struct CannoliGuestInfo {
  * (like a plugin callback that reads registers). Bits above this one are
  * the jitter's own and come back to it in `answer`. */
 #define CANNOLI_WANT_HELPER 1u
+/* Answer of hook_insn, instead of CANNOLI_WANT_HELPER: QEMU inserts a
+ * cannoli_sync op right after the insn's insn_start, which stores the
+ * guest registers TCG holds in host registers to env (as before a helper
+ * call) and then calls emit_site(CANNOLI_SITE_SYNCED): the jitter's code
+ * reads the registers from env itself, without a call. */
+#define CANNOLI_WANT_SYNCED 2u
 
 /* Where code is being spliced. */
 typedef enum CannoliSite {
@@ -114,6 +120,9 @@ typedef enum CannoliSite {
                                   * a way out of the block, possibly from
                                   * the middle of it (after the instruction
                                   * last given to lift_insn) */
+    CANNOLI_SITE_SYNCED = 6,    /* at an insn whose hook_insn answered
+                                 * CANNOLI_WANT_SYNCED, after its lift_insn:
+                                 * the guest registers are all in env */
 } CannoliSite;
 
 /* One guest memory access being lifted. */

@@ -180,6 +180,25 @@ impl<'a> Asm<'a> {
         self.modrm_mem(1, m);
     }
 
+    /// `push qword [m]`: with [`Asm::pop_m64`], a copy from memory to memory
+    /// that clobbers no register (the word sits at the top of the stack
+    /// in between, above the stack pointer, where a signal frame cannot
+    /// reach it).
+    pub fn push_m64(&mut self, m: Mem) {
+        self.rex(false, 0, m.base);
+        self.byte(0xff);
+        self.modrm_mem(6, m);
+    }
+
+    /// `pop qword [m]` (`m` not based on rsp: its address would be taken
+    /// after the pop).
+    pub fn pop_m64(&mut self, m: Mem) {
+        debug_assert!(m.base != Reg::Rsp, "pop to an rsp-based operand");
+        self.rex(false, 0, m.base);
+        self.byte(0x8f);
+        self.modrm_mem(0, m);
+    }
+
     /// `mov dst, qword [m]`.
     pub fn mov_r_m64(&mut self, dst: Reg, m: Mem) {
         self.rex(true, dst as u8, m.base);
@@ -443,6 +462,21 @@ mod tests {
                 one(|a| a.prefetchw(mem(r, 0))),
                 format!("prefetchw (%{name})")
             );
+            assert_eq!(
+                one(|a| a.push_m64(mem(r, 0x1f8))),
+                format!("pushq 0x1f8(%{name})")
+            );
+            assert_eq!(one(|a| a.push_m64(mem(r, 0))), format!("pushq (%{name})"));
+            if r != Rsp {
+                assert_eq!(
+                    one(|a| a.pop_m64(mem(r, 0x24))),
+                    format!("popq 0x24(%{name})")
+                );
+                assert_eq!(
+                    one(|a| a.pop_m64(mem(r, -0x100))),
+                    format!("popq -0x100(%{name})")
+                );
+            }
         }
     }
 

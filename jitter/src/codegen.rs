@@ -35,6 +35,8 @@
 //! on another core, and each line's first store would otherwise wait for
 //! it to come back (`prefetch`).
 
+mod regs;
+
 use crate::asm::{jmp8_bytes, mem, Asm, Mem, Reg};
 use crate::stream::{self, Window, HEADROOM};
 use crate::{user_hook_inst, user_hook_mem, HookType};
@@ -54,6 +56,9 @@ pub const INSN_LEN_SHIFT: u32 = 8;
 /// are the jitter's own: bits 8..15 the [`wire::RegsKind`] the helper
 /// reports, [`WANT_EVERY_REG`] whether it reports every register.
 pub const WANT_HELPER: u32 = 1;
+/// `hook_insn` answer: insert a `cannoli_sync` op, whose code
+/// ([`synced`]) writes the register event itself ([`regs`]).
+pub const WANT_SYNCED: u32 = 2;
 const KIND_SHIFT: u32 = 8;
 /// A cache line: the event bytes between two `prefetchw`s of a block.
 const LINE: i32 = 64;
@@ -289,6 +294,9 @@ struct Lifter {
     pending_load: Option<(u64, u8, bool)>,
     /// Event bytes this block's code writes after its last `prefetchw`.
     unfetched: i32,
+    /// The register events the block's code writes itself ([`regs`]),
+    /// by instruction: those whose `hook_insn` answered [`WANT_SYNCED`].
+    in_place: Vec<Option<regs::InPlace>>,
 }
 
 impl Lifter {
@@ -302,6 +310,7 @@ impl Lifter {
             index: 0,
             pending_load: None,
             unfetched: 0,
+            in_place: Vec::new(),
         }
     }
 
@@ -337,6 +346,7 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
             l.started = false;
             l.pending_load = None;
             l.unfetched = 0;
+            l.in_place.clear();
         }
         l.pcs.push(pc);
         l.hooks.push(hook);
@@ -348,6 +358,14 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
         HookType::Branch => wire::RegsKind::BranchNo,
         _ => return 0,
     };
+    let in_place = regs::in_place(kind as u32, every);
+    with_lifter(|l| {
+        l.in_place.resize(l.pcs.len() - 1, None);
+        l.in_place.push(in_place);
+    });
+    if in_place.is_some() {
+        return WANT_SYNCED;
+    }
     WANT_HELPER | (kind as u32) << KIND_SHIFT | if every { WANT_EVERY_REG } else { 0 }
 }
 
@@ -382,6 +400,7 @@ pub fn lift_insn(a: &mut Asm, pc: u64) {
                 l.flags = vec![INSN_FIRST | INSN_CAN_END_BLOCK];
                 l.index = 0;
                 l.started = false;
+                l.in_place.clear();
             }
         }
         if !l.started {
@@ -399,7 +418,8 @@ pub fn lift_insn(a: &mut Asm, pc: u64) {
         (l.hooks[l.index], l.run)
     });
     match hook {
-        // The inserted helper call writes the event from C.
+        // The inserted helper call writes the event from C, or the
+        // `cannoli_sync` op's code ([`synced`]).
         HookType::Never | HookType::Register | HookType::Branch => {}
         HookType::Always if run != Run::PerInsn => {}
         HookType::Always => {
@@ -407,6 +427,22 @@ pub fn lift_insn(a: &mut Asm, pc: u64) {
             advance(a, len);
         }
         HookType::Once => lift_once(a, pc, run == Run::Unhooked),
+    }
+}
+
+/// At a `cannoli_sync` op, after the `lift_insn` of the instruction that
+/// asked for it ([`WANT_SYNCED`]): the guest registers are in env, the
+/// register event is written from there.
+pub fn synced(a: &mut Asm) {
+    let todo = with_lifter(|l| {
+        if !l.started {
+            return None;
+        }
+        let p = l.in_place.get(l.index).copied().flatten()?;
+        Some((l.pcs[l.index], p))
+    });
+    if let Some((pc, p)) = todo {
+        regs::write(a, pc, &p);
     }
 }
 

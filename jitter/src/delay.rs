@@ -23,6 +23,39 @@ pub fn mips_has_delay_slot(w: u32) -> bool {
     }
 }
 
+/// Whether a MIPS branch `w` whose delay slot is `slot` leaves a call stack
+/// as it is: a conditional branch to a pc-relative target that writes no
+/// link register (`beq`/`bne` but the unconditional `b`, `blez`, `bgtz`,
+/// `bltz`, `bgez` but `bgez zero`, their "likely" forms, `bc1t`/`bc1f`
+/// and the like), whose delay slot does not name the stack pointer as a
+/// register it may write (`rt` or `rd` of 29). Compilers make tail calls
+/// with `j` or `jr`, and calls with a link: neither is one of these. Such a
+/// branch goes to another instruction of the same function with the same
+/// stack pointer, so a call-stack tool learns nothing from its registers.
+pub fn mips_local_branch(w: u32, slot: u32) -> bool {
+    let op = w >> 26;
+    let rs = (w >> 21) & 31;
+    let rt = (w >> 16) & 31;
+    let conditional = match op {
+        // BEQ, BEQL: but `beq zero, zero` is the unconditional `b`.
+        4 | 20 => rs != 0 || rt != 0,
+        // BNE, BLEZ, BGTZ and their likely forms.
+        5..=7 | 21..=23 => true,
+        // REGIMM: BLTZ, BGEZ, BLTZL, BGEZL (not `bgez zero`: `b`).
+        1 => match rt {
+            0 | 2 => true,
+            1 | 3 => rs != 0,
+            _ => false,
+        },
+        // COP1/COP2 condition branches.
+        17 | 18 => matches!(rs, 8..=10),
+        _ => false,
+    };
+    let slot_rt = (slot >> 16) & 31;
+    let slot_rd = (slot >> 11) & 31;
+    conditional && slot_rt != 29 && slot_rd != 29 && !mips_has_delay_slot(slot)
+}
+
 /// The `branch` flag the user's hook sees for the instruction at `pc`.
 /// `ends_block`: its TCG ops may end the translation block. `word(addr)`
 /// reads a guest instruction word (None if unreadable).
@@ -66,6 +99,40 @@ mod tests {
         assert!(!mips_has_delay_slot(0x0000000c)); // syscall
         assert!(!mips_has_delay_slot(0x00000000)); // nop
         assert!(!mips_has_delay_slot(0x8fbf001c)); // lw ra, 28(sp)
+    }
+
+    #[test]
+    fn local_branches() {
+        let nop = 0;
+        // Conditional, no link: local.
+        assert!(mips_local_branch(0x10400003, nop)); // beq v0, zero, +3
+        assert!(mips_local_branch(0x14a0fffe, nop)); // bne a1, zero, -2
+        assert!(mips_local_branch(0x1c400002, nop)); // bgtz v0, +2
+        assert!(mips_local_branch(0x18400002, nop)); // blez v0, +2
+        assert!(mips_local_branch(0x04400002, nop)); // bltz v0, +2
+        assert!(mips_local_branch(0x04410002, nop)); // bgez v0, +2
+        assert!(mips_local_branch(0x54a0fffe, nop)); // bnel a1, zero, -2
+        assert!(mips_local_branch(0x45010002, nop)); // bc1t +2
+        assert!(mips_local_branch(0x14a0fffe, 0x8fbf001c)); // slot: lw ra, 28(sp)
+
+        // Unconditional, linking or through a register: not.
+        assert!(!mips_local_branch(0x1000ffff, nop)); // b -1
+        assert!(!mips_local_branch(0x04010004, nop)); // bgez zero, +4 (b)
+        assert!(!mips_local_branch(0x04110004, nop)); // bal +4
+        assert!(!mips_local_branch(0x04500004, nop)); // bltzal v0, +4
+        assert!(!mips_local_branch(0x08100200, nop)); // j
+        assert!(!mips_local_branch(0x0c100200, nop)); // jal
+        assert!(!mips_local_branch(0x03e00008, nop)); // jr ra
+        assert!(!mips_local_branch(0x0320f809, nop)); // jalr t9
+
+        // A delay slot that may move the stack pointer keeps it.
+        assert!(!mips_local_branch(0x14a0fffe, 0x27bdffe0)); // addiu sp, sp, -32
+        assert!(!mips_local_branch(0x14a0fffe, 0x03a0e821)); // move sp, sp (addu sp, sp, zero)
+        assert!(!mips_local_branch(0x10400003, 0x8fbd0010)); // lw sp, 16(sp)
+
+        // Not branches.
+        assert!(!mips_local_branch(0x27bdffe0, nop));
+        assert!(!mips_local_branch(0x0000000c, nop));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use crate::{codegen, events, stream};
 use std::ffi::{c_char, c_int, CStr};
 
 /// Must match `CANNOLI_ABI_VERSION` in include/cannoli.h.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 #[repr(C)]
 pub struct CannoliGuestInfo {
@@ -49,6 +49,7 @@ const SITE_JIT_EXIT: u32 = 2;
 const SITE_CALL: u32 = 3;
 const SITE_CALL_RETURN: u32 = 4;
 const SITE_BLOCK_EXIT: u32 = 5;
+const SITE_SYNCED: u32 = 6;
 
 type Cur = *mut CannoliCursor;
 
@@ -300,6 +301,7 @@ unsafe extern "C" fn emit_site(site: u32, buf: *mut u8, cap: usize, rx: usize) -
         SITE_JIT_EXIT => codegen::jit_exit(&mut a),
         SITE_CALL => codegen::before_call(&mut a),
         SITE_BLOCK_EXIT => codegen::block_exit(&mut a),
+        SITE_SYNCED => codegen::synced(&mut a),
         _ => {}
     }
     a.len()
@@ -559,12 +561,14 @@ mod tests {
             ("CANNOLI_INSN_FIRST", INSN_FIRST as usize),
             ("CANNOLI_INSN_LEN_SHIFT", INSN_LEN_SHIFT as usize),
             ("CANNOLI_WANT_HELPER", WANT_HELPER as usize),
+            ("CANNOLI_WANT_SYNCED", WANT_SYNCED as usize),
             ("CANNOLI_SITE_RUNTIME", SITE_RUNTIME as usize),
             ("CANNOLI_SITE_JIT_ENTER", SITE_JIT_ENTER as usize),
             ("CANNOLI_SITE_JIT_EXIT", SITE_JIT_EXIT as usize),
             ("CANNOLI_SITE_CALL", SITE_CALL as usize),
             ("CANNOLI_SITE_CALL_RETURN", SITE_CALL_RETURN as usize),
             ("CANNOLI_SITE_BLOCK_EXIT", SITE_BLOCK_EXIT as usize),
+            ("CANNOLI_SITE_SYNCED", SITE_SYNCED as usize),
         ] {
             expect(name, name, v);
         }

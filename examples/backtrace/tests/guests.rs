@@ -558,6 +558,48 @@ fn i386_bt_calls() {
     traces_bt_calls("i386");
 }
 
+/// The lines `backtrace` writes for `target/guests/<arch>/calls` (some
+/// 28,000 entries and exits), without the ids that differ between runs;
+/// `env`: variables set for the run (`CANNOLI_CHUNK_KB` is unset unless
+/// given).
+fn calls_lines(arch: &str, tag: &str, env: &[(&str, &str)]) -> Vec<String> {
+    guest(arch);
+    let prog = workspace().join(format!("target/guests/{arch}/calls"));
+    let out_file = tmp(&format!("{arch}-calls-{tag}.jsonl"));
+    let mut c = Command::new(backtrace_bin());
+    c.arg("-o").arg(&out_file).arg(&prog).stdin(Stdio::null());
+    c.env_remove("CANNOLI_CHUNK_KB");
+    c.env_remove("CANNOLI_REGS_IN_PLACE");
+    c.envs(env.iter().copied());
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{arch} calls, {tag}: {err}");
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let _ = std::fs::remove_file(&out_file);
+    text.lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            let o = v.as_object_mut().unwrap();
+            o.remove("pid");
+            o.remove("tid");
+            v.to_string()
+        })
+        .collect()
+}
+
+/// Panics at the first line where `b` differs from `a`.
+fn same_lines(what: &str, a: &[String], b: &[String], b_is: &str) {
+    assert!(a.len() > 1000, "{what}: {} lines", a.len());
+    if let Some(i) = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i)) {
+        panic!(
+            "{what}: line {} differs {b_is}:\n  before: {:?}\n  after:  {:?}",
+            i + 1,
+            a.get(i),
+            b.get(i)
+        );
+    }
+}
+
 /// An x86 call is told by the return address it pushes, a store the tool
 /// takes with its branch's event: a branch that ends one chunk and its
 /// store that opens the next are still a call. The lines of `calls` (some
@@ -566,42 +608,28 @@ fn i386_bt_calls() {
 #[test]
 fn x86_calls_across_chunk_boundaries() {
     for arch in ["x86_64", "i386"] {
-        guest(arch);
-        let prog = workspace().join(format!("target/guests/{arch}/calls"));
-        let run = |chunk_kb: &str| -> Vec<String> {
-            let out_file = tmp(&format!("{arch}-calls-{chunk_kb}.jsonl"));
-            let mut c = Command::new(backtrace_bin());
-            c.arg("-o").arg(&out_file).arg(&prog).stdin(Stdio::null());
-            c.env_remove("CANNOLI_CHUNK_KB");
-            if chunk_kb != "default" {
-                c.env("CANNOLI_CHUNK_KB", chunk_kb);
-            }
-            let out = c.output().unwrap();
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{arch} calls, {chunk_kb}: {err}");
-            let text = std::fs::read_to_string(&out_file).unwrap();
-            let _ = std::fs::remove_file(&out_file);
-            // The ids differ between runs; nothing else may.
-            text.lines()
-                .map(|l| {
-                    let mut v: Value = serde_json::from_str(l).unwrap();
-                    let o = v.as_object_mut().unwrap();
-                    o.remove("pid");
-                    o.remove("tid");
-                    v.to_string()
-                })
-                .collect()
-        };
-        let (whole, small) = (run("default"), run("8"));
-        assert!(whole.len() > 1000, "{arch} calls: {} lines", whole.len());
-        if let Some(i) = (0..whole.len().max(small.len())).find(|&i| whole.get(i) != small.get(i)) {
-            panic!(
-                "{arch} calls: line {} differs at 8 KiB chunks:\n  default: {:?}\n  8 KiB:   {:?}",
-                i + 1,
-                whole.get(i),
-                small.get(i)
-            );
-        }
+        let whole = calls_lines(arch, "default", &[]);
+        let small = calls_lines(arch, "8", &[("CANNOLI_CHUNK_KB", "8")]);
+        same_lines(&format!("{arch} calls"), &whole, &small, "at 8 KiB chunks");
+    }
+}
+
+/// Where a block starts, its own code copies the registers a narrowed
+/// event carries, instead of calling the helper (`jitter`'s
+/// `codegen::regs`): on every guest, the lines of `calls` are the same as
+/// with the helper writing every register event
+/// (`CANNOLI_REGS_IN_PLACE=0`).
+#[test]
+fn registers_copied_in_place_are_the_helpers() {
+    for arch in ARCHES {
+        let helper = calls_lines(arch, "helper", &[("CANNOLI_REGS_IN_PLACE", "0")]);
+        let in_place = calls_lines(arch, "in-place", &[]);
+        same_lines(
+            &format!("{arch} calls"),
+            &helper,
+            &in_place,
+            "with registers copied in place",
+        );
     }
 }
 

@@ -5,8 +5,9 @@
 //!   instructions, the pcs of the plan file `$CANNOLI_HEAP_PLAN` names
 //!   (the format and how a library's pcs are placed: `cannoli probe`'s,
 //!   [`jitter::presets::plan`]);
-//! * what the call stacks need (`jitter::presets::branches`): registers
-//!   at branches and where they land, every other instruction as an exec
+//! * what the call stacks need (`jitter::presets::branches`,
+//!   `call_stack_inst`): registers at branches that can change a call
+//!   stack and where branches land, every other instruction as an exec
 //!   event; there only the registers the plan's `regs=` setting names
 //!   (the stack pointer, the link register and the return value: see
 //!   [`jitter::register_mask`]), every register at the plan's pcs;
@@ -57,7 +58,7 @@ fn hook_inst(pc: u64, branch: bool) -> HookType {
     if hooked {
         jitter::every_register_here();
     }
-    let h = branches::inst(pc, branch);
+    let h = branches::call_stack_inst(pc, branch);
     if h == HookType::Always && hooked {
         HookType::Register
     } else {

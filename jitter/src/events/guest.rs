@@ -46,6 +46,19 @@ pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
     crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| insn_word(e, a))
 }
 
+/// Whether the instruction at `pc` is a MIPS branch that leaves call
+/// stacks as they are ([`crate::delay::mips_local_branch`]).
+pub fn local_branch(pc: u64) -> bool {
+    env().is_some_and(|e| {
+        e.mips
+            && insn_word(e, pc).is_some_and(|w| {
+                pc.checked_add(4)
+                    .and_then(|a| insn_word(e, a))
+                    .is_some_and(|slot| crate::delay::mips_local_branch(w, slot))
+            })
+    })
+}
+
 /// Whether the instruction at `pc` is the delay slot of a branch (MIPS:
 /// the instruction before it is a branch or jump with a delay slot).
 pub fn in_delay_slot(pc: u64) -> bool {

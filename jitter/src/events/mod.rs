@@ -21,9 +21,9 @@ mod syscalls;
 
 pub use exec::{close_exec_fd, elf_ident, exec_successor, execve, note_exec_fd};
 pub use fork::fork_child;
-pub use guest::{branch_flag, in_delay_slot};
+pub use guest::{branch_flag, in_delay_slot, local_branch};
 pub use mappings::{mmap, mprotect, munmap};
-pub use registers::{asking_for_registers, every_here, insn_helper, narrow};
+pub use registers::{asking_for_registers, every_here, insn_helper, narrow, narrowed_mask};
 pub use signals::signal;
 pub(crate) use syscalls::FORK_LOCK;
 pub use syscalls::{

@@ -37,6 +37,15 @@ pub fn narrow(mask: u64) {
     NARROWED.store(mask, Ordering::Relaxed);
 }
 
+/// The registers an event carries where its instruction did not ask for
+/// every one, on a guest of `n` registers (at most 64), if that is fewer
+/// than all of them.
+pub fn narrowed_mask(n: u32) -> Option<u64> {
+    let all = if n >= 64 { u64::MAX } else { (1u64 << n) - 1 };
+    let mask = NARROWED.load(Ordering::Relaxed) & all;
+    (mask != all).then_some(mask)
+}
+
 /// See [`crate::every_register_here`].
 pub fn every_here() {
     EVERY_HERE.with(|e| e.set(true));

@@ -78,6 +78,23 @@ pub fn inst(pc: u64, branch: bool) -> HookType {
     }
 }
 
+/// [`inst`] for a tool that reads branches for its call stacks only: a
+/// branch that cannot change a call stack gets no registers of its own
+/// (`Always`): on MIPS, a conditional branch without link whose delay slot
+/// leaves the stack pointer alone (`jitter::delay`'s `mips_local_branch`),
+/// the back edges of loops. Where it lands still starts a block, with the
+/// registers after it, so the stack pointer a call stack follows is
+/// sampled there as before. On busybox `sha256sum` (mipsel) most branches
+/// are such back edges.
+pub fn call_stack_inst(pc: u64, branch: bool) -> HookType {
+    let h = inst(pc, branch);
+    if h == HookType::Branch && crate::events::local_branch(pc) {
+        HookType::Always
+    } else {
+        h
+    }
+}
+
 /// The memory hook: the 4- and 8-byte stores of branch instructions.
 pub fn mem(pc: u64, write: bool, size: usize) -> bool {
     write && (size == 4 || size == 8) && BRANCHES.with(|b| b.borrow().contains(&pc))
