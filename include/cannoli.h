@@ -99,8 +99,8 @@ typedef struct CannoliGuestInfo {
 
 /* Answer of hook_insn: QEMU inserts a call of insn_helper(env, pc, answer)
  * right after the insn's insn_start, with the guest registers synced to env
- * (like a plugin callback that reads registers). Bits above this one are
- * the jitter's own and come back to it in `answer`. */
+ * (like a plugin callback that reads registers). Bits 8 and up are the
+ * jitter's own and come back to it in `answer`. */
 #define CANNOLI_WANT_HELPER 1u
 /* Answer of hook_insn, instead of CANNOLI_WANT_HELPER: QEMU inserts a
  * cannoli_sync op right after the insn's insn_start, which stores the
