@@ -382,13 +382,13 @@ pub fn jmp8_bytes(from: u64, to: u64) -> u16 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter, Instruction};
     use Reg::*;
 
     /// Disassembles `code` placed at `rx` in AT&T syntax, one line per insn.
-    fn dis(code: &[u8], rx: u64) -> Vec<String> {
+    pub(crate) fn dis(code: &[u8], rx: u64) -> Vec<String> {
         let mut d = Decoder::with_ip(64, code, rx, DecoderOptions::NONE);
         let mut f = GasFormatter::new();
         f.options_mut().set_uppercase_hex(false);

@@ -112,26 +112,14 @@ fn encode(a: &mut Asm, pc: u64, p: &InPlace) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use iced_x86::{Decoder, DecoderOptions, Formatter, GasFormatter, Instruction};
+    use crate::asm::tests::dis;
 
     fn code(pc: u64, p: &InPlace) -> (Vec<String>, i32) {
         let mut buf = [0u8; 512];
         let mut a = Asm::new(&mut buf, 0x1000);
         let len = encode(&mut a, pc, p);
         let n = a.len();
-        let mut d = Decoder::with_ip(64, &buf[..n], 0x1000, DecoderOptions::NONE);
-        let mut f = GasFormatter::new();
-        f.options_mut().set_uppercase_hex(false);
-        f.options_mut().set_small_hex_numbers_in_decimal(false);
-        let mut out = Vec::new();
-        let mut ins = Instruction::default();
-        while d.can_decode() {
-            d.decode_out(&mut ins);
-            let mut s = String::new();
-            f.format(&ins, &mut s);
-            out.push(s);
-        }
-        (out, len)
+        (dis(&buf[..n], 0x1000), len)
     }
 
     /// Runs the encoded moves on a model of memory: env's registers and the
