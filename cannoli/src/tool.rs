@@ -121,6 +121,23 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
         Self::regs(pid, tid, pc, regs, trace)
     }
 
+    /// The instruction at `pc`, about to execute, took number `seq` of its
+    /// process's order: the hook library asked for one there
+    /// (`jitter::order_here`), and its registers event follows. The numbers
+    /// are one counter that every thread of the process shares, from 0, so
+    /// they say which of two threads' ordered instructions ran first, which
+    /// the threads' streams alone do not. A run that lost no events has
+    /// every number once.
+    #[inline(always)]
+    fn ordered(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _pc: u64,
+        _seq: u64,
+        _trace: &mut Vec<Self::Trace>,
+    ) {
+    }
+
     /// The instruction at `pc` loaded `val` (masked to `sz` bytes: 1, 2, 4 or
     /// 8) from guest address `addr`. 16-byte accesses come through
     /// [`Cannoli::read_wide`], which calls this by default.

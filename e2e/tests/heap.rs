@@ -121,11 +121,24 @@ fn heap(dir: &RunDir, tag: &str, opts: &[&str], prog: &Path, args: &[&str]) -> H
 
 /// `cannoli heap --json -o <tag>.json ARGS` in `dir`.
 fn heap_cmd(dir: &RunDir, tag: &str, args: &[&std::ffi::OsStr]) -> HeapRun {
+    heap_cmd_env(dir, tag, &[], args)
+}
+
+/// [`heap_cmd`] with the variables `env` set.
+fn heap_cmd_env(
+    dir: &RunDir,
+    tag: &str,
+    env: &[(&str, &str)],
+    args: &[&std::ffi::OsStr],
+) -> HeapRun {
     let out = dir.file(&format!("{tag}.json"));
-    let t = Tool::new("cannoli")
+    let mut t = Tool::new("cannoli")
         .args(["heap", "--json", "-o"])
         .arg(&out)
         .args(args);
+    for (k, v) in env {
+        t = t.env(k, v);
+    }
     let r = t.run(dir, tag, timeout()).unwrap_or_else(|e| panic!("{e}"));
     let text = fs::read_to_string(&out).unwrap_or_default();
     let mut findings = Vec::new();
@@ -471,9 +484,24 @@ fn clean_program_threads(arch: &str) {
     clean_program_with(arch, &[]);
 }
 
+/// The same with chunks four times the default size: each thread's events
+/// reach the client in fewer, later batches, so a thread's `free` can
+/// arrive after another thread's `malloc` that got the memory back. The
+/// allocation functions' order numbers put them back in order.
+fn clean_program_threads_large_chunks(arch: &str) {
+    clean_program_env(arch, &[("CANNOLI_CHUNK_KB", "512")], &[]);
+}
+
 fn clean_program_with(arch: &str, args: &[&str]) {
+    clean_program_env(arch, &[], args);
+}
+
+fn clean_program_env(arch: &str, env: &[(&str, &str)], args: &[&str]) {
     let dir = RunDir::new();
-    let r = heap(&dir, "clean", &[], &guest(arch, "heapclean"), args);
+    let prog = guest(arch, "heapclean");
+    let mut a = vec![prog.as_os_str()];
+    a.extend(args.iter().map(std::ffi::OsStr::new));
+    let r = heap_cmd_env(&dir, "clean", env, &a);
     assert_clean(&r, arch);
     assert!(
         String::from_utf8_lossy(&r.stdout).starts_with("heapclean "),
@@ -489,6 +517,7 @@ fn clean_program_with(arch: &str, args: &[&str]) {
 
 per_guest!(clean_program: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 per_guest!(clean_program_threads: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+per_guest!(clean_program_threads_large_chunks: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 /// The dynamically linked heapclean (the shared C library's allocator)
 /// without threads on every guest: nothing reported.

@@ -54,7 +54,8 @@ pub const INSN_FIRST: u32 = 2;
 pub const INSN_LEN_SHIFT: u32 = 8;
 /// `hook_insn` answer: insert a call of `insn_helper`. The bits above it
 /// are the jitter's own: bits 8..15 the [`wire::RegsKind`] the helper
-/// reports, [`WANT_EVERY_REG`] whether it reports every register.
+/// reports, [`WANT_EVERY_REG`] whether it reports every register,
+/// [`WANT_ORDER`] whether it reports an order event first.
 pub const WANT_HELPER: u32 = 1;
 /// `hook_insn` answer: insert a `cannoli_sync` op, whose code
 /// ([`synced`]) writes the register event itself ([`regs`]).
@@ -65,6 +66,9 @@ const LINE: i32 = 64;
 /// `hook_insn` answer: the hook library asked for every register at this
 /// instruction ([`crate::every_register_here`]).
 pub const WANT_EVERY_REG: u32 = 1 << 16;
+/// `hook_insn` answer: the hook library asked for a number of the
+/// process's order at this instruction ([`crate::order_here`]).
+pub const WANT_ORDER: u32 = 1 << 17;
 
 pub(crate) const CURSOR: Reg = Reg::R14;
 pub(crate) const END: Reg = Reg::R15;
@@ -337,7 +341,7 @@ fn with_lifter<R>(f: impl FnOnce(&mut Lifter) -> R) -> R {
 /// call (for hooks that report registers).
 pub fn hook_insn(pc: u64, flags: u32) -> u32 {
     let branch = crate::events::branch_flag(pc, flags & INSN_CAN_END_BLOCK != 0);
-    let (hook, every) = crate::events::asking_for_registers(|| user_hook_inst(pc, branch));
+    let (hook, asked) = crate::events::asking_for_registers(|| user_hook_inst(pc, branch));
     with_lifter(|l| {
         if flags & INSN_FIRST != 0 {
             l.pcs.clear();
@@ -358,7 +362,11 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
         HookType::Branch => wire::RegsKind::BranchNo,
         _ => return 0,
     };
-    let in_place = regs::in_place(kind as u32, every);
+    // An order event comes from the helper (its one counter), and the
+    // registers after it.
+    let in_place = (!asked.ordered)
+        .then(|| regs::in_place(kind as u32, asked.every))
+        .flatten();
     with_lifter(|l| {
         l.in_place.resize(l.pcs.len() - 1, None);
         l.in_place.push(in_place);
@@ -366,7 +374,10 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
     if in_place.is_some() {
         return WANT_SYNCED;
     }
-    WANT_HELPER | (kind as u32) << KIND_SHIFT | if every { WANT_EVERY_REG } else { 0 }
+    WANT_HELPER
+        | (kind as u32) << KIND_SHIFT
+        | if asked.every { WANT_EVERY_REG } else { 0 }
+        | if asked.ordered { WANT_ORDER } else { 0 }
 }
 
 /// The [`wire::RegsKind`] a `hook_insn` answer asked the helper to report.
@@ -374,9 +385,13 @@ pub fn helper_kind(want: u32) -> u32 {
     (want >> KIND_SHIFT) & 0xff
 }
 
-/// Whether a `hook_insn` answer asked the helper for every register.
-pub fn helper_every_reg(want: u32) -> bool {
-    want & WANT_EVERY_REG != 0
+/// What a `hook_insn` answer asked the helper for: every register, an
+/// order event.
+pub fn helper_asked(want: u32) -> crate::events::Asked {
+    crate::events::Asked {
+        every: want & WANT_EVERY_REG != 0,
+        ordered: want & WANT_ORDER != 0,
+    }
 }
 
 /// Code placed before a guest instruction.

@@ -320,7 +320,7 @@ unsafe extern "C" fn insn_helper(env: *mut u8, pc: u64, want: u32) {
             env,
             pc,
             codegen::helper_kind(want),
-            codegen::helper_every_reg(want),
+            codegen::helper_asked(want),
         )
     };
 }

@@ -108,6 +108,18 @@ pub fn every_register_here() {
     events::every_here();
 }
 
+/// Called from `hook_inst`: the instruction it is asked about, hooked for
+/// Register or Branch, also takes the next number of the order its
+/// process's threads share, reported before its registers (an order
+/// event, see the `wire` crate). A client follows the numbers to apply
+/// two threads' events at those instructions in the order they ran (a
+/// `free` in one thread before the `malloc` in another that got the same
+/// memory back). The instruction's registers then always go through the
+/// helper, never written in place.
+pub fn order_here() {
+    events::order_here();
+}
+
 extern "Rust" {
     // Defined by the user's hook library with `#[no_mangle]`; resolved when
     // that cdylib is linked.

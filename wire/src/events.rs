@@ -63,6 +63,10 @@ pub mod tag {
     /// reports where the hook library narrowed the registers, or where
     /// they are 4 bytes each.
     pub const SOME_REGS: u8 = 0x27;
+    /// The instruction at a pc took a number of the process's order, from
+    /// the counter its threads share: where it ran among the other threads'
+    /// ordered instructions.
+    pub const ORDER: u8 = 0x28;
 }
 
 /// First word of a framed event: tag, 24 bits of `aux`, length in words.

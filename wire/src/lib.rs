@@ -71,6 +71,7 @@
 //! | `0x25` | signal | 0 | `signo`, `code`, `fault_addr`, `handler` (0: default action) |
 //! | `0x26` | block | instruction count `n` | `pc`, then `n` length bytes (one per instruction, 0: unknown) |
 //! | `0x27` | some registers | [`RegsKind`] | `pc`, `mask`, then the registers whose bits `mask` sets, [`Hello::regs`]`.bytes` each, packed ([`some_regs_words`]) |
+//! | `0x28` | order | 0 | `pc`, `seq` |
 //!
 //! Registers come in either form. The jitter writes `0x27` where the hook
 //! library asked for fewer registers than the guest has (`cannoli heap`
@@ -81,6 +82,16 @@
 //! the registers the mask leaves out reading as zero. `mask` names none past
 //! [`Hello::regs`]`.count`, and a guest with more than [`MAX_SOME_REGS`]
 //! registers has only `0x20` events.
+//!
+//! An order event belongs to the instruction at its `pc`, like a registers
+//! event, and comes right before that instruction's registers event: where
+//! the hook library asked for it (`jitter::order_here`), the instruction
+//! takes the next number `seq` of one counter that every thread of the
+//! process shares, from 0 (a forked child starts again from 0). So the
+//! numbers of a process's threads say which of those instructions ran
+//! first: the allocation functions' entries and returns, whose order
+//! between threads the streams alone do not give. A reader that lost no
+//! events sees every number once.
 //!
 //! A block event is written when QEMU translates a block, by the thread
 //! that translates it and before the block first runs: it tells a reader
@@ -95,7 +106,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 /// Version of the event layout and handshake. Both sides must agree.
-pub const WIRE_VERSION: u32 = 7;
+pub const WIRE_VERSION: u32 = 8;
 
 pub mod blocks;
 pub mod channel;

@@ -1,5 +1,5 @@
-//! The rare framed events (registers, syscalls, mappings, signals, block
-//! lengths), decoded out of line.
+//! The rare framed events (registers, order, syscalls, mappings, signals,
+//! block lengths), decoded out of line.
 
 use std::borrow::Cow;
 
@@ -50,7 +50,7 @@ pub(super) enum Frame {
 pub(super) fn frame_min(t: u8, reg_words: usize) -> usize {
     match t {
         tag::REGS => 2 + reg_words,
-        tag::SOME_REGS => 3,
+        tag::SOME_REGS | tag::ORDER => 3,
         tag::SYSCALL => 11,
         tag::MMAP => 5,
         tag::MUNMAP | tag::MPROTECT => 3,
@@ -132,6 +132,7 @@ pub(super) fn framed<T: Cannoli>(
             clear_regs(mask, out);
             delivered?
         }
+        tag::ORDER => T::ordered(pid, tid, f[1], f[2], trace),
         tag::SYSCALL => {
             let data = payload(11, f[9])?;
             let num = f[1];

@@ -42,7 +42,7 @@ impl<Tr> Default for Carry<Tr> {
 }
 
 /// Words of the head of a chunk: the longest prefix of well-formed
-/// in-block events (exec, memory, registers) and cuts, up to and including
+/// in-block events (exec, memory, registers, order) and cuts, up to and including
 /// the first cut. A malformed event ends it (it is reported by the body).
 pub(super) fn head_len(words: &[u64], lay: &Shape<'_>) -> usize {
     let n = words.len();
@@ -61,7 +61,7 @@ pub(super) fn head_len(words: &[u64], lay: &Shape<'_>) -> usize {
             },
             tag::CUT => return i + 1,
             tag::CUT_LONG => return if n - i >= 2 { i + 2 } else { i },
-            t @ (tag::REGS | tag::SOME_REGS) => {
+            t @ (tag::REGS | tag::SOME_REGS | tag::ORDER) => {
                 let (_, aux, len) = wire::unframe(w);
                 let min = if t == tag::SOME_REGS {
                     match words.get(i + 2).and_then(|&m| some_regs_len(m, lay)) {
@@ -71,7 +71,7 @@ pub(super) fn head_len(words: &[u64], lay: &Shape<'_>) -> usize {
                 } else {
                     frame_min(t, lay.reg_words)
                 };
-                if (len as usize) < min || aux > 2 {
+                if (len as usize) < min || t != tag::ORDER && aux > 2 {
                     return i;
                 }
                 len as usize

@@ -350,12 +350,12 @@ pub(super) fn decode_words<'b, T: Cannoli>(
                 extra += 3;
             }
             t if t >= tag::FRAMED => {
-                // A registers event belongs to its instruction; any other
-                // framed event (a known kind or not) ends the block. (A
-                // malformed one ends it too, placed or not: the rest of the
-                // block is expanded either way.)
+                // A registers or order event belongs to its instruction;
+                // any other framed event (a known kind or not) ends the
+                // block. (A malformed one ends it too, placed or not: the
+                // rest of the block is expanded either way.)
                 if open.is_some() {
-                    if (t == tag::REGS || t == tag::SOME_REGS) && i + 1 < n {
+                    if matches!(t, tag::REGS | tag::SOME_REGS | tag::ORDER) && i + 1 < n {
                         place!(words[i + 1]);
                     } else {
                         close_open!();

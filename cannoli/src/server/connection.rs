@@ -44,8 +44,14 @@ pub(super) fn connection_thread<T: Cannoli>(
 
 /// A callback of the tool panicked. The stream cannot go on without it and
 /// QEMU would wait forever for its ring to drain, so end the process.
+/// (Written without `eprintln!`, which panics where stderr is a closed pipe:
+/// a second panic here would leave the process hanging.)
 pub(super) fn die_after_panic(what: &str) -> ! {
-    eprintln!("cannoli: the tool panicked while serving {what} (message above); exiting");
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "cannoli: the tool panicked while serving {what} (message above); exiting"
+    );
     std::process::exit(101);
 }
 

@@ -13,6 +13,9 @@
 //!   [`jitter::register_mask`]), every register at the plan's pcs;
 //! * every load and store, with its value (the checks, and the memory a
 //!   leak scan reads);
+//! * a number of the process's order at the plan's pcs
+//!   ([`jitter::order_here`]): the client applies the threads'
+//!   allocations and frees in the order they ran;
 //! * every system call (the threads' `clone`s order them).
 //!
 //! QEMU hides `CANNOLI_*` variables from the guest.
@@ -57,6 +60,8 @@ fn hook_inst(pc: u64, branch: bool) -> HookType {
     let hooked = plan().hooked(pc);
     if hooked {
         jitter::every_register_here();
+        // The threads' allocations and frees, in the order they ran.
+        jitter::order_here();
     }
     let h = branches::call_stack_inst(pc, branch);
     if h == HookType::Always && hooked {

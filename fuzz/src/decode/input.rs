@@ -61,6 +61,12 @@ enum Piece {
         fill: u64,
         extra: u8,
     },
+    /// An order event; `extra` shortens the frame.
+    Order {
+        pc: u64,
+        seq: u64,
+        extra: u8,
+    },
     Syscall {
         num: u16,
         ret: i64,
@@ -234,6 +240,10 @@ pub(super) fn build(u: &mut Unstructured<'_>, s: &Stream) -> Vec<u8> {
                 w.extend([pc, mask]);
                 w.extend((0..len.saturating_sub(3) as u64).map(|k| fill ^ k));
             }
+            Piece::Order { pc, seq, extra } => {
+                let len = 3 - (extra % 4).min(2) as u32;
+                w.extend([wire::frame(tag::ORDER, 0, len), pc, seq][..len as usize].iter());
+            }
             Piece::Syscall {
                 num,
                 ret,
@@ -284,7 +294,7 @@ pub(super) fn build(u: &mut Unstructured<'_>, s: &Stream) -> Vec<u8> {
                 push_payload(&mut w, &lens);
             }
             Piece::Unknown { tag: t, aux, words } => {
-                let t = 0x27 + t % (0x100 - 0x27) as u8;
+                let t = 0x29 + t % (0x100 - 0x29) as u8;
                 w.push(wire::frame(t, aux & 0xff_ffff, 1 + words.len() as u32));
                 w.extend(words);
             }

@@ -29,7 +29,7 @@ pub struct Reading {
 }
 
 /// The pc an event of an instruction carries, if it is one (exec, memory,
-/// registers): the events placed in the running block.
+/// registers, order): the events placed in the running block.
 fn insn_pc(e: &Ev) -> Option<u64> {
     match *e {
         Ev::Exec(pc)
@@ -38,7 +38,8 @@ fn insn_pc(e: &Ev) -> Option<u64> {
         | Ev::ReadWide(pc, ..)
         | Ev::WriteWide(pc, ..)
         | Ev::Regs(pc, _)
-        | Ev::Branch(pc, ..) => Some(pc),
+        | Ev::Branch(pc, ..)
+        | Ev::Order(pc, _) => Some(pc),
         _ => None,
     }
 }
@@ -247,7 +248,7 @@ fn framed(
     // Fewest words (header and fixed fields) each known kind has.
     let min: u64 = match t {
         tag::REGS => 2 + reg_words as u64,
-        tag::SOME_REGS => 3,
+        tag::SOME_REGS | tag::ORDER => 3,
         tag::SYSCALL => 11,
         tag::MMAP => 5,
         tag::MUNMAP | tag::MPROTECT => 3,
@@ -295,6 +296,7 @@ fn framed(
                 _ => return None,
             }
         }
+        tag::ORDER => Ev::Order(f[1], f[2]),
         tag::SYSCALL => Ev::Syscall {
             num: f[1],
             name: names().get(&f[1]).cloned(),

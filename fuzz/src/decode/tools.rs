@@ -30,6 +30,9 @@ impl Cannoli for Tally {
     fn branch(_: &(), _: &(), _: u64, _: bool, _: &[u8], t: &mut Vec<()>) {
         t.push(())
     }
+    fn ordered(_: &(), _: &(), _: u64, _: u64, t: &mut Vec<()>) {
+        t.push(())
+    }
     fn read(_: &(), _: &(), _: u64, _: u64, _: u64, _: u8, t: &mut Vec<()>) {
         t.push(())
     }
@@ -84,6 +87,7 @@ pub enum Ev {
     WriteWide(u64, u64, u128),
     Regs(u64, Vec<u8>),
     Branch(u64, bool, Vec<u8>),
+    Order(u64, u64),
     Block(u64, Vec<u8>),
     Mmap(u64, u64, u8, String, u64),
     Munmap(u64, u64),
@@ -124,6 +128,9 @@ impl Cannoli for Rec {
     }
     fn branch(_: &(), _: &(), pc: u64, b: bool, r: &[u8], t: &mut Vec<Ev>) {
         t.push(Ev::Branch(pc, b, r.to_vec()))
+    }
+    fn ordered(_: &(), _: &(), pc: u64, seq: u64, t: &mut Vec<Ev>) {
+        t.push(Ev::Order(pc, seq))
     }
     fn read(_: &(), _: &(), pc: u64, a: u64, v: u64, s: u8, t: &mut Vec<Ev>) {
         t.push(Ev::Read(pc, a, v, s))

@@ -4,5 +4,6 @@ use crate::stream::{self, Cursor};
 
 pub fn fork_child(c: &mut Cursor) {
     stream::forked_child(c);
+    super::order::forked_child();
     stream::owe_replay();
 }

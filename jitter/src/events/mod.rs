@@ -7,14 +7,15 @@
 
 //!
 //! One file per concept: [`guest`] reads what init set and guest memory
-//! (for the others); [`registers`], [`syscalls`], [`mappings`] and
-//! [`signals`] encode those events; [`fork`] and [`exec`] are what a fork
+//! (for the others); [`registers`], [`order`], [`syscalls`], [`mappings`]
+//! and [`signals`] encode those events; [`fork`] and [`exec`] are what a fork
 //! or an execve does to the stream.
 
 mod exec;
 mod fork;
 mod guest;
 mod mappings;
+mod order;
 mod registers;
 mod signals;
 mod syscalls;
@@ -23,7 +24,8 @@ pub use exec::{close_exec_fd, elf_ident, exec_successor, execve, note_exec_fd};
 pub use fork::fork_child;
 pub use guest::{branch_flag, in_delay_slot, local_branch};
 pub use mappings::{mmap, mprotect, munmap};
-pub use registers::{asking_for_registers, every_here, insn_helper, narrow, narrowed_mask};
+pub use order::order_here;
+pub use registers::{asking_for_registers, every_here, insn_helper, narrow, narrowed_mask, Asked};
 pub use signals::signal;
 pub(crate) use syscalls::FORK_LOCK;
 pub use syscalls::{

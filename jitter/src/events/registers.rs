@@ -51,12 +51,29 @@ pub fn every_here() {
     EVERY_HERE.with(|e| e.set(true));
 }
 
-/// Runs the user's instruction hook `ask`; also says whether it called
-/// [`every_here`].
-pub fn asking_for_registers<R>(ask: impl FnOnce() -> R) -> (R, bool) {
+/// What the user's `hook_inst` asked for besides its hook type.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Asked {
+    /// It called [`every_here`].
+    pub every: bool,
+    /// It called [`super::order_here`].
+    pub ordered: bool,
+}
+
+/// Runs the user's instruction hook `ask`; also says what it asked for
+/// with [`every_here`] and [`super::order_here`].
+pub fn asking_for_registers<R>(ask: impl FnOnce() -> R) -> (R, Asked) {
     EVERY_HERE.with(|e| e.set(false));
+    super::order::clear();
     let r = ask();
-    (r, EVERY_HERE.with(|e| e.replace(false)))
+    let every = EVERY_HERE.with(|e| e.replace(false));
+    (
+        r,
+        Asked {
+            every,
+            ordered: super::order::asked(),
+        },
+    )
 }
 
 /// Most registers this helper packs: every guest QEMU has here has 32 or
@@ -65,12 +82,14 @@ const MAX_PACKED: usize = 32;
 const _: () = assert!(MAX_PACKED <= wire::MAX_SOME_REGS as usize);
 
 /// The helper QEMU calls, with the guest registers synced to env, before an
-/// instruction whose hook is Register or Branch; `every`: the hook library
-/// asked for every register here.
+/// instruction whose hook is Register or Branch; `asked.every`: the hook
+/// library asked for every register here; `asked.ordered`: a number of the
+/// process's order first ([`super::order`]).
 ///
 /// # Safety
 /// `env_ptr` is the calling vCPU's CPUArchState (QEMU's helper argument).
-pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32, every: bool) {
+pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32, asked: Asked) {
+    let every = asked.every;
     let Some(e) = env() else {
         return;
     };
@@ -90,6 +109,9 @@ pub unsafe fn insn_helper(env_ptr: *mut u8, pc: u64, kind: u32, every: bool) {
     };
     // SAFETY: the CannoliCursor sits at a fixed offset from env in the vCPU.
     let c = unsafe { &mut *(env_ptr.offset(e.cursor_env_offset as isize) as *mut Cursor) };
+    if asked.ordered {
+        super::order::report(c, pc);
+    }
     let all = (1u64 << n.min(MAX_PACKED)) - 1;
     let mask = if every {
         all
@@ -149,7 +171,7 @@ fn packed(mask: u64, wide: bool, reg: impl Fn(usize) -> u64) -> impl Iterator<It
 
 /// Appends the event `head` followed by the `n` words `words()` yields.
 #[inline]
-fn write<I: Iterator<Item = u64>, const H: usize>(
+pub(super) fn write<I: Iterator<Item = u64>, const H: usize>(
     c: &mut Cursor,
     head: &[u64; H],
     n: usize,
@@ -168,7 +190,36 @@ fn write<I: Iterator<Item = u64>, const H: usize>(
 
 #[cfg(test)]
 mod tests {
-    use super::packed;
+    use super::{asking_for_registers, every_here, packed, Asked};
+    use crate::codegen::{helper_asked, WANT_EVERY_REG, WANT_HELPER, WANT_ORDER};
+
+    #[test]
+    fn what_hook_inst_asked_for_is_read_once_and_reaches_the_helper() {
+        let (r, a) = asking_for_registers(|| {
+            every_here();
+            super::super::order_here();
+            7
+        });
+        let both = Asked {
+            every: true,
+            ordered: true,
+        };
+        assert_eq!((r, a), (7, both));
+        assert_eq!(asking_for_registers(|| ()).1, Asked::default());
+        let (_, a) = asking_for_registers(super::super::order_here);
+        assert_eq!(
+            a,
+            Asked {
+                every: false,
+                ordered: true
+            }
+        );
+        assert_eq!(helper_asked(WANT_HELPER), Asked::default());
+        assert_eq!(
+            helper_asked(WANT_HELPER | WANT_EVERY_REG | WANT_ORDER),
+            both
+        );
+    }
 
     #[test]
     fn packs_the_masks_registers_in_order() {

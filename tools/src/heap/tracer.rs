@@ -83,6 +83,11 @@ pub enum Item {
         child: i32,
         tid_word: Option<u64>,
     },
+    /// The next instruction, an allocation function's entry or return,
+    /// took number `seq` of the process's order (`jitter::order_here`).
+    Order {
+        seq: u64,
+    },
     /// The process ends (`exit_group`) with these argument registers.
     Exit {
         args: [u64; 6],
@@ -586,6 +591,7 @@ impl Thread {
             }
             Item::Signal { handler } => self.bt.signal(*handler),
             Item::Clone { child, tid_word } => st.order.created(*child, *tid_word),
+            Item::Order { seq } => st.order.took(*seq),
             Item::Exit { args } => st.exit_regs = args.to_vec(),
             Item::Insn { .. } | Item::Access(_) => unreachable!("applied inline"),
         }

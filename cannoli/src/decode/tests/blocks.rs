@@ -263,6 +263,25 @@ fn registers_of_an_unreported_instruction() {
     );
 }
 
+/// An order event belongs to its instruction, as the registers event
+/// after it does: it does not end the block.
+#[test]
+fn order_of_an_instruction_in_a_block() {
+    let r = [1u64, 2, 3];
+    let mut words = vec![run_w(0), wire::frame(tag::ORDER, 0, 3), 0x108, 41];
+    words.extend([wire::frame(tag::REGS, 0, 5), 0x108]);
+    words.extend(r);
+    let mut want = ex(&[0x100, 0x104, 0x108]);
+    want.extend([Ev::Order(0x108, 41), Ev::Regs(0x108, bytes(&r))]);
+    want.extend(ex(&[0x10c]));
+    expect(&words, want);
+    // Outside a block: delivered where it stands.
+    expect(
+        &[0x10, wire::frame(tag::ORDER, 0, 3), 0x14, 0],
+        vec![Ev::Exec(0x10), Ev::Order(0x14, 0)],
+    );
+}
+
 #[test]
 fn once_style_exec_in_a_block() {
     // Unreported by the block: the exec event is the only one.
@@ -421,6 +440,7 @@ fn block_stream() -> Vec<Vec<u64>> {
         load(0x104).to_vec(),
         store(0x104).to_vec(),
         vec![run_w(1)],
+        vec![wire::frame(tag::ORDER, 0, 3), 0x204, 5],
         regs,
         vec![0x204],
         vec![run_w(0)],
@@ -534,6 +554,13 @@ fn heads_stop_at_the_first_cut_or_other_event() {
     let short = wire::frame(tag::SOME_REGS, 1, 4);
     assert_eq!(head_len(&[short, 0x14, 0b111, 0, 0x18], &lay), 0);
     assert_eq!(head_len(&[0x10, some, 0x14], &lay), 1);
+    // An order event: in the head, unless its frame is too short.
+    let order = wire::frame(tag::ORDER, 0, 3);
+    assert_eq!(head_len(&[order, 0x14, 9, 0x18], &lay), 4);
+    assert_eq!(
+        head_len(&[wire::frame(tag::ORDER, 0, 2), 0x14, 0x18], &lay),
+        0
+    );
     // A chunk that is all head leaves the carried block open; one with
     // a body replaces it.
     let c = cache();

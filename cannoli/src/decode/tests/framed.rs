@@ -445,6 +445,7 @@ fn malformed_frames() {
         (tag::MUNMAP, 3),
         (tag::MPROTECT, 3),
         (tag::SIGNAL, 5),
+        (tag::ORDER, 3),
     ] {
         let len = min as u32 - 1;
         let mut w = vec![wire::frame(t, 0, len)];

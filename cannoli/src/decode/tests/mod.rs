@@ -26,6 +26,7 @@ pub enum Ev {
     Write(u64, u64, u64, u8),
     Regs(u64, Vec<u8>),
     Branch(u64, bool, Vec<u8>),
+    Order(u64, u64),
     Read128(u64, u64, u128),
     Write128(u64, u64, u128),
     Block(u64, Vec<u8>),
@@ -80,6 +81,9 @@ impl Cannoli for Rec {
     }
     fn branch(_: &(), _: &(), pc: u64, b: bool, regs: &[u8], t: &mut Vec<Ev>) {
         t.push(Ev::Branch(pc, b, regs.to_vec()));
+    }
+    fn ordered(_: &(), _: &(), pc: u64, seq: u64, t: &mut Vec<Ev>) {
+        t.push(Ev::Order(pc, seq));
     }
     fn mmap(
         _: &(),

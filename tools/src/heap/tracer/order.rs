@@ -15,23 +15,37 @@
 //! * a load that reads 0 from a thread's id word (`clone`'s parent-tid
 //!   pointer, which the kernel clears when that thread exits; glibc's
 //!   `pthread_join` waits for it) waits for that thread's last event;
+//! * an allocation function's entry or return waits for those of the
+//!   other threads that ran before it: the hook library has each take the
+//!   next number of the process's order (`jitter::order_here`, one counter
+//!   the threads share), and number `n` waits until `0..n` were applied.
+//!   So one thread's `free` is applied before another thread's `malloc`
+//!   that got the same memory back, with the first thread's accesses
+//!   before its `free`.
+//!
+//! A number can be slow to come: a thread that took it and then sleeps
+//! keeps it in a chunk it has not handed over yet. Once the process's
+//! threads hold [`ORDER_WAIT_LIMIT`] events, a number waits no longer (the
+//! ones before it, when they come, are applied at once), and the order
+//! between those threads' allocations falls back to what follows.
 //!
 //! An allocation that returns memory inside a live block of another
-//! thread does not wait: the two cannot both have been live, and which
-//! came first the streams do not say (the other thread's free may still
-//! be on its way, or this allocation and its free came before the other
-//! block was allocated, from an arena the threads shared). The other block
-//! is set aside while the new one is live, and live again once it is
-//! freed; meanwhile the other thread's accesses to it are its own (not
-//! checked against the new block: `Heap::aside_holds`), and its free, if it
-//! comes, frees the block set aside (`Heap::free`). Waiting for that free
-//! instead could wait for ever: two threads of one arena each waiting for
-//! the other's, with `pthread_join` waiting for both.
+//! thread does not wait any further (a recording made without numbers,
+//! or a number that waited too long): the two cannot both have been live,
+//! and which came first the streams do not say (the other thread's free
+//! may still be on its way, or this allocation and its free came before
+//! the other block was allocated, from an arena the threads shared). The
+//! other block is set aside while the new one is live, and live again
+//! once it is freed; meanwhile the other thread's accesses to it are its
+//! own (not checked against the new block: `Heap::aside_holds`), and its
+//! free, if it comes, frees the block set aside (`Heap::free`).
 //!
-//! What this cannot order: blocks handed between two running threads
-//! through other synchronisation (a queue under a mutex, an atomic flag)
-//! are checked in whatever order their events arrive, so such a hand-off
-//! can show as a false use after free or invalid free, and a real race
+//! What this cannot order: loads and stores between two threads'
+//! allocation calls. A block handed between two running threads through
+//! other synchronisation (a queue under a mutex, an atomic flag) is
+//! ordered only as far as the threads' nearest allocation calls order it,
+//! so such a hand-off can show as a false use after free or invalid free,
+//! and a real race
 //! (two threads touching a block with nothing ordering them) is reported
 //! only when its events happen to arrive in the racy order. A thread
 //! holds at most [`HELD_LIMIT`] events for the whole process; past it the
@@ -47,6 +61,11 @@ use super::{lock, Item, MemAccess, Pid, Proc, Symbolize, Thread};
 /// The most events a process's threads hold back, together (about 50
 /// bytes each).
 const HELD_LIMIT: usize = 1 << 22;
+
+/// Held events past which a number of the process's order waits no longer
+/// for the numbers before it (well under [`HELD_LIMIT`]: waiting for a
+/// number alone never makes the run incomplete).
+const ORDER_WAIT_LIMIT: usize = 1 << 20;
 
 /// `clone`'s flags: a thread of the same process, and the parent-tid
 /// pointer written.
@@ -68,6 +87,9 @@ pub struct Order {
     held: usize,
     /// Events run before what they waited for, past [`HELD_LIMIT`].
     pub forced: u64,
+    /// The next number of the process's order to apply: every one before
+    /// it was applied, or waited past [`ORDER_WAIT_LIMIT`].
+    next: u64,
 }
 
 impl Order {
@@ -77,6 +99,17 @@ impl Order {
         if let Some(w) = tid_word {
             self.tid_words.insert(w, child);
         }
+    }
+
+    /// Number `seq` of the process's order was applied.
+    pub fn took(&mut self, seq: u64) {
+        self.next = self.next.max(seq.saturating_add(1));
+    }
+
+    /// Whether number `seq` of the process's order waits for earlier ones
+    /// still to come (see the module's doc).
+    fn earlier_to_come(&self, seq: u64) -> bool {
+        seq > self.next && self.held < ORDER_WAIT_LIMIT
     }
 
     /// Whether thread `tid` has events still to apply.
@@ -190,6 +223,7 @@ impl Thread {
                 .tid_words
                 .get(addr)
                 .is_some_and(|&t| t != self.tid && st.order.running(t)),
+            Item::Order { seq } => st.order.earlier_to_come(*seq),
             _ => false,
         }
     }
@@ -274,5 +308,31 @@ impl Thread {
             // Below the last stack pointer: frames already returned from.
             lock(&self.dead).push((self.sp_lo.saturating_sub(4096), self.sp_last));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Order, ORDER_WAIT_LIMIT};
+
+    #[test]
+    fn a_number_waits_for_the_ones_before_it_within_a_limit() {
+        let mut o = Order::default();
+        assert!(!o.earlier_to_come(0));
+        assert!(o.earlier_to_come(1));
+        o.took(0);
+        assert!(!o.earlier_to_come(1) && o.earlier_to_come(2));
+        // Taken past a gap (a number that waited too long): the ones
+        // before it no longer wait, and a late one moves nothing back.
+        o.took(5);
+        assert!(!o.earlier_to_come(6) && o.earlier_to_come(7));
+        o.took(2);
+        assert!(o.earlier_to_come(7));
+        // Past the limit of held events nothing waits for a number.
+        o.held = ORDER_WAIT_LIMIT;
+        assert!(!o.earlier_to_come(100));
+        // A damaged recording's largest number.
+        o.took(u64::MAX);
+        assert!(!o.earlier_to_come(u64::MAX));
     }
 }

@@ -196,6 +196,10 @@ impl Cannoli for Stream {
         }
     }
 
+    fn ordered(_pid: &Pid, _l: &Arc<Layout>, _pc: u64, seq: u64, trace: &mut Vec<Item>) {
+        trace.push(Item::Order { seq });
+    }
+
     fn read(
         _p: &Pid,
         _l: &Arc<Layout>,
