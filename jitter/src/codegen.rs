@@ -362,11 +362,7 @@ pub fn hook_insn(pc: u64, flags: u32) -> u32 {
         HookType::Branch => wire::RegsKind::BranchNo,
         _ => return 0,
     };
-    // An order event comes from the helper (its one counter), and the
-    // registers after it.
-    let in_place = (!asked.ordered)
-        .then(|| regs::in_place(kind as u32, asked.every))
-        .flatten();
+    let in_place = regs::in_place(kind as u32, asked);
     with_lifter(|l| {
         l.in_place.resize(l.pcs.len() - 1, None);
         l.in_place.push(in_place);

@@ -42,8 +42,8 @@ impl<Tr> Default for Carry<Tr> {
 }
 
 /// Words of the head of a chunk: the longest prefix of well-formed
-/// in-block events (exec, memory, registers, order) and cuts, up to and including
-/// the first cut. A malformed event ends it (it is reported by the body).
+/// in-block events (exec, memory, registers, order) and cuts, up to and
+/// including the first cut. A malformed event ends it (it is reported by the body).
 pub(super) fn head_len(words: &[u64], lay: &Shape<'_>) -> usize {
     let n = words.len();
     let mut i = 0;

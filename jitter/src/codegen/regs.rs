@@ -17,9 +17,10 @@
 //! lets the jitter write code there ([`super::synced`]). That code copies
 //! the [`MOST`] or fewer registers from env into the same `SOME_REGS`
 //! event the helper writes: the client sees the same bytes either way.
-//! Every register (the hook library's [`crate::every_register_here`]) still
-//! goes through the helper. `CANNOLI_REGS_IN_PLACE=0` sends every event
-//! through the helper, to compare the two.
+//! Every register (the hook library's [`crate::every_register_here`]) and
+//! an order number ([`crate::order_here`]) still go through the helper.
+//! `CANNOLI_REGS_IN_PLACE=0` sends every event through the helper, to
+//! compare the two.
 //!
 //! The JIT may clobber only the flags, so each register is copied memory
 //! to memory through the host stack: `push qword [env + reg]`, then
@@ -61,9 +62,10 @@ pub(super) struct InPlace {
 
 /// The event to write in place of the helper for an instruction hooked
 /// with `kind`, if it can be: the registers were narrowed to a few and
-/// this instruction did not ask for every one.
-pub(super) fn in_place(kind: u32, every: bool) -> Option<InPlace> {
-    if every || !*ENABLED {
+/// this instruction asked neither for every one nor for an order number
+/// (which the helper takes from its one counter, before the registers).
+pub(super) fn in_place(kind: u32, asked: crate::events::Asked) -> Option<InPlace> {
+    if asked.every || asked.ordered || !*ENABLED {
         return None;
     }
     let e = &crate::config::get()?.env;
