@@ -184,13 +184,19 @@ impl Writer {
     /// (`None`: QEMU's side has none). Writes its stream frame.
     pub(crate) fn stream_start(&self, line: &str, table: Option<Arc<TableReader>>) -> StreamLog {
         let process = self.process_of(table);
-        let number = self.next_stream.fetch_add(1, Ordering::Relaxed);
         let start = StreamStart {
             process: process.number,
             start_ns: self.now_ns(),
             hello: line.trim_end().to_string(),
         };
-        self.json(Kind::Stream, number, &start);
+        let bytes = serde_json::to_vec(&start).expect("recording metadata serializes");
+        // Numbered under the file's lock: a reader takes stream frames in
+        // number order, and two threads starting at once would otherwise
+        // write theirs the other way round.
+        let mut out = lock(&self.out);
+        let number = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        out.frame(Kind::Stream, Codec::Stored, number, 0, &bytes, bytes.len());
+        drop(out);
         StreamLog {
             number,
             process,
