@@ -202,7 +202,7 @@ pub(crate) fn hello_line(tid: i32) -> String {
 }
 
 /// A chunk of exec events for pcs `from..from + n` (step 4).
-fn exec_chunk(from: u64, n: u64) -> Vec<u8> {
+pub(crate) fn exec_chunk(from: u64, n: u64) -> Vec<u8> {
     (0..n).flat_map(|i| (from + 4 * i).to_le_bytes()).collect()
 }
 

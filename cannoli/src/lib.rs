@@ -94,7 +94,7 @@ pub use notes::Notes;
 pub use recording::{replay, replay_with, Recording, Replayed};
 pub use server::{original_fd_limit, raise_fd_limit, Server, Waker};
 pub use state::ToolState;
-pub use tool::Cannoli;
+pub use tool::{Cannoli, ReplayOrder};
 
 /// Re-export of the wire format crate (event tags, handshake messages).
 pub use wire;

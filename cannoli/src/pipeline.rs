@@ -81,7 +81,8 @@ impl<Tr, S: Default> Default for Delivery<Tr, S> {
 pub(crate) struct Pipeline<'a, T: Cannoli, N, S> {
     pid_ctx: &'a T::PidContext,
     tid_ctx: &'a T::TidContext,
-    tool: Mutex<T>,
+    /// Taken out when the stream ends ([`Pipeline::end`]).
+    tool: Mutex<Option<T>>,
     shape: Shape<'a>,
     /// The run's: whether its tool ended it.
     halt: &'a Halt,
@@ -106,7 +107,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
         Pipeline {
             pid_ctx,
             tid_ctx,
-            tool: Mutex::new(tool),
+            tool: Mutex::new(Some(tool)),
             shape,
             halt,
             reseq: Reseq::new(0, window),
@@ -120,52 +121,72 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
     where
         F: Feed<T, Note = N, Serial = S>,
     {
-        loop {
-            let mut buf = self.reseq.claim();
-            let Some(Next { seq, data }) = feed.next() else {
-                self.reseq.unclaim(buf);
-                break;
-            };
-            let mut seam = Seam::default();
-            let note = match data {
-                Ok(data) if self.halt.is_halted() => {
-                    let len = data.len();
-                    buf.clear();
-                    feed.decoded(seq, len, &Decoded::default())
-                }
-                Ok(data) => {
-                    let len = data.len();
-                    let d = decode::<T>(
-                        self.pid_ctx,
-                        self.tid_ctx,
-                        data,
-                        &self.shape,
-                        cache,
-                        &mut buf,
-                        &mut seam,
-                    );
-                    feed.decoded(seq, len, &d)
-                }
-                Err(note) => {
-                    buf.clear();
-                    note
-                }
-            };
-            self.reseq
-                .complete(seq, buf, (seam, note), |trace, (seam, note), d| {
-                    let due = Due {
-                        pid_ctx: self.pid_ctx,
-                        tid_ctx: self.tid_ctx,
-                        tool: &self.tool,
-                        shape: &self.shape,
-                        halt: self.halt,
-                        carry: &mut d.carry,
-                        seam: &seam,
-                        trace,
-                    };
-                    feed.deliver(&mut d.state, note, due);
-                });
-        }
+        while self.work_one(self.claim(), cache, feed) {}
+    }
+
+    /// A ticket: room in the resequencer's window for one more chunk (it
+    /// waits for that), with a trace buffer. The chunk taken with it must
+    /// be the stream's lowest not taken yet, or the window could fill with
+    /// chunks after one that waits for a ticket.
+    pub fn claim(&self) -> Vec<T::Trace> {
+        self.reseq.claim()
+    }
+
+    /// [`Pipeline::work`] of one chunk, `buf` being its ticket
+    /// ([`Pipeline::claim`]). Returns whether `feed` had one.
+    pub fn work_one<F>(
+        &self,
+        mut buf: Vec<T::Trace>,
+        cache: Option<&BlockCache>,
+        feed: &mut F,
+    ) -> bool
+    where
+        F: Feed<T, Note = N, Serial = S>,
+    {
+        let Some(Next { seq, data }) = feed.next() else {
+            self.reseq.unclaim(buf);
+            return false;
+        };
+        let mut seam = Seam::default();
+        let note = match data {
+            Ok(data) if self.halt.is_halted() => {
+                let len = data.len();
+                buf.clear();
+                feed.decoded(seq, len, &Decoded::default())
+            }
+            Ok(data) => {
+                let len = data.len();
+                let d = decode::<T>(
+                    self.pid_ctx,
+                    self.tid_ctx,
+                    data,
+                    &self.shape,
+                    cache,
+                    &mut buf,
+                    &mut seam,
+                );
+                feed.decoded(seq, len, &d)
+            }
+            Err(note) => {
+                buf.clear();
+                note
+            }
+        };
+        self.reseq
+            .complete(seq, buf, (seam, note), |trace, (seam, note), d| {
+                let due = Due {
+                    pid_ctx: self.pid_ctx,
+                    tid_ctx: self.tid_ctx,
+                    tool: &self.tool,
+                    shape: &self.shape,
+                    halt: self.halt,
+                    carry: &mut d.carry,
+                    seam: &seam,
+                    trace,
+                };
+                feed.deliver(&mut d.state, note, due);
+            });
+        true
     }
 
     /// The delivery state, once every chunk is delivered (the stream's
@@ -185,10 +206,19 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
         carry.buf.clear();
         let n = finish::<T>(self.pid_ctx, self.tid_ctx, &mut carry.open, &mut carry.buf);
         if !carry.buf.is_empty() {
-            let flow = lock(&self.tool).trace_flow(self.pid_ctx, self.tid_ctx, &carry.buf);
-            self.halt.note(flow);
+            if let Some(tool) = lock(&self.tool).as_mut() {
+                let flow = tool.trace_flow(self.pid_ctx, self.tid_ctx, &carry.buf);
+                self.halt.note(flow);
+            }
         }
         n
+    }
+
+    /// The stream's tool, once its stream ended ([`Pipeline::finish`]):
+    /// dropped by the caller, whose `Drop` may report, before the stream's
+    /// `TidContext`. Nothing is delivered to it after this.
+    pub fn end(&self) -> Option<T> {
+        lock(&self.tool).take()
     }
 }
 
@@ -198,7 +228,7 @@ impl<'a, T: Cannoli, N, S: Default> Pipeline<'a, T, N, S> {
 pub(crate) struct Due<'d, T: Cannoli> {
     pid_ctx: &'d T::PidContext,
     tid_ctx: &'d T::TidContext,
-    tool: &'d Mutex<T>,
+    tool: &'d Mutex<Option<T>>,
     shape: &'d Shape<'d>,
     halt: &'d Halt,
     carry: &'d mut Carry<T::Trace>,
@@ -247,7 +277,7 @@ impl<'d, T: Cannoli> Due<'d, T> {
 pub(crate) struct Stitched<'d, T: Cannoli> {
     pid_ctx: &'d T::PidContext,
     tid_ctx: &'d T::TidContext,
-    tool: &'d Mutex<T>,
+    tool: &'d Mutex<Option<T>>,
     halt: &'d Halt,
     head: &'d [T::Trace],
     trace: &'d [T::Trace],
@@ -262,6 +292,9 @@ impl<T: Cannoli> Stitched<'_, T> {
             return;
         }
         let mut tool = lock(self.tool);
+        let Some(tool) = tool.as_mut() else {
+            return; // the stream ended: nothing is its any more
+        };
         for part in [head, trace] {
             if part.is_empty() || self.halt.is_halted() {
                 continue;

@@ -19,6 +19,26 @@ use crate::event::{Access, Block, Mapping, Protection, Signal, Syscall};
 use crate::flow::{Flow, ToolError};
 use crate::ClientInfo;
 
+/// How a replay ([`crate::recording`]) hands a tool the streams of a
+/// process's threads, as a DynamoRIO drmemtrace analyzer chooses between
+/// its shards one by one and interleaved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayOrder {
+    /// Each thread's whole stream, one after the other, in the order they
+    /// connected: the serial phase's calls in the same order every
+    /// replay. For tools whose threads' serial phases do not wait on each
+    /// other.
+    InTurn,
+    /// A process's threads side by side, as they ran: their chunks taken
+    /// in the order the recorder wrote them (the order they reached it),
+    /// a thread's stream ending as soon as its last chunk is delivered.
+    /// For a tool whose serial phase holds one thread's events until
+    /// another's have come (`cannoli heap`: a `pthread_join` waits for the
+    /// joined thread's end), which one thread after the other would hold
+    /// for the whole rest of that thread's stream.
+    AsRecorded,
+}
+
 /// A trace analysis tool. One value of `Self` exists per traced guest thread.
 ///
 /// The parallel callbacks (`exec`, `exec_run`, `regs`, `branch`, `read`,
@@ -43,6 +63,10 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     type TidContext: Send + Sync + 'static;
     /// Per traced guest process, shared by all its threads.
     type PidContext: Send + Sync + 'static;
+
+    /// How a replay hands this tool the threads of a process (a live run
+    /// always runs them side by side). By default [`ReplayOrder::InTurn`].
+    const REPLAY_ORDER: ReplayOrder = ReplayOrder::InTurn;
 
     /// Called once per guest process, when its first thread connects.
     ///

@@ -492,6 +492,51 @@ fn clean_program_threads_large_chunks(arch: &str) {
     clean_program_env(arch, &[("CANNOLI_CHUNK_KB", "512")], &[]);
 }
 
+/// heapclean with its threads, recorded (`cannoli record --hooks regs`)
+/// and replayed by `cannoli heap --replay`, which takes a process's
+/// threads side by side as they were recorded (one whole thread after the
+/// other, the main thread's events after its `pthread_join` would wait for
+/// the rest of its stream): nothing reported, nothing run out of order,
+/// and the live run's allocations, frees and bytes.
+fn clean_program_threads_replayed(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "heapclean");
+    let live = heap_cmd(&dir, "live", &[prog.as_os_str()]);
+    assert_clean(&live, arch);
+    let rec = dir.file("threads.cnl");
+    let r = Tool::new("cannoli")
+        .args(["record", "--hooks", "regs", "-o"])
+        .arg(&rec)
+        .arg(&prog)
+        .run(&dir, "rec", timeout())
+        .unwrap_or_else(|e| panic!("{e}"));
+    r.expect_code(0).unwrap_or_else(|e| panic!("{e}"));
+    let replay = heap_cmd(&dir, "replay", &["--replay".as_ref(), rec.as_os_str()]);
+    assert_clean(&replay, arch);
+    assert!(
+        !replay.stderr.contains("waited for"),
+        "{arch}: {}",
+        replay.context()
+    );
+    let (Some(l), Some(p)) = (&live.summary, &replay.summary) else {
+        panic!(
+            "{arch}: a summary is missing\n{}\n{}",
+            live.context(),
+            replay.context()
+        );
+    };
+    for k in ["allocations", "frees", "bytes_allocated"] {
+        assert_eq!(
+            l[k],
+            p[k],
+            "{arch}: {k}\n{}\n{}",
+            live.context(),
+            replay.context()
+        );
+    }
+    let _ = fs::remove_file(&rec);
+}
+
 fn clean_program_with(arch: &str, args: &[&str]) {
     clean_program_env(arch, &[], args);
 }
@@ -518,6 +563,7 @@ fn clean_program_env(arch: &str, env: &[(&str, &str)], args: &[&str]) {
 per_guest!(clean_program: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 per_guest!(clean_program_threads: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 per_guest!(clean_program_threads_large_chunks: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+per_guest!(clean_program_threads_replayed: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 /// The dynamically linked heapclean (the shared C library's allocator)
 /// without threads on every guest: nothing reported.

@@ -23,6 +23,7 @@ use crate::{Cannoli, Stats, ToolState};
 pub mod format;
 mod reader;
 mod replay;
+mod side_by_side;
 mod writer;
 
 pub use format::{Exit, Goodbye, Info, Kind, StreamEnd, StreamStart};

@@ -2,12 +2,14 @@
 //! Replaying a recording through a tool: the same decoder, callbacks and
 //! ordering as a live run.
 //!
-//! Streams are replayed one after the other, in the order they connected;
-//! each one's chunks are decoded by `threads` workers at once and handed to
-//! [`Cannoli::trace`] in order, as live. A process's `PidContext` is made
-//! when its first stream starts and dropped after its last one ends (a
-//! stream's `Self` first, then its `TidContext`), as live; its block table
-//! is read from the recording's table frames first.
+//! As the tool asks ([`Cannoli::REPLAY_ORDER`]), streams are replayed one
+//! after the other, in the order they connected, each one's chunks decoded
+//! by `threads` workers at once and handed to [`Cannoli::trace`] in order,
+//! as live; or a process's streams side by side (`side_by_side`). A
+//! process's `PidContext` is made when its first stream starts and dropped
+//! after its last one ends (a stream's `Self` first, then its
+//! `TidContext`), as live; its block table is read from the recording's
+//! table frames first.
 //!
 //! What a live run would have said about loss, a replay says too (QEMU's
 //! lost events, a stream without its goodbye, a malformed chunk), and also
@@ -29,7 +31,7 @@ use crate::decode::{Decoded, Shape};
 use crate::flow::Halt;
 use crate::notes::{note, Notes};
 use crate::pipeline::{Due, Feed, Next, Pipeline};
-use crate::{Cannoli, ClientInfo, Stats, ToolState};
+use crate::{Cannoli, ClientInfo, ReplayOrder, Stats, ToolState};
 
 impl Recording {
     /// Feeds every stream through `T` (see the module doc), with `threads`
@@ -73,6 +75,45 @@ impl Recording {
     ) -> Result<Replayed, Error> {
         let threads = threads.max(1);
         self.progress().restart();
+        let halt = Halt::default();
+        let pass = Pass {
+            threads,
+            notes,
+            halt: &halt,
+        };
+        let mut stats = match T::REPLAY_ORDER {
+            ReplayOrder::InTurn => self.replay_in_turn::<T>(&pass, &state),
+            ReplayOrder::AsRecorded => self.replay_side_by_side::<T>(&pass, &state),
+        };
+        let status = match self.exit() {
+            Some(x) => {
+                stats.refused_connections += x.refused_connections;
+                stats.missing_processes += x.missing_processes;
+                stats.strangers += x.strangers;
+                x.status
+            }
+            None => {
+                note!(
+                    notes,
+                    "cannoli: {}: {}; the run's end and exit status are not in it, its last events may be missing",
+                    self.path().display(),
+                    self.cut().unwrap_or("the recording has no end record")
+                );
+                stats.cut_recordings += 1;
+                None
+            }
+        };
+        if let Some(e) = halt.take_error() {
+            return Err(Error::Tool(e));
+        }
+        stats.stopped = halt.stopped();
+        Ok(Replayed { stats, status })
+    }
+
+    /// Every stream whole, one after the other ([`ReplayOrder::InTurn`]).
+    /// Returns the totals.
+    fn replay_in_turn<T: Cannoli>(&self, pass: &Pass<'_>, state: &ToolState) -> Stats {
+        let notes = pass.notes;
         let mut stats = Stats::default();
         // Streams left per process: its context goes after the last one.
         let mut left: HashMap<u32, usize> = HashMap::new();
@@ -81,14 +122,8 @@ impl Recording {
         }
         let mut live: HashMap<u32, Arc<T::PidContext>> = HashMap::new();
         let mut tables = LiveTables::default();
-        let halt = Halt::default();
-        let pass = Pass {
-            threads,
-            notes,
-            halt: &halt,
-        };
         for s in self.streams() {
-            if halt.is_halted() {
+            if pass.halt.is_halted() {
                 break; // the tool ended the run: nothing more is its
             }
             let process = s.start.process;
@@ -116,34 +151,12 @@ impl Recording {
             let cache = tables.get(process, self, |r| {
                 r.load_table(process, ci.pid, ci.tid, notes)
             });
-            let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, &pass);
+            let totals = self.replay_stream::<T>(s, &ci, &pid_ctx, &cache, pass);
             stats.add(&totals);
             drop((pid_ctx, cache));
             release(&mut left, &mut live, &mut tables, process);
         }
-        let status = match self.exit() {
-            Some(x) => {
-                stats.refused_connections += x.refused_connections;
-                stats.missing_processes += x.missing_processes;
-                stats.strangers += x.strangers;
-                x.status
-            }
-            None => {
-                note!(
-                    notes,
-                    "cannoli: {}: {}; the run's end and exit status are not in it, its last events may be missing",
-                    self.path().display(),
-                    self.cut().unwrap_or("the recording has no end record")
-                );
-                stats.cut_recordings += 1;
-                None
-            }
-        };
-        if let Some(e) = halt.take_error() {
-            return Err(Error::Tool(e));
-        }
-        stats.stopped = halt.stopped();
-        Ok(Replayed { stats, status })
+        stats
     }
 
     /// Words of process `process`'s block table frames, at most what a
@@ -159,7 +172,7 @@ impl Recording {
     /// Process `process`'s block table, from its table frames: the entries
     /// from id 0 on, up to the first that is missing or damaged (a run
     /// naming a later one is then malformed, and counted).
-    fn load_table(&self, process: u32, pid: i32, tid: i32, notes: &Notes) -> FlatTable {
+    pub(super) fn load_table(&self, process: u32, pid: i32, tid: i32, notes: &Notes) -> FlatTable {
         let mut table = FlatTable::default();
         let mut words_read = 0usize;
         for f in self.table_frames(process) {
@@ -215,36 +228,13 @@ impl Recording {
         let (pid, tid) = (ci.pid, ci.tid);
         let (tool, tid_ctx) = T::init_tid(pid_ctx, ci);
         let shape = Shape::new(ci);
-        // The chunks the file holds, in order from 0: a gap ends them.
-        let dense = s
-            .chunks
-            .iter()
-            .enumerate()
-            .take_while(|(i, c)| c.seq == *i as u64)
-            .count();
-        let chunks: &[IndexEntry] = &s.chunks[..dense];
-        if dense < s.chunks.len() {
-            note!(
-                notes,
-                "cannoli: pid {pid} tid {tid}: the recording lacks chunk {dense} of this stream (or has it twice); \
-                 the events from there on are missing"
-            );
-        }
+        let chunks = dense_chunks(s, pid, tid, notes);
         let next = AtomicUsize::new(0);
-        let pipe: Pipeline<'_, T, Result<Done, Damaged>, Delivered> =
+        let pipe: ReplayPipeline<'_, T> =
             Pipeline::new(pid_ctx, &tid_ctx, tool, shape, halt, 2 * threads + 4);
         let worker = || {
-            let mut frames = Frames {
-                rec: self,
-                chunks,
-                next: &next,
-                raw: Vec::new(),
-                ctx: zstd::bulk::Decompressor::new().ok(),
-                pid,
-                tid,
-                notes,
-                halt,
-            };
+            let mut frames = Frames::new(self, pass);
+            frames.point(chunks, Take::Shared(&next), None, pid, tid);
             pipe.work(Some(cache), &mut frames);
         };
         std::thread::scope(|sc| {
@@ -253,45 +243,88 @@ impl Recording {
             }
             worker();
         });
-        let mut delivery = pipe.take_serial();
-        let d = &mut delivery.state;
-        // A run the tool ended is not checked for what it did not read.
-        let complete = halt.is_halted()
-            || stream_complete(s, d.chunks, pid, tid, &mut d.lost, notes) && !d.stopped;
-        // The block the last chunk left open ran to its end, if the stream
-        // ended there; if events are missing after it, who knows.
-        if complete {
-            delivery.state.events += pipe.finish(&mut delivery);
-        }
-        let d = delivery.state;
-        drop(pipe); // the tool's per-thread value: its Drop may report
+        let totals = end_stream(s, &pipe, pid, tid, pass);
+        drop(pipe);
         drop(tid_ctx);
-        Stats {
-            connections: 1,
-            events: d.events,
-            chunks: d.chunks,
-            bytes: d.bytes,
-            lost_events: d.lost,
-            incomplete_streams: u64::from(!complete),
-            skipped_events: d.skipped,
-            ..Stats::default()
-        }
+        totals
     }
 }
 
+/// The chunks of `s` the file holds, in order from 0: a gap ends them
+/// (said on `notes`).
+pub(super) fn dense_chunks<'s>(
+    s: &'s StreamRec,
+    pid: i32,
+    tid: i32,
+    notes: &Notes,
+) -> &'s [IndexEntry] {
+    let dense = s
+        .chunks
+        .iter()
+        .enumerate()
+        .take_while(|(i, c)| c.seq == *i as u64)
+        .count();
+    if dense < s.chunks.len() {
+        note!(
+            notes,
+            "cannoli: pid {pid} tid {tid}: the recording lacks chunk {dense} of this stream (or has it twice); \
+             the events from there on are missing"
+        );
+    }
+    &s.chunks[..dense]
+}
+
+/// Stream `s` ended, its chunks delivered through `pipe`: the block the
+/// last one left open is delivered, what is missing is said, and its tool
+/// is dropped (its `Drop` may report). Returns its totals (one
+/// connection).
+pub(super) fn end_stream<T: Cannoli>(
+    s: &StreamRec,
+    pipe: &ReplayPipeline<'_, T>,
+    pid: i32,
+    tid: i32,
+    pass: &Pass<'_>,
+) -> Stats {
+    let mut delivery = pipe.take_serial();
+    let d = &mut delivery.state;
+    // A run the tool ended is not checked for what it did not read.
+    let complete = pass.halt.is_halted()
+        || stream_complete(s, d.chunks, pid, tid, &mut d.lost, pass.notes) && !d.stopped;
+    // The block the last chunk left open ran to its end, if the stream
+    // ended there; if events are missing after it, who knows.
+    if complete {
+        delivery.state.events += pipe.finish(&mut delivery);
+    }
+    let d = delivery.state;
+    drop(pipe.end());
+    Stats {
+        connections: 1,
+        events: d.events,
+        chunks: d.chunks,
+        bytes: d.bytes,
+        lost_events: d.lost,
+        incomplete_streams: u64::from(!complete),
+        skipped_events: d.skipped,
+        ..Stats::default()
+    }
+}
+
+/// A stream's pipeline in a replay.
+pub(super) type ReplayPipeline<'a, T> = Pipeline<'a, T, Result<Done, Damaged>, Delivered>;
+
 /// How a replay goes, the same for each of its streams.
 #[derive(Clone, Copy)]
-struct Pass<'h> {
-    /// Decoding workers per stream.
-    threads: usize,
+pub(super) struct Pass<'h> {
+    /// Decoding workers per stream (side by side: per process).
+    pub threads: usize,
     /// Where its lines go.
-    notes: &'h Notes,
+    pub notes: &'h Notes,
     /// Whether the tool ended the replay.
-    halt: &'h Halt,
+    pub halt: &'h Halt,
 }
 
 /// A chunk decoded on a worker, for its in-order delivery.
-struct Done {
+pub(super) struct Done {
     events: u64,
     lost: u64,
     skipped: u64,
@@ -304,7 +337,7 @@ struct Done {
     "the recording's chunk {chunk} (byte {offset}) is damaged ({source}); the events from there \
      on are missing"
 )]
-struct Damaged {
+pub(super) struct Damaged {
     /// Its index in the stream.
     chunk: usize,
     /// Where its frame starts in the file.
@@ -316,7 +349,7 @@ struct Damaged {
 /// A stream's in-order delivery: what was delivered (a chunk counts once
 /// it is delivered, not when decoded).
 #[derive(Default)]
-struct Delivered {
+pub(super) struct Delivered {
     /// A damaged chunk was reached: nothing more is delivered.
     stopped: bool,
     chunks: u64,
@@ -326,15 +359,26 @@ struct Delivered {
     bytes: u64,
 }
 
+/// Which chunk a worker's [`Frames`] hands it next.
+#[derive(Clone, Copy)]
+pub(super) enum Take<'r> {
+    /// The next of the stream's chunks not taken yet, shared by the
+    /// workers.
+    Shared(&'r AtomicUsize),
+    /// This one, once.
+    One(Option<usize>),
+}
+
 /// One worker's chunks from the recording: the next chunk of the stream
 /// not taken yet, read (and decompressed) into `raw`. A damaged one is
 /// delivered as its message, and stops the stream there.
-struct Frames<'r> {
+pub(super) struct Frames<'r> {
     rec: &'r Recording,
     /// The chunks the file holds, in order from 0.
     chunks: &'r [IndexEntry],
-    /// The next of them to take, shared by the workers.
-    next: &'r AtomicUsize,
+    take: Take<'r>,
+    /// Counts the chunks whose turn came (delivered or not), if asked.
+    passed: Option<&'r AtomicUsize>,
     raw: Vec<u8>,
     ctx: Option<zstd::bulk::Decompressor<'static>>,
     pid: i32,
@@ -344,12 +388,49 @@ struct Frames<'r> {
     halt: &'r Halt,
 }
 
+impl<'r> Frames<'r> {
+    /// A worker's, pointed at no stream yet.
+    pub(super) fn new(rec: &'r Recording, pass: &Pass<'r>) -> Self {
+        Frames {
+            rec,
+            chunks: &[],
+            take: Take::One(None),
+            passed: None,
+            raw: Vec::new(),
+            ctx: zstd::bulk::Decompressor::new().ok(),
+            pid: 0,
+            tid: 0,
+            notes: pass.notes,
+            halt: pass.halt,
+        }
+    }
+
+    /// Points the worker at the stream of `chunks` (thread `pid` `tid`).
+    pub(super) fn point(
+        &mut self,
+        chunks: &'r [IndexEntry],
+        take: Take<'r>,
+        passed: Option<&'r AtomicUsize>,
+        pid: i32,
+        tid: i32,
+    ) {
+        self.chunks = chunks;
+        self.take = take;
+        self.passed = passed;
+        self.pid = pid;
+        self.tid = tid;
+    }
+}
+
 impl<T: Cannoli> Feed<T> for Frames<'_> {
     type Note = Result<Done, Damaged>;
     type Serial = Delivered;
 
     fn next(&mut self) -> Option<Next<'_, Self::Note>> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let i = match &mut self.take {
+            Take::Shared(next) => next.fetch_add(1, Ordering::Relaxed),
+            Take::One(one) => one.take()?,
+        };
         if i >= self.chunks.len() || self.halt.is_halted() {
             return None;
         }
@@ -390,6 +471,22 @@ impl<T: Cannoli> Feed<T> for Frames<'_> {
     // Delivered in chunk order: a damaged chunk stops the stream there,
     // whatever the workers decoded after it.
     fn deliver(&mut self, d: &mut Delivered, done: Self::Note, due: Due<'_, T>) {
+        self.deliver_chunk(d, done, due);
+        if let Some(p) = self.passed {
+            // After the delivery: whoever reads the last count finds the
+            // stream's tool done with its chunks.
+            p.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+impl Frames<'_> {
+    fn deliver_chunk<T: Cannoli>(
+        &mut self,
+        d: &mut Delivered,
+        done: Result<Done, Damaged>,
+        due: Due<'_, T>,
+    ) {
         if d.stopped {
             return;
         }
@@ -541,7 +638,7 @@ const TABLE_BUDGET_WORDS: usize = TABLE_MAX_WORDS;
 /// The block tables (with their caches of decoded blocks) a replay keeps,
 /// within [`TABLE_BUDGET_WORDS`].
 #[derive(Default)]
-struct LiveTables {
+pub(super) struct LiveTables {
     map: HashMap<u32, (Arc<BlockCache>, usize)>,
     words: usize,
 }
@@ -549,7 +646,7 @@ struct LiveTables {
 impl LiveTables {
     /// Process `process`'s table: the one kept, or `load`'s, after making
     /// room for it.
-    fn get(
+    pub(super) fn get(
         &mut self,
         process: u32,
         rec: &Recording,

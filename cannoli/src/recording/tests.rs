@@ -449,3 +449,225 @@ fn needs_say_what_the_recording_lacks() {
     assert!(flags.check(&Hooks::preset("regs")).is_ok());
     assert!(regs(RegsAt::All).check(&old).is_ok());
 }
+
+/// Records every exec with its stream's tid, and `(tid, ENDED)` when its
+/// stream ends, replayed side by side.
+struct SideLog {
+    tid: i32,
+    seen: Arc<Seen1>,
+}
+
+/// The pc [`SideLog`] logs when its stream ends.
+const ENDED: u64 = u64::MAX;
+
+impl Cannoli for SideLog {
+    type Trace = u64;
+    type TidContext = ();
+    type PidContext = Arc<Seen1>;
+    const REPLAY_ORDER: crate::ReplayOrder = crate::ReplayOrder::AsRecorded;
+
+    fn init_pid(ci: &ClientInfo) -> Arc<Arc<Seen1>> {
+        Arc::new(ci.expect_state::<Seen1>())
+    }
+
+    fn init_tid(seen: &Arc<Seen1>, ci: &ClientInfo) -> (SideLog, ()) {
+        let seen = seen.clone();
+        (SideLog { tid: ci.tid, seen }, ())
+    }
+
+    fn exec(_: &Arc<Seen1>, _: &(), pc: u64, t: &mut Vec<u64>) {
+        t.push(pc);
+    }
+
+    fn trace(&mut self, seen: &Arc<Seen1>, _: &(), t: &[u64]) {
+        seen.lock()
+            .unwrap()
+            .extend(t.iter().map(|&pc| (self.tid, pc)));
+    }
+}
+
+impl Drop for SideLog {
+    fn drop(&mut self) {
+        self.seen.lock().unwrap().push((self.tid, ENDED));
+    }
+}
+
+/// Threads 10 and 11 of one process, their chunks written in the order
+/// `(tid, chunk)` of `file`; thread 12 has no chunk. Returns the path.
+fn write_side_by_side(name: &str, file: &[(i32, u64)]) -> std::path::PathBuf {
+    use crate::fuzzing::{exec_chunk, hello_line};
+    let path = temp(name);
+    let info = super::Info {
+        writer: "test".into(),
+        hooks: super::Hooks::preset("pc"),
+        command: vec!["prog".into()],
+        guest: Some("mipsel".into()),
+        started_unix_ns: 1,
+    };
+    let w = super::Writer::create(&path, &info, 1).unwrap();
+    let mut p = w.packer();
+    // One process: its threads' streams share its block table.
+    let table = mempipe::TableWriter::create(0).unwrap();
+    let fd = table.fd().try_clone_to_owned().unwrap();
+    let reader = Arc::new(mempipe::TableReader::from_fd(fd).unwrap());
+    let logs: Vec<_> = [10, 11, 12]
+        .map(|tid| (tid, w.stream_start(&hello_line(tid), Some(reader.clone()))))
+        .into();
+    for &(tid, c) in file {
+        let log = &logs.iter().find(|l| l.0 == tid).unwrap().1;
+        let data = exec_chunk(0x1000 * tid as u64 + 0x100 * c, 4);
+        w.chunk(log, c, &data, &mut p);
+    }
+    for (tid, log) in &logs {
+        let n = file.iter().filter(|f| f.0 == *tid).count() as u64;
+        let end = super::StreamEnd {
+            goodbye: Some(super::Goodbye {
+                chunks: n,
+                lost_events: 0,
+                exec: false,
+            }),
+            published: n,
+            violation: None,
+            written: n,
+            end_ns: 5,
+            control: None,
+        };
+        w.stream_end(log, &end);
+    }
+    let exit = super::Exit {
+        status: Some(0),
+        refused_connections: 0,
+        missing_processes: 0,
+        strangers: 0,
+        end_ns: 9,
+    };
+    w.finish(&exit).unwrap();
+    path
+}
+
+/// A tool whose threads wait on each other ([`crate::ReplayOrder::AsRecorded`])
+/// gets a process's streams side by side: one worker delivers the chunks
+/// in the order of the file, and a stream ends (its tool dropped) as soon
+/// as its last chunk is delivered, not when the process ends; a stream
+/// without chunks ends first. Several workers keep each stream's order.
+#[test]
+fn side_by_side_streams_go_in_file_order_and_end_with_their_last_chunk() {
+    let file = [(10, 0), (11, 0), (10, 1), (11, 1), (10, 2), (10, 3)];
+    let path = write_side_by_side("side.cnl", &file);
+    let pcs =
+        |tid: i32, c: u64| (0..4).map(move |i| (tid, 0x1000 * tid as u64 + 0x100 * c + 4 * i));
+    let mut expect = vec![(12, ENDED)];
+    for (i, &(tid, c)) in file.iter().enumerate() {
+        expect.extend(pcs(tid, c));
+        if i == 3 {
+            expect.push((11, ENDED));
+        }
+    }
+    // The block the last chunk left open, at each stream's end, adds no
+    // exec events (each chunk's events are whole).
+    expect.push((10, ENDED));
+    let seen = Arc::new(Seen1::default());
+    let r = replay_with::<SideLog>(&path, 1, seen.clone()).unwrap();
+    assert!(r.stats.is_complete(), "{:?}", r.stats);
+    assert_eq!(r.stats.connections, 3);
+    assert_eq!(*seen.lock().unwrap(), expect);
+
+    for _ in 0..20 {
+        let seen = Arc::new(Seen1::default());
+        let r = replay_with::<SideLog>(&path, 4, seen.clone()).unwrap();
+        assert!(r.stats.is_complete());
+        let seen = seen.lock().unwrap();
+        for tid in [10, 11, 12] {
+            let got: Vec<_> = seen.iter().filter(|s| s.0 == tid).collect();
+            let want: Vec<_> = expect.iter().filter(|s| s.0 == tid).collect();
+            assert_eq!(got, want, "tid {tid}");
+        }
+    }
+
+    // The same file one stream after the other.
+    let seen = Arc::new(Seen1::default());
+    replay_with::<ExecLog>(&path, 1, seen.clone()).unwrap();
+    let tids: Vec<i32> = seen.lock().unwrap().iter().map(|s| s.0).collect();
+    assert!(tids.is_sorted(), "{tids:?}");
+    let _ = std::fs::remove_file(&path);
+}
+
+/// Side by side, a recording cut at any length replays what it holds (a
+/// prefix of each stream) without a panic or a hang, and is complete only
+/// once whole but for its index.
+#[test]
+fn side_by_side_replay_of_a_cut_recording_gives_prefixes() {
+    let file = [(10, 0), (11, 0), (10, 1), (11, 1), (10, 2)];
+    let path = write_side_by_side("side-cut-src.cnl", &file);
+    let whole = Arc::new(Seen1::default());
+    replay_with::<SideLog>(&path, 2, whole.clone()).unwrap();
+    let whole = std::mem::take(&mut *whole.lock().unwrap());
+    let bytes = std::fs::read(&path).unwrap();
+    let cut = temp("side-cut.cnl");
+    for len in 0..bytes.len() {
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let seen = Arc::new(Seen1::default());
+        let Ok(r) = replay_with::<SideLog>(&cut, 2, seen.clone()) else {
+            continue;
+        };
+        let seen = seen.lock().unwrap();
+        for tid in [10, 11] {
+            let pcs = |v: &[(i32, u64)]| -> Vec<u64> {
+                v.iter()
+                    .filter(|s| s.0 == tid && s.1 != ENDED)
+                    .map(|s| s.1)
+                    .collect()
+            };
+            assert!(
+                pcs(&whole).starts_with(&pcs(&seen)),
+                "cut at {len}: tid {tid}"
+            );
+        }
+        if r.stats.is_complete() {
+            assert_eq!(seen.len(), whole.len(), "cut at {len}");
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(&cut);
+}
+
+/// Threads whose streams start at once (QEMU's threads connecting
+/// together) get their stream frames written in number order, which is
+/// how a reader takes them: before, a stream numbered after another could
+/// reach the file first, and the recording read as damaged.
+#[test]
+fn streams_started_at_once_are_written_in_number_order() {
+    use crate::fuzzing::hello_line;
+    let path = temp("racing-starts.cnl");
+    let info = super::Info {
+        writer: "test".into(),
+        hooks: super::Hooks::preset("pc"),
+        command: vec!["prog".into()],
+        guest: Some("mipsel".into()),
+        started_unix_ns: 1,
+    };
+    let w = super::Writer::create(&path, &info, 1).unwrap();
+    let starts = std::sync::Barrier::new(8);
+    std::thread::scope(|sc| {
+        for t in 0..8 {
+            let (w, starts) = (&w, &starts);
+            sc.spawn(move || {
+                starts.wait();
+                for i in 0..200 {
+                    w.stream_start(&hello_line(1000 * t + i), None);
+                }
+            });
+        }
+    });
+    w.finish(&super::Exit {
+        status: Some(0),
+        refused_connections: 0,
+        missing_processes: 0,
+        strangers: 0,
+        end_ns: 2,
+    })
+    .unwrap();
+    let rec = Recording::open(&path).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(rec.streams().len(), 1600);
+    let _ = std::fs::remove_file(&path);
+}

@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use cannoli::{Cannoli, ClientInfo};
+use cannoli::{Cannoli, ClientInfo, ReplayOrder};
 
 use super::{lock, order, table, Item, Layout, MemAccess, Pid, Proc, Thread};
 use crate::backtrace::arch;
@@ -55,6 +55,11 @@ impl Cannoli for Stream {
     type Trace = Item;
     type TidContext = Arc<Layout>;
     type PidContext = Pid;
+
+    /// A thread's events wait in the serial phase for other threads'
+    /// (`order`): one thread after the other, a `pthread_join`'s wait
+    /// would hold the rest of the joining thread's stream.
+    const REPLAY_ORDER: ReplayOrder = ReplayOrder::AsRecorded;
 
     fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
         let run = ci.expect_state::<Run>();
