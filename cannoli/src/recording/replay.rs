@@ -127,23 +127,11 @@ impl Recording {
                 break; // the tool ended the run: nothing more is its
             }
             let process = s.start.process;
-            let hello = match parse_hello(&s.start.hello) {
-                Ok(h) => h,
-                Err(e) => {
-                    note!(
-                        notes,
-                        "cannoli: {}: stream {}: its hello cannot be read ({e}); its events are missing",
-                        self.path().display(),
-                        s.number
-                    );
-                    stats.refused_connections += 1;
-                    release(&mut left, &mut live, &mut tables, process);
-                    continue;
-                }
+            let Some(ci) = self.client_info(s, state, notes) else {
+                stats.refused_connections += 1;
+                release(&mut left, &mut live, &mut tables, process);
+                continue;
             };
-            let mut ci = ClientInfo::from_hello(&hello);
-            ci.stream = s.number.into();
-            ci.tool_state = state.clone();
             let pid_ctx = live
                 .entry(process)
                 .or_insert_with(|| T::init_pid(&ci))
@@ -157,6 +145,33 @@ impl Recording {
             release(&mut left, &mut live, &mut tables, process);
         }
         stats
+    }
+
+    /// The [`ClientInfo`] of stream `s`, from its hello as QEMU sent it,
+    /// with `state`; `None` (said on `notes`) if the hello cannot be read.
+    pub(super) fn client_info(
+        &self,
+        s: &StreamRec,
+        state: &ToolState,
+        notes: &Notes,
+    ) -> Option<ClientInfo> {
+        match parse_hello(&s.start.hello) {
+            Ok(hello) => {
+                let mut ci = ClientInfo::from_hello(&hello);
+                ci.stream = s.number.into();
+                ci.tool_state = state.clone();
+                Some(ci)
+            }
+            Err(e) => {
+                note!(
+                    notes,
+                    "cannoli: {}: stream {}: its hello cannot be read ({e}); its events are missing",
+                    self.path().display(),
+                    s.number
+                );
+                None
+            }
+        }
     }
 
     /// Words of process `process`'s block table frames, at most what a

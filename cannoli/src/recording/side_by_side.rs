@@ -28,13 +28,10 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use wire::parse_hello;
-
 use super::format::IndexEntry;
 use super::reader::{Recording, StreamRec};
 use super::replay::{dense_chunks, end_stream, Frames, LiveTables, Pass, ReplayPipeline, Take};
 use crate::decode::Shape;
-use crate::notes::note;
 use crate::pipeline::Pipeline;
 use crate::{Cannoli, ClientInfo, Stats, ToolState};
 
@@ -100,22 +97,9 @@ impl Recording {
         let mut stats = Stats::default();
         let mut infos: Vec<(&StreamRec, ClientInfo)> = Vec::new();
         for &s in streams {
-            match parse_hello(&s.start.hello) {
-                Ok(hello) => {
-                    let mut ci = ClientInfo::from_hello(&hello);
-                    ci.stream = s.number.into();
-                    ci.tool_state = state.clone();
-                    infos.push((s, ci));
-                }
-                Err(e) => {
-                    note!(
-                        notes,
-                        "cannoli: {}: stream {}: its hello cannot be read ({e}); its events are missing",
-                        self.path().display(),
-                        s.number
-                    );
-                    stats.refused_connections += 1;
-                }
+            match self.client_info(s, state, notes) {
+                Some(ci) => infos.push((s, ci)),
+                None => stats.refused_connections += 1,
             }
         }
         let Some((_, first)) = infos.first() else {

@@ -174,17 +174,23 @@ fn chunk_order(path: &Path) -> Vec<u64> {
     seqs
 }
 
-/// Writes chunks of stream 0 in `order`, each `len` bytes that do not
-/// compress; returns the file's chunk order.
-fn write_in(name: &str, order: &[u64], len: usize) -> Vec<u64> {
-    let path = temp(name);
-    let info = super::Info {
+/// What the test recordings say they hold: `--hooks pc` of `prog` on
+/// mipsel.
+fn test_info() -> super::Info {
+    super::Info {
         writer: "test".into(),
         hooks: super::Hooks::preset("pc"),
         command: vec!["prog".into()],
         guest: Some("mipsel".into()),
         started_unix_ns: 1,
-    };
+    }
+}
+
+/// Writes chunks of stream 0 in `order`, each `len` bytes that do not
+/// compress; returns the file's chunk order.
+fn write_in(name: &str, order: &[u64], len: usize) -> Vec<u64> {
+    let path = temp(name);
+    let info = test_info();
     let w = super::Writer::create(&path, &info, 1).unwrap();
     let mut p = w.packer();
     let log = w.stream_start(&crate::fuzzing::hello_line(10), None);
@@ -497,13 +503,7 @@ impl Drop for SideLog {
 fn write_side_by_side(name: &str, file: &[(i32, u64)]) -> std::path::PathBuf {
     use crate::fuzzing::{exec_chunk, hello_line};
     let path = temp(name);
-    let info = super::Info {
-        writer: "test".into(),
-        hooks: super::Hooks::preset("pc"),
-        command: vec!["prog".into()],
-        guest: Some("mipsel".into()),
-        started_unix_ns: 1,
-    };
+    let info = test_info();
     let w = super::Writer::create(&path, &info, 1).unwrap();
     let mut p = w.packer();
     // One process: its threads' streams share its block table.
@@ -639,13 +639,7 @@ fn side_by_side_replay_of_a_cut_recording_gives_prefixes() {
 fn streams_started_at_once_are_written_in_number_order() {
     use crate::fuzzing::hello_line;
     let path = temp("racing-starts.cnl");
-    let info = super::Info {
-        writer: "test".into(),
-        hooks: super::Hooks::preset("pc"),
-        command: vec!["prog".into()],
-        guest: Some("mipsel".into()),
-        started_unix_ns: 1,
-    };
+    let info = test_info();
     let w = super::Writer::create(&path, &info, 1).unwrap();
     let starts = std::sync::Barrier::new(8);
     std::thread::scope(|sc| {
