@@ -56,6 +56,8 @@ pub struct Report {
     pub status: Option<i32>,
     /// What the program wrote to stdout.
     pub stdout: Vec<u8>,
+    /// Its XML documents, one per process (the first process's first).
+    pub xml: Vec<std::path::PathBuf>,
 }
 
 /// The function name of a symbol as the heap tests compare it: without a
@@ -188,29 +190,58 @@ fn valgrind(dir: &RunDir, tag: &str, opts: &[String], prog: &Path, args: &[&str]
 }
 
 /// Runs `prog args` under memcheck with `--leak-check=full` and reads what
-/// it found. Panics if valgrind cannot run or writes no readable XML.
+/// it found. memcheck follows forks (not execs): each process writes its
+/// own XML (`<tag>.<pid>.xml`), and the findings are all of theirs. A
+/// process that exec'd leaves its document unfinished; with no error in
+/// it, it found none. Panics if valgrind cannot run or writes no readable
+/// XML.
 pub fn run_memcheck(dir: &RunDir, tag: &str, prog: &Path, args: &[&str]) -> Report {
-    let xml_path = dir.file(&format!("{tag}.xml"));
     let opts = [
         "--xml=yes".to_string(),
-        format!("--xml-file={}", xml_path.display()),
+        format!(
+            "--xml-file={}",
+            dir.file(&format!("{tag}.%p.xml")).display()
+        ),
         "--leak-check=full".to_string(),
     ];
     let status = valgrind(dir, tag, &opts, prog, args);
-    let doc = fs::read_to_string(&xml_path).unwrap_or_else(|e| {
-        panic!(
-            "memcheck wrote no XML to {} ({e}); its log:\n{}",
-            xml_path.display(),
-            fs::read_to_string(dir.file(&format!("{tag}.log"))).unwrap_or_default()
-        )
-    });
-    let (findings, all_kinds) =
-        parse_xml(&doc).unwrap_or_else(|e| panic!("{}: {e}", xml_path.display()));
+    let prefix = format!("{tag}.");
+    let mut docs: Vec<_> = fs::read_dir(dir.path())
+        .expect("read the run's directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                n.strip_prefix(&prefix)
+                    .and_then(|r| r.strip_suffix(".xml"))
+                    .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+            })
+        })
+        .collect();
+    // By pid, so the first process first (pids wrap rarely within a run).
+    docs.sort_by_key(|p| (p.as_os_str().len(), p.clone()));
+    assert!(
+        !docs.is_empty(),
+        "memcheck wrote no XML for {tag}; its log:\n{}",
+        fs::read_to_string(dir.file(&format!("{tag}.log"))).unwrap_or_default()
+    );
+    let (mut findings, mut all_kinds) = (Vec::new(), Vec::new());
+    for path in &docs {
+        let doc = fs::read_to_string(path).unwrap_or_default();
+        match parse_xml(&doc) {
+            Ok((f, k)) => {
+                findings.extend(f);
+                all_kinds.extend(k);
+            }
+            Err(_) if !doc.contains("</valgrindoutput>") && !doc.contains("<error>") => {}
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+    }
     Report {
         findings,
         all_kinds,
         status,
         stdout: fs::read(dir.file(&format!("{tag}.stdout"))).unwrap_or_default(),
+        xml: docs,
     }
 }
 

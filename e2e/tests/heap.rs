@@ -231,6 +231,7 @@ fn memcheck_finds_each_planted_bug() {
         ("realloc-move", "use-after-free", "hb_realloc_move"),
         ("fnptr", "heap-buffer-overflow", "hb_fnptr_target"),
         ("uaf-join", "use-after-free", "hb_uaf_join"),
+        ("uaf-fork", "use-after-free", "hb_fork_child"),
     ];
     let t = truth();
     assert_eq!(t.len(), planted.len(), "{:?}", t.keys());
@@ -297,6 +298,7 @@ const CASES: &[&str] = &[
     "realloc-move",
     "fnptr",
     "uaf-join",
+    "uaf-fork",
 ];
 
 /// No planted case goes untested: the program's list is [`CASES`].
@@ -405,6 +407,9 @@ planted!(fnptr = "fnptr" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, ri
 // A worker's free, ordered before main's read by pthread_join alone (the
 // threads' events reach the client in no order of their own).
 planted!(uaf_join = "uaf-join" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+// A forked child's heap is its parent's copy: its free of a parent's
+// block is fine, its read of that block after freeing it is not.
+planted!(uaf_fork = "uaf-fork" in "heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 // The dynamically linked builds (malloc in the shared C library).
 planted!(dyn_uaf_read = "uaf-read" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
@@ -419,6 +424,7 @@ planted!(dyn_leak = "leak" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch
 planted!(dyn_realloc_move = "realloc-move" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 planted!(dyn_fnptr = "fnptr" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 planted!(dyn_uaf_join = "uaf-join" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+planted!(dyn_uaf_fork = "uaf-fork" in "dyn_heapbugs": mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
 /// `heapcxx.cpp` built by the host's g++ (dynamically linked, so that
 /// memcheck replaces operator new and delete).
@@ -1006,6 +1012,15 @@ fn host_programs() {
         ("/usr/bin/sha256sum", &["in.txt"]),
         ("/usr/bin/ls", &["-l", "."]),
         ("/usr/bin/sed", &["-e", "s/ /,/", "in.txt"]),
+        // A shell's forked children free the shell's blocks before they
+        // exec (memcheck follows the forks, not the execs).
+        (
+            "/bin/sh",
+            &[
+                "-c",
+                "/usr/bin/sha256sum in.txt | /usr/bin/sed -e s/a/b/; /usr/bin/ls -l . >/dev/null",
+            ],
+        ),
     ];
     let mut bad = Vec::new();
     for (i, (p, a)) in runs.iter().enumerate() {

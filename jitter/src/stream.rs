@@ -406,6 +406,30 @@ pub fn flush(cursor: u64) -> Window {
     })
 }
 
+/// Hands over the events written so far, however few, outside the JIT:
+/// the chunk is published as it is and the vCPU gets a fresh window. For
+/// an event a client may be waiting on while this thread goes on without
+/// filling its chunk (a fork, whose parent then often sleeps in `wait4`).
+pub fn hand_over(c: &mut Cursor) {
+    if c.cursor == 0 {
+        return; // no window: nothing written since the last hand-over
+    }
+    with_mine(|s| {
+        let Some(st) = s.as_mut() else {
+            return;
+        };
+        // Checked under the lock, as in `append_in`: the stream may have
+        // ended meanwhile, and the cursor must be in this stream's chunk.
+        let start = st.chunk as u64;
+        if c.cursor <= start || c.cursor > start + st.chunk_len() as u64 {
+            return;
+        }
+        let w = st.flush(c.cursor);
+        c.cursor = w.cursor;
+        c.end = w.end;
+    });
+}
+
 /// Whether `c` is the cursor of the calling thread's vCPU.
 pub fn is_mine(c: &Cursor) -> bool {
     MY_CURSOR.with(|m| m.get()) == c as *const Cursor as usize

@@ -13,6 +13,8 @@
  *   realloc-move              the old pointer used after realloc moved it
  *   fnptr                     an overflow inside a function called by pointer
  *   uaf-join                  a block a thread freed, read after joining it
+ *   uaf-fork                  a forked child frees two of its parent's
+ *                             blocks, then reads one
  *
  * Every function of this program is named hb_* (main aside), is noinline
  * and ends with a barrier after its bad call, so that the innermost
@@ -36,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 /* dyn_heapbugs.c includes this file: the same program, dynamically linked */
 
 #define HB __attribute__((noinline))
@@ -221,6 +225,38 @@ HB static void hb_uaf_join(void)
     BARRIER();
 }
 
+/* uaf-fork's child: the blocks were its parent's before the fork, so
+ * freeing them is fine (a shell's child does as much before it execs);
+ * reading one after that is not. */
+HB static void hb_fork_child(char *p, char *q)
+{
+    free(hb_launder(q));
+    free(hb_launder(p));
+    volatile char *r = hb_launder(p);
+    sink = r[hb_index(7)];
+    BARRIER();
+}
+
+HB static void hb_uaf_fork(void)
+{
+    char *p = malloc(40);
+    char *q = malloc(56);
+    memset(p, 'k', 40);
+    memset(q, 'l', 56);
+    pid_t child = fork();
+    if (child == 0) {
+        hb_fork_child(p, q);
+        _exit(0);
+    }
+    int status;
+    if (child > 0)
+        waitpid(child, &status, 0);
+    /* The parent's copies are still its own. */
+    free(hb_launder(q));
+    free(hb_launder(p));
+    BARRIER();
+}
+
 static void hb_on_abort(int sig)
 {
     siglongjmp(back, 1);
@@ -242,6 +278,7 @@ static const struct {
     {"realloc-move", hb_realloc_move},
     {"fnptr", hb_fnptr},
     {"uaf-join", hb_uaf_join},
+    {"uaf-fork", hb_uaf_fork},
 };
 
 int main(int argc, char **argv)

@@ -84,16 +84,20 @@ fn clone_makes_process(flags: u64) -> bool {
 }
 
 /// In the parent, after a syscall returned `ret`: if it forked a process,
-/// tell the client to wait for the child.
-fn note_fork(num: u64, args: &[u64; 6], ret: i64) {
+/// tell the client to wait for the child. Whether it did.
+fn note_fork(num: u64, args: &[u64; 6], ret: i64) -> bool {
     if ret <= 0 {
-        return;
+        return false;
     }
-    match FORKS.get().and_then(|f| f.get(&num)) {
-        Some(false) => stream::expect_child(ret as i32),
-        Some(true) if clone_makes_process(args[0]) => stream::expect_child(ret as i32),
-        _ => {}
+    let forked = match FORKS.get().and_then(|f| f.get(&num)) {
+        Some(false) => true,
+        Some(true) => clone_makes_process(args[0]),
+        None => false,
+    };
+    if forked {
+        stream::expect_child(ret as i32);
     }
+    forked
 }
 
 /// A syscall that started and has not returned yet.
@@ -192,9 +196,12 @@ pub fn syscall_exit(c: &mut Cursor, num: i32, ret: i64) {
         set_pending(None);
         return;
     };
-    note_fork(num, &args, ret);
+    let forked = note_fork(num, &args, ret);
     if !report {
         set_pending(None);
+        if forked {
+            stream::hand_over(c);
+        }
         return;
     }
     // Taken under the stream's lock: a thread ending the process meanwhile
@@ -216,6 +223,12 @@ pub fn syscall_exit(c: &mut Cursor, num: i32, ret: i64) {
         }
         Some(encode_syscall(&p, Some(ret)))
     });
+    if forked {
+        // The child's client side may wait for the parent's state at the
+        // fork (`cannoli heap`): the fork goes out now, not when the chunk
+        // fills (a shell's chunk would wait in `wait4` for the child).
+        stream::hand_over(c);
+    }
 }
 
 /// A syscall of this thread that will not return (exit, exit_group,

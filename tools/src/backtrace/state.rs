@@ -167,7 +167,7 @@ pub trait Symbolize {
 }
 
 /// The backtrace of one guest thread: the walkthrough's state.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct BacktraceState {
     /// Outermost first.
     pub backtrace: Vec<Frame>,

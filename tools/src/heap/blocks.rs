@@ -136,7 +136,7 @@ impl Bad {
 }
 
 /// The heap of one process.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Heap {
     /// Live blocks by address.
     live: BTreeMap<u64, Block>,
@@ -178,6 +178,16 @@ impl Heap {
     /// earlier allocation was never freed).
     pub fn live(&self) -> impl Iterator<Item = &Block> {
         self.live.values().chain(self.aside.values())
+    }
+
+    /// A forked child's copy, its blocks all the child's thread `tid`'s
+    /// (the threads that allocated them are not in the child).
+    pub fn forked(&self, tid: i32) -> Heap {
+        let mut h = self.clone();
+        for b in h.live.values_mut().chain(h.aside.values_mut()) {
+            b.tid = tid;
+        }
+        h
     }
 
     /// The live block containing `addr` (its start, for an empty block).

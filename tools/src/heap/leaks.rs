@@ -186,6 +186,18 @@ pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
     }
 }
 
+/// The end of process `pid`'s image by an `execve`: no leak check (memcheck
+/// makes none there; a forked child's copy of its parent's blocks would
+/// be counted twice), but its peak counts, and every block still
+/// allocated gets its row of the allocations table, with no verdict.
+pub fn exec_ends(run: &Run, pid: i32, st: &Proc) {
+    for b in st.heap.live() {
+        run.record(pid, b, None);
+    }
+    let mut summary = super::tracer::lock(&run.summary);
+    summary.peak_bytes = summary.peak_bytes.max(st.heap.peak_bytes);
+}
+
 /// Whether `at` lies in one of `ranges` (sorted, not overlapping).
 fn in_ranges(ranges: &[(u64, u64)], at: u64) -> bool {
     let i = ranges.partition_point(|&(lo, _)| lo <= at);

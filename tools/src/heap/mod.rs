@@ -121,6 +121,8 @@ pub struct Run {
     /// first error, which waits in `rows_error` for the end of the run.
     rows: Mutex<Option<Box<dyn Allocations>>>,
     rows_error: Mutex<Option<String>>,
+    /// Forked children's copies of their parents' state.
+    pub forks: Mutex<tracer::Forks>,
 }
 
 impl Run {
@@ -311,6 +313,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         threads: Mutex::new(HashSet::new()),
         rows: Mutex::new(rows),
         rows_error: Mutex::new(None),
+        forks: Mutex::new(tracer::Forks::default()),
     });
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "heap",
@@ -331,6 +334,8 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
     let result =
         crate::input::run::<tracer::Stream>(launcher, args.replay.as_deref(), needs, args.program);
     drop(plan_file);
+    // A child whose parent never applied its fork goes on empty now.
+    tracer::settle_forks(&run.forks);
     // Every process has ended and written its last rows.
     let table = run.finish_rows();
     if let Err(e) = &table {

@@ -14,9 +14,11 @@
 //! thread applies its events ([`Thread`]); `stream` is the library's side
 //! (the callbacks), `order` the order kept between a process's threads.
 
+mod fork;
 mod order;
 mod stream;
 
+pub use fork::{settle as settle_forks, Forks};
 pub use stream::{narrowed_registers, Stream};
 
 use std::collections::{HashMap, VecDeque};
@@ -82,6 +84,15 @@ pub enum Item {
     Clone {
         child: i32,
         tid_word: Option<u64>,
+    },
+    /// This thread forked process `child` (`fork`).
+    Fork {
+        child: i32,
+    },
+    /// An `execve` of this thread: `ok`, it did not come back (the image
+    /// ends there, without a leak check, as under memcheck).
+    Exec {
+        ok: bool,
     },
     /// The next instruction, an allocation function's entry or return,
     /// took number `seq` of the process's order (`jitter::order_here`).
@@ -152,6 +163,14 @@ pub struct Proc {
     /// roots of the leak check, as memcheck scans the registers at exit
     /// (the only ones the trace gives there).
     pub exit_regs: Vec<u64>,
+    /// A forked child waiting for its parent's state (`fork`): every
+    /// event waits.
+    pub awaiting: bool,
+    /// The forking thread's call stack and stack pointer, for the child's
+    /// first thread (`fork`).
+    fork_stack: Option<(BacktraceState, u64)>,
+    /// The image ended in an `execve` (its last word on it).
+    execed: bool,
 }
 
 impl Proc {
@@ -229,7 +248,13 @@ impl Drop for Pid {
         order::release(self, &mut st, true);
         lock(&self.run.summary).unordered += st.order.forced;
         let dead = std::mem::take(&mut *lock(&self.dead));
-        leaks::report(&self.run, self.pid, &mut st, &dead);
+        if st.execed {
+            leaks::exec_ends(&self.run, self.pid, &st);
+        } else {
+            leaks::report(&self.run, self.pid, &mut st, &dead);
+        }
+        drop(st);
+        fork::ended(self);
     }
 }
 
@@ -591,8 +616,13 @@ impl Thread {
             }
             Item::Signal { handler } => self.bt.signal(*handler),
             Item::Clone { child, tid_word } => st.order.created(*child, *tid_word),
+            Item::Fork { child } => fork::forked(pid, st, self, *child),
+            Item::Exec { ok } => st.execed = *ok,
             Item::Order { seq } => st.order.took(*seq),
-            Item::Exit { args } => st.exit_regs = args.to_vec(),
+            Item::Exit { args } => {
+                st.execed = false;
+                st.exit_regs = args.to_vec();
+            }
             Item::Insn { .. } | Item::Access(_) => unreachable!("applied inline"),
         }
     }

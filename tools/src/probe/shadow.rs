@@ -29,6 +29,7 @@ const RECENT: usize = 16;
 /// One page's bytes, which of them were written, which were last
 /// written by a store the caller tagged ([`Shadow::store_tagged`]), and
 /// which were given up since their last store ([`Shadow::kill`]).
+#[derive(Clone)]
 struct Page {
     bytes: [u8; PAGE as usize],
     known: [u64; (PAGE / 64) as usize],
@@ -160,6 +161,7 @@ impl Hasher for AddrHasher {
 pub type AddrMap<V> = HashMap<u64, V, BuildHasherDefault<AddrHasher>>;
 
 /// A thread's stores, in guest byte order.
+#[derive(Clone)]
 pub struct Shadow {
     /// The pages, in the order they were first written.
     pages: Vec<(u64, Box<Page>)>,

@@ -22,6 +22,9 @@
 //!   So one thread's `free` is applied before another thread's `malloc`
 //!   that got the same memory back, with the first thread's accesses
 //!   before its `free`.
+//! * every event of a forked child waits for its parent's state at the
+//!   fork (`fork`), which the parent's serial phase hands over when it
+//!   applies the fork.
 //!
 //! A number can be slow to come: a thread that took it and then sleeps
 //! keeps it in a chunk it has not handed over yet. Once the process's
@@ -112,6 +115,11 @@ impl Order {
         seq > self.next && self.held < ORDER_WAIT_LIMIT
     }
 
+    /// The streams with events waiting.
+    pub(super) fn waiting(&self) -> &[Arc<Mutex<Thread>>] {
+        &self.waiting
+    }
+
     /// Whether thread `tid` has events still to apply.
     fn running(&self, tid: i32) -> bool {
         !self.ended.contains(&tid)
@@ -133,15 +141,32 @@ pub fn clone_item(sc: &cannoli::Syscall) -> Option<Item> {
     })
 }
 
+/// A fork, seen from the parent: `fork`, `vfork` (which QEMU runs as a
+/// fork), or a `clone` that makes a process.
+pub fn fork_item(sc: &cannoli::Syscall) -> Option<Item> {
+    let child = i32::try_from(sc.ret?).ok().filter(|&c| c > 0)?;
+    match sc.name? {
+        "fork" | "vfork" => Some(Item::Fork { child }),
+        "clone" if sc.args[0] & CLONE_THREAD == 0 => Some(Item::Fork { child }),
+        _ => None,
+    }
+}
+
 /// Runs a chunk of `thread`'s events, holding back those that must wait.
 pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]) {
     {
         let mut t = lock(thread);
+        if st.fork_stack.is_some() {
+            t.adopt(st);
+        }
         if !t.deferred.is_empty() {
             t.drain(pid, st, false);
         }
+        // A forked child waiting for its parent's state holds everything
+        // (`fork`); nothing ends the wait while this holds its lock.
+        let hold = st.awaiting;
         for item in items {
-            if !t.deferred.is_empty() || t.waits(st, item) {
+            if hold || !t.deferred.is_empty() || t.waits(st, item) {
                 if !t.queued {
                     t.queued = true;
                     st.order.waiting.push(thread.clone());
@@ -285,7 +310,7 @@ impl Thread {
     /// `last`: all of them.
     fn drain(&mut self, pid: &Pid, st: &mut Proc, last: bool) {
         while let Some(item) = self.deferred.front() {
-            if !last && self.waits(st, item) {
+            if !last && (st.awaiting || self.waits(st, item)) {
                 break;
             }
             self.run_oldest(pid, st);
@@ -313,7 +338,47 @@ impl Thread {
 
 #[cfg(test)]
 mod tests {
-    use super::{Order, ORDER_WAIT_LIMIT};
+    use super::super::Item;
+    use super::{clone_item, fork_item, Order, ORDER_WAIT_LIMIT};
+
+    fn call(name: &str, flags: u64, ret: Option<i64>) -> cannoli::Syscall<'_> {
+        cannoli::Syscall {
+            num: 0,
+            name: Some(name),
+            args: [flags, 0, 0x7000, 0, 0, 0],
+            ret,
+            data: &[],
+            data_total: 0,
+        }
+    }
+
+    #[test]
+    fn forks_and_threads_are_told_apart() {
+        let fork = |sc: &cannoli::Syscall| match fork_item(sc) {
+            Some(Item::Fork { child }) => Some(child),
+            _ => None,
+        };
+        // glibc's fork, a vfork (QEMU runs it as a fork), posix_spawn's
+        // clone(CLONE_VM | CLONE_VFORK), the fork syscall.
+        assert_eq!(fork(&call("clone", 0x1200011, Some(42))), Some(42));
+        assert_eq!(fork(&call("vfork", 0, Some(43))), Some(43));
+        assert_eq!(fork(&call("clone", 0x4111, Some(44))), Some(44));
+        assert_eq!(fork(&call("fork", 0, Some(45))), Some(45));
+        // In the child, a failure, a thread, another call.
+        assert_eq!(fork(&call("fork", 0, Some(0))), None);
+        assert_eq!(fork(&call("fork", 0, Some(-11))), None);
+        let thread = call("clone", 0x3d0f00, Some(46));
+        assert_eq!(fork(&thread), None);
+        assert!(matches!(
+            clone_item(&thread),
+            Some(Item::Clone {
+                child: 46,
+                tid_word: Some(0x7000)
+            })
+        ));
+        assert!(clone_item(&call("clone", 0x1200011, Some(42))).is_none());
+        assert_eq!(fork(&call("write", 0, Some(46))), None);
+    }
 
     #[test]
     fn a_number_waits_for_the_ones_before_it_within_a_limit() {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use cannoli::{Cannoli, ClientInfo, ReplayOrder};
 
-use super::{lock, order, table, Item, Layout, MemAccess, Pid, Proc, Thread};
+use super::{fork, lock, order, table, Item, Layout, MemAccess, Pid, Proc, Thread};
 use crate::backtrace::arch;
 use crate::backtrace::state::BacktraceState;
 use crate::coverage::isa::Isa;
@@ -97,12 +97,25 @@ impl Cannoli for Stream {
                 exit_regs: Vec::new(),
                 seen: Default::default(),
                 order: Default::default(),
+                awaiting: false,
+                fork_stack: None,
+                execed: false,
             }),
             run,
         });
         for &pc in pid.run.plan.sites.keys() {
             pid.filter.allow(pc);
         }
+        // Under the state's lock: a parent applying the fork meanwhile
+        // waits for it, then finds the child waiting.
+        let mut st = lock(&pid.state);
+        let born = lock(&pid.run.forks).born(&pid, ci.ppid);
+        match born {
+            fork::Born::Inherits(inh) => fork::inherit(&pid, &mut st, Some(*inh)),
+            fork::Born::Waits => st.awaiting = true,
+            fork::Born::Empty => {}
+        }
+        drop(st);
         pid
     }
 
@@ -310,11 +323,15 @@ impl Cannoli for Stream {
     }
 
     fn syscall(_p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
-        if let Some(item) = order::clone_item(sc) {
+        if let Some(item) = order::clone_item(sc).or_else(|| order::fork_item(sc)) {
             trace.push(item);
         }
-        if sc.name == Some("exit_group") {
-            trace.push(Item::Exit { args: sc.args });
+        match sc.name {
+            Some("exit_group") => trace.push(Item::Exit { args: sc.args }),
+            Some("execve" | "execveat") => trace.push(Item::Exec {
+                ok: sc.ret.is_none(),
+            }),
+            _ => {}
         }
     }
 
