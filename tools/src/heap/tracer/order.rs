@@ -162,22 +162,19 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
         if !t.deferred.is_empty() {
             t.drain(pid, st, false);
         }
-        // A forked child waiting for its parent's state holds everything
-        // (`fork`); nothing ends the wait while this holds its lock.
-        let hold = st.awaiting;
+        let mut items = items;
+        if st.awaiting && t.deferred.is_empty() {
+            // A forked child waiting for its parent's state holds
+            // everything (`fork`): its first event, and so the rest behind
+            // it (nothing ends the wait while this holds the lock).
+            if let Some((first, rest)) = items.split_first() {
+                t.hold(pid, st, thread, first);
+                items = rest;
+            }
+        }
         for item in items {
-            if hold || !t.deferred.is_empty() || t.waits(st, item) {
-                if !t.queued {
-                    t.queued = true;
-                    st.order.waiting.push(thread.clone());
-                }
-                t.deferred.push_back(item.clone());
-                st.order.held += 1;
-                if st.order.held > HELD_LIMIT {
-                    st.order.forced += 1;
-                    t.run_oldest(pid, st);
-                    t.drain(pid, st, false);
-                }
+            if !t.deferred.is_empty() || t.waits(st, item) {
+                t.hold(pid, st, thread, item);
             } else {
                 t.apply(pid, st, item);
             }
@@ -304,6 +301,23 @@ impl Thread {
                 .resolver()
                 .function(pc)
                 .is_some_and(|f| super::super::sig::is_string_func(&f.name))
+    }
+
+    /// Holds `item` back, behind any held before it; past [`HELD_LIMIT`]
+    /// the oldest runs anyway.
+    #[inline(always)]
+    fn hold(&mut self, pid: &Pid, st: &mut Proc, me: &Arc<Mutex<Thread>>, item: &Item) {
+        if !self.queued {
+            self.queued = true;
+            st.order.waiting.push(me.clone());
+        }
+        self.deferred.push_back(item.clone());
+        st.order.held += 1;
+        if st.order.held > HELD_LIMIT {
+            st.order.forced += 1;
+            self.run_oldest(pid, st);
+            self.drain(pid, st, false);
+        }
     }
 
     /// Runs the waiting events up to the first that must still wait;
