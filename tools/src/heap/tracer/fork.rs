@@ -82,11 +82,13 @@ impl Forks {
         let me = pid.pid;
         *self.live.entry(me).or_default() += 1;
         match self.children.get_mut(&me) {
-            Some(c @ Child::Ready(_)) => match std::mem::replace(c, Child::Taken) {
+            Some(c) => match std::mem::replace(c, Child::Taken) {
                 Child::Ready(inh) => Born::Inherits(inh),
-                _ => unreachable!(),
+                later => {
+                    *c = later;
+                    Born::Empty
+                }
             },
-            Some(_) => Born::Empty,
             None if ppid != me && self.live.contains_key(&ppid) => {
                 self.children.insert(
                     me,
@@ -147,10 +149,11 @@ pub fn forked(pid: &Pid, st: &Proc, thread: &Thread, child: i32) {
     });
     let waiting = {
         let mut forks = lock(&pid.run.forks);
-        match forks.children.insert(child, Child::Taken) {
-            Some(Child::Waiting { pid, .. }) => Some(pid),
+        let slot = forks.children.entry(child).or_insert(Child::Taken);
+        match std::mem::replace(slot, Child::Taken) {
+            Child::Waiting { pid, .. } => pid,
             _ => {
-                forks.children.insert(child, Child::Ready(inh));
+                *slot = Child::Ready(inh);
                 return;
             }
         }
@@ -158,11 +161,9 @@ pub fn forked(pid: &Pid, st: &Proc, thread: &Thread, child: i32) {
     // The child's lock is taken under the parent's: always in that order
     // (a child never takes its parent's), so no two workers wait on each
     // other. The child's context may end here, when the last reference goes.
-    if let Some(c) = waiting {
-        let mut cst = lock(&c.state);
-        inherit(&c, &mut cst, Some(*inh));
-        drop(cst);
-    }
+    let mut cst = lock(&waiting.state);
+    inherit(&waiting, &mut cst, Some(*inh));
+    drop(cst);
 }
 
 /// `st`, the state of child `pid`, takes what it inherits (nothing: it
