@@ -185,6 +185,7 @@
               pkgs.clippy
               pkgs.rustfmt
               pkgs.gcc
+              pkgs.go
               pkgs.nix
               (crossGcc pkgs { debianTriple = "mipsel-linux-gnu"; cross = pkgs.pkgsCross.mipsel-linux-gnu; })
               (crossGcc pkgs { debianTriple = "riscv64-linux-gnu"; cross = pkgs.pkgsCross.riscv64; })

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-2.0-or-later
 #
-# Builds the guest test programs (tests/programs/*.c) and the benchmark's
-# guest programs (bench/programs/*.c) as static -O2 binaries for every guest
-# architecture the tests use:
+# Builds the guest test programs (tests/programs/*.c, and *.go with Debian's
+# golang-go) and the benchmark's guest programs (bench/programs/*.c) as
+# static -O2 binaries for every guest architecture the tests use:
 #
 #   target/guests/<arch>/<name>
 #   arch = mipsel mips mips64el arm aarch64 riscv64 x86_64 i386 ppc64le
@@ -84,6 +84,20 @@ packages_for() {
     ppc64le) echo "gcc-powerpc64le-linux-gnu libc6-dev-ppc64el-cross" ;;
   esac
 }
+# arch -> Go's GOARCH (and GOARM for arm: Debian's armhf baseline)
+go_arch_for() {
+  case "$1" in
+    mipsel) echo mipsle ;;
+    mips) echo mips ;;
+    mips64el) echo mips64le ;;
+    arm) echo arm ;;
+    aarch64) echo arm64 ;;
+    riscv64) echo riscv64 ;;
+    x86_64) echo amd64 ;;
+    i386) echo 386 ;;
+    ppc64le) echo ppc64le ;;
+  esac
+}
 # program, arch -> extra flags
 program_flags() {
   case "$1:$2" in
@@ -109,6 +123,15 @@ if [ ${#sources[@]} -eq 0 ]; then
   exit 1
 fi
 sources+=("$root"/bench/programs/*.c)
+go_sources=("$src_dir"/*.go)
+if [ ${#go_sources[@]} -gt 0 ] && ! command -v go >/dev/null 2>&1; then
+  echo "build-guests: error: the Go compiler 'go' not found (for ${go_sources[*]##*/})." >&2
+  echo "build-guests: install it with: apt-get install -y golang-go (or run scripts/deps.sh)" >&2
+  exit 1
+fi
+# Go's build cache lives with cannoli's; the user's Go settings stay out.
+go_env=(env -u GOFLAGS GOENV=off CGO_ENABLED=0 GOARM=7
+        GOCACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cannoli/go-build")
 
 CFLAGS=(-O2 -static -g0 -Wall -Wextra -Wno-unused-parameter -std=gnu11 -pthread)
 # shellcheck disable=SC2206
@@ -151,6 +174,27 @@ for arch in "${arches[@]}"; do
     if [ -s "$tmp.log" ]; then cat "$tmp.log" >&2; fi
     rm -f "$tmp.log"
     mv -f "$tmp" "$out"   # atomic: concurrent test processes never see a partial binary
+    built=$((built + 1))
+  done
+  # Go programs: static (no cgo), Go's own toolchain for every guest.
+  for src in "${go_sources[@]}"; do
+    name="$(basename "$src" .go)"
+    out="$out_dir/$name"
+    if [ "$force" = 0 ] && [ -x "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$self" ]; then
+      skipped=$((skipped + 1))
+      continue
+    fi
+    log "$arch/$name (Go)"
+    tmp="$out.tmp.$$"
+    if ! "${go_env[@]}" GOARCH="$(go_arch_for "$arch")" \
+         go build -trimpath -buildvcs=false -o "$tmp" "$src" 2>"$tmp.log"; then
+      cat "$tmp.log" >&2
+      rm -f "$tmp" "$tmp.log"
+      echo "build-guests: error: building $src for $arch with $(go version 2>&1) failed" >&2
+      exit 1
+    fi
+    rm -f "$tmp.log"
+    mv -f "$tmp" "$out"
     built=$((built + 1))
   done
   if [ "$arch" = mipsel ]; then

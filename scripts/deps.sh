@@ -18,6 +18,7 @@ APT_PKGS=(
   zlib1g-dev flex bison python3-venv dpkg-dev xz-utils ca-certificates
   debian-archive-keyring nix-bin
   libc6-dbg valgrind
+  golang-go
 )
 # Debian's cross compilers and C libraries, one pair per guest of the matrix
 # (x86_64 uses the host's gcc). Keep in step with scripts/build-guests.sh.

@@ -15,6 +15,7 @@ mod crash;
 mod errors;
 mod exactness;
 mod flake;
+mod golang;
 mod guestview;
 mod heap;
 mod heap_table;

@@ -364,30 +364,73 @@ fn assign_threads(threads: &[u64], cpus: &[u64]) -> Option<Vec<usize>> {
     go(0, threads, &mut left, &mut out).then_some(out)
 }
 
-/// What [`same_run_counts`] gives: the run, each stream (in connection
-/// order) with its counts, and libinsn's per-vCPU counts.
-type SameRun = (Traced, Vec<(StreamInfo, Counts)>, Vec<(u32, u64)>);
-
-/// A multi-threaded run traced by cannoli with libinsn and libmem
-/// (`inline=true`: a count) loaded into the same QEMU (`cmd` is a
-/// [`traced_cmd`]): each stream's `X` count must be a thread's share of
-/// libinsn's per-vCPU counts ([`assign_threads`]), all streams' `L` and `S`
-/// events together libmem's count, and the client must lose nothing. Unlike comparisons across runs this holds
-/// however the threads were scheduled. Returns the run and the counts (per
-/// stream in connection order, per vCPU).
-fn same_run_counts(f: &Failures, dir: &RunDir, cmd: GuestCmd) -> SameRun {
-    let log = dir.file("same-run-insn.log");
+/// `cmd` with libinsn and libmem (`inline=true`: a count) loaded, their
+/// counts logged to `log`.
+fn with_counting_plugins(cmd: GuestCmd, log: &Path) -> GuestCmd {
     let mut mem = qemu_builds().plugin(Plugin::Mem).into_os_string();
     mem.push(",inline=true");
-    let cmd = cmd
-        .qemu_arg("-plugin")
+    cmd.qemu_arg("-plugin")
         .qemu_arg(qemu_builds().plugin(Plugin::Insn))
         .qemu_arg("-plugin")
         .qemu_arg(mem)
         .qemu_arg("-d")
         .qemu_arg("plugin")
         .qemu_arg("-D")
-        .qemu_arg(&log);
+        .qemu_arg(log)
+}
+
+/// For [`AtExit::Running`]: pairs the streams' counts with libinsn's
+/// vCPUs, one each, every stream at least its vCPU's count (largest with
+/// largest: such a pairing exists exactly when that one works). Returns
+/// each pair's surplus, largest stream first.
+fn at_least(threads: &[u64], cpus: &[u64]) -> Result<Vec<u64>, String> {
+    let (mut t, mut c) = (threads.to_vec(), cpus.to_vec());
+    t.sort_unstable_by(|a, b| b.cmp(a));
+    c.sort_unstable_by(|a, b| b.cmp(a));
+    if t.len() != c.len() || t.iter().zip(&c).any(|(a, b)| a < b) {
+        return Err(format!(
+            "the streams' counts {threads:?} do not each cover one of libinsn's vCPUs {cpus:?}"
+        ));
+    }
+    Ok(t.iter().zip(&c).map(|(a, b)| a - b).collect())
+}
+
+/// What [`same_run_counts`] gives: the run, each stream (in connection
+/// order) with its counts, and libinsn's per-vCPU counts.
+pub(crate) type SameRun = (Traced, Vec<(StreamInfo, Counts)>, Vec<(u32, u64)>);
+
+/// How a program's threads stand when it exits, for [`same_run_counts`].
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum AtExit {
+    /// Every thread but the exiting one ended or waits in the kernel (the
+    /// program joins its threads): the counts are equal.
+    Joined,
+    /// Threads may run on when the process exits (a Go runtime's `sysmon`
+    /// and spinning threads). QEMU's plugins stop counting at the
+    /// `exit_group` (`qemu_plugin_user_exit` unregisters their callbacks
+    /// and lets the other vCPUs run on), but those threads execute guest
+    /// code until QEMU's process ends, and cannoli traces it: a thread's
+    /// stream may then hold more than the plugins counted, never less.
+    Running,
+}
+
+/// A multi-threaded run traced by cannoli with libinsn and libmem
+/// (`inline=true`: a count) loaded into the same QEMU (`cmd` is a
+/// [`traced_cmd`]): each stream's `X` count must be a thread's share of
+/// libinsn's per-vCPU counts ([`assign_threads`]), all streams' `L` and `S`
+/// events together libmem's count, and the client must lose nothing (for
+/// [`AtExit::Running`]: at least those counts, see there). Unlike
+/// comparisons across runs this holds however the threads were scheduled.
+/// Returns the run and the counts (per stream in connection order, per
+/// vCPU).
+pub(crate) fn same_run_counts(
+    f: &Failures,
+    dir: &RunDir,
+    cmd: GuestCmd,
+    at_exit: AtExit,
+) -> SameRun {
+    let log = dir.file("same-run-insn.log");
+    let cmd = with_counting_plugins(cmd, &log);
     let t = run_traced(dir, "same-run", cmd, &["--threads", "2", "--counts"], true);
     f.check(
         "same run: client (no lost events, no incomplete streams)",
@@ -416,6 +459,30 @@ fn same_run_counts(f: &Failures, dir: &RunDir, cmd: GuestCmd) -> SameRun {
     }
     let per_thread: Vec<u64> = counts.iter().map(|(_, c)| c.exec).collect();
     let per_cpu: Vec<u64> = insn.per_cpu.iter().map(|&(_, n)| n).collect();
+    let accesses: u64 = counts.iter().map(|(_, c)| c.loads + c.stores).sum();
+    if at_exit == AtExit::Running {
+        match at_least(&per_thread, &per_cpu) {
+            Ok(past) => eprintln!(
+                "e2e: same run: {} of {} streams have instructions past the plugins' \
+                 exit ({past:?}); {} accesses past libmem's {:?}",
+                past.iter().filter(|&&n| n > 0).count(),
+                past.len(),
+                accesses.saturating_sub(ground.mem_total.unwrap_or(0)),
+                ground.mem_total
+            ),
+            Err(e) => f.fail("same run: per-thread counts", e),
+        }
+        if ground.mem_total.map_or(true, |m| accesses < m) {
+            f.fail(
+                "same run: memory accesses",
+                format!(
+                    "the streams have {accesses} L and S events in all, fewer than libmem's {:?}",
+                    ground.mem_total
+                ),
+            );
+        }
+        return (t, counts, insn.per_cpu);
+    }
     if per_thread.iter().sum::<u64>() != insn.total {
         f.fail(
             "same run: instruction count",
@@ -434,7 +501,6 @@ fn same_run_counts(f: &Failures, dir: &RunDir, cmd: GuestCmd) -> SameRun {
             ),
         );
     }
-    let accesses: u64 = counts.iter().map(|(_, c)| c.loads + c.stores).sum();
     if ground.mem_total != Some(accesses) {
         f.fail(
             "same run: memory accesses",
@@ -454,7 +520,8 @@ fn threads_same_run(arch: &str) {
     let args = [workers.as_str(), WORK];
     let dir = RunDir::new();
     let f = Failures::new(format!("threads on {arch}, with libinsn in the same run"));
-    let (t, counts, per_cpu) = same_run_counts(&f, &dir, traced_cmd(arch, &prog, &args));
+    let (t, counts, per_cpu) =
+        same_run_counts(&f, &dir, traced_cmd(arch, &prog, &args), AtExit::Joined);
     t.guest.assert_success();
     if counts.len() != WORKERS + 1 || per_cpu.len() != WORKERS + 1 {
         f.fail(
@@ -499,7 +566,8 @@ fn threads_host_xz() {
         &args,
     );
     reference.assert_success();
-    let (t, counts, per_cpu) = same_run_counts(&f, &dir, traced_cmd(arch, prog, &args));
+    let (t, counts, per_cpu) =
+        same_run_counts(&f, &dir, traced_cmd(arch, prog, &args), AtExit::Joined);
     t.guest.assert_success();
     f.check(
         "guest stdout",

@@ -231,7 +231,16 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         img.add_funcs(c.funcs);
         custom = c.named;
         let mut specs = alloc::specs(&img, &custom)?;
-        if specs.is_empty() {
+        if specs.is_empty() && img.is_go() {
+            // Go's heap is the runtime's, garbage collected: nothing frees
+            // a block, so there is nothing of malloc's to check (cgo links
+            // the C library, whose malloc the plan finds above).
+            eprintln!(
+                "heap: warning: {} is a Go program: its heap is the Go runtime's \
+                 (runtime.mallocgc, garbage collected), not malloc's: nothing is checked",
+                img.path.display()
+            );
+        } else if specs.is_empty() {
             // A stripped static program: its C library's code finds them.
             let tried = match sig::discover(&img, &custom) {
                 Ok(found) if found.usable() => {

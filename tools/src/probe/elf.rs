@@ -110,6 +110,12 @@ fn segments<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> V
 }
 
 impl Image {
+    /// A Go program: its runtime's allocator is in the symbol table. Its
+    /// functions follow Go's conventions, not the C ones of [`Abi`].
+    pub fn is_go(&self) -> bool {
+        self.funcs.iter().any(|f| f.name == "runtime.mallocgc")
+    }
+
     /// Reads `path`; `Err` is one line.
     pub fn read(path: &Path) -> Result<Image, Error> {
         let data = std::fs::read(path).map_err(|source| Error::Read {

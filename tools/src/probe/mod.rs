@@ -172,6 +172,34 @@ fn list(img: &Image, pattern: &str) -> String {
 }
 
 /// The program a live run or `--list` reads; `Err` is one line.
+/// One warning line where `img` is a Go program whose functions take their
+/// integer arguments, or give their results, elsewhere than the C
+/// convention the entries and returns are read by: Go's register
+/// convention on x86_64 (RAX, RBX, RCX, RDI, ...), its stack one on the
+/// 32-bit guests and MIPS. On aarch64, riscv64 and ppc64le Go uses the C
+/// registers for both.
+fn go_warning(img: &Image, specs: &[Spec]) {
+    use conv::Abi;
+    let reads_args = specs.iter().any(|s| {
+        matches!(s.point, spec::Point::Entry(n) if n > 0) || s.point == spec::Point::Return
+    });
+    let differs = match img.abi {
+        Abi::SysV => Some("in RAX, RBX, RCX, RDI, RSI, R8 to R11 (Go's ABIInternal)"),
+        Abi::Cdecl | Abi::Aapcs | Abi::O32 | Abi::N64 => {
+            Some("and results on the stack (Go's ABI0)")
+        }
+        Abi::Aapcs64 | Abi::Riscv | Abi::Elfv2 => None,
+    };
+    if let (true, true, Some(how)) = (img.is_go(), reads_args, differs) {
+        eprintln!(
+            "probe: warning: {} is a Go program: its functions take their arguments {how}, \
+             not as the C convention read here; `args` and `ret` are not theirs (registers \
+             at FUNC+0 are)",
+            img.path.display()
+        );
+    }
+}
+
 fn program_image(args: &Args) -> Result<Image, Error> {
     // `--list PATTERN PROGRAM`: the program is the last word.
     let program = if args.list {
@@ -258,6 +286,9 @@ pub fn main(args: Args) -> i32 {
         .iter()
         .map(|p| Spec::parse(p).map_err(Error::from))
         .collect();
+    if let Ok(s) = &specs {
+        go_warning(&img, s);
+    }
     let plan = specs.and_then(|s| Plan::new(&img, s, args.insns, args.flow));
     let plan = match plan {
         Ok(p) => Arc::new(p),

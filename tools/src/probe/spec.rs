@@ -12,7 +12,9 @@
 //! | `0xADDR` | every general register at that instruction |
 //! | `LIB:FUNC` | `FUNC` in the shared library whose file name starts with LIB |
 //!
-//! FUNC may be a glob (`*` any run of characters, `?` one character).
+//! FUNC may be a glob (`*` any run of characters, `?` one character), and
+//! may hold `/` (Go's `crypto/sha256.block`): N is what follows the last
+//! `/` when that starts with a digit.
 
 use super::error::{SpecError, Why};
 
@@ -88,7 +90,12 @@ impl Spec {
             Some(_) => return bad(Why::TooManyColons),
             None => (None, rest),
         };
-        let (func, point) = if let Some((f, n)) = rest.split_once('/') {
+        // A `/` is N's only when a digit follows the last one: Go's
+        // symbols have package paths (`crypto/sha256.block`).
+        let slash_n = rest
+            .rsplit_once('/')
+            .filter(|(_, n)| n.starts_with(|c: char| c.is_ascii_digit()));
+        let (func, point) = if let Some((f, n)) = slash_n {
             match n.parse::<usize>() {
                 Ok(n) if n <= MAX_ARGS && !ret => (f, Point::Entry(n)),
                 Ok(_) if ret => return bad(Why::EntryReturn),
@@ -173,6 +180,17 @@ mod tests {
         assert_eq!(s.point, Point::Return);
         assert!(s.is_glob());
         assert_eq!(Spec::parse("libc:strlen/1").unwrap().text, "libc:strlen/1");
+        // Go's package paths.
+        let s = Spec::parse("crypto/sha256.block:return").unwrap();
+        assert_eq!(
+            (s.func.as_str(), s.point),
+            ("crypto/sha256.block", Point::Return)
+        );
+        let s = Spec::parse("crypto/sha256.block/3").unwrap();
+        assert_eq!(
+            (s.func.as_str(), s.point),
+            ("crypto/sha256.block", Point::Entry(3))
+        );
     }
 
     #[test]
@@ -180,7 +198,7 @@ mod tests {
         for bad in [
             "",
             "0xzz",
-            "f/x",
+            "f/2x",
             "f/99",
             "f+y",
             "a:b:c",
