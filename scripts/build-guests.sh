@@ -131,7 +131,7 @@ if [ ${#go_sources[@]} -gt 0 ] && ! command -v go >/dev/null 2>&1; then
 fi
 # Go's build cache lives with cannoli's; the user's Go settings stay out.
 go_env=(env -u GOFLAGS GOENV=off CGO_ENABLED=0 GOARM=7
-        GOCACHE="${XDG_CACHE_HOME:-$HOME/.cache}/cannoli/go-build")
+        GOCACHE="${CANNOLI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cannoli}/go-build")
 
 CFLAGS=(-O2 -static -g0 -Wall -Wextra -Wno-unused-parameter -std=gnu11 -pthread)
 # shellcheck disable=SC2206

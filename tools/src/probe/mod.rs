@@ -171,35 +171,47 @@ fn list(img: &Image, pattern: &str) -> String {
     s
 }
 
-/// The program a live run or `--list` reads; `Err` is one line.
-/// One warning line where `img` is a Go program whose functions take their
-/// integer arguments, or give their results, elsewhere than the C
-/// convention the entries and returns are read by: Go's register
-/// convention on x86_64 (RAX, RBX, RCX, RDI, ...), its stack one on the
-/// 32-bit guests and MIPS. On aarch64, riscv64 and ppc64le Go uses the C
-/// registers for both.
+/// One warning line where `img` is a Go program whose functions take the
+/// arguments, or give the results, that `specs` read elsewhere than the C
+/// convention reads them: Go's ABIInternal registers on x86_64, its ABI0
+/// stack on the 32-bit guests and MIPS. On aarch64, riscv64 and ppc64le
+/// Go's integer registers are C's, for both.
 fn go_warning(img: &Image, specs: &[Spec]) {
     use conv::Abi;
-    let reads_args = specs.iter().any(|s| {
-        matches!(s.point, spec::Point::Entry(n) if n > 0) || s.point == spec::Point::Return
-    });
-    let differs = match img.abi {
-        Abi::SysV => Some("in RAX, RBX, RCX, RDI, RSI, R8 to R11 (Go's ABIInternal)"),
-        Abi::Cdecl | Abi::Aapcs | Abi::O32 | Abi::N64 => {
-            Some("and results on the stack (Go's ABI0)")
-        }
-        Abi::Aapcs64 | Abi::Riscv | Abi::Elfv2 => None,
+    use spec::Point;
+    let args = specs
+        .iter()
+        .any(|s| matches!(s.point, Point::Entry(n) if n > 0));
+    let ret = specs.iter().any(|s| s.point == Point::Return);
+    let (args_differ, ret_differs, how) = match img.abi {
+        Abi::SysV => (
+            true,
+            false,
+            "its arguments are in RAX, RBX, RCX, RDI, RSI, R8 to R11 (ABIInternal)",
+        ),
+        Abi::Cdecl => (
+            false,
+            true,
+            "its results are on the stack, after the arguments (ABI0)",
+        ),
+        Abi::Aapcs | Abi::O32 | Abi::N64 => (
+            true,
+            true,
+            "its arguments and results are on the stack (ABI0)",
+        ),
+        Abi::Aapcs64 | Abi::Riscv | Abi::Elfv2 => (false, false, ""),
     };
-    if let (true, true, Some(how)) = (img.is_go(), reads_args, differs) {
+    if img.is_go() && ((args && args_differ) || (ret && ret_differs)) {
         eprintln!(
-            "probe: warning: {} is a Go program: its functions take their arguments {how}, \
-             not as the C convention read here; `args` and `ret` are not theirs (registers \
-             at FUNC+0 are)",
+            "probe: warning: {} is a Go program: {how}, not where the C convention read here \
+             has them, so `args` and `ret` are not the function's (a FUNC+0 probe gives every \
+             register)",
             img.path.display()
         );
     }
 }
 
+/// The program a live run or `--list` reads; `Err` is one line.
 fn program_image(args: &Args) -> Result<Image, Error> {
     // `--list PATTERN PROGRAM`: the program is the last word.
     let program = if args.list {
