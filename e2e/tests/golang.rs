@@ -15,10 +15,10 @@
 //!   libmem's accesses). Not exactly: Go's `sysmon` (and any thread that
 //!   spins) still runs when the process exits, past the point where QEMU's
 //!   plugins stop counting (`processes::AtExit::Running`); the threads
-//!   guests in `processes` are the exact test of equal counts. The guest's stdout is
-//!   that of the same QEMU untraced: the work's digest, the soft limit the
-//!   runtime raised to the hard one, and the numbers 1,100 descriptors
-//!   opened past 1024 got.
+//!   guests in `processes` are the exact test of equal counts. The
+//!   guest's stdout is that of the same QEMU untraced: the work's digest,
+//!   the soft limit the runtime raised to the hard one, and the numbers
+//!   1,100 descriptors opened past 1024 got.
 //! * `<arch>::heap`: `cannoli heap` says that a Go program's heap is the
 //!   runtime's, finds nothing, exits 0, and the guest's stdout is as
 //!   above.
@@ -74,7 +74,6 @@ fn same_run(arch: &str) {
     let prog = program(arch);
     let dir = RunDir::new();
     let f = Failures::new(format!("Go on {arch}, with libinsn in the same run"));
-    let cmd = || traced_cmd(arch, &prog, &ARGS).nofile(NOFILE.0, NOFILE.1);
     // The untraced reference: the same QEMU and limits, no plugin log.
     // (That QEMU keeps its `-D` log 64 below the soft limit: a program
     // that raises its limit and opens 1,100 files meets it there. Traced,
@@ -84,7 +83,12 @@ fn same_run(arch: &str) {
     let reference = run_guest(&dir, "untraced", &plain);
     reference.assert_success();
     check_stdout(&f, "untraced", &reference.stdout);
-    let (t, counts, per_cpu) = same_run_counts(&f, &dir, cmd(), AtExit::Running);
+    let (t, counts, per_cpu) = same_run_counts(
+        &f,
+        &dir,
+        traced_cmd(arch, &prog, &ARGS).nofile(NOFILE.0, NOFILE.1),
+        AtExit::Running,
+    );
     t.guest.assert_success();
     f.check(
         "guest stdout",
