@@ -422,7 +422,7 @@ unsafe extern "C" fn cpu_exit(c: Cur, _code: c_int) {
 
 unsafe extern "C" fn syscall_enter(c: Cur, num: c_int, args: *const i64) {
     // SAFETY: the contract above; `args` points to QEMU's six arguments.
-    let (c, args) = unsafe { (&*c, *(args as *const [i64; 6])) };
+    let (c, args) = unsafe { (&mut *c, *(args as *const [i64; 6])) };
     events::syscall_enter(c, num, args);
 }
 

@@ -1404,3 +1404,82 @@ fn pie_replayed() {
     let live = replay_matches_live(&dir, &prog, &probes, &[], "pie.cnl");
     assert_eq!(live.out.lines().count(), 7, "{}", live.out);
 }
+
+/// The entry point of the ELF file `prog` (`e_entry`, of either class and
+/// byte order).
+fn elf_entry(prog: &Path) -> u64 {
+    let b = fs::read(prog).unwrap();
+    let (at, n) = if b[4] == 2 { (24, 8) } else { (24, 4) };
+    let mut v = [0u8; 8];
+    v[..n].copy_from_slice(&b[at..at + n]);
+    if b[5] == 2 {
+        v[..n].reverse();
+    }
+    u64::from_le_bytes(v)
+}
+
+/// A live probe is read as the program runs: a hit shows while the program
+/// still sleeps in a syscall (here `read` of a pipe nobody writes yet), not
+/// when it ends. The test does not let the program go on until it has read
+/// the hit, so the order is the test's, not a matter of timing. Before the
+/// hook library handed over a thread's events ahead of a syscall that
+/// sleeps, and the probe flushed its output while running, the hit waited
+/// in the thread's chunk (and then in the buffer) until the program exited.
+fn hits_are_seen_while_the_program_sleeps(arch: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = RunDir::new();
+    let q = qemu_builds();
+    let prog = guest(arch, "busybox");
+    let entry = format!("{:#x}", elf_entry(&prog));
+    let mut child = no_aslr(&mut Command::new(probe_exe()))
+        .args(["-p", &entry])
+        .arg(&prog)
+        .args(["sh", "-c", "read x; echo \"got $x\""])
+        .env_clear()
+        .envs(QEMU_ENV.iter().copied())
+        .env("CANNOLI_QEMU_BUILD", &q.build)
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    // A bound on a hang, not a speed: the program waits for this test.
+    let first = lines.recv_timeout(std::time::Duration::from_secs(300));
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(b"go\n");
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    reader.join().unwrap();
+    let rest: Vec<String> = lines.try_iter().collect();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let first = first.unwrap_or_else(|_| {
+        panic!("{arch}: no hit while the program waited in read; later: {rest:?}\n{stderr}")
+    });
+    assert!(
+        first.contains(&format!(" {entry} ")),
+        "{arch}: the first line is not the hit at {entry}: {first}\n{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(0), "{arch}: {stderr}");
+    assert_eq!(rest, ["got go"], "{arch}: {stderr}");
+}
+
+#[test]
+fn hits_are_seen_while_the_program_sleeps_x86_64() {
+    hits_are_seen_while_the_program_sleeps("x86_64");
+}
+
+#[test]
+fn hits_are_seen_while_the_program_sleeps_mipsel() {
+    hits_are_seen_while_the_program_sleeps("mipsel");
+}

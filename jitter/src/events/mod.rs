@@ -18,6 +18,7 @@ mod mappings;
 mod order;
 mod registers;
 mod signals;
+mod sleeps;
 mod syscalls;
 
 pub use exec::{close_exec_fd, elf_ident, exec_successor, execve, note_exec_fd};

@@ -54,6 +54,7 @@ static CAPTURES: OnceLock<std::collections::HashMap<u64, Capture>> = OnceLock::n
 static FORKS: OnceLock<std::collections::HashMap<u64, bool>> = OnceLock::new();
 
 pub fn set_syscall_names(names: &std::collections::BTreeMap<u64, String>) {
+    super::sleeps::set_syscall_names(names);
     let _ = CAPTURES.set(
         names
             .iter()
@@ -155,8 +156,11 @@ fn wanted(num: u64) -> bool {
     })
 }
 
-pub fn syscall_enter(c: &Cursor, num: i32, args: [i64; 6]) {
+pub fn syscall_enter(c: &mut Cursor, num: i32, args: [i64; 6]) {
     let key = c as *const Cursor as usize;
+    if super::sleeps::hand_over_before(num as u32 as u64, &args) {
+        stream::hand_over(c);
+    }
     if PENDING_KEY.with(|k| k.replace(key)) != key {
         lock(&PENDING_OF).insert(key, PENDING.with(Arc::clone));
     }
