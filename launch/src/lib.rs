@@ -87,7 +87,7 @@ use std::sync::Arc;
 use cannoli::{Cannoli, Server, Stats};
 
 pub use arch::{Arch, Guest};
-pub use output::{OpenError, Output, OutputError};
+pub use output::{flushing_while, OpenError, Output, OutputError, FLUSH_EVERY};
 
 /// What a tool tells the launcher about itself.
 #[derive(Debug, Clone, Copy)]

@@ -194,6 +194,36 @@ impl Output {
     }
 }
 
+/// How long a line a live run wrote may wait in an output's buffer (see
+/// [`flushing_while`]).
+pub const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Runs `run`, calling `flush` every [`FLUSH_EVERY`] meanwhile (on a
+/// thread of its own) when `live`: a live trace is read as the program
+/// runs (a server's request, traced, then a wait for the next), so a line
+/// must not sit in the buffer until the program ends. The hook library
+/// hands a thread's events over before it sleeps in a syscall, so the
+/// buffer is the last place a line could wait. `flush` takes the output's
+/// lock and flushes it ([`Output::flush`]).
+pub fn flushing_while<R>(live: bool, flush: impl Fn() + Send, run: impl FnOnce() -> R) -> R {
+    if !live {
+        return run();
+    }
+    std::thread::scope(|s| {
+        let (stop, ticks) = std::sync::mpsc::channel::<()>();
+        s.spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                ticks.recv_timeout(FLUSH_EVERY)
+            {
+                flush();
+            }
+        });
+        let r = run();
+        drop(stop);
+        r
+    })
+}
+
 /// `close(fd)`, whose error (EIO, ENOSPC, EDQUOT on NFS) means data was
 /// lost. EINTR is not one: Linux has released the fd and the data is
 /// written either way.
@@ -311,6 +341,37 @@ impl std::error::Error for OutputError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A live run's output is flushed while the run goes on: the run here
+    /// waits for the first flush (a count, not a time), and a replay's is
+    /// never flushed by the ticker.
+    #[test]
+    fn live_runs_are_flushed_while_they_run() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let flushes = AtomicU64::new(0);
+        let flush = || {
+            flushes.fetch_add(1, Ordering::SeqCst);
+        };
+        let r = flushing_while(true, flush, || {
+            // A bound on a hang only.
+            for _ in 0..30_000 {
+                if flushes.load(Ordering::SeqCst) > 0 {
+                    return 42;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            0
+        });
+        assert_eq!(r, 42, "no flush while the run went on");
+        let before = flushes.load(Ordering::SeqCst);
+        let r = flushing_while(false, || panic!("a replay flushed"), || 7);
+        assert_eq!(r, 7);
+        assert_eq!(
+            flushes.load(Ordering::SeqCst),
+            before,
+            "the ticker outlived its run"
+        );
+    }
 
     fn temp(name: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("launch-output-{}-{name}", std::process::id()))

@@ -154,26 +154,6 @@ impl RunState {
     }
 }
 
-impl RunState {
-    /// How long a written hit may wait in the output's buffer.
-    const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
-
-    /// Flushes the output every [`Self::FLUSH_EVERY`] until `stop`'s sender
-    /// is dropped: a live probe is read as it runs (a server's request
-    /// handler, hit once and then waiting in `epoll_wait`), so a hit must
-    /// not sit in the buffer until the program ends. The hook library
-    /// hands over a thread's events before it sleeps in a syscall, so
-    /// this is the last place a hit could wait.
-    fn flush_while_live(&self, stop: std::sync::mpsc::Receiver<()>) {
-        use std::sync::mpsc::RecvTimeoutError;
-        while let Err(RecvTimeoutError::Timeout) = stop.recv_timeout(Self::FLUSH_EVERY) {
-            if let Some(w) = lock(&self.out).as_mut() {
-                let _ = w.flush();
-            }
-        }
-    }
-}
-
 /// `--list`: every function matching `pattern`, like `stap -L`.
 fn list(img: &Image, pattern: &str) -> String {
     let mut s = String::new();
@@ -384,19 +364,13 @@ pub fn main(args: Args) -> i32 {
         exec: false,
         ..Needs::default()
     };
-    let result = std::thread::scope(|s| {
-        let (stop, ticks) = std::sync::mpsc::channel::<()>();
-        if run.live {
-            s.spawn(|| run.flush_while_live(ticks));
+    let flush = || {
+        if let Some(w) = lock(&run.out).as_mut() {
+            let _ = w.flush();
         }
-        let result = crate::input::run::<tracer::Probe>(
-            launcher,
-            args.replay.as_deref(),
-            needs,
-            args.program,
-        );
-        drop(stop);
-        result
+    };
+    let result = launch::flushing_while(run.live, flush, || {
+        crate::input::run::<tracer::Probe>(launcher, args.replay.as_deref(), needs, args.program)
     });
     drop(plan_file);
     let written = lock(&run.out).take().expect("finished once").finish();

@@ -464,8 +464,16 @@ pub fn main(args: Args) -> i32 {
     let launcher = launcher.state(run.clone());
 
     let start = Instant::now();
-    let result =
-        crate::input::run::<Symbolizer>(launcher, args.replay.as_deref(), needs, args.program);
+    let flush = || {
+        if let Ok(mut out) = run.out.lock() {
+            if let Some(o) = out.as_mut() {
+                let _ = o.w.flush();
+            }
+        }
+    };
+    let result = launch::flushing_while(args.replay.is_none(), flush, || {
+        crate::input::run::<Symbolizer>(launcher, args.replay.as_deref(), needs, args.program)
+    });
     let secs = start.elapsed().as_secs_f64();
 
     let out = run.out.lock().unwrap().take().expect("set above");
