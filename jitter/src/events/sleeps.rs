@@ -7,7 +7,9 @@
 //! bookkeeping, some microseconds), so a syscall that will not sleep is
 //! told apart where that is cheap: a read of a file or of a pipe that
 //! holds data, a poll of a descriptor that is ready, a wait with a zero
-//! timeout or `WNOHANG`.
+//! timeout or `WNOHANG`. Asking the host never touches the guest's
+//! descriptors beyond `fstat`, `fcntl(F_GETFL)` and, on pipes, sockets
+//! and terminals, `FIONREAD`.
 
 use super::guest::{env, read_guest};
 use std::collections::HashMap;
@@ -115,20 +117,24 @@ fn poll_may_sleep(fds: u64, n: u64) -> bool {
 
 /// Whether a read of descriptor `fd` may sleep (see [`Sleeps::Read`]).
 /// The guest's descriptors are the host's (QEMU passes them through), so
-/// the host is asked: first whether bytes wait to be read (one syscall,
-/// and the answer for a file before its end and a pipe, socket or
-/// terminal with input), then what the descriptor is, then its flags;
-/// three cheap syscalls at most, against a hand-over that costs the
-/// client a chunk.
+/// the host is asked what the descriptor is (one `fstat`, the whole
+/// answer for a file), then, for a pipe, a socket or a terminal, whether
+/// bytes wait to be read (`FIONREAD`, which only those define: no other
+/// device is sent an ioctl the guest did not make), then whether it is
+/// non-blocking. Three cheap syscalls at most, against a hand-over that
+/// costs the client a chunk.
 fn read_may_sleep(fd: i64) -> bool {
+    /// Memory devices (`/dev/null`, `zero`, `random`, `urandom`, ...):
+    /// a read never waits.
+    const MEM_MAJOR: u32 = 1;
+    /// Terminals: virtual consoles and serial lines, `/dev/tty` and
+    /// `/dev/console`, pseudo-terminals' secondaries.
+    fn is_terminal(major: u32) -> bool {
+        matches!(major, 4 | 5 | 136..=143)
+    }
     let Ok(fd) = i32::try_from(fd) else {
         return false; // EBADF at once
     };
-    let mut ready: libc::c_int = 0;
-    // SAFETY: FIONREAD writes one int, to `ready`.
-    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut ready) } == 0 && ready > 0 {
-        return false;
-    }
     // SAFETY: a zeroed `stat` is a valid value of the plain C struct, and
     // fstat writes no more than it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -136,10 +142,19 @@ fn read_may_sleep(fd: i64) -> bool {
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return false;
     }
-    if matches!(
-        st.st_mode & libc::S_IFMT,
-        libc::S_IFREG | libc::S_IFBLK | libc::S_IFDIR
-    ) {
+    let asks = match st.st_mode & libc::S_IFMT {
+        libc::S_IFIFO | libc::S_IFSOCK => true,
+        libc::S_IFCHR => match libc::major(st.st_rdev) {
+            MEM_MAJOR => return false,
+            m => is_terminal(m),
+        },
+        // A file, a block device, a directory (EISDIR).
+        _ => return false,
+    };
+    let mut ready: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int, to `ready`; `asks` limits it to the
+    // descriptors that define it.
+    if asks && unsafe { libc::ioctl(fd, libc::FIONREAD, &mut ready) } == 0 && ready > 0 {
         return false;
     }
     // SAFETY: F_GETFL reads the descriptor's flags and takes no pointer.
@@ -277,6 +292,8 @@ mod tests {
         );
         f.write_all(b"data").unwrap();
         assert!(!read_may_sleep(i64::from(f.as_raw_fd())), "a file");
+        let null = std::fs::File::open("/dev/null").unwrap();
+        assert!(!read_may_sleep(i64::from(null.as_raw_fd())), "/dev/null");
 
         // SAFETY: `fds` has room for two descriptors; both closed below.
         assert_eq!(
