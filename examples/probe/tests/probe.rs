@@ -1405,19 +1405,6 @@ fn pie_replayed() {
     assert_eq!(live.out.lines().count(), 7, "{}", live.out);
 }
 
-/// The entry point of the ELF file `prog` (`e_entry`, of either class and
-/// byte order).
-fn elf_entry(prog: &Path) -> u64 {
-    let b = fs::read(prog).unwrap();
-    let (at, n) = if b[4] == 2 { (24, 8) } else { (24, 4) };
-    let mut v = [0u8; 8];
-    v[..n].copy_from_slice(&b[at..at + n]);
-    if b[5] == 2 {
-        v[..n].reverse();
-    }
-    u64::from_le_bytes(v)
-}
-
 /// A live probe is read as the program runs: a hit shows while the program
 /// still sleeps in a syscall (here `read` of a pipe nobody writes yet), not
 /// when it ends. The test does not let the program go on until it has read
@@ -1430,7 +1417,8 @@ fn hits_are_seen_while_the_program_sleeps(arch: &str) {
     let dir = RunDir::new();
     let q = qemu_builds();
     let prog = guest(arch, "busybox");
-    let entry = format!("{:#x}", elf_entry(&prog));
+    let entry = tools::probe::elf::Image::read(&prog).unwrap().entry;
+    let entry = format!("{entry:#x}");
     let mut child = no_aslr(&mut Command::new(probe_exe()))
         .args(["-p", &entry])
         .arg(&prog)
