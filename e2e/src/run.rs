@@ -696,3 +696,73 @@ pub fn output_of_fresh_copy(c: &mut Command) -> std::io::Result<std::process::Ou
         }
     }
 }
+
+/// What a live tool printed while the program it traced waited for a line
+/// of input, and what it printed after ([`line_before_input`]).
+pub struct WhileWaiting {
+    /// The tool's first line of stdout that was wanted, read before the
+    /// program could go on; `None`: none came within [`timeout`].
+    pub seen: Option<String>,
+    /// The lines before it.
+    pub before: Vec<String>,
+    /// The lines after it.
+    pub rest: Vec<String>,
+    pub status: ExitStatus,
+    pub stderr: String,
+}
+
+/// Runs `c`, a tool tracing a program that reads a line from stdin before
+/// it goes on (busybox `sh -c 'read x; ...'`, `head -n 1`), and waits for
+/// a line of the tool's stdout that `wanted` picks; only then writes `go`
+/// to the program's stdin. So whether the tool's output is live is told by
+/// the order of events, never by a time: a tool that held its lines until
+/// the end shows none while the program waits, and the wait ends at
+/// [`timeout`] (a hang guard; the input is written then anyway).
+pub fn line_before_input(c: &mut Command, wanted: impl Fn(&str) -> bool) -> WhileWaiting {
+    use std::io::Write;
+    c.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut tries = 0;
+    let mut child = loop {
+        match c.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => break r.unwrap_or_else(|e| panic!("cannot start {c:?}: {e}")),
+        }
+    };
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, lines) = mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for l in BufReader::new(stdout).lines() {
+            let Ok(l) = l else { break };
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + timeout();
+    let mut before = Vec::new();
+    let mut seen = None;
+    while let Ok(l) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        if wanted(&l) {
+            seen = Some(l);
+            break;
+        }
+        before.push(l);
+    }
+    let mut stdin = child.stdin.take().expect("piped");
+    let _ = stdin.write_all(b"go\n");
+    drop(stdin);
+    let out = child.wait_with_output().expect("the tool ran");
+    reader.join().expect("the reader ends with the tool's stdout");
+    WhileWaiting {
+        seen,
+        before,
+        rest: lines.try_iter().collect(),
+        status: out.status,
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

@@ -713,3 +713,32 @@ fn missing_program_is_one_line() {
         "{e}"
     );
 }
+
+/// A live run's events show while the program runs, not when it ends:
+/// the entry of `read`, in the host's `head -n 1` (x86_64, its C library's
+/// symbols), comes while `read` waits for a line that
+/// [`e2e::line_before_input`] writes only once it has seen that entry. The
+/// program's start alone fills more than the output's buffer, so the first
+/// line would come anyway; the last before the wait comes only if the
+/// output is flushed while the program sleeps.
+#[test]
+fn events_are_seen_while_the_program_sleeps() {
+    let q = e2e::qemu_builds();
+    let w = e2e::line_before_input(
+        e2e::no_aslr(&mut Command::new(backtrace_bin()))
+            .args(["/usr/bin/head", "-n", "1"])
+            .env_clear()
+            .envs(e2e::QEMU_ENV.iter().copied())
+            .env("CANNOLI_QEMU_BUILD", &q.build),
+        |l| l.starts_with("{\"event\":\"enter\"") && l.contains("\"function\":\"read\""),
+    );
+    let (rest, stderr) = (&w.rest, &w.stderr);
+    assert!(
+        w.seen.is_some(),
+        "no entry of read while the program waited in it; {} lines before, later: {:?}\n{stderr}",
+        w.before.len(),
+        rest.iter().take(3).collect::<Vec<_>>()
+    );
+    assert_eq!(w.status.code(), Some(0), "{stderr}");
+    assert!(rest.iter().any(|l| l == "go"), "{stderr}");
+}

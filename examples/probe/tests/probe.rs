@@ -1413,53 +1413,32 @@ fn pie_replayed() {
 /// sleeps, and the probe flushed its output while running, the hit waited
 /// in the thread's chunk (and then in the buffer) until the program exited.
 fn hits_are_seen_while_the_program_sleeps(arch: &str) {
-    use std::io::{BufRead, BufReader, Write};
     let dir = RunDir::new();
     let q = qemu_builds();
     let prog = guest(arch, "busybox");
     let entry = tools::probe::elf::Image::read(&prog).unwrap().entry;
     let entry = format!("{entry:#x}");
-    let mut child = no_aslr(&mut Command::new(probe_exe()))
-        .args(["-p", &entry])
-        .arg(&prog)
-        .args(["sh", "-c", "read x; echo \"got $x\""])
-        .env_clear()
-        .envs(QEMU_ENV.iter().copied())
-        .env("CANNOLI_QEMU_BUILD", &q.build)
-        .current_dir(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, lines) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for l in BufReader::new(stdout).lines() {
-            let Ok(l) = l else { break };
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    // A bound on a hang, not a speed: the program waits for this test.
-    let first = lines.recv_timeout(std::time::Duration::from_secs(300));
-    let mut stdin = child.stdin.take().unwrap();
-    let _ = stdin.write_all(b"go\n");
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    reader.join().unwrap();
-    let rest: Vec<String> = lines.try_iter().collect();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let first = first.unwrap_or_else(|_| {
+    let w = e2e::line_before_input(
+        no_aslr(&mut Command::new(probe_exe()))
+            .args(["-p", &entry])
+            .arg(&prog)
+            .args(["sh", "-c", "read x; echo \"got $x\""])
+            .env_clear()
+            .envs(QEMU_ENV.iter().copied())
+            .env("CANNOLI_QEMU_BUILD", &q.build)
+            .current_dir(dir.path()),
+        |_| true,
+    );
+    let (rest, stderr) = (&w.rest, &w.stderr);
+    let first = w.seen.as_deref().unwrap_or_else(|| {
         panic!("{arch}: no hit while the program waited in read; later: {rest:?}\n{stderr}")
     });
     assert!(
         first.contains(&format!(" {entry} ")),
         "{arch}: the first line is not the hit at {entry}: {first}\n{stderr}"
     );
-    assert_eq!(out.status.code(), Some(0), "{arch}: {stderr}");
-    assert_eq!(rest, ["got go"], "{arch}: {stderr}");
+    assert_eq!(w.status.code(), Some(0), "{arch}: {stderr}");
+    assert_eq!(rest, &["got go"], "{arch}: {stderr}");
 }
 
 #[test]

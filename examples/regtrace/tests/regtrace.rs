@@ -794,3 +794,38 @@ fn usage_errors() {
     let o = Command::new(&exe).arg("--bogus").output().unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A live run's lines show while the program runs, not when it ends: the
+/// registers at busybox's entry (the first process's, the shell's) come
+/// while the shell waits in `read` for a line only
+/// [`e2e::line_before_input`] writes, once it has seen them.
+#[test]
+fn lines_are_seen_while_the_program_sleeps() {
+    let prog = guest("x86_64", "busybox");
+    let entry = tools::probe::elf::Image::read(&prog).unwrap().entry;
+    let q = qemu_builds();
+    let w = e2e::line_before_input(
+        no_aslr(&mut Command::new(regtrace_exe()))
+            .args(["--range", &format!("{entry:x}-{:x}", entry + 1)])
+            .arg(&prog)
+            .args(["sh", "-c", "read x; echo \"got $x\""])
+            .env_clear()
+            .envs(QEMU_ENV.iter().copied())
+            .env("CANNOLI_QEMU_BUILD", &q.build),
+        |_| true,
+    );
+    let (rest, stderr) = (&w.rest, &w.stderr);
+    let first = w.seen.as_deref().unwrap_or_else(|| {
+        panic!("nothing while the program waited in read; later: {rest:?}\n{stderr}")
+    });
+    // The header and the registers are written together (one lock of the
+    // output), so the header seen means the registers were flushed too.
+    assert!(first.starts_with("== pid "), "{first}\n{stderr}");
+    assert!(
+        rest.first()
+            .is_some_and(|l| l.starts_with(&format!("registers at {entry:#018x}"))),
+        "{rest:?}\n{stderr}"
+    );
+    assert_eq!(w.status.code(), Some(0), "{stderr}");
+    assert!(rest.iter().any(|l| l == "got go"), "{stderr}");
+}

@@ -771,8 +771,15 @@ pub fn main(args: Args) -> i32 {
     let launcher = launcher.state(run.clone());
 
     let start = Instant::now();
-    let result =
-        crate::input::run::<Backtrace>(launcher, args.replay.as_deref(), NEEDS, args.program);
+    // A live run's lines show while the program runs (a replay's need not).
+    let flush = || {
+        if let Some(o) = run.out.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            let _ = o.w.flush();
+        }
+    };
+    let result = launch::flushing_while(args.replay.is_none(), flush, || {
+        crate::input::run::<Backtrace>(launcher, args.replay.as_deref(), NEEDS, args.program)
+    });
     let secs = start.elapsed().as_secs_f64();
 
     let written = run

@@ -660,7 +660,15 @@ pub fn main(args: Args) -> i32 {
         regs: Some(RegsAt::All),
         ..Needs::default()
     };
-    let result = crate::input::run::<Tracer>(launcher, args.replay.as_deref(), needs, args.program);
+    // A live run's lines show while the program runs (a replay's need not).
+    let flush = || {
+        if let Some(w) = lock(&run.out).w.as_mut() {
+            let _ = w.flush();
+        }
+    };
+    let result = launch::flushing_while(args.replay.is_none(), flush, || {
+        crate::input::run::<Tracer>(launcher, args.replay.as_deref(), needs, args.program)
+    });
     drop(plan_file);
     let written = lock(&run.out).w.take().expect("finished once").finish();
     let report = match result {
