@@ -757,7 +757,9 @@ pub fn line_before_input(c: &mut Command, wanted: impl Fn(&str) -> bool) -> Whil
     let _ = stdin.write_all(b"go\n");
     drop(stdin);
     let out = child.wait_with_output().expect("the tool ran");
-    reader.join().expect("the reader ends with the tool's stdout");
+    reader
+        .join()
+        .expect("the reader ends with the tool's stdout");
     WhileWaiting {
         seen,
         before,
