@@ -685,12 +685,18 @@ pub fn unused_port() -> u16 {
 /// its fork and exec (close-on-exec closes it only then), and exec of a
 /// file open for writing fails with ETXTBSY.
 pub fn output_of_fresh_copy(c: &mut Command) -> std::io::Result<std::process::Output> {
+    while_text_busy(|| c.output())
+}
+
+/// `start()`, retried while it fails with "text file busy" (see
+/// [`output_of_fresh_copy`]).
+fn while_text_busy<T>(mut start: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
     let mut tries = 0;
     loop {
-        match c.output() {
+        match start() {
             Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
                 tries += 1;
-                std::thread::sleep(std::time::Duration::from_millis(20));
+                std::thread::sleep(Duration::from_millis(20));
             }
             r => return r,
         }
@@ -723,16 +729,8 @@ pub fn line_before_input(c: &mut Command, wanted: impl Fn(&str) -> bool) -> Whil
     c.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut tries = 0;
-    let mut child = loop {
-        match c.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 100 => {
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            r => break r.unwrap_or_else(|e| panic!("cannot start {c:?}: {e}")),
-        }
-    };
+    let mut child =
+        while_text_busy(|| c.spawn()).unwrap_or_else(|e| panic!("cannot start {c:?}: {e}"));
     let stdout = child.stdout.take().expect("piped");
     let (tx, lines) = mpsc::channel();
     let reader = std::thread::spawn(move || {
