@@ -1450,3 +1450,74 @@ fn hits_are_seen_while_the_program_sleeps_x86_64() {
 fn hits_are_seen_while_the_program_sleeps_mipsel() {
     hits_are_seen_while_the_program_sleeps("mipsel");
 }
+
+/// A Go program's functions, by Go's conventions (`tests/programs/goprobe.go`
+/// prints every call's arguments and result): the arguments on every
+/// guest, from Go's registers on x86_64 (not C's) and from the stack on
+/// the ABI0 guests; the results, recursion included, where Go returns them
+/// in a register, and `null` with one warning where it does not.
+fn go_known_values(arch: &str) {
+    let dir = RunDir::new();
+    let probes = [
+        "main.mix/3",
+        "main.mix:return",
+        "main.fact/1",
+        "main.fact:return",
+    ];
+    let mut opts = vec!["--json"];
+    for p in probes {
+        opts.extend(["-p", p]);
+    }
+    let r = run_probe(&dir, arch, &opts, &guest(arch, "goprobe"));
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    // The program's word: `name args... = result`, in the order of returns.
+    let said = |name: &str| -> Vec<(Vec<u64>, u64)> {
+        r.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .map(|l| {
+                let (args, res) = l.split_once(" = ").expect("name args = result");
+                let n = |s: &str| s.parse::<u64>().expect("a number");
+                (args.split(' ').map(n).collect(), n(res))
+            })
+            .collect()
+    };
+    let (mix, fact) = (said("mix"), said("fact"));
+    assert_eq!((mix.len(), fact.len()), (3, 5), "{arch}: {}", r.stdout);
+    let by = hits_by_thread(&r.out);
+    assert_eq!(by.len(), 1, "{arch}: one thread (LockOSThread): {}", r.out);
+    let hits = &by[0].1;
+    let of = |probe: &str| -> Vec<&Value> { hits.iter().filter(|h| h["probe"] == probe).collect() };
+    let args = |h: &&Value| -> Vec<u64> {
+        h["args"]
+            .as_array()
+            .expect("args")
+            .iter()
+            .map(|a| hex(a).expect("known"))
+            .collect()
+    };
+    // Calls, in the order of their entries: mix returns before the next
+    // call, fact's levels enter outermost first.
+    let mix_args: Vec<Vec<u64>> = mix.iter().map(|(a, _)| a.clone()).collect();
+    let fact_args: Vec<Vec<u64>> = fact.iter().rev().map(|(a, _)| a.clone()).collect();
+    assert_eq!(
+        of("main.mix/3").iter().map(args).collect::<Vec<_>>(),
+        mix_args,
+        "{arch}"
+    );
+    assert_eq!(
+        of("main.fact/1").iter().map(args).collect::<Vec<_>>(),
+        fact_args,
+        "{arch}"
+    );
+    let abi0 = matches!(arch, "mipsel" | "mips" | "mips64el" | "arm" | "i386");
+    for (probe, said) in [("main.mix:return", &mix), ("main.fact:return", &fact)] {
+        let rets: Vec<Option<u64>> = of(probe).iter().map(|h| hex(&h["ret"])).collect();
+        let want: Vec<Option<u64>> = said.iter().map(|(_, r)| (!abi0).then_some(*r)).collect();
+        assert_eq!(rets, want, "{arch}: {probe}");
+    }
+    let warned = r.stderr.contains("Go's ABI0");
+    assert_eq!(warned, abi0, "{arch}: {}", r.stderr);
+}
+
+per_guest!(go_known_values: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);

@@ -17,6 +17,20 @@
 //! Arguments on the stack are memory: the probe reads them from what the
 //! thread stored there (see `super::shadow`).
 //!
+//! A Go program's functions follow Go's conventions instead ([`Conv`]):
+//!
+//! | guest | Go's convention | arguments | result |
+//! |---|---|---|---|
+//! | x86_64 | ABIInternal | rax rbx rcx rdi rsi r8 r9 r10 r11 | rax |
+//! | aarch64, riscv64, ppc64le | ABIInternal | C's first argument registers (Go has more) | C's |
+//! | i386 | ABI0 | esp+4, as cdecl | on the stack, after the arguments |
+//! | arm, mipsel, mips | ABI0 | sp+4 (the caller's saved return address is at sp+0) | on the stack |
+//! | mips64el | ABI0 | sp+8 | on the stack |
+//!
+//! An ABI0 function's results follow its arguments in the caller's frame,
+//! at an offset only the function's argument types give (not its symbol):
+//! the probe does not report them.
+//!
 //! A frame is known by its *key*: the caller's stack pointer once the
 //! function has returned. At the entry that is `sp` (plus the pushed
 //! return address on x86); at a return instruction it is `sp` plus what
@@ -164,6 +178,63 @@ impl Abi {
     }
 }
 
+/// The convention of one function: its guest's C convention, or Go's
+/// (see the table at the top).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conv {
+    pub abi: Abi,
+    /// A function of a Go program.
+    pub go: bool,
+}
+
+impl Conv {
+    pub fn new(abi: Abi, go: bool) -> Conv {
+        Conv { abi, go }
+    }
+
+    /// Go's stack convention (ABI0): Go has no register convention here.
+    fn go_stack(self) -> bool {
+        self.go && matches!(self.abi, Abi::Aapcs | Abi::O32 | Abi::N64 | Abi::Cdecl)
+    }
+
+    /// The registers of the first arguments, by QEMU's names.
+    pub fn arg_regs(self) -> &'static [&'static str] {
+        match self.abi {
+            Abi::SysV if self.go => &["rax", "rbx", "rcx", "rdi", "rsi", "r8", "r9", "r10", "r11"],
+            _ if self.go_stack() => &[],
+            a => a.arg_regs(),
+        }
+    }
+
+    /// Whether argument `i` (from 0) is in memory.
+    pub fn on_stack(self, i: usize) -> bool {
+        i >= self.arg_regs().len()
+    }
+
+    /// Where argument `i` (on the stack) is, from `sp` at entry.
+    pub fn stack_slot(self, sp: u64, i: usize) -> u64 {
+        let first = if self.go_stack() || (self.go && self.abi == Abi::SysV) {
+            // Past the return address the call pushed (x86), or the slot
+            // of the caller's own saved one (the link-register guests).
+            self.abi.word()
+        } else {
+            self.abi.stack_args()
+        };
+        let k = (i - self.arg_regs().len()) as u64;
+        sp.wrapping_add(first + k * self.abi.word())
+    }
+
+    /// Bytes of an argument slot on the stack.
+    pub fn word(self) -> u64 {
+        self.abi.word()
+    }
+
+    /// The register of the result, if the result is in one.
+    pub fn ret_reg(self) -> Option<&'static str> {
+        (!self.go_stack()).then(|| self.abi.ret_reg())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +248,30 @@ mod tests {
         assert_eq!(Abi::SysV.stack_slot(0x1000, 6), 0x1008);
         assert!(!Abi::SysV.on_stack(5) && Abi::SysV.on_stack(6));
         assert!(Abi::Cdecl.on_stack(0));
+    }
+
+    #[test]
+    fn go_conventions() {
+        let go = |abi| Conv::new(abi, true);
+        assert_eq!(go(Abi::SysV).arg_regs()[..3], ["rax", "rbx", "rcx"]);
+        assert_eq!(go(Abi::SysV).stack_slot(0x1000, 9), 0x1008);
+        assert_eq!(go(Abi::SysV).ret_reg(), Some("rax"));
+        // ABI0: the arguments follow the caller's saved return address.
+        assert_eq!(go(Abi::O32).stack_slot(0x1000, 0), 0x1004);
+        assert_eq!(go(Abi::O32).stack_slot(0x1000, 2), 0x100c);
+        assert_eq!(go(Abi::Aapcs).stack_slot(0x1000, 1), 0x1008);
+        assert_eq!(go(Abi::N64).stack_slot(0x1000, 1), 0x1010);
+        assert_eq!(go(Abi::Cdecl).stack_slot(0x1000, 0), 0x1004);
+        assert!(go(Abi::O32).on_stack(0) && go(Abi::O32).ret_reg().is_none());
+        // The register guests: Go's first registers are C's.
+        for abi in [Abi::Aapcs64, Abi::Riscv, Abi::Elfv2] {
+            assert_eq!(go(abi).arg_regs(), abi.arg_regs());
+            assert_eq!(go(abi).ret_reg(), Some(abi.ret_reg()));
+        }
+        // C is C.
+        let c = Conv::new(Abi::O32, false);
+        assert_eq!(c.stack_slot(0x1000, 4), 0x1010);
+        assert_eq!(c.ret_reg(), Some("v0"));
     }
 
     #[test]

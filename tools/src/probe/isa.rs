@@ -25,7 +25,7 @@
 //! | AArch64 | `ret`, `retaa`, `retab` |
 //! | PowerPC | `bclr` without link (`blr`, `beqlr`, ...) |
 //! | x86 | `ret`, `ret imm16` |
-//! | ARM | `bx lr`, `mov pc, lr`, `pop {.., pc}` (`ldm sp!`), `ldr pc, [sp], #4`, in A32 and Thumb |
+//! | ARM | `bx lr`, `mov pc, lr`, `pop {.., pc}` (`ldm sp!`), `ldr pc, [sp], #N`, in A32 and Thumb |
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 
@@ -148,7 +148,9 @@ pub fn returns(img: &Image, f: &Func) -> Vec<Ret> {
                 let cond = w >> 28;
                 let pops = match w & 0x0fff_ffff {
                     0x012f_ff1e | 0x01a0_f00e => Some(0),
-                    0x049d_f004 => Some(4),
+                    // `ldr pc, [sp], #N` (Go's epilogue pops its whole
+                    // frame so; GCC's a word).
+                    x if x & 0x0fff_f000 == 0x049d_f000 => Some(u64::from(w & 0xfff)),
                     x if x & 0x0fff_8000 == 0x08bd_8000 => {
                         Some(4 * u64::from((w & 0xffff).count_ones()))
                     }
@@ -324,7 +326,8 @@ fn thumb(code: &[u8], start: u64, out: &mut Vec<Ret>) {
         let pops = if wide {
             match (h, h2) {
                 (0xe8bd, l) if l & 0x8000 != 0 => Some(4 * u64::from(l.count_ones())),
-                (0xf85d, 0xfb04) => Some(4),
+                // `ldr.w pc, [sp], #N`.
+                (0xf85d, l) if l & 0xff00 == 0xfb00 => Some(u64::from(l & 0xff)),
                 _ => None,
             }
         } else {
@@ -489,5 +492,18 @@ mod tests {
                 (0x100c, 0, Some(0x100e))
             ]
         );
+    }
+
+    #[test]
+    fn thumb_ldr_pc_pops_its_offset() {
+        // ldr.w pc, [sp], #4; ldr.w pc, [sp], #12; ldr.w r0, [sp], #4 (no)
+        let code: Vec<u8> = [0xf85du16, 0xfb04, 0xf85d, 0xfb0c, 0xf85d, 0x0b04]
+            .iter()
+            .flat_map(|h| h.to_le_bytes())
+            .collect();
+        let mut out = Vec::new();
+        thumb(&code, 0x1000, &mut out);
+        let got: Vec<(u64, u64)> = out.iter().map(|r| (r.pc, r.pops)).collect();
+        assert_eq!(got, [(0x1000, 4), (0x1004, 12)]);
     }
 }

@@ -171,41 +171,18 @@ fn list(img: &Image, pattern: &str) -> String {
     s
 }
 
-/// One warning line where `img` is a Go program whose functions take the
-/// arguments, or give the results, that `specs` read elsewhere than the C
-/// convention reads them: Go's ABIInternal registers on x86_64, its ABI0
-/// stack on the 32-bit guests and MIPS. On aarch64, riscv64 and ppc64le
-/// Go's integer registers are C's, for both.
-fn go_warning(img: &Image, specs: &[Spec]) {
-    use conv::Abi;
-    use spec::Point;
-    let args = specs
-        .iter()
-        .any(|s| matches!(s.point, Point::Entry(n) if n > 0));
-    let ret = specs.iter().any(|s| s.point == Point::Return);
-    let (args_differ, ret_differs, how) = match img.abi {
-        Abi::SysV => (
-            true,
-            false,
-            "its arguments are in RAX, RBX, RCX, RDI, RSI, R8 to R11 (ABIInternal)",
-        ),
-        Abi::Cdecl => (
-            false,
-            true,
-            "its results are on the stack, after the arguments (ABI0)",
-        ),
-        Abi::Aapcs | Abi::O32 | Abi::N64 => (
-            true,
-            true,
-            "its arguments and results are on the stack (ABI0)",
-        ),
-        Abi::Aapcs64 | Abi::Riscv | Abi::Elfv2 => (false, false, ""),
-    };
-    if img.is_go() && ((args && args_differ) || (ret && ret_differs)) {
+/// One warning line where `img` is a Go program and `specs` ask for
+/// results its functions leave on the stack: Go's ABI0 on the 32-bit
+/// guests and MIPS, whose result slots only the argument types place (see
+/// `conv`). Arguments are read by Go's conventions on every guest.
+/// `flow`: `--flow`, which shows every return.
+fn go_warning(img: &Image, specs: &[Spec], flow: bool) {
+    let wants_ret = flow || specs.iter().any(|s| s.point == spec::Point::Return);
+    let abi0 = conv::Conv::new(img.abi, true).ret_reg().is_none();
+    if wants_ret && abi0 && img.is_go() {
         eprintln!(
-            "probe: warning: {} is a Go program: {how}, not where the C convention read here \
-             has them, so `args` and `ret` are not the function's (a FUNC+0 probe gives every \
-             register)",
+            "probe: warning: {} is a Go program: on this guest its functions return their \
+             results on the stack (Go's ABI0), where the probe does not look, so `ret` is `?`",
             img.path.display()
         );
     }
@@ -299,7 +276,7 @@ pub fn main(args: Args) -> i32 {
         .map(|p| Spec::parse(p).map_err(Error::from))
         .collect();
     if let Ok(s) = &specs {
-        go_warning(&img, s);
+        go_warning(&img, s, args.flow);
     }
     let plan = specs.and_then(|s| Plan::new(&img, s, args.insns, args.flow));
     let plan = match plan {

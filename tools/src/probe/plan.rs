@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::conv::Abi;
+use super::conv::{Abi, Conv};
 use super::elf::{Func, Image};
 use super::error::Error;
 use super::isa::{self, Ret};
@@ -37,6 +37,8 @@ pub struct Target {
     /// Not probed: a function a probed one tail-calls, whose returns end
     /// the probed one's frame too.
     pub hidden: bool,
+    /// Its convention: Go's for a Go program's functions.
+    pub conv: Conv,
 }
 
 /// What a hooked pc means; one pc can mean several things.
@@ -216,6 +218,7 @@ impl Plan {
                     matched = imps;
                 }
             }
+            let go = image.is_go();
             let mut any = false;
             for f in matched {
                 any = true;
@@ -231,7 +234,7 @@ impl Plan {
                     plan.add(module, f.start + o, Site::Pc(p));
                     continue;
                 }
-                let t = plan.target(module, image, f, &mut by_entry);
+                let t = plan.target(module, image, go, f, &mut by_entry);
                 plan.targets[t].hidden = false;
                 let target = &mut plan.targets[t];
                 match spec.point {
@@ -239,7 +242,7 @@ impl Plan {
                         if target.on_entry.is_none() {
                             target.on_entry = Some((p, n));
                         }
-                        if (0..n).any(|i| img.abi.on_stack(i)) {
+                        if (0..n).any(|i| target.conv.on_stack(i)) {
                             plan.stores = true;
                         }
                     }
@@ -277,6 +280,7 @@ impl Plan {
         &mut self,
         module: Option<usize>,
         image: &Image,
+        go: bool,
         f: &Func,
         by_entry: &mut HashMap<(Option<usize>, u64), usize>,
     ) -> usize {
@@ -297,6 +301,7 @@ impl Plan {
                 on_entry: None,
                 on_return: None,
                 hidden: true,
+                conv: Conv::new(image.abi, go),
             });
             by_entry.insert((module, g.entry), t);
             self.add(module, g.entry, Site::Entry(t));

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 
 use cannoli::{Cannoli, ClientInfo};
 
+use super::conv::Conv;
 use super::hex::{self, Key};
 use super::isa;
 use super::out::{self, At, Hit, Regs};
@@ -101,6 +102,8 @@ pub struct ThreadRegs {
     keys: Vec<Key>,
     mask: u64,
     args: Vec<Option<usize>>,
+    /// The argument registers of a Go function ([`super::conv::Conv`]).
+    go_args: Vec<Option<usize>>,
     ret: Option<usize>,
     sp: Option<usize>,
     bits64: bool,
@@ -191,6 +194,11 @@ impl Cannoli for Probe {
         let bytes = ci.regs.bytes;
         let layout = Arc::new(ThreadRegs {
             args: abi.arg_regs().iter().map(|n| find(n)).collect(),
+            go_args: Conv::new(abi, true)
+                .arg_regs()
+                .iter()
+                .map(|n| find(n))
+                .collect(),
             ret: find(abi.ret_reg()),
             sp: find(abi.sp_reg()),
             mask: if (1..8).contains(&bytes) {
@@ -694,25 +702,26 @@ impl Probe {
 
     fn entered(&mut self, pc: u64, t: usize, regs: &[u64]) {
         let plan = self.plan.clone();
-        let abi = plan.abi;
         let l = self.layout.clone();
         let sp = reg(regs, l.sp).unwrap_or(0);
+        let target = &plan.targets[t];
+        let conv = target.conv;
         self.stack.push(Frame {
             target: t,
-            key: abi.entry_key(sp),
+            key: conv.abi.entry_key(sp),
             insn: self.insn(),
         });
-        let target = &plan.targets[t];
         let Some((p, n)) = target.on_entry else {
             return;
         };
+        let in_regs = if conv.go { &l.go_args } else { &l.args };
         let args = (0..n)
             .map(|i| {
-                if abi.on_stack(i) {
-                    let w = abi.word();
-                    self.shadow.load(abi.stack_slot(sp, i), w, plan.big_endian)
+                if conv.on_stack(i) {
+                    let w = conv.word();
+                    self.shadow.load(conv.stack_slot(sp, i), w, plan.big_endian)
                 } else {
-                    reg(regs, l.args[i])
+                    reg(regs, in_regs[i])
                 }
             })
             .collect();
@@ -764,9 +773,12 @@ impl Probe {
                 (None, Some((p, _)), true) => p,
                 _ => continue,
             };
+            // An ABI0 Go function's result is in its caller's frame, where
+            // the probe does not look (see `conv`).
+            let in_reg = target.conv.ret_reg().is_some();
             let h = Hit {
                 insn: plan.count.then_some(insn),
-                ret: if unwound { None } else { value },
+                ret: if unwound || !in_reg { None } else { value },
                 unwound,
                 insns: f.insn.map(|i| insn - i),
                 depth,
