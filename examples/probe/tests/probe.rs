@@ -1458,6 +1458,10 @@ fn hits_are_seen_while_the_program_sleeps_mipsel() {
 /// in a register, and `null` with one warning where it does not.
 fn go_known_values(arch: &str) {
     let dir = RunDir::new();
+    go_known_values_of(&dir, arch, &guest(arch, "goprobe"));
+}
+
+fn go_known_values_of(dir: &RunDir, arch: &str, prog: &Path) {
     let probes = [
         "main.mix/3",
         "main.mix:return",
@@ -1468,7 +1472,7 @@ fn go_known_values(arch: &str) {
     for p in probes {
         opts.extend(["-p", p]);
     }
-    let r = run_probe(&dir, arch, &opts, &guest(arch, "goprobe"));
+    let r = run_probe(dir, arch, &opts, prog);
     assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
     // The program's word: `name args... = result`, in the order of returns.
     let said = |name: &str| -> Vec<(Vec<u64>, u64)> {
@@ -1521,3 +1525,80 @@ fn go_known_values(arch: &str) {
 }
 
 per_guest!(go_known_values: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// A Go program stripped of its symbol table (the cross `strip`, as Go
+/// programs without source come): its functions come from the runtime's
+/// own table, `.gopclntab`, each at the address the cross `nm` of the
+/// unstripped program gives it, and its probes give the known values.
+fn go_stripped(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "goprobe");
+    let stripped = dir.file("goprobe-stripped");
+    let strip = match guest_info(arch).triple {
+        Some(t) => format!("{t}-strip"),
+        None => "strip".into(),
+    };
+    let o = Command::new(&strip)
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&prog)
+        .output()
+        .unwrap_or_else(|e| panic!("{strip}: {e}; install it with scripts/deps.sh"));
+    assert!(
+        o.status.success(),
+        "{strip}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        nm_funcs(arch, &stripped, false).is_empty(),
+        "{arch}: {strip} left symbols"
+    );
+    let o = Command::new(probe_exe())
+        .args(["--list", "*"])
+        .arg(&stripped)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{arch}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let listed: Vec<(String, u64)> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            // NAME ADDR SIZE FILE; a Go name may hold spaces (`struct { .. }`).
+            let w: Vec<&str> = l.rsplitn(4, ' ').collect();
+            let a = u64::from_str_radix(w[2].trim_start_matches("0x"), 16).unwrap();
+            (w[3].to_string(), a)
+        })
+        .collect();
+    let nm = nm_funcs(arch, &prog, false);
+    let starts: BTreeSet<u64> = nm.values().copied().collect();
+    assert!(listed.len() > 500, "{arch}: {} functions", listed.len());
+    for (name, at) in &listed {
+        // `nm_funcs` reads no name with a space in it (`struct { .. }`).
+        if name.contains(' ') {
+            continue;
+        }
+        assert!(starts.contains(at), "{arch}: no symbol at {at:#x} ({name})");
+        // The runtime's table shortens long array types (`[...]`), and
+        // names an assembly function without the symbol's `.abi0`.
+        if !name.contains("[...]") {
+            let abi0 = format!("{name}.abi0");
+            assert!(
+                nm.get(name) == Some(at) || nm.get(&abi0) == Some(at),
+                "{arch}: {name} at {at:#x}, nm: {:x?} {:x?}",
+                nm.get(name),
+                nm.get(&abi0)
+            );
+        }
+    }
+    for f in ["main.mix", "main.fact", "main.main", "runtime.mallocgc"] {
+        assert!(listed.iter().any(|(n, _)| n == f), "{arch}: {f} not listed");
+    }
+    go_known_values_of(&dir, arch, &stripped);
+}
+
+per_guest!(go_stripped: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);

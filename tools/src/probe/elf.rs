@@ -151,6 +151,22 @@ impl Image {
                 }
             }
         }
+        // A stripped Go program still has its runtime's table.
+        if funcs.is_empty() {
+            funcs = super::gopclntab::functions(&file)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|g| Func {
+                    name: g.name,
+                    start: g.start,
+                    entry: g.start,
+                    size: g.end - g.start,
+                    end: g.end,
+                    thumb: false,
+                    ifunc: false,
+                })
+                .collect();
+        }
         funcs.sort_by(|a, b| a.start.cmp(&b.start).then(a.name.cmp(&b.name)));
         funcs.dedup_by(|b, a| a.start == b.start && a.name == b.name);
         let starts: Vec<u64> = funcs.iter().map(|f| f.start).collect();

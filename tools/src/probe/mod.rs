@@ -36,6 +36,7 @@
 pub mod conv;
 pub mod elf;
 pub mod error;
+pub mod gopclntab;
 pub mod hex;
 pub mod isa;
 pub mod libs;
