@@ -5,7 +5,7 @@
 // riscv64 and ppc64le, its stack ABI (ABI0) on the 32-bit guests and
 // MIPS. Built static for every guest by scripts/build-guests.sh (CGO off).
 //
-// Prints one line per call of `mix` and `fact`, as `name args... = result`
+// Prints one line per call of `mix`, `fact` and `wide`, as `name args... = result`
 // in decimal, in the order of the calls' returns; the e2e tests compare
 // the probe's hits with them. The main goroutine stays on the main thread,
 // so that the hits of one thread are every hit, in order.
@@ -43,6 +43,16 @@ func mix(a, b, c int) int {
 	return r
 }
 
+// Ten arguments: past Go's nine registers on x86_64 (the tenth on the
+// stack), past C's eight on the other register guests.
+//
+//go:noinline
+func wide(a, b, c, d, e, f, g, h, i, j int) int {
+	r := a + b + c + d + e + f + g + h + i + j
+	say("wide", []int{a, b, c, d, e, f, g, h, i, j}, r)
+	return r
+}
+
 // Recursion: every level has its own frame and result.
 //
 //go:noinline
@@ -61,6 +71,7 @@ func main() {
 		s += mix(i, i+1, i+2)
 	}
 	s += fact(5)
+	s += wide(11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
 	out = append(out, "sum "...)
 	out = strconv.AppendInt(out, int64(s), 10)
 	out = append(out, '\n')

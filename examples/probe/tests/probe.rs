@@ -1467,6 +1467,8 @@ fn go_known_values_of(dir: &RunDir, arch: &str, prog: &Path) {
         "main.mix:return",
         "main.fact/1",
         "main.fact:return",
+        "main.wide/10",
+        "main.wide:return",
     ];
     let mut opts = vec!["--json"];
     for p in probes {
@@ -1486,8 +1488,9 @@ fn go_known_values_of(dir: &RunDir, arch: &str, prog: &Path) {
             })
             .collect()
     };
-    let (mix, fact) = (said("mix"), said("fact"));
-    assert_eq!((mix.len(), fact.len()), (3, 5), "{arch}: {}", r.stdout);
+    let (mix, fact, wide) = (said("mix"), said("fact"), said("wide"));
+    let counts = (mix.len(), fact.len(), wide.len());
+    assert_eq!(counts, (3, 5, 1), "{arch}: {}", r.stdout);
     let by = hits_by_thread(&r.out);
     assert_eq!(by.len(), 1, "{arch}: one thread (LockOSThread): {}", r.out);
     let hits = &by[0].1;
@@ -1514,8 +1517,18 @@ fn go_known_values_of(dir: &RunDir, arch: &str, prog: &Path) {
         fact_args,
         "{arch}"
     );
+    assert_eq!(
+        of("main.wide/10").iter().map(args).collect::<Vec<_>>(),
+        [wide[0].0.clone()],
+        "{arch}: ten arguments"
+    );
     let abi0 = matches!(arch, "mipsel" | "mips" | "mips64el" | "arm" | "i386");
-    for (probe, said) in [("main.mix:return", &mix), ("main.fact:return", &fact)] {
+    let rets = [
+        ("main.mix:return", &mix),
+        ("main.fact:return", &fact),
+        ("main.wide:return", &wide),
+    ];
+    for (probe, said) in rets {
         let rets: Vec<Option<u64>> = of(probe).iter().map(|h| hex(&h["ret"])).collect();
         let want: Vec<Option<u64>> = said.iter().map(|(_, r)| (!abi0).then_some(*r)).collect();
         assert_eq!(rets, want, "{arch}: {probe}");

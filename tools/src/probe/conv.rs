@@ -22,7 +22,9 @@
 //! | guest | Go's convention | arguments | result |
 //! |---|---|---|---|
 //! | x86_64 | ABIInternal | rax rbx rcx rdi rsi r8 r9 r10 r11 | rax |
-//! | aarch64, riscv64, ppc64le | ABIInternal | C's first argument registers (Go has more) | C's |
+//! | aarch64 | ABIInternal | x0..x15 | x0 |
+//! | riscv64 | ABIInternal | a0..a7 s0 s1 s2..s7 (X10..X17, X8, X9, X18..X23) | a0 |
+//! | ppc64le | ABIInternal | r3..r10 r14..r17 | r3 |
 //! | i386 | ABI0 | esp+4, as cdecl | on the stack, after the arguments |
 //! | arm, mipsel, mips | ABI0 | sp+4 (the caller's saved return address is at sp+0) | on the stack |
 //! | mips64el | ABI0 | sp+8 | on the stack |
@@ -201,6 +203,18 @@ impl Conv {
     pub fn arg_regs(self) -> &'static [&'static str] {
         match self.abi {
             Abi::SysV if self.go => &["rax", "rbx", "rcx", "rdi", "rsi", "r8", "r9", "r10", "r11"],
+            Abi::Aapcs64 if self.go => &[
+                "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12",
+                "x13", "x14", "x15",
+            ],
+            // X10 to X17, X8, X9, X18 to X23.
+            Abi::Riscv if self.go => &[
+                "a0", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "s0", "s1", "s2", "s3", "s4", "s5",
+                "s6", "s7",
+            ],
+            Abi::Elfv2 if self.go => &[
+                "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r14", "r15", "r16", "r17",
+            ],
             _ if self.go_stack() => &[],
             a => a.arg_regs(),
         }
@@ -263,9 +277,10 @@ mod tests {
         assert_eq!(go(Abi::N64).stack_slot(0x1000, 1), 0x1010);
         assert_eq!(go(Abi::Cdecl).stack_slot(0x1000, 0), 0x1004);
         assert!(go(Abi::O32).on_stack(0) && go(Abi::O32).ret_reg().is_none());
-        // The register guests: Go's first registers are C's.
-        for abi in [Abi::Aapcs64, Abi::Riscv, Abi::Elfv2] {
-            assert_eq!(go(abi).arg_regs(), abi.arg_regs());
+        // The register guests: Go's first registers are C's; Go has more.
+        for (abi, n) in [(Abi::Aapcs64, 16), (Abi::Riscv, 16), (Abi::Elfv2, 12)] {
+            assert_eq!(go(abi).arg_regs()[..8], *abi.arg_regs());
+            assert_eq!(go(abi).arg_regs().len(), n);
             assert_eq!(go(abi).ret_reg(), Some(abi.ret_reg()));
         }
         // C is C.
