@@ -31,7 +31,7 @@
 //!
 //! An ABI0 function's results follow its arguments in the caller's frame,
 //! at an offset only the function's argument types give (not its symbol):
-//! the probe does not report them.
+//! `super::godwarf` finds it in the program's DWARF.
 //!
 //! A frame is known by its *key*: the caller's stack pointer once the
 //! function has returned. At the entry that is `sp` (plus the pushed
@@ -243,7 +243,8 @@ impl Conv {
         self.abi.word()
     }
 
-    /// The register of the result, if the result is in one.
+    /// The register of the result, if the result is in one (not under
+    /// Go's ABI0).
     pub fn ret_reg(self) -> Option<&'static str> {
         (!self.go_stack()).then(|| self.abi.ret_reg())
     }

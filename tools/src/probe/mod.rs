@@ -36,6 +36,7 @@
 pub mod conv;
 pub mod elf;
 pub mod error;
+pub mod godwarf;
 pub mod gopclntab;
 pub mod hex;
 pub mod isa;
@@ -172,18 +173,23 @@ fn list(img: &Image, pattern: &str) -> String {
     s
 }
 
-/// One warning line where `img` is a Go program and `specs` ask for
-/// results its functions leave on the stack: Go's ABI0 on the 32-bit
-/// guests and MIPS, whose result slots only the argument types place (see
-/// `conv`). Arguments are read by Go's conventions on every guest.
-/// `flow`: `--flow`, which shows every return.
-fn go_warning(img: &Image, specs: &[Spec], flow: bool) {
-    let wants_ret = flow || specs.iter().any(|s| s.point == spec::Point::Return);
-    let abi0 = conv::Conv::new(img.abi, true).ret_reg().is_none();
-    if wants_ret && abi0 && img.is_go() {
+/// One warning line where `plan` shows results of a Go program's
+/// functions that it cannot read: Go's ABI0 (the 32-bit guests and MIPS)
+/// leaves them on the stack, where only the program's DWARF places them
+/// (see `godwarf`), and a program built with `-ldflags=-w` or stripped has
+/// none. Arguments are read by Go's conventions on every guest.
+fn go_warning(img: &Image, plan: &Plan) {
+    let unread = plan.targets.iter().filter(|t| !t.hidden).any(|t| {
+        t.conv.go
+            && t.conv.ret_reg().is_none()
+            && t.ret_slot.is_none()
+            && (t.on_return.is_some() || plan.flow)
+    });
+    if unread {
         eprintln!(
-            "probe: warning: {} is a Go program: on this guest its functions return their \
-             results on the stack (Go's ABI0), where the probe does not look, so `ret` is `?`",
+            "probe: warning: {} is a Go program without DWARF: on this guest its functions \
+             return their results on the stack (Go's ABI0), where only DWARF places them, so \
+             `ret` is `?`",
             img.path.display()
         );
     }
@@ -276,12 +282,12 @@ pub fn main(args: Args) -> i32 {
         .iter()
         .map(|p| Spec::parse(p).map_err(Error::from))
         .collect();
-    if let Ok(s) = &specs {
-        go_warning(&img, s, args.flow);
-    }
     let plan = specs.and_then(|s| Plan::new(&img, s, args.insns, args.flow));
     let plan = match plan {
-        Ok(p) => Arc::new(p),
+        Ok(p) => {
+            go_warning(&img, &p);
+            Arc::new(p)
+        }
         Err(e) => {
             eprintln!("probe: {e}");
             return 2;

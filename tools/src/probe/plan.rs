@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use super::conv::{Abi, Conv};
 use super::elf::{Func, Image};
 use super::error::Error;
+use super::godwarf;
 use super::isa::{self, Ret};
 use super::shadow::AddrMap;
 use super::spec::{Point, Spec};
@@ -39,6 +40,9 @@ pub struct Target {
     pub hidden: bool,
     /// Its convention: Go's for a Go program's functions.
     pub conv: Conv,
+    /// Where its first result is in memory, for a convention without a
+    /// result register (Go's ABI0, see [`godwarf`]), if known.
+    pub ret_slot: Option<godwarf::Slot>,
 }
 
 /// What a hooked pc means; one pc can mean several things.
@@ -269,8 +273,30 @@ impl Plan {
                 }
             }
         }
+        plan.find_ret_slots(img);
         plan.specs = specs;
         Ok(plan)
+    }
+
+    /// The result slots of a Go program's targets under ABI0, from its
+    /// DWARF; reading them needs the thread's stores.
+    fn find_ret_slots(&mut self, img: &Image) {
+        let wanted: Vec<u64> = self
+            .targets
+            .iter()
+            .filter(|t| t.conv.go && t.conv.ret_reg().is_none())
+            .filter(|t| t.on_return.is_some() || self.flow)
+            .map(|t| t.entry)
+            .collect();
+        if wanted.is_empty() {
+            return;
+        }
+        let lr = img.abi != Abi::Cdecl;
+        let slots = godwarf::result_slots(&img.path, &wanted, img.abi.word(), lr);
+        for t in self.targets.iter_mut().filter(|t| t.conv.go) {
+            t.ret_slot = slots.get(&t.entry).copied();
+        }
+        self.stores |= !slots.is_empty();
     }
 
     /// The target of `f`, made (entry and returns hooked) if new; the
@@ -302,6 +328,7 @@ impl Plan {
                 on_return: None,
                 hidden: true,
                 conv: Conv::new(image.abi, go),
+                ret_slot: None,
             });
             by_entry.insert((module, g.entry), t);
             self.add(module, g.entry, Site::Entry(t));

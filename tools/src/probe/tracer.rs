@@ -774,11 +774,19 @@ impl Probe {
                 _ => continue,
             };
             // An ABI0 Go function's result is in its caller's frame, where
-            // the probe does not look (see `conv`).
-            let in_reg = target.conv.ret_reg().is_some();
+            // its DWARF says (see `godwarf`).
+            let ret = match (target.conv.ret_reg(), target.ret_slot) {
+                _ if unwound => None,
+                (Some(_), _) => value,
+                (None, Some(s)) => {
+                    self.shadow
+                        .load(f.key.wrapping_add(s.offset), s.len, plan.big_endian)
+                }
+                (None, None) => None,
+            };
             let h = Hit {
                 insn: plan.count.then_some(insn),
-                ret: if unwound || !in_reg { None } else { value },
+                ret,
                 unwound,
                 insns: f.insn.map(|i| insn - i),
                 depth,
