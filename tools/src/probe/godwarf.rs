@@ -62,7 +62,8 @@ fn section<'a>(file: &object::File<'a>, name: &str) -> Result<Cow<'a, [u8]>, gim
     match c.format {
         object::CompressionFormat::None => Ok(Cow::Borrowed(c.data)),
         object::CompressionFormat::Zlib => {
-            let mut out = Vec::with_capacity(c.uncompressed_size.min(MAX_SECTION) as usize);
+            // Grown as it comes, not sized by the header's claim.
+            let mut out = Vec::new();
             flate2::read::ZlibDecoder::new(c.data)
                 .take(MAX_SECTION)
                 .read_to_end(&mut out)
