@@ -706,9 +706,23 @@ impl Probe {
         let sp = reg(regs, l.sp).unwrap_or(0);
         let target = &plan.targets[t];
         let conv = target.conv;
+        let key = conv.abi.entry_key(sp);
+        // A Go function's prologue that found its stack short (a preemption
+        // request, or a stack the collector shrank) calls the runtime's
+        // `morestack`, which runs the function again from its entry on the
+        // same frame: the same call, not a new one (a call of its own would
+        // have a lower key, and Go makes no tail calls).
+        if conv.go
+            && self
+                .stack
+                .last()
+                .is_some_and(|f| f.target == t && f.key == key)
+        {
+            return;
+        }
         self.stack.push(Frame {
             target: t,
-            key: conv.abi.entry_key(sp),
+            key,
             insn: self.insn(),
         });
         let Some((p, n)) = target.on_entry else {
