@@ -707,11 +707,13 @@ impl Probe {
         let target = &plan.targets[t];
         let conv = target.conv;
         let key = conv.abi.entry_key(sp);
-        // A Go function's prologue that found its stack short (a preemption
-        // request, or a stack the collector shrank) calls the runtime's
-        // `morestack`, which runs the function again from its entry on the
-        // same frame: the same call, not a new one (a call of its own would
-        // have a lower key, and Go makes no tail calls).
+        // A Go function's prologue that found its stack short calls the
+        // runtime's `morestack`, which runs the function again from its
+        // entry. After a preemption request that is on the same frame: the
+        // same call, not a new one (a call of its own would have a lower
+        // key, and Go makes no tail calls). After the stack was grown, and
+        // so moved, the key differs and a second entry shows (not known
+        // here as the same call).
         if conv.go
             && self
                 .stack
