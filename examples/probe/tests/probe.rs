@@ -554,14 +554,11 @@ fn pc_lines_match_execlog(arch: &str) {
 
 per_guest!(pc_lines_match_execlog: arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
-/// `--list` names the functions the cross `nm` of the program lists as
-/// code with a size, at the same addresses.
-fn list_matches_nm(arch: &str) {
-    let prog = guest(arch, "probe");
-    let dir = RunDir::new();
+/// `probe OPTS PROG` (a `--list`): each line's function and address.
+fn listed(dir: &RunDir, arch: &str, opts: &[&str], prog: &Path) -> Vec<(String, u64)> {
     let o = Command::new(probe_exe())
-        .args(["--list"])
-        .arg(&prog)
+        .args(opts)
+        .arg(prog)
         .current_dir(dir.path())
         .output()
         .unwrap();
@@ -570,15 +567,25 @@ fn list_matches_nm(arch: &str) {
         "{arch}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let ours: BTreeSet<(String, u64)> = String::from_utf8(o.stdout)
+    String::from_utf8(o.stdout)
         .unwrap()
         .lines()
         .map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            let a = u64::from_str_radix(w[1].trim_start_matches("0x"), 16).unwrap();
-            (w[0].to_string(), a)
+            // NAME ADDR SIZE FILE; a Go name may hold spaces (`struct { .. }`).
+            let w: Vec<&str> = l.rsplitn(4, ' ').collect();
+            let a = u64::from_str_radix(w[2].trim_start_matches("0x"), 16).unwrap();
+            (w[3].to_string(), a)
         })
-        .collect();
+        .collect()
+}
+
+/// `--list` names the functions the cross `nm` of the program lists as
+/// code with a size, at the same addresses.
+fn list_matches_nm(arch: &str) {
+    let prog = guest(arch, "probe");
+    let dir = RunDir::new();
+    let ours: BTreeSet<(String, u64)> =
+        listed(&dir, arch, &["--list"], &prog).into_iter().collect();
     let nm = match guest_info(arch).triple {
         Some(t) => format!("{t}-nm"),
         None => "nm".into(),
@@ -1582,27 +1589,7 @@ fn go_stripped(arch: &str) {
         nm_funcs(arch, &stripped, false).is_empty(),
         "{arch}: {strip} left symbols"
     );
-    let o = Command::new(probe_exe())
-        .args(["--list", "*"])
-        .arg(&stripped)
-        .current_dir(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{arch}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let listed: Vec<(String, u64)> = String::from_utf8(o.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| {
-            // NAME ADDR SIZE FILE; a Go name may hold spaces (`struct { .. }`).
-            let w: Vec<&str> = l.rsplitn(4, ' ').collect();
-            let a = u64::from_str_radix(w[2].trim_start_matches("0x"), 16).unwrap();
-            (w[3].to_string(), a)
-        })
-        .collect();
+    let listed = listed(&dir, arch, &["--list", "*"], &stripped);
     let nm = nm_funcs(arch, &prog, false);
     let starts: BTreeSet<u64> = nm.values().copied().collect();
     assert!(listed.len() > 500, "{arch}: {} functions", listed.len());
