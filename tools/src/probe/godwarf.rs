@@ -10,7 +10,9 @@
 //! the CFA) and each parameter's type and size, and marks the results
 //! (`DW_AT_variable_parameter`), but gives an optimized function's results
 //! no location: so the first result's offset is the end of the arguments,
-//! rounded up to a pointer. A function without arguments has its results
+//! rounded up to a pointer. An argument the function never uses has no
+//! location either, but keeps its slot: its size places it, after the
+//! argument before it. A function without arguments has its results
 //! where its arguments would start: the CFA plus the saved return address's
 //! slot on the link-register guests, the CFA itself on i386.
 //!
@@ -158,6 +160,10 @@ fn read(
                         if let Some(size) = size.udata_value() {
                             types.insert(at.0, Type::Size(size));
                         }
+                    } else if e.tag() == gimli::DW_TAG_pointer_type {
+                        // Go gives its pointers no size (channels and
+                        // maps are typedefs of them): a word.
+                        types.insert(at.0, Type::Size(word));
                     } else if e.tag() == gimli::DW_TAG_typedef {
                         if let Some(to) = global(e.attr_value(gimli::DW_AT_type)?) {
                             types.insert(at.0, Type::Names(to));
@@ -193,47 +199,57 @@ fn read(
 /// A function's parameters, as far as its first result's place needs them.
 #[derive(Default)]
 struct Params {
-    /// Where the arguments end, from the CFA, if any has a place.
-    args_end: Option<u64>,
-    /// An argument without a known place or size: the result's place is
-    /// not known either.
-    lost: bool,
-    /// The first result's own place, if DWARF gives it, and its size.
-    result: Option<(Option<u64>, u64)>,
+    /// The arguments in order: each one's offset from the CFA if DWARF
+    /// gives a place, and its size if known.
+    args: Vec<(Option<u64>, Option<u64>)>,
+    /// The first result's own place, if DWARF gives it, and its size; or
+    /// `Err` where its size is unknown.
+    result: Option<Result<(Option<u64>, u64), ()>>,
 }
 
 impl Params {
     fn add(&mut self, is_result: bool, at: Option<u64>, size: Option<u64>) {
-        if is_result {
-            if self.result.is_none() {
-                match size {
-                    Some(s) => self.result = Some((at, s)),
-                    None => self.lost = true,
-                }
-            }
-        } else {
-            match (at, size) {
-                (Some(at), Some(s)) => {
-                    self.args_end = Some(self.args_end.unwrap_or(0).max(at + s));
-                }
-                _ => self.lost = true,
-            }
+        if !is_result {
+            self.args.push((at, size));
+        } else if self.result.is_none() {
+            self.result = Some(size.map(|s| (at, s)).ok_or(()));
         }
     }
 
-    fn first_result(&self, word: u64, lr: bool) -> Option<Slot> {
-        let (at, size) = self.result?;
-        let offset = match (at, self.args_end) {
-            (Some(at), _) => at,
-            (None, _) if self.lost => return None,
-            (None, Some(end)) => end.div_ceil(word) * word,
-            (None, None) => {
-                if lr {
-                    word
-                } else {
-                    0
+    /// Where the arguments end, from the CFA. ABI0 lays them out in order,
+    /// each aligned: an argument the compiler dropped (unused, so DWARF
+    /// gives it no place) still has its slot, at the end of the one before
+    /// it aligned to its own size (a word at most: Go aligns no argument
+    /// further here). Its size alone then places it; a size that says
+    /// nothing sure of its alignment (an odd-sized struct), or none, does
+    /// not.
+    fn args_end(&self, word: u64, lr: bool) -> Option<u64> {
+        let mut end = if lr { word } else { 0 };
+        for &(at, size) in &self.args {
+            let size = size?;
+            end = match at {
+                Some(at) => at + size,
+                None if size == 0 => end,
+                None => {
+                    let align = if size >= word && size % word == 0 {
+                        word
+                    } else if size < word && size.is_power_of_two() {
+                        size
+                    } else {
+                        return None;
+                    };
+                    end.div_ceil(align) * align + size
                 }
-            }
+            };
+        }
+        Some(end)
+    }
+
+    fn first_result(&self, word: u64, lr: bool) -> Option<Slot> {
+        let (at, size) = self.result?.ok()?;
+        let offset = match at {
+            Some(at) => at,
+            None => self.args_end(word, lr)?.div_ceil(word) * word,
         };
         Some(Slot {
             offset,
@@ -307,44 +323,58 @@ mod tests {
 
     #[test]
     fn the_first_result_follows_the_arguments() {
-        let p = |args_end, lost, result| Params {
-            args_end,
-            lost,
-            result,
+        let p = |args: &[(Option<u64>, Option<u64>)], result| Params {
+            args: args.to_vec(),
+            result: Some(Ok(result)),
         };
+        let at = |o: u64, s: u64| (Some(o), Some(s));
         // mix(a, b, c int) int on o32: arguments at 4, 8, 12.
-        let s = p(Some(16), false, Some((None, 4))).first_result(4, true);
+        let mix = [at(4, 4), at(8, 4), at(12, 4)];
+        let s = p(&mix, (None, 4)).first_result(4, true);
         assert_eq!(s, Some(Slot { offset: 16, len: 4 }));
         // A byte argument ends unaligned: the result is pointer-aligned.
-        let s = p(Some(9), false, Some((None, 8))).first_result(8, true);
+        let s = p(&[at(8, 1)], (None, 8)).first_result(8, true);
         assert_eq!(s, Some(Slot { offset: 16, len: 8 }));
         // An int64 result on a 32-bit guest: its first word.
-        let s = p(Some(8), false, Some((None, 8))).first_result(4, true);
+        let s = p(&[at(4, 4)], (None, 8)).first_result(4, true);
         assert_eq!(s, Some(Slot { offset: 8, len: 4 }));
         // No arguments: after the saved return address's slot (LR), at
         // the CFA (i386).
-        assert_eq!(
-            p(None, false, Some((None, 4)))
-                .first_result(4, true)
-                .unwrap()
-                .offset,
-            4
-        );
-        assert_eq!(
-            p(None, false, Some((None, 4)))
-                .first_result(4, false)
-                .unwrap()
-                .offset,
-            0
-        );
-        // A place DWARF gives wins; an argument without one loses it.
-        let s = p(Some(16), true, Some((Some(20), 4))).first_result(4, true);
+        let none = p(&[], (None, 4));
+        assert_eq!(none.first_result(4, true).unwrap().offset, 4);
+        assert_eq!(none.first_result(4, false).unwrap().offset, 0);
+        // A place DWARF gives wins.
+        let s = p(&[(None, None)], (Some(20), 4)).first_result(4, true);
         assert_eq!(s, Some(Slot { offset: 20, len: 4 }));
-        assert_eq!(
-            p(Some(16), true, Some((None, 4))).first_result(4, true),
-            None
-        );
-        // No result.
-        assert_eq!(p(Some(16), false, None).first_result(4, true), None);
+        // An unused argument has no place but keeps its slot: relay(id,
+        // round int, in, next chan int) with `round` unused, on o32 and
+        // on mips64el; last, or between others.
+        let relay = [at(4, 4), (None, Some(4)), at(12, 4), at(16, 4)];
+        let s = p(&relay, (None, 4)).first_result(4, true);
+        assert_eq!(s, Some(Slot { offset: 20, len: 4 }));
+        let last = [at(8, 8), (None, Some(8))];
+        let s = p(&last, (None, 8)).first_result(8, true);
+        assert_eq!(s, Some(Slot { offset: 24, len: 8 }));
+        // A byte, then an unplaced int32 aligned to 4, then a string.
+        let mixed = [at(8, 1), (None, Some(4)), (None, Some(16))];
+        let s = p(&mixed, (None, 8)).first_result(8, true);
+        assert_eq!(s, Some(Slot { offset: 32, len: 8 }));
+        // An unplaced argument whose alignment its size does not tell, or
+        // whose size is unknown: no place for the result.
+        for lost in [(None, Some(3)), (None, None), (Some(4), None)] {
+            let s = p(&[at(4, 4), lost], (None, 4)).first_result(4, true);
+            assert_eq!(s, None, "{lost:?}");
+        }
+        // A result of unknown size; no result.
+        let unknown = Params {
+            args: mix.to_vec(),
+            result: Some(Err(())),
+        };
+        assert_eq!(unknown.first_result(4, true), None);
+        let none = Params {
+            args: mix.to_vec(),
+            result: None,
+        };
+        assert_eq!(none.first_result(4, true), None);
     }
 }
