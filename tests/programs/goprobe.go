@@ -9,12 +9,19 @@
 // in decimal, in the order of the calls' returns; the e2e tests compare
 // the probe's hits with them. The main goroutine stays on the main thread,
 // so that the hits of one thread are every hit, in order.
+//
+// `goprobe relay` instead passes a token around a ring of goroutines,
+// each blocking inside `relay` until the token comes (parked, so that its
+// thread runs another goroutine's `relay`, and resumed on whichever thread
+// readied it), and prints one line per call, `relay id round = result`,
+// after all have ended.
 package main
 
 import (
 	"os"
 	"runtime"
 	"strconv"
+	"sync"
 )
 
 func init() {
@@ -65,7 +72,68 @@ func fact(n int) int {
 	return r
 }
 
+// Waits for the token, passes it on, and returns what it got, told apart
+// by the goroutine.
+//
+//go:noinline
+func relay(id, round int, in <-chan int, next chan<- int) int {
+	t := <-in
+	next <- t + 1
+	return t*10 + id
+}
+
+// Grows the goroutine's stack once, before any `relay`: a stack the
+// runtime moves later would run `relay`'s entry again on the new stack.
+//
+//go:noinline
+func deep(n int) int {
+	var pad [64]int
+	pad[n%64] = n
+	if n == 0 {
+		return pad[0]
+	}
+	return deep(n-1) + pad[n%64]
+}
+
+func ring() {
+	const goroutines, rounds = 4, 25
+	var chans [goroutines]chan int
+	for i := range chans {
+		chans[i] = make(chan int, 1)
+	}
+	said := make([][]byte, goroutines)
+	var wg sync.WaitGroup
+	for id := 0; id < goroutines; id++ {
+		wg.Add(1)
+		go func(id int) {
+			defer wg.Done()
+			deep(64)
+			var b []byte
+			for r := 0; r < rounds; r++ {
+				v := relay(id, r, chans[id], chans[(id+1)%goroutines])
+				b = append(b, "relay "...)
+				b = strconv.AppendInt(b, int64(id), 10)
+				b = append(b, ' ')
+				b = strconv.AppendInt(b, int64(r), 10)
+				b = append(b, " = "...)
+				b = strconv.AppendInt(b, int64(v), 10)
+				b = append(b, '\n')
+			}
+			said[id] = b
+		}(id)
+	}
+	chans[0] <- 0
+	wg.Wait()
+	for _, b := range said {
+		os.Stdout.Write(b)
+	}
+}
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "relay" {
+		ring()
+		return
+	}
 	s := 0
 	for i := 1; i <= 3; i++ {
 		s += mix(i, i+1, i+2)

@@ -6,7 +6,9 @@
 //!
 //! The plan: a line of settings (`stores=1`: every store too, where
 //! arguments lie on the stack; `count=1`: every other instruction as an
-//! exec event, for `--insns`), then one hex pc per line. For `LIB:FUNC`
+//! exec event, for `--insns`; `order=1`: every pc takes a number of the
+//! process's order, by which a Go program's calls are kept in order
+//! between its threads), then one hex pc per line. For `LIB:FUNC`
 //! probes, `exe LOW PATH` names the program and where its offset 0 is
 //! linked, and each `lib LOW PATH` is followed by `+PC` lines at the
 //! library's link-time addresses. A position-independent program is such
@@ -54,6 +56,10 @@ fn plan() -> MutexGuard<'static, Plan> {
 fn hook_inst(pc: u64, _branch: bool) -> HookType {
     let mut p = plan();
     if p.hooked(pc) {
+        if p.order {
+            // A Go program's calls, in the order its threads ran them.
+            jitter::order_here();
+        }
         HookType::Register
     } else if p.count {
         HookType::Always

@@ -1561,6 +1561,67 @@ fn go_known_values_of(dir: &RunDir, arch: &str, prog: &Path, dwarf: bool) {
 
 per_guest!(go_known_values: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
 
+/// Goroutines that block inside a probed function (`goprobe relay`: a ring
+/// of four passing a token, each waiting for it inside `relay`): several
+/// goroutines are inside `relay` at once on one thread, and a call often
+/// returns on another thread than the one it entered on. Every call's
+/// entry and return are there, with the arguments and result the program
+/// printed, each at depth 1 of its own goroutine, and none taken for a
+/// `longjmp` (`unwound`). Frames kept per thread nested the parked
+/// goroutines' calls and lost the returns that came on another thread.
+/// Not i386: Go keeps the running goroutine in thread-local storage there,
+/// and its frames stay per thread.
+fn go_goroutines(arch: &str) {
+    let dir = RunDir::new();
+    let opts = ["--json", "-p", "main.relay/2", "-p", "main.relay:return"];
+    let r = run_probe_args(&dir, arch, &opts, &guest(arch, "goprobe"), &["relay"]);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let mut said: Vec<(Vec<u64>, u64)> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("relay "))
+        .map(|l| {
+            let (args, res) = l.split_once(" = ").expect("relay id round = result");
+            let n = |s: &str| s.parse::<u64>().expect("a number");
+            (args.split(' ').map(n).collect(), n(res))
+        })
+        .collect();
+    assert_eq!(said.len(), 100, "{arch}: {}", r.stdout);
+    let hits: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let bad: Vec<&Value> = hits
+        .iter()
+        .filter(|h| h["depth"] != 1 || h["unwound"] == true)
+        .collect();
+    assert!(bad.is_empty(), "{arch}: nested or unwound: {bad:?}");
+    let mut entries: Vec<Vec<u64>> = hits
+        .iter()
+        .filter(|h| h["at"] == "entry")
+        .map(|h| {
+            let a = h["args"].as_array().expect("args");
+            a.iter().map(|a| hex(a).expect("known")).collect()
+        })
+        .collect();
+    let mut rets: Vec<u64> = hits
+        .iter()
+        .filter(|h| h["at"] == "return")
+        .map(|h| hex(&h["ret"]).expect("a result"))
+        .collect();
+    said.sort();
+    entries.sort();
+    rets.sort_unstable();
+    let want_args: Vec<Vec<u64>> = said.iter().map(|(a, _)| a.clone()).collect();
+    let mut want_rets: Vec<u64> = said.iter().map(|(_, v)| *v).collect();
+    want_rets.sort_unstable();
+    assert_eq!(entries, want_args, "{arch}: entries");
+    assert_eq!(rets, want_rets, "{arch}: returns");
+}
+
+per_guest!(go_goroutines: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, ppc64le);
+
 /// A Go program stripped of its symbol table (the cross `strip`, as Go
 /// programs without source come): its functions come from the runtime's
 /// own table, `.gopclntab`, each at the address the cross `nm` of the

@@ -6,7 +6,8 @@
 //! code.
 //!
 //! The plan: a line of settings (`stores=1`: every store too; `count=1`:
-//! every other instruction as an exec event; `regs=NAME,NAME,...`: the
+//! every other instruction as an exec event; `order=1`: every pc of the
+//! plan takes a number of the process's order; `regs=NAME,NAME,...`: the
 //! registers that registers events carry away from the plan's pcs, see
 //! [`crate::register_mask`]), then one hex pc per line.
 //! For pcs in shared libraries, `exe LOW PATH` names the program and where
@@ -50,6 +51,9 @@ pub struct Plan {
     pub stores: bool,
     /// `count=1`: every other instruction as an exec event.
     pub count: bool,
+    /// `order=1`: every pc of the plan takes a number of the process's
+    /// order (`crate::order_here`).
+    pub order: bool,
     /// `regs=NAME,...`: the registers events carry at instructions other
     /// than the plan's pcs (which carry every register), by name.
     pub regs: Option<Vec<String>>,
@@ -79,6 +83,7 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
         ranges: Vec::new(),
         stores: false,
         count: false,
+        order: false,
         regs: None,
         exe: None,
         anchor: None,
@@ -92,7 +97,8 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
         match kv {
             "stores=1" => plan.stores = true,
             "count=1" => plan.count = true,
-            "stores=0" | "count=0" => {}
+            "order=1" => plan.order = true,
+            "stores=0" | "count=0" | "order=0" => {}
             _ if kv.starts_with("regs=") => {
                 let list = &kv["regs=".len()..];
                 let names: Vec<String> = list.split(',').map(String::from).collect();
@@ -321,7 +327,8 @@ mod tests {
     #[test]
     fn settings_name_the_registers() {
         let p = parse("stores=1 count=0 regs=sp,ra,v0\n10\n", Some("")).unwrap();
-        assert!(p.stores && !p.count);
+        assert!(p.stores && !p.count && !p.order);
+        assert!(parse("stores=0 order=1\n", Some("")).unwrap().order);
         assert_eq!(p.regs.unwrap(), ["sp", "ra", "v0"]);
         assert_eq!(parse("stores=0\n", Some("")).unwrap().regs, None);
         let e = parse("regs=sp,,ra\n", Some("")).err().unwrap();

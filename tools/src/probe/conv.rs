@@ -158,6 +158,22 @@ impl Abi {
         }
     }
 
+    /// The register where Go's runtime keeps the running goroutine (its
+    /// `g`), by QEMU's name: fixed by Go's ABI on every guest but i386,
+    /// where `g` is in thread-local storage.
+    pub fn go_g_reg(self) -> Option<&'static str> {
+        Some(match self {
+            Abi::SysV => "r14",
+            Abi::Aapcs64 => "x28",
+            Abi::Riscv => "s11",
+            Abi::Elfv2 => "r30",
+            Abi::Aapcs => "r10",
+            // R30, which QEMU (and o32) calls `fp`.
+            Abi::O32 | Abi::N64 => "fp",
+            Abi::Cdecl => return None,
+        })
+    }
+
     /// A frame's key at its entry, from `sp` there: the return address
     /// the call pushed is popped by the return.
     pub fn entry_key(self, sp: u64) -> u64 {

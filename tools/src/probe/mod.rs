@@ -38,6 +38,7 @@ pub mod elf;
 pub mod error;
 pub mod godwarf;
 pub mod gopclntab;
+pub mod goroutine;
 pub mod hex;
 pub mod isa;
 pub mod libs;
@@ -140,6 +141,9 @@ pub struct RunState {
     /// Hits lost because their library's placement was not known in time
     /// (see `tracer::DEFER_LIMIT`).
     pub unplaced: AtomicU64,
+    /// Go calls applied after a later number of their process's order
+    /// (see `goroutine::WAIT_LIMIT`): their frames may be wrong.
+    pub late: AtomicU64,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -333,6 +337,7 @@ pub fn main(args: Args) -> i32 {
         threads: AtomicU64::new(0),
         live: args.replay.is_none(),
         unplaced: AtomicU64::new(0),
+        late: AtomicU64::new(0),
     });
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "probe",
@@ -389,14 +394,20 @@ pub fn main(args: Args) -> i32 {
         }
     );
     let unplaced = run.unplaced.load(Ordering::Relaxed);
+    let late = run.late.load(Ordering::Relaxed);
     let code = report.finish_with_output("probe", written);
     if unplaced > 0 {
         eprintln!(
             "probe: INCOMPLETE: {unplaced} hits lost: their library's placement was not known in time"
         );
-        if code == 0 {
-            return 3;
-        }
+    }
+    if late > 0 {
+        eprintln!(
+            "probe: INCOMPLETE: {late} Go calls came too late for their goroutine's order (a thread held its events back); their returns may be missing"
+        );
+    }
+    if code == 0 && unplaced + late > 0 {
+        return 3;
     }
     code
 }

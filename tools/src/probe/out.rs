@@ -392,6 +392,24 @@ impl Hit<'_> {
     }
 }
 
+/// The timeline track of goroutine `n` of a Go program: a thread id no
+/// thread has (Linux's are below 2^22), so that a goroutine's spans nest
+/// on a track of their own whichever threads ran them.
+pub fn goroutine_track(n: u64) -> u64 {
+    (1 << 30) + n
+}
+
+/// The trace-event metadata that names track `tid` of process `pid`.
+pub fn track_name(pid: i32, tid: u64, name: &str) -> Value {
+    json!({
+        "name": "thread_name",
+        "ph": "M",
+        "pid": pid,
+        "tid": tid,
+        "args": { "name": name },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::hex::keys;

@@ -358,6 +358,14 @@ impl Plan {
         }
     }
 
+    /// Whether Go functions' frames are kept by goroutine, in the order
+    /// the process's threads ran their calls (`super::goroutine`): some
+    /// target is a Go function, on a guest where Go keeps the running
+    /// goroutine in a register.
+    pub fn by_goroutine(&self) -> bool {
+        self.abi.go_g_reg().is_some() && self.targets.iter().any(|t| t.conv.go)
+    }
+
     /// The hook library's plan: a line of settings, then one hex pc per
     /// line.
     pub fn hooks(&self) -> String {
@@ -366,6 +374,9 @@ impl Plan {
             u8::from(self.stores),
             u8::from(self.count)
         );
+        if self.by_goroutine() {
+            s.push_str(" order=1");
+        }
         if let Some(names) = &self.narrow {
             let _ = write!(s, " regs={}", names.join(","));
         }

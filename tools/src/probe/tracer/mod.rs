@@ -22,7 +22,15 @@ use std::sync::{Arc, Mutex};
 
 use cannoli::{Cannoli, ClientInfo};
 
+mod placement;
+mod worker;
+
+pub use placement::bias_after;
+use placement::{unpark, DEFER_LIMIT};
+use worker::{count, lines, tail};
+
 use super::conv::Conv;
+use super::goroutine::{Call, GoHit, Goroutines, What};
 use super::hex::{self, Key};
 use super::isa;
 use super::out::{self, At, Hit, Regs};
@@ -57,43 +65,87 @@ pub enum Item {
     Tail(Box<[u8]>),
     /// A library with probes was mapped: its offset 0 is at `base`.
     Map { module: usize, base: u64 },
+    /// The next hooked pc took this number of the process's order
+    /// ([`super::goroutine`]).
+    Order(u64),
 }
 
 /// A process: the plan, and the load bias of each library with probes as
 /// its threads learn it (the thread that maps a library sees the event;
 /// its other threads look here).
 pub struct Pid {
+    pid: i32,
     run: Arc<RunState>,
     plan: Arc<Plan>,
     biases: Mutex<Vec<Option<u64>>>,
     /// Threads that ended with hits waiting for the program's placement
     /// (see [`Probe::deferred`]).
     parked: Arc<Mutex<Vec<Probe>>>,
+    /// A Go program's frames, by goroutine.
+    goroutines: Arc<Mutex<Goroutines>>,
 }
 
 impl Drop for Pid {
     fn drop(&mut self) {
         // The last thread ended: what is known is all there will be.
         unpark(self, true);
+        let mut hits = Vec::new();
+        let mut gs = super::lock(&self.goroutines);
+        gs.finish(&self.plan, &mut hits);
+        let late = gs.late;
+        drop(gs);
+        let mut buf = Vec::new();
+        for h in &hits {
+            write_go(&self.run, &self.plan, self.pid, h, &mut buf);
+        }
+        self.run.write(&buf);
+        self.run
+            .hits
+            .fetch_add(hits.len() as u64, Ordering::Relaxed);
+        self.run.late.fetch_add(late, Ordering::Relaxed);
     }
 }
 
-/// Runs the hits of the threads parked waiting for a placement, as far as
-/// what is known now allows; `last`: nothing more will be known (the
-/// process ended), so every event runs.
-fn unpark(pid: &Pid, last: bool) {
-    let parked = std::mem::take(&mut *super::lock(&pid.parked));
-    for mut p in parked {
-        // A thread still waiting parks itself again when dropped.
-        p.drain(pid, last);
+/// Writes a goroutine's hit `h` of process `pid` to `buf`, and to the
+/// timeline on the goroutine's own track (its calls may run on several
+/// threads; the track's clock is the order the calls were applied in).
+fn write_go(run: &RunState, plan: &Plan, pid: i32, h: &GoHit, buf: &mut Vec<u8>) {
+    let target = &plan.targets[h.target];
+    let hit = Hit {
+        pid,
+        tid: h.tid,
+        insn: plan.count.then_some(h.insn),
+        at: h.at,
+        probe: &plan.specs[h.probe].text,
+        function: Some(&target.name),
+        pc: h.pc,
+        args: h.args.clone(),
+        ret: h.ret,
+        unwound: h.unwound,
+        insns: if plan.count { h.insns } else { None },
+        regs: Regs::default(),
+        depth: h.depth,
+    };
+    match run.mode {
+        Mode::Text => hit.text(buf),
+        Mode::Json => hit.json(buf),
+        Mode::Flow => hit.flow(buf),
+    }
+    if let Some(tl) = &run.timeline {
+        let track = out::goroutine_track(h.goroutine);
+        let mut tl = super::lock(tl);
+        if h.first {
+            tl.push(out::track_name(
+                pid,
+                track,
+                &format!("goroutine {}", h.goroutine),
+            ));
+        }
+        let mut v = hit.timeline(h.ts);
+        v["tid"] = track.into();
+        tl.push(v);
     }
 }
-
-/// The most events a thread holds back waiting for a placement. Past it
-/// the oldest run with what is known, and a hit that finds no site is
-/// counted as lost ([`super::RunState::unplaced`]): a thread cannot make
-/// the client hold its whole trace because a library never shows up.
-const DEFER_LIMIT: usize = 1 << 20;
 
 /// A thread's register layout, by the plan's needs.
 pub struct ThreadRegs {
@@ -104,6 +156,9 @@ pub struct ThreadRegs {
     args: Vec<Option<usize>>,
     /// The argument registers of a Go function ([`super::conv::Conv`]).
     go_args: Vec<Option<usize>>,
+    /// Where Go keeps the running goroutine, when the plan keeps Go frames
+    /// by goroutine ([`super::goroutine`]).
+    g: Option<usize>,
     ret: Option<usize>,
     sp: Option<usize>,
     bits64: bool,
@@ -130,6 +185,8 @@ struct Frame {
 
 /// A conditional return seen, not yet known to be taken.
 struct Pending {
+    /// Its number of the process's order.
+    seq: Option<u64>,
     pc: u64,
     target: usize,
     ret: isa::Ret,
@@ -162,6 +219,11 @@ pub struct Probe {
     /// ([`Pid::parked`]) and finished there.
     deferred: VecDeque<Item>,
     parked: Arc<Mutex<Vec<Probe>>>,
+    goroutines: Arc<Mutex<Goroutines>>,
+    /// The number of the process's order the next hooked pc took.
+    seq: Option<u64>,
+    /// The Go calls of the hooked pc at hand, for [`Self::offer_go`].
+    go_calls: Vec<Call>,
 }
 
 fn reg(regs: &[u64], i: Option<usize>) -> Option<u64> {
@@ -178,10 +240,12 @@ impl Cannoli for Probe {
         let plan = run.plan.clone();
         let n = plan.modules.len();
         Arc::new(Pid {
+            pid: ci.pid,
             run,
             plan,
             biases: Mutex::new(vec![None; n]),
             parked: Arc::new(Mutex::new(Vec::new())),
+            goroutines: Arc::default(),
         })
     }
 
@@ -199,6 +263,10 @@ impl Cannoli for Probe {
                 .iter()
                 .map(|n| find(n))
                 .collect(),
+            g: plan
+                .by_goroutine()
+                .then(|| abi.go_g_reg().and_then(find))
+                .flatten(),
             ret: find(abi.ret_reg()),
             sp: find(abi.sp_reg()),
             mask: if (1..8).contains(&bytes) {
@@ -235,12 +303,19 @@ impl Cannoli for Probe {
             buf: Vec::new(),
             deferred: VecDeque::new(),
             parked: pid.parked.clone(),
+            goroutines: pid.goroutines.clone(),
+            seq: None,
+            go_calls: Vec::new(),
         };
         (p, layout)
     }
 
     fn exec_run(_p: &Pid, _l: &Arc<ThreadRegs>, pcs: &[u64], trace: &mut Vec<Item>) {
         count(trace, pcs.len() as u64);
+    }
+
+    fn ordered(_p: &Pid, _l: &Arc<ThreadRegs>, _pc: u64, seq: u64, trace: &mut Vec<Item>) {
+        trace.push(Item::Order(seq));
     }
 
     fn regs(pid: &Pid, l: &Arc<ThreadRegs>, pc: u64, regs: &[u8], trace: &mut Vec<Item>) {
@@ -341,143 +416,25 @@ impl Cannoli for Probe {
     }
 }
 
-/// The load bias of `m` after a mapping of its offset 0 at `base`, given
-/// the one `known`. A mapping inside the file as placed, above its start,
-/// is a later segment mapping the file's first page again (a small file's
-/// data segment starts in it), not a new placement; one below the start
-/// but overlapping it is the real start seen late.
-pub fn bias_after(m: &super::plan::Module, known: Option<u64>, base: u64) -> u64 {
-    let bias = base.wrapping_sub(m.low);
-    match known {
-        Some(b) => {
-            let start = b.wrapping_add(m.low);
-            if base > start && base - start < m.span {
-                b
-            } else {
-                bias
-            }
-        }
-        None => bias,
-    }
-}
-
-/// A worker writes the lines of a hooked pc whose every site is a pc probe
-/// ([`ThreadRegs::lines`]), after the hits before it in this chunk.
-fn lines(
-    plan: &Plan,
-    l: &ThreadRegs,
-    pc: u64,
-    sites: &[Site],
-    regs: &[u8],
-    n: usize,
-    trace: &mut Vec<Item>,
-) {
-    if !matches!(trace.last(), Some(Item::Lines { .. })) {
-        trace.push(Item::Lines {
-            // About a hundred lines of 32 registers.
-            text: Vec::with_capacity(1 << 15),
-            hits: 0,
-            pcs: 0,
-            values: Vec::with_capacity(n),
-        });
-    }
-    let Some(Item::Lines {
-        text,
-        hits,
-        pcs,
-        values,
-    }) = trace.last_mut()
-    else {
-        unreachable!("pushed above");
-    };
-    l.masked(regs, n, values);
-    *pcs += 1;
-    for s in sites {
-        if let Site::Pc(p) = *s {
-            l.pc_hit(plan, p, pc, values).text(text);
-            *hits += 1;
-        }
-    }
-}
-
-/// A worker writes the part of a pc probe's line after what needs the
-/// thread's serial state ([`ThreadRegs::split`]).
-#[allow(clippy::too_many_arguments)]
-fn tail(
-    plan: &Plan,
-    l: &ThreadRegs,
-    split: out::Split,
-    pc: u64,
-    p: usize,
-    regs: &[u8],
-    n: usize,
-    trace: &mut Vec<Item>,
-) {
-    let mut v = Vec::with_capacity(n);
-    l.masked(regs, n, &mut v);
-    let mut text = Vec::with_capacity(64 * n);
-    l.pc_hit(plan, p, pc, &v)
-        .pc_tail(split, &l.json_keys, &mut text);
-    trace.push(Item::Tail(text.into()));
-}
-
-impl ThreadRegs {
-    /// The first `n` registers of a `Register` event, each masked to the
-    /// guest's word, in `values` (what it held before is gone).
-    fn masked(&self, regs: &[u8], n: usize, values: &mut Vec<u64>) {
-        values.clear();
-        values.extend(
-            regs.chunks_exact(8)
-                .take(n)
-                .map(|w| u64::from_le_bytes(w.try_into().unwrap()) & self.mask),
-        );
-    }
-
-    /// The hit of pc probe `p` at `pc` with these registers, as a worker
-    /// formats it (the serial parts, instruction index and depth, unset).
-    fn pc_hit<'a>(&'a self, plan: &'a Plan, p: usize, pc: u64, values: &'a [u64]) -> Hit<'a> {
-        Hit {
-            pid: self.pid,
-            tid: self.tid,
-            insn: None,
-            at: At::Pc,
-            probe: &plan.specs[p].text,
-            function: None,
-            pc,
-            args: Vec::new(),
-            ret: None,
-            unwound: false,
-            insns: None,
-            regs: Regs {
-                names: &self.names,
-                values,
-                keys: &self.keys,
-            },
-            depth: 0,
-        }
-    }
-}
-
-fn count(trace: &mut Vec<Item>, n: u64) {
-    match trace.last_mut() {
-        Some(Item::Count(c)) => *c += n,
-        _ => trace.push(Item::Count(n)),
-    }
-}
-
 impl Probe {
     fn apply(&mut self, pid: &Pid, item: &Item) {
         match item {
             Item::Map { module, base } => self.place(pid, *module, *base),
             Item::Count(n) => self.insns += n,
+            Item::Order(seq) => {
+                // The pc that took the number before made no hit.
+                if let Some(s) = self.seq.replace(*seq) {
+                    self.offer_go(Some(s));
+                }
+            }
             Item::Lines {
                 text, hits, pcs, ..
             } => {
+                let seq = self.seq.take();
+                self.offer_go(seq);
                 // As [`Self::hit`] at a pc with no conditional return's
                 // fall-through: a pending return was taken, before these.
-                if let Some(p) = self.pending.take() {
-                    self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
-                }
+                self.settle_pending();
                 // One write per chunk, as [`Self::trace`]'s flush: what
                 // waits in `buf` goes first.
                 if self.buf.is_empty() {
@@ -494,10 +451,10 @@ impl Probe {
                     .store(*addr, *value, *size, self.plan.big_endian)
             }
             Item::Tail(text) => {
+                let seq = self.seq.take();
+                self.offer_go(seq);
                 // As [`Self::hit`] at a pc whose one site is a pc probe.
-                if let Some(p) = self.pending.take() {
-                    self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
-                }
+                self.settle_pending();
                 let split = self.layout.split.expect("only made with a split");
                 let insn = self.insn();
                 out::pc_head(split, self.tid, insn, self.stack.len(), &mut self.buf);
@@ -515,148 +472,26 @@ impl Probe {
         }
     }
 
-    /// A mapping of `module`'s offset 0 at `base`, in this thread's order:
-    /// its bias for this thread and the process, and the threads parked
-    /// waiting for it run. Applying it again is a no-op.
-    fn place(&mut self, pid: &Pid, module: usize, base: u64) {
-        let m = &self.plan.modules[module];
-        let known = self.biases[module];
-        self.biases[module] = Some(bias_after(m, known, base));
-        let mut biases = super::lock(&pid.biases);
-        let first = biases[module].is_none();
-        biases[module] = Some(bias_after(m, biases[module], base));
-        drop(biases);
-        if first {
-            unpark(pid, false);
-        }
-    }
-
-    /// Whether the position-independent program's placement is known.
-    fn placed(&mut self, pid: &Pid) -> bool {
-        if self.plan.anchor.is_none() {
-            return true;
-        }
-        if self.biases[0].is_none() {
-            self.biases[0] = super::lock(&pid.biases)[0];
-        }
-        self.biases[0].is_some()
-    }
-
-    /// Whether `item` must wait for a placement: a hooked pc that is not
-    /// the program's at a fixed address, while the position-independent
-    /// program is not placed, or (live) that is no placed module's site
-    /// while a library with probes is not placed yet. A live run's hook
-    /// library asks for registers only at sites, so such a pc is the site
-    /// of a library whose mapping event has not reached this client yet;
-    /// a replay with registers everywhere has every pc here, most of them
-    /// no site at all, and does not wait.
-    fn needs_placement(&mut self, pid: &Pid, item: &Item) -> bool {
-        match item {
-            Item::Hit { pc, .. } => self.waits(pid, *pc),
-            _ => false,
-        }
-    }
-
-    /// Whether a hit at `pc` must wait for a placement (see
-    /// [`Self::needs_placement`]).
-    fn waits(&mut self, pid: &Pid, pc: u64) -> bool {
-        if self.plan.sites.contains_key(&pc) {
-            return false;
-        }
-        if !self.placed(pid) {
-            return true;
-        }
-        let plan = self.plan.clone();
-        self.run.live && !self.all_placed(pid) && self.sites_in(&plan, pid, pc).is_empty()
-    }
-
-    /// Whether every library with probes is placed in this process.
-    fn all_placed(&mut self, pid: &Pid) -> bool {
-        if self.biases.iter().all(Option::is_some) {
-            return true;
-        }
-        let known = super::lock(&pid.biases);
-        for (mine, theirs) in self.biases.iter_mut().zip(known.iter()) {
-            if mine.is_none() {
-                *mine = *theirs;
-            }
-        }
-        self.biases.iter().all(Option::is_some)
-    }
-
-    /// Runs the events that waited for a placement, up to the first that
-    /// must still wait; `last`: all of them, with what is known (a process
-    /// that never placed a module loses its hits there, counted).
-    fn drain(&mut self, pid: &Pid, last: bool) {
-        while let Some(item) = self.deferred.front() {
-            let pc = match item {
-                Item::Hit { pc, .. } => Some(*pc),
-                _ => None,
-            };
-            if !last && pc.is_some_and(|pc| self.waits(pid, pc)) {
-                break;
-            }
-            self.run_oldest(pid);
-        }
-        self.flush();
-    }
-
-    /// Runs the oldest waiting event with what is known; a hit that finds
-    /// no site then is lost, and counted.
-    fn run_oldest(&mut self, pid: &Pid) {
-        let Some(item) = self.deferred.pop_front() else {
-            return;
-        };
-        if let Item::Hit { pc, .. } = &item {
-            let plan = self.plan.clone();
-            if self.run.live && self.pending.is_none() && self.sites_in(&plan, pid, *pc).is_empty()
-            {
-                self.run.unplaced.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.apply(pid, &item);
-    }
-
     fn insn(&self) -> Option<u64> {
         self.plan.count.then_some(self.insns)
     }
 
-    /// The sites at `pc`: the program's, or a mapped library's (the
-    /// libraries' placements refreshed from the process first), borrowed
-    /// from `plan` (this thread's) without a copy: a hit's hot path.
-    fn sites_in<'p>(&mut self, plan: &'p Plan, pid: &Pid, pc: u64) -> &'p [Site] {
-        if let Some(v) = plan.sites.get(&pc) {
-            return v;
-        }
-        for (m, module) in plan.modules.iter().enumerate() {
-            if self.biases[m].is_none() {
-                self.biases[m] = super::lock(&pid.biases)[m];
-            }
-            if let Some(b) = self.biases[m] {
-                if let Some(v) = module.sites.get(&pc.wrapping_sub(b)) {
-                    return v;
-                }
-            }
-        }
-        &[]
-    }
-
     fn hit(&mut self, pid: &Pid, pc: u64, regs: &[u64]) {
+        let seq = self.seq.take();
         let plan = self.plan.clone();
         let sites = self.sites_in(&plan, pid, pc);
-        if sites.is_empty() && self.pending.is_none() {
-            return;
-        }
         if let Some(p) = self.pending.take() {
             if !sites.contains(&Site::NotTaken(p.ret.pc)) {
                 self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
             }
+            self.offer_go(p.seq);
         }
         for s in sites {
             match *s {
                 Site::Entry(t) => self.entered(pc, t, regs),
                 Site::Return(target, ret) if ret.cond_next.is_some() => {
                     self.pending = Some(Pending {
+                        seq: None,
                         pc,
                         target,
                         ret,
@@ -680,6 +515,52 @@ impl Probe {
                 }
             }
         }
+        match &mut self.pending {
+            // A conditional return made here and decided later keeps this
+            // pc's number (Go emits none: another site's Go call here then
+            // goes unordered).
+            Some(p) => {
+                p.seq = seq;
+                self.offer_go(None);
+            }
+            None => self.offer_go(seq),
+        }
+    }
+
+    /// A conditional return still pending was taken: nothing that could
+    /// tell otherwise came.
+    fn settle_pending(&mut self) {
+        if let Some(p) = self.pending.take() {
+            self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
+            self.offer_go(p.seq);
+        }
+    }
+
+    /// Hands the Go calls of the hooked pc that took number `seq` of the
+    /// process's order to the process's goroutines ([`super::goroutine`]),
+    /// and writes the hits they make; with no calls, the number is passed
+    /// over.
+    fn offer_go(&mut self, seq: Option<u64>) {
+        if self.go_calls.is_empty() && seq.is_none() {
+            return;
+        }
+        let calls = std::mem::take(&mut self.go_calls);
+        let mut hits = Vec::new();
+        super::lock(&self.goroutines).offer(&self.plan, seq, calls, &mut hits);
+        for h in &hits {
+            write_go(&self.run, &self.plan, self.pid, h, &mut self.buf);
+        }
+        self.hits += hits.len() as u64;
+        if self.buf.len() > 1 << 16 {
+            self.flush();
+        }
+    }
+
+    /// The goroutine running now, where Go frames are kept by goroutine
+    /// and `t` is a Go function.
+    fn goroutine(&self, t: usize, regs: &[u64]) -> Option<u64> {
+        let conv = self.plan.targets[t].conv;
+        reg(regs, self.layout.g.filter(|_| conv.go))
     }
 
     fn base<'a>(&self, at: At, probe: &'a str, function: Option<&'a str>, pc: u64) -> Hit<'a> {
@@ -707,31 +588,34 @@ impl Probe {
         let target = &plan.targets[t];
         let conv = target.conv;
         let key = conv.abi.entry_key(sp);
-        // A Go function's prologue that found its stack short calls the
-        // runtime's `morestack`, which runs the function again from its
-        // entry. After a preemption request that is on the same frame: the
-        // same call, not a new one (a call of its own would have a lower
-        // key, and Go makes no tail calls). After the stack was grown, and
-        // so moved, the key differs and a second entry shows (not known
-        // here as the same call).
-        if conv.go
-            && self
-                .stack
-                .last()
-                .is_some_and(|f| f.target == t && f.key == key)
-        {
-            return;
+        // A Go function's frame is its goroutine's, kept by the process
+        // ([`super::goroutine`]) where the guest has Go's `g` register.
+        let g = self.goroutine(t, regs);
+        if g.is_none() {
+            // A Go function's prologue that found its stack short calls
+            // the runtime's `morestack`, which runs the function again
+            // from its entry. After a preemption request that is on the
+            // same frame: the same call, not a new one (a call of its own
+            // would have a lower key, and Go makes no tail calls). After
+            // the stack was grown, and so moved, the key differs and a
+            // second entry shows (not known here as the same call).
+            if conv.go
+                && self
+                    .stack
+                    .last()
+                    .is_some_and(|f| f.target == t && f.key == key)
+            {
+                return;
+            }
+            self.stack.push(Frame {
+                target: t,
+                key,
+                insn: self.insn(),
+            });
         }
-        self.stack.push(Frame {
-            target: t,
-            key,
-            insn: self.insn(),
-        });
-        let Some((p, n)) = target.on_entry else {
-            return;
-        };
+        let n = target.on_entry.map_or(0, |(_, n)| n);
         let in_regs = if conv.go { &l.go_args } else { &l.args };
-        let args = (0..n)
+        let args: Vec<Option<u64>> = (0..n)
             .map(|i| {
                 if conv.on_stack(i) {
                     let w = conv.word();
@@ -741,6 +625,21 @@ impl Probe {
                 }
             })
             .collect();
+        if let Some(g) = g {
+            self.go_calls.push(Call {
+                g,
+                tid: self.tid,
+                insn: self.insns,
+                pc,
+                target: t,
+                key,
+                what: What::Entry { args },
+            });
+            return;
+        }
+        let Some((p, _)) = target.on_entry else {
+            return;
+        };
         let h = Hit {
             args,
             ..self.base(At::Entry, &plan.specs[p].text, Some(&target.name), pc)
@@ -762,6 +661,23 @@ impl Probe {
         };
         let key = sp.wrapping_add(r.pops);
         let value = reg(&after, ok(l.ret));
+        if let Some(g) = self.goroutine(t, regs) {
+            let slot = plan.targets[t].ret_slot;
+            let slot = slot.and_then(|s| {
+                self.shadow
+                    .load(key.wrapping_add(s.offset), s.len, plan.big_endian)
+            });
+            self.go_calls.push(Call {
+                g,
+                tid: self.tid,
+                insn,
+                pc,
+                target: t,
+                key,
+                what: What::Return { value, slot },
+            });
+            return;
+        }
         // A return leaves the innermost frame (a function that jumped into
         // the middle of another, as `__mempcpy` into `__memcpy`, returns
         // through the other's instruction), or its own function's frame
@@ -857,13 +773,16 @@ impl Drop for Probe {
                 buf: std::mem::take(&mut self.buf),
                 deferred: std::mem::take(&mut self.deferred),
                 parked: self.parked.clone(),
+                goroutines: self.goroutines.clone(),
+                seq: self.seq.take(),
+                go_calls: Vec::new(),
             };
             super::lock(&parked).push(me);
             return;
         }
-        if let Some(p) = self.pending.take() {
-            self.returned(p.pc, p.target, &p.ret, &p.regs, p.insn);
-        }
+        self.settle_pending();
+        let seq = self.seq.take();
+        self.offer_go(seq);
         self.flush();
         self.run.hits.fetch_add(self.hits, Ordering::Relaxed);
     }

@@ -1,0 +1,493 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! A Go program's probed calls, kept by goroutine.
+//!
+//! Go runs many goroutines on a few threads. A goroutine that blocks
+//! inside a probed function (a channel receive, a lock) is parked, and its
+//! thread runs another goroutine, which may enter the same function; the
+//! first goroutine resumes later, often on another thread, and returns
+//! there. Frames kept per thread, as C's are, would nest the calls of
+//! different goroutines, leave the first call's frame behind on its old
+//! thread, and take its return on the new one for a `longjmp`. So a Go
+//! function's frames are kept per goroutine, told by the register where
+//! Go's runtime keeps the running goroutine (`g`, see
+//! [`super::conv::Abi::go_g_reg`]), in one table for the process
+//! ([`Goroutines`]). On i386, where `g` is in thread-local storage, Go
+//! frames stay per thread.
+//!
+//! The threads' events reach the serial phase in no order between
+//! threads, so a goroutine's return on one thread may come before its
+//! entry on another. The hook library has every probed pc take the next
+//! number of the process's order (`jitter::order_here`, one counter the
+//! threads share), and the table applies calls in that order: a call
+//! whose number is ahead of the next one to apply waits here. Every number
+//! a thread took reaches the table ([`Goroutines::offer`]), with its calls
+//! or with none (a pc probe, a C function, a conditional return not
+//! taken), so no number is waited for in vain. A thread that took a
+//! number and then runs on without handing its events over holds the
+//! numbers after it: while more than [`WAIT_LIMIT`] calls wait, the
+//! earliest applies anyway, and a call that comes after its turn is
+//! applied when it comes, counted ([`Goroutines::late`]). Calls without a
+//! number (a recording made without them) apply as they come.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::out::At;
+use super::plan::Plan;
+
+/// The most calls and numbers passed over that wait for an earlier
+/// number before the earliest applies anyway (about 100 bytes each).
+pub const WAIT_LIMIT: usize = 1 << 18;
+
+/// A Go function's entry or return, as the thread that ran it read it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The goroutine (its `g`).
+    pub g: u64,
+    pub tid: i32,
+    /// Instructions the thread ran before this one.
+    pub insn: u64,
+    pub pc: u64,
+    pub target: usize,
+    /// The frame's key ([`super::conv`]).
+    pub key: u64,
+    pub what: What,
+}
+
+#[derive(Debug, Clone)]
+pub enum What {
+    /// The entry, with the arguments its probe reports.
+    Entry { args: Vec<Option<u64>> },
+    /// A return instruction of `target`: the result register's value, and
+    /// the first word of `target`'s result slot where its convention puts
+    /// the result in memory (ABI0).
+    Return {
+        value: Option<u64>,
+        slot: Option<u64>,
+    },
+}
+
+/// A hit the table's calls make: [`super::out::Hit`] without the borrowed
+/// names (the plan gives them: `probe`, `target`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GoHit {
+    pub at: At,
+    /// The `-p` (index into the plan's specs).
+    pub probe: usize,
+    pub target: usize,
+    pub tid: i32,
+    /// Instructions the thread ran before this one.
+    pub insn: u64,
+    pub pc: u64,
+    pub args: Vec<Option<u64>>,
+    pub ret: Option<u64>,
+    pub unwound: bool,
+    /// At a return: instructions since the entry, where both ran on the
+    /// same thread (one thread's count says nothing of another's).
+    pub insns: Option<u64>,
+    /// Probed frames open in this goroutine, this one included.
+    pub depth: usize,
+    /// The goroutine's number, from 0 in the order they are first seen
+    /// (its timeline track), and whether this is its first hit.
+    pub goroutine: u64,
+    pub first: bool,
+    /// Where the hit is in the order the table applied calls in (the
+    /// timeline's clock: goroutines' hits are ordered by it).
+    pub ts: u64,
+}
+
+/// A goroutine: its number, its frames (outermost first), and whether a
+/// hit of it was made (its timeline track named).
+#[derive(Debug, Default)]
+struct Goroutine {
+    n: u64,
+    named: bool,
+    frames: Vec<Frame>,
+}
+
+/// A probed Go call that has not returned.
+#[derive(Debug)]
+struct Frame {
+    target: usize,
+    key: u64,
+    tid: i32,
+    insn: u64,
+}
+
+/// The process's goroutines and their frames.
+#[derive(Debug, Default)]
+pub struct Goroutines {
+    /// The next number to apply: every one before it was applied (or
+    /// passed over past [`WAIT_LIMIT`]).
+    next: u64,
+    /// The calls of each number (none: a number passed over) that wait
+    /// for earlier numbers. One pc can be several targets' entries.
+    waiting: BTreeMap<u64, Vec<Call>>,
+    /// Calls waiting.
+    held: usize,
+    /// The goroutines, by `g` (the runtime reuses a `g` for a later
+    /// goroutine, which then keeps its number: one entry per `g`).
+    goroutines: HashMap<u64, Goroutine>,
+    /// Goroutines seen.
+    seen: u64,
+    /// Calls applied.
+    applied: u64,
+    /// Calls applied after a later number, which could not wait longer.
+    pub late: u64,
+}
+
+impl Goroutines {
+    /// `calls` ran at one hooked pc, which took number `seq` of the
+    /// process's order (none: a pc that is no Go call, passed over), or
+    /// none: they apply now, else when their turn comes. The hits they
+    /// make, and those of the calls they let run, go to `out`.
+    pub fn offer(&mut self, plan: &Plan, seq: Option<u64>, calls: Vec<Call>, out: &mut Vec<GoHit>) {
+        let Some(seq) = seq else {
+            for c in calls {
+                self.apply(plan, c, out);
+            }
+            return;
+        };
+        if seq < self.next {
+            // Its turn was given up ([`WAIT_LIMIT`]), or a number came
+            // twice (a damaged recording): as it comes.
+            self.late += calls.len() as u64;
+            for c in calls {
+                self.apply(plan, c, out);
+            }
+            return;
+        }
+        self.held += calls.len();
+        self.waiting.entry(seq).or_default().extend(calls);
+        while let Some((&s, _)) = self.waiting.first_key_value() {
+            if s > self.next && self.held + self.waiting.len() <= WAIT_LIMIT {
+                break;
+            }
+            self.run_first(plan, out);
+        }
+    }
+
+    /// Applies every call still waiting, in order (nothing more will
+    /// come: the process ended).
+    pub fn finish(&mut self, plan: &Plan, out: &mut Vec<GoHit>) {
+        while !self.waiting.is_empty() {
+            self.run_first(plan, out);
+        }
+    }
+
+    /// Applies the earliest number's calls.
+    fn run_first(&mut self, plan: &Plan, out: &mut Vec<GoHit>) {
+        if let Some((s, calls)) = self.waiting.pop_first() {
+            self.next = s.saturating_add(1);
+            self.held -= calls.len();
+            for c in calls {
+                self.apply(plan, c, out);
+            }
+        }
+    }
+
+    fn apply(&mut self, plan: &Plan, call: Call, out: &mut Vec<GoHit>) {
+        self.applied += 1;
+        let seen = &mut self.seen;
+        let gr = self.goroutines.entry(call.g).or_insert_with(|| {
+            *seen += 1;
+            Goroutine {
+                n: *seen - 1,
+                ..Goroutine::default()
+            }
+        });
+        let goroutine = gr.n;
+        let stack = &mut gr.frames;
+        let hit = |at, probe, depth| GoHit {
+            at,
+            probe,
+            target: call.target,
+            tid: call.tid,
+            insn: call.insn,
+            pc: call.pc,
+            args: Vec::new(),
+            ret: None,
+            unwound: false,
+            insns: None,
+            depth,
+            goroutine,
+            first: false,
+            ts: self.applied,
+        };
+        let start = out.len();
+        let t = call.target;
+        match call.what {
+            What::Entry { args } => {
+                // A prologue's `morestack` runs the function again from its
+                // entry on the same frame: the same call (see
+                // `Probe::entered`).
+                if stack
+                    .last()
+                    .is_some_and(|f| f.target == t && f.key == call.key)
+                {
+                    return;
+                }
+                stack.push(Frame {
+                    target: t,
+                    key: call.key,
+                    tid: call.tid,
+                    insn: call.insn,
+                });
+                if let Some((p, _)) = plan.targets[t].on_entry {
+                    out.push(GoHit {
+                        args,
+                        ..hit(At::Entry, p, stack.len())
+                    });
+                }
+            }
+            What::Return { value, slot } => {
+                // As `Probe::returned`, on the goroutine's frames.
+                let key = call.key;
+                let genuine = stack.last().is_some_and(|f| f.key == key)
+                    || stack
+                        .iter()
+                        .rev()
+                        .take_while(|f| f.key <= key)
+                        .any(|f| f.target == t && f.key == key);
+                while let Some(top) = stack.last() {
+                    if top.key > key {
+                        break;
+                    }
+                    let unwound = top.key < key || !genuine;
+                    let depth = stack.len();
+                    let f = stack.pop().expect("looked at above");
+                    let target = &plan.targets[f.target];
+                    let probe = match (target.on_return, target.on_entry, plan.flow) {
+                        (Some(p), _, _) => p,
+                        (None, Some((p, _)), true) => p,
+                        _ => continue,
+                    };
+                    let ret = match (target.conv.ret_reg(), target.ret_slot) {
+                        _ if unwound => None,
+                        (Some(_), _) => value,
+                        (None, Some(_)) if f.target == t => slot,
+                        _ => None,
+                    };
+                    out.push(GoHit {
+                        target: f.target,
+                        ret,
+                        unwound,
+                        insns: (f.tid == call.tid).then(|| call.insn.wrapping_sub(f.insn)),
+                        ..hit(At::Return, probe, depth)
+                    });
+                }
+            }
+        }
+        if !gr.named {
+            if let Some(h) = out.get_mut(start) {
+                h.first = true;
+                gr.named = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::conv::{Abi, Conv};
+    use super::super::plan::Target;
+    use super::super::spec::Spec;
+    use super::*;
+
+    /// One Go function, `relay`, probed at its entry (two arguments) and
+    /// its returns, on x86_64.
+    fn plan() -> Plan {
+        Plan {
+            abi: Abi::SysV,
+            big_endian: false,
+            specs: vec![
+                Spec::parse("main.relay/2").unwrap(),
+                Spec::parse("main.relay:return").unwrap(),
+            ],
+            targets: vec![Target {
+                name: "main.relay".into(),
+                entry: 0x1000,
+                on_entry: Some((0, 2)),
+                on_return: Some(1),
+                hidden: false,
+                conv: Conv::new(Abi::SysV, true),
+                ret_slot: None,
+            }],
+            sites: Default::default(),
+            modules: Vec::new(),
+            exe: ("prog".into(), 0),
+            anchor: None,
+            stores: false,
+            count: true,
+            flow: false,
+            narrow: None,
+        }
+    }
+
+    fn entry(g: u64, tid: i32, key: u64, a: u64) -> Call {
+        Call {
+            g,
+            tid,
+            insn: 10,
+            pc: 0x1000,
+            target: 0,
+            key,
+            what: What::Entry {
+                args: vec![Some(a), Some(a + 1)],
+            },
+        }
+    }
+
+    fn ret(g: u64, tid: i32, key: u64, v: u64) -> Call {
+        Call {
+            g,
+            tid,
+            insn: 25,
+            pc: 0x1040,
+            target: 0,
+            key,
+            what: What::Return {
+                value: Some(v),
+                slot: None,
+            },
+        }
+    }
+
+    /// What the hits say: (at, tid, first argument or result, unwound,
+    /// depth, goroutine).
+    fn said(hits: &[GoHit]) -> Vec<(At, i32, Option<u64>, bool, usize, u64)> {
+        hits.iter()
+            .map(|h| {
+                let v = match h.at {
+                    At::Entry => h.args[0],
+                    _ => h.ret,
+                };
+                (h.at, h.tid, v, h.unwound, h.depth, h.goroutine)
+            })
+            .collect()
+    }
+
+    /// Two goroutines parked in `relay` on one thread, the first resumed
+    /// on another thread: each return ends its own goroutine's call, none
+    /// is taken for a `longjmp`, and depths are per goroutine.
+    #[test]
+    fn goroutines_keep_their_own_frames() {
+        let p = plan();
+        let mut gs = Goroutines::default();
+        let mut out = Vec::new();
+        gs.offer(&p, Some(0), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        gs.offer(&p, Some(1), vec![entry(0xb0, 1, 0x9000, 2)], &mut out);
+        gs.offer(&p, Some(2), vec![ret(0xb0, 1, 0x9000, 20)], &mut out);
+        gs.offer(&p, Some(3), vec![ret(0xa0, 2, 0x5000, 10)], &mut out);
+        assert_eq!(
+            said(&out),
+            [
+                (At::Entry, 1, Some(1), false, 1, 0),
+                (At::Entry, 1, Some(2), false, 1, 1),
+                (At::Return, 1, Some(20), false, 1, 1),
+                (At::Return, 2, Some(10), false, 1, 0),
+            ]
+        );
+        // Instructions since the entry only where one thread ran both.
+        assert_eq!(out[2].insns, Some(15));
+        assert_eq!(out[3].insns, None);
+        assert!(out[0].first && out[1].first && !out[2].first);
+        assert_eq!(gs.late, 0);
+    }
+
+    /// A return whose thread's events came first waits for its entry, by
+    /// the process's order; numbers passed over are not waited for.
+    #[test]
+    fn calls_apply_in_the_order_the_threads_ran_them() {
+        let p = plan();
+        let mut gs = Goroutines::default();
+        let mut out = Vec::new();
+        gs.offer(&p, Some(3), vec![ret(0xa0, 2, 0x5000, 10)], &mut out);
+        gs.offer(&p, Some(2), Vec::new(), &mut out);
+        assert!(out.is_empty());
+        gs.offer(&p, Some(0), Vec::new(), &mut out);
+        assert!(out.is_empty());
+        gs.offer(&p, Some(1), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        assert_eq!(
+            said(&out),
+            [
+                (At::Entry, 1, Some(1), false, 1, 0),
+                (At::Return, 2, Some(10), false, 1, 0),
+            ]
+        );
+        // The timeline's clock follows the order.
+        assert!(out[0].ts < out[1].ts);
+    }
+
+    /// A prologue's `morestack` runs the entry again on the same frame:
+    /// one call. A call of the same function again from the same frame,
+    /// after a return, is a new one.
+    #[test]
+    fn an_entry_run_again_is_one_call() {
+        let p = plan();
+        let mut gs = Goroutines::default();
+        let mut out = Vec::new();
+        gs.offer(&p, Some(0), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        gs.offer(&p, Some(1), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        gs.offer(&p, Some(2), vec![ret(0xa0, 1, 0x5000, 10)], &mut out);
+        gs.offer(&p, Some(3), vec![entry(0xa0, 1, 0x5000, 3)], &mut out);
+        gs.offer(&p, Some(4), vec![ret(0xa0, 1, 0x5000, 30)], &mut out);
+        let at: Vec<At> = out.iter().map(|h| h.at).collect();
+        assert_eq!(at, [At::Entry, At::Return, At::Entry, At::Return]);
+    }
+
+    /// A return of an outer frame leaves the goroutine's deeper frames
+    /// unwound (a panic recovered above them), not another goroutine's.
+    #[test]
+    fn unwinding_stays_in_its_goroutine() {
+        let p = plan();
+        let mut gs = Goroutines::default();
+        let mut out = Vec::new();
+        gs.offer(&p, None, vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        gs.offer(&p, None, vec![entry(0xa0, 1, 0x4f00, 2)], &mut out);
+        gs.offer(&p, None, vec![entry(0xb0, 1, 0x4e00, 3)], &mut out);
+        out.clear();
+        gs.offer(&p, None, vec![ret(0xa0, 1, 0x5000, 10)], &mut out);
+        assert_eq!(
+            said(&out),
+            [
+                (At::Return, 1, None, true, 2, 0),
+                (At::Return, 1, Some(10), false, 1, 0),
+            ]
+        );
+        out.clear();
+        gs.offer(&p, None, vec![ret(0xb0, 1, 0x4e00, 30)], &mut out);
+        assert_eq!(said(&out), [(At::Return, 1, Some(30), false, 1, 1)]);
+    }
+
+    /// A number that never comes is waited for only while the limit
+    /// allows; the calls after it then run, and it is late when it comes.
+    #[test]
+    fn a_number_held_back_is_waited_for_up_to_the_limit() {
+        let p = plan();
+        let mut gs = Goroutines::default();
+        let mut out = Vec::new();
+        for s in 1..=WAIT_LIMIT as u64 {
+            gs.offer(&p, Some(s), Vec::new(), &mut out);
+        }
+        gs.offer(
+            &p,
+            Some(WAIT_LIMIT as u64 + 1),
+            vec![entry(0xa0, 1, 0x5000, 1)],
+            &mut out,
+        );
+        assert_eq!(out.len(), 1, "the limit let the calls after the gap run");
+        assert!(gs.waiting.is_empty());
+        gs.offer(&p, Some(0), vec![ret(0xa0, 1, 0x5000, 10)], &mut out);
+        assert_eq!(gs.late, 1);
+        assert_eq!(out.len(), 2);
+        // What waits at the end runs then, in order.
+        let mut gs = Goroutines::default();
+        out.clear();
+        gs.offer(&p, Some(5), vec![ret(0xa0, 1, 0x5000, 10)], &mut out);
+        gs.offer(&p, Some(4), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        assert!(out.is_empty());
+        gs.finish(&p, &mut out);
+        let at: Vec<At> = out.iter().map(|h| h.at).collect();
+        assert_eq!(at, [At::Entry, At::Return]);
+    }
+}
