@@ -1622,6 +1622,45 @@ fn go_goroutines(arch: &str) {
 
 per_guest!(go_goroutines: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, ppc64le);
 
+/// A recording has no order numbers between its threads (`--hooks regs`):
+/// a goroutine's return that comes before its entry (which another thread
+/// ran, and whose stream comes later) is never lost silently. Either
+/// every call of `goprobe relay` is there, or the run says how many calls
+/// may be out of order, at least as many as the hits missing, is
+/// INCOMPLETE, and exits 3.
+#[test]
+fn go_goroutines_replayed() {
+    let dir = RunDir::new();
+    let prog = guest("x86_64", "goprobe");
+    let rec = dir.file("relay.cnl");
+    record(&dir, Some("regs"), &rec, &prog, &["relay"]);
+    let opts = [
+        "--json",
+        "--replay",
+        rec.to_str().unwrap(),
+        "-p",
+        "main.relay/2",
+        "-p",
+        "main.relay:return",
+    ];
+    let r = run_probe(&dir, "replay", &opts, Path::new("--"));
+    let at = |w: &str| r.out.lines().filter(|l| l.contains(w)).count();
+    let missing = 200 - at("\"at\":\"entry\"") - at("\"at\":\"return\"");
+    let said = r
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("probe: INCOMPLETE: "))
+        .and_then(|l| l.split_once(" Go calls may be out of order"))
+        .map(|(n, _)| n.parse::<usize>().expect("a count"));
+    match said {
+        None => assert_eq!((r.status, missing), (0, 0), "{}", r.stderr),
+        Some(n) => {
+            assert_eq!(r.status, 3, "{}", r.stderr);
+            assert!(n >= missing, "{missing} hits missing: {}", r.stderr);
+        }
+    }
+}
+
 /// A Go program stripped of its symbol table (the cross `strip`, as Go
 /// programs without source come): its functions come from the runtime's
 /// own table, `.gopclntab`, each at the address the cross `nm` of the

@@ -27,7 +27,11 @@
 //! numbers after it: while more than [`WAIT_LIMIT`] calls wait, the
 //! earliest applies anyway, and a call that comes after its turn is
 //! applied when it comes, counted ([`Goroutines::late`]). Calls without a
-//! number (a recording made without them) apply as they come.
+//! number (a recording made without them, `--hooks regs`) apply as they
+//! come: a return whose entry, on another thread, comes after it finds no
+//! frame, and an entry whose call before it has not returned yet looks
+//! like the same call run again; both are counted
+//! ([`Goroutines::unmatched`]).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -133,6 +137,9 @@ pub struct Goroutines {
     applied: u64,
     /// Calls applied after a later number, which could not wait longer.
     pub late: u64,
+    /// Calls without a number that may be out of their goroutine's order
+    /// (see `ambiguous`): each hit missing is one of them.
+    pub unmatched: u64,
 }
 
 impl Goroutines {
@@ -143,6 +150,9 @@ impl Goroutines {
     pub fn offer(&mut self, plan: &Plan, seq: Option<u64>, calls: Vec<Call>, out: &mut Vec<GoHit>) {
         let Some(seq) = seq else {
             for c in calls {
+                if self.ambiguous(&c) {
+                    self.unmatched += 1;
+                }
                 self.apply(plan, c, out);
             }
             return;
@@ -182,6 +192,19 @@ impl Goroutines {
             for c in calls {
                 self.apply(plan, c, out);
             }
+        }
+    }
+
+    /// Whether `call`, without a number, may be out of its goroutine's
+    /// order: a return that finds no frame to end (its entry has not come
+    /// yet), or an entry on a frame of the same function that has not
+    /// returned (the same call run again by `morestack`, or the next call
+    /// from the same place whose return before it has not come yet).
+    fn ambiguous(&self, call: &Call) -> bool {
+        let top = self.goroutines.get(&call.g).and_then(|gr| gr.frames.last());
+        match call.what {
+            What::Return { .. } => !top.is_some_and(|f| f.key <= call.key),
+            What::Entry { .. } => top.is_some_and(|f| f.target == call.target && f.key == call.key),
         }
     }
 
@@ -457,6 +480,30 @@ mod tests {
         out.clear();
         gs.offer(&p, None, vec![ret(0xb0, 1, 0x4e00, 30)], &mut out);
         assert_eq!(said(&out), [(At::Return, 1, Some(30), false, 1, 1)]);
+    }
+
+    /// Without numbers, a return that comes before its entry (from
+    /// another thread's stream) finds no frame: counted.
+    #[test]
+    fn a_return_before_its_entry_is_counted_without_numbers() {
+        let p = plan();
+        let mut gs = Goroutines::default();
+        let mut out = Vec::new();
+        gs.offer(&p, None, vec![ret(0xa0, 2, 0x5000, 10)], &mut out);
+        gs.offer(&p, None, vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        gs.offer(&p, None, vec![ret(0xa0, 1, 0x5000, 10)], &mut out);
+        assert_eq!(gs.unmatched, 1);
+        assert_eq!(out.len(), 2);
+        // The next call from the same frame, before the return of the one
+        // before it: taken for the same call run again, and counted.
+        gs.offer(&p, None, vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        gs.offer(&p, None, vec![entry(0xa0, 2, 0x5000, 3)], &mut out);
+        assert_eq!(gs.unmatched, 2);
+        // With numbers the order is kept and nothing is counted.
+        let mut gs = Goroutines::default();
+        gs.offer(&p, Some(1), vec![ret(0xa0, 2, 0x5000, 10)], &mut out);
+        gs.offer(&p, Some(0), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        assert_eq!((gs.unmatched, gs.late), (0, 0));
     }
 
     /// A number that never comes is waited for only while the limit

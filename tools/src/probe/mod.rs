@@ -144,6 +144,9 @@ pub struct RunState {
     /// Go calls applied after a later number of their process's order
     /// (see `goroutine::WAIT_LIMIT`): their frames may be wrong.
     pub late: AtomicU64,
+    /// Go calls without a number that may be out of their goroutine's
+    /// order (`goroutine::Goroutines::unmatched`).
+    pub unmatched: AtomicU64,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -338,6 +341,7 @@ pub fn main(args: Args) -> i32 {
         live: args.replay.is_none(),
         unplaced: AtomicU64::new(0),
         late: AtomicU64::new(0),
+        unmatched: AtomicU64::new(0),
     });
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "probe",
@@ -406,7 +410,13 @@ pub fn main(args: Args) -> i32 {
             "probe: INCOMPLETE: {late} Go calls came too late for their goroutine's order (a thread held its events back); their returns may be missing"
         );
     }
-    if code == 0 && unplaced + late > 0 {
+    let unmatched = run.unmatched.load(Ordering::Relaxed);
+    if unmatched > 0 {
+        eprintln!(
+            "probe: INCOMPLETE: {unmatched} Go calls may be out of order, and their hits missing: the recording has no order numbers between its threads (`--hooks regs`), and a goroutine can enter on one thread and return on another; probe the program live"
+        );
+    }
+    if code == 0 && unplaced + late + unmatched > 0 {
         return 3;
     }
     code

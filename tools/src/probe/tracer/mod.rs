@@ -92,7 +92,7 @@ impl Drop for Pid {
         let mut hits = Vec::new();
         let mut gs = super::lock(&self.goroutines);
         gs.finish(&self.plan, &mut hits);
-        let late = gs.late;
+        let (late, unmatched) = (gs.late, gs.unmatched);
         drop(gs);
         let mut buf = Vec::new();
         for h in &hits {
@@ -103,6 +103,7 @@ impl Drop for Pid {
             .hits
             .fetch_add(hits.len() as u64, Ordering::Relaxed);
         self.run.late.fetch_add(late, Ordering::Relaxed);
+        self.run.unmatched.fetch_add(unmatched, Ordering::Relaxed);
     }
 }
 
