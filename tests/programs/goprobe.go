@@ -5,7 +5,7 @@
 // riscv64 and ppc64le, its stack ABI (ABI0) on the 32-bit guests and
 // MIPS. Built static for every guest by scripts/build-guests.sh (CGO off).
 //
-// Prints one line per call of `mix`, `fact` and `wide`, as `name args... = result`
+// Prints one line per call of `mix`, `fact`, `wide` and `leaf`, as `name args... = result`
 // in decimal, in the order of the calls' returns; the e2e tests compare
 // the probe's hits with them. The main goroutine stays on the main thread,
 // so that the hits of one thread are every hit, in order.
@@ -58,6 +58,13 @@ func wide(a, b, c, d, e, f, g, h, i, j int) int {
 	r := a + b + c + d + e + f + g + h + i + j
 	say("wide", []int{a, b, c, d, e, f, g, h, i, j}, r)
 	return r
+}
+
+// A leaf without a frame: Go's `RET` on arm is `add pc, lr, #0`.
+//
+//go:noinline
+func leaf(a, b int) int {
+	return a ^ b
 }
 
 // Recursion: every level has its own frame and result.
@@ -140,6 +147,9 @@ func main() {
 	}
 	s += fact(5)
 	s += wide(11, 12, 13, 14, 15, 16, 17, 18, 19, 20)
+	l := leaf(6, 3)
+	say("leaf", []int{6, 3}, l)
+	s += l
 	out = append(out, "sum "...)
 	out = strconv.AppendInt(out, int64(s), 10)
 	out = append(out, '\n')

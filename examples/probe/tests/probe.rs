@@ -1478,6 +1478,8 @@ fn go_known_values_of(dir: &RunDir, arch: &str, prog: &Path, dwarf: bool) {
         "main.fact:return",
         "main.wide/10",
         "main.wide:return",
+        "main.leaf/2",
+        "main.leaf:return",
     ];
     let mut opts = vec!["--json"];
     for p in probes {
@@ -1497,9 +1499,9 @@ fn go_known_values_of(dir: &RunDir, arch: &str, prog: &Path, dwarf: bool) {
             })
             .collect()
     };
-    let (mix, fact, wide) = (said("mix"), said("fact"), said("wide"));
-    let counts = (mix.len(), fact.len(), wide.len());
-    assert_eq!(counts, (3, 5, 1), "{arch}: {}", r.stdout);
+    let (mix, fact, wide, leaf) = (said("mix"), said("fact"), said("wide"), said("leaf"));
+    let counts = (mix.len(), fact.len(), wide.len(), leaf.len());
+    assert_eq!(counts, (3, 5, 1, 1), "{arch}: {}", r.stdout);
     let by = hits_by_thread(&r.out);
     assert_eq!(by.len(), 1, "{arch}: one thread (LockOSThread): {}", r.out);
     let hits = &by[0].1;
@@ -1543,12 +1545,18 @@ fn go_known_values_of(dir: &RunDir, arch: &str, prog: &Path, dwarf: bool) {
         [wide[0].0.clone()],
         "{arch}: ten arguments"
     );
+    assert_eq!(
+        of("main.leaf/2").iter().map(args).collect::<Vec<_>>(),
+        [leaf[0].0.clone()],
+        "{arch}: a leaf"
+    );
     let abi0 = matches!(arch, "mipsel" | "mips" | "mips64el" | "arm" | "i386");
     let unread = abi0 && !dwarf;
     let rets = [
         ("main.mix:return", &mix),
         ("main.fact:return", &fact),
         ("main.wide:return", &wide),
+        ("main.leaf:return", &leaf),
     ];
     for (probe, said) in rets {
         let rets: Vec<Option<u64>> = of(probe).iter().map(|h| hex(&h["ret"])).collect();

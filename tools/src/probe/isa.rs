@@ -25,7 +25,7 @@
 //! | AArch64 | `ret`, `retaa`, `retab` |
 //! | PowerPC | `bclr` without link (`blr`, `beqlr`, ...) |
 //! | x86 | `ret`, `ret imm16` |
-//! | ARM | `bx lr`, `mov pc, lr`, `pop {.., pc}` (`ldm sp!`), `ldr pc, [sp], #N`, in A32 and Thumb |
+//! | ARM | `bx lr`, `mov pc, lr`, `add pc, lr, #0` (Go's), `pop {.., pc}` (`ldm sp!`), `ldr pc, [sp], #N`, in A32 and Thumb |
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic};
 
@@ -142,31 +142,35 @@ pub fn returns(img: &Image, f: &Func) -> Vec<Ret> {
             }
         }
         Abi::Aapcs if f.thumb => thumb(code, f.start, &mut out),
-        Abi::Aapcs => {
-            for (i, c) in code.chunks_exact(4).enumerate() {
-                let w = word(c, big);
-                let cond = w >> 28;
-                let pops = match w & 0x0fff_ffff {
-                    0x012f_ff1e | 0x01a0_f00e => Some(0),
-                    // `ldr pc, [sp], #N` (Go's epilogue pops its whole
-                    // frame so; GCC's a word).
-                    x if x & 0x0fff_f000 == 0x049d_f000 => Some(u64::from(w & 0xfff)),
-                    x if x & 0x0fff_8000 == 0x08bd_8000 => {
-                        Some(4 * u64::from((w & 0xffff).count_ones()))
-                    }
-                    _ => None,
-                };
-                if let (Some(pops), true) = (pops, cond != 0xf) {
-                    let pc = f.start + i as u64 * 4;
-                    out.push(Ret {
-                        cond_next: (cond != 0xe).then_some(pc + 4),
-                        ..plain(pc, pops)
-                    });
-                }
-            }
-        }
+        Abi::Aapcs => a32(code, f.start, big, &mut out),
     }
     out
+}
+
+/// The returns of A32 code at `start`.
+fn a32(code: &[u8], start: u64, big: bool, out: &mut Vec<Ret>) {
+    for (i, c) in code.chunks_exact(4).enumerate() {
+        let w = word(c, big);
+        let cond = w >> 28;
+        let pops = match w & 0x0fff_ffff {
+            // `bx lr`, `mov pc, lr`, and `add pc, lr, #0` (Go's `RET`).
+            0x012f_ff1e | 0x01a0_f00e | 0x028e_f000 => Some(0),
+            // `ldr pc, [sp], #N` (Go's epilogue pops its whole frame so;
+            // GCC's a word).
+            x if x & 0x0fff_f000 == 0x049d_f000 => Some(u64::from(w & 0xfff)),
+            x if x & 0x0fff_8000 == 0x08bd_8000 => Some(4 * u64::from((w & 0xffff).count_ones())),
+            _ => None,
+        };
+        if let (Some(pops), true) = (pops, cond != 0xf) {
+            let pc = start + i as u64 * 4;
+            out.push(Ret {
+                pc,
+                pops,
+                delay: None,
+                cond_next: (cond != 0xe).then_some(pc + 4),
+            });
+        }
+    }
 }
 
 /// Where `f` jumps without linking, outside itself: its tail calls (a
@@ -492,6 +496,42 @@ mod tests {
                 (0x100c, 0, Some(0x100e))
             ]
         );
+    }
+
+    #[test]
+    fn a32_returns() {
+        // bx lr; add pc, lr, #0 (Go's RET, as in runtime/internal/atomic.armcas);
+        // addne pc, lr, #0; add pc, lr, #4 (no); ldr pc, [sp], #44; pop {r4, pc};
+        // mov pc, lr
+        let words = [
+            0xe12f_ff1e_u32,
+            0xe28e_f000,
+            0x128e_f000,
+            0xe28e_f004,
+            0xe49d_f02c,
+            0xe8bd_8010,
+            0xe1a0_f00e,
+        ];
+        let code: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut out = Vec::new();
+        a32(&code, 0x1000, false, &mut out);
+        let got: Vec<(u64, u64, Option<u64>)> =
+            out.iter().map(|r| (r.pc, r.pops, r.cond_next)).collect();
+        assert_eq!(
+            got,
+            [
+                (0x1000, 0, None),
+                (0x1004, 0, None),
+                (0x1008, 0, Some(0x100c)),
+                (0x1010, 44, None),
+                (0x1014, 8, None),
+                (0x1018, 0, None)
+            ]
+        );
+        let be: Vec<u8> = words.iter().flat_map(|w| w.to_be_bytes()).collect();
+        let mut out_be = Vec::new();
+        a32(&be, 0x1000, true, &mut out_be);
+        assert_eq!(out_be.len(), out.len());
     }
 
     #[test]
