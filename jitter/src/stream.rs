@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use wire::channel::Sock;
 use wire::Goodbye;
 
@@ -88,6 +89,8 @@ thread_local! {
     static STREAM: Shared = Arc::new(Mutex::new(None));
     /// The vCPU cursor this thread's stream is registered under, if any.
     static MY_CURSOR: Cell<usize> = const { Cell::new(0) };
+    /// When this thread's stream took the chunk it is filling.
+    static CHUNK_TAKEN: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
 /// Every thread's stream by the address of its vCPU cursor, with the pid
@@ -163,6 +166,7 @@ impl Stream {
 
     /// Takes the next chunk; switches to untraced mode if the client is gone.
     fn next_chunk(&mut self) -> Window {
+        CHUNK_TAKEN.with(|t| t.set(Some(Instant::now())));
         if self.scratch.is_none() {
             match self.ring.acquire() {
                 Ok(p) => {
@@ -404,6 +408,26 @@ pub fn flush(cursor: u64) -> Window {
         Some(st) => st.flush(cursor),
         None => Untraced::flush(cursor),
     })
+}
+
+/// How long a thread's chunk holds an event that other threads' events
+/// wait for, at most, while the thread goes on making such events
+/// ([`hand_over_if_held`]).
+const HELD_AT_MOST: Duration = Duration::from_millis(1);
+
+/// Hands over the chunk this thread is filling if it took it more than
+/// [`HELD_AT_MOST`] ago, before an event whose number of the process's
+/// order a client may keep other threads' events waiting for (see
+/// `events::order`): a thread that makes such events slowly (a goroutine
+/// computing between calls, while other threads make many) would otherwise
+/// hold its numbers for as long as its chunk takes to fill, and every
+/// other thread's events behind them. One clock read (the vDSO's) a
+/// numbered event; a hand-over at most once a millisecond a thread.
+pub fn hand_over_if_held(c: &mut Cursor) {
+    let held = CHUNK_TAKEN.with(|t| t.get());
+    if held.is_some_and(|t| t.elapsed() > HELD_AT_MOST) {
+        hand_over(c);
+    }
 }
 
 /// Hands over the events written so far, however few, outside the JIT:

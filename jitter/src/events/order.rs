@@ -45,8 +45,11 @@ pub(super) fn asked() -> bool {
     HERE.with(|h| h.replace(false))
 }
 
-/// Takes the next number and reports it for the instruction at `pc`.
+/// Takes the next number and reports it for the instruction at `pc`; the
+/// numbers this thread took before go to the client first if its chunk
+/// has held them a while (`stream::hand_over_if_held`).
 pub(super) fn report(c: &mut Cursor, pc: u64) {
+    crate::stream::hand_over_if_held(c);
     // Relaxed: the numbers only have to follow the one counter's
     // modification order, which every thread's accesses to it agree on
     // and which follows what happened before what (a thread's free before
