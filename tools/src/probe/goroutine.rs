@@ -39,8 +39,9 @@ use super::out::At;
 use super::plan::Plan;
 
 /// The most calls and numbers passed over that wait for an earlier
-/// number before the earliest applies anyway (about 100 bytes each).
-pub const WAIT_LIMIT: usize = 1 << 18;
+/// number before the earliest applies anyway (about 100 bytes each, so
+/// about 100 MB at most).
+pub const WAIT_LIMIT: usize = 1 << 20;
 
 /// A Go function's entry or return, as the thread that ran it read it.
 #[derive(Debug, Clone)]
@@ -240,9 +241,36 @@ impl Goroutines {
         let t = call.target;
         match call.what {
             What::Entry { args } => {
+                // A goroutine's stack holds its calls in order: a call made
+                // at `key` leaves every frame below it dead, and, once one
+                // was, the frames at the same place too. Each was left
+                // without its return (the scheduler's `gogo` and `mcall`
+                // never return, a panic unwinds past frames): `unwound`,
+                // here. A frame at the same place with none dead below it
+                // is live: the same call run again (below), or one that
+                // jumped to this function (assembly's tail jumps, such as
+                // `memhash32`'s to `memhash32Fallback`, which returns for
+                // both).
+                let mut dead = false;
+                while let Some(f) = stack.last() {
+                    if f.key > call.key || (f.key == call.key && !dead) {
+                        break;
+                    }
+                    dead = true;
+                    let depth = stack.len();
+                    let f = stack.pop().expect("looked at above");
+                    if let Some(probe) = return_probe(plan, f.target) {
+                        out.push(GoHit {
+                            target: f.target,
+                            unwound: true,
+                            insns: (f.tid == call.tid).then(|| call.insn.wrapping_sub(f.insn)),
+                            ..hit(At::Return, probe, depth)
+                        });
+                    }
+                }
                 // A prologue's `morestack` runs the function again from its
-                // entry on the same frame: the same call (see
-                // `Probe::entered`).
+                // entry on the same frame, with none below it: the same
+                // call (see `Probe::entered`).
                 if stack
                     .last()
                     .is_some_and(|f| f.target == t && f.key == call.key)
@@ -279,10 +307,8 @@ impl Goroutines {
                     let depth = stack.len();
                     let f = stack.pop().expect("looked at above");
                     let target = &plan.targets[f.target];
-                    let probe = match (target.on_return, target.on_entry, plan.flow) {
-                        (Some(p), _, _) => p,
-                        (None, Some((p, _)), true) => p,
-                        _ => continue,
+                    let Some(probe) = return_probe(plan, f.target) else {
+                        continue;
                     };
                     let ret = match (target.conv.ret_reg(), target.ret_slot) {
                         _ if unwound => None,
@@ -309,6 +335,17 @@ impl Goroutines {
     }
 }
 
+/// The `-p` a return of target `t` is a hit of: its return probe, or its
+/// entry probe under `--flow`.
+fn return_probe(plan: &Plan, t: usize) -> Option<usize> {
+    let target = &plan.targets[t];
+    match (target.on_return, target.on_entry, plan.flow) {
+        (Some(p), _, _) => Some(p),
+        (None, Some((p, _)), true) => Some(p),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::conv::{Abi, Conv};
@@ -323,18 +360,22 @@ mod tests {
             abi: Abi::SysV,
             big_endian: false,
             specs: vec![
-                Spec::parse("main.relay/2").unwrap(),
-                Spec::parse("main.relay:return").unwrap(),
+                Spec::parse("main.*/2").unwrap(),
+                Spec::parse("main.*:return").unwrap(),
             ],
-            targets: vec![Target {
-                name: "main.relay".into(),
-                entry: 0x1000,
-                on_entry: Some((0, 2)),
-                on_return: Some(1),
-                hidden: false,
-                conv: Conv::new(Abi::SysV, true),
-                ret_slot: None,
-            }],
+            targets: ["main.relay", "main.fallback"]
+                .iter()
+                .enumerate()
+                .map(|(i, name)| Target {
+                    name: name.to_string(),
+                    entry: 0x1000 + 0x100 * i as u64,
+                    on_entry: Some((0, 2)),
+                    on_return: Some(1),
+                    hidden: false,
+                    conv: Conv::new(Abi::SysV, true),
+                    ret_slot: None,
+                })
+                .collect(),
             sites: Default::default(),
             modules: Vec::new(),
             exe: ("prog".into(), 0),
@@ -480,6 +521,20 @@ mod tests {
         out.clear();
         gs.offer(&p, None, vec![ret(0xb0, 1, 0x4e00, 30)], &mut out);
         assert_eq!(said(&out), [(At::Return, 1, Some(30), false, 1, 1)]);
+        // A call made above frames left without returning (the scheduler
+        // starting over at the top of its stack) ends them, unwound.
+        out.clear();
+        gs.offer(&p, None, vec![entry(0xc0, 1, 0x8000, 4)], &mut out);
+        gs.offer(&p, None, vec![entry(0xc0, 1, 0x7f00, 5)], &mut out);
+        gs.offer(&p, None, vec![entry(0xc0, 1, 0x8000, 6)], &mut out);
+        assert_eq!(
+            said(&out)[2..],
+            [
+                (At::Return, 1, None, true, 2, 2),
+                (At::Return, 1, None, true, 1, 2),
+                (At::Entry, 1, Some(6), false, 1, 2),
+            ]
+        );
     }
 
     /// Without numbers, a return that comes before its entry (from
@@ -504,6 +559,37 @@ mod tests {
         gs.offer(&p, Some(1), vec![ret(0xa0, 2, 0x5000, 10)], &mut out);
         gs.offer(&p, Some(0), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
         assert_eq!((gs.unmatched, gs.late), (0, 0));
+    }
+
+    /// A function that jumps to another (assembly's tail jumps): the
+    /// second's entry is at the first's place, and both are live until
+    /// the second returns for both.
+    #[test]
+    fn a_tail_jump_returns_for_both() {
+        let p = plan();
+        let mut gs = Goroutines::default();
+        let mut out = Vec::new();
+        gs.offer(&p, Some(0), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        let mut jumped = entry(0xa0, 1, 0x5000, 2);
+        jumped.target = 1;
+        gs.offer(&p, Some(1), vec![jumped], &mut out);
+        let mut back = ret(0xa0, 1, 0x5000, 10);
+        back.target = 1;
+        gs.offer(&p, Some(2), vec![back], &mut out);
+        let targets: Vec<(At, usize, bool, usize)> = out
+            .iter()
+            .map(|h| (h.at, h.target, h.unwound, h.depth))
+            .collect();
+        assert_eq!(
+            targets,
+            [
+                (At::Entry, 0, false, 1),
+                (At::Entry, 1, false, 2),
+                (At::Return, 1, false, 2),
+                (At::Return, 0, false, 1),
+            ]
+        );
+        assert_eq!(out[3].ret, Some(10));
     }
 
     /// A number that never comes is waited for only while the limit

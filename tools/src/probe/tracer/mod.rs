@@ -29,7 +29,7 @@ pub use placement::bias_after;
 use placement::{unpark, DEFER_LIMIT};
 use worker::{count, lines, tail};
 
-use super::conv::Conv;
+use super::conv::{Abi, Conv};
 use super::goroutine::{Call, GoHit, Goroutines, What};
 use super::hex::{self, Key};
 use super::isa;
@@ -558,10 +558,29 @@ impl Probe {
     }
 
     /// The goroutine running now, where Go frames are kept by goroutine
-    /// and `t` is a Go function.
+    /// and `t` is a Go function that runs with `g` in its register and its
+    /// stack pointer on that goroutine's stack. Not so, and so kept per
+    /// thread (each runs to its return on its thread):
+    ///
+    /// * on x86_64, an assembly function under the stack convention (its
+    ///   symbol ends in `.abi0`): only Go's register convention keeps `g`
+    ///   in r14, and such a function may use r14 for anything;
+    /// * the runtime's helpers that set `g` while the scheduler switches
+    ///   goroutines (`save_g`, `load_g`, `setg`), called with the new
+    ///   goroutine's `g` on the old one's stack: taken for the new one's,
+    ///   their frame would end every frame it has.
     fn goroutine(&self, t: usize, regs: &[u64]) -> Option<u64> {
-        let conv = self.plan.targets[t].conv;
-        reg(regs, self.layout.g.filter(|_| conv.go))
+        let target = &self.plan.targets[t];
+        let name = target.name.strip_suffix(".abi0").unwrap_or(&target.name);
+        let asm = target.conv.abi == Abi::SysV && name.len() < target.name.len();
+        let switch = matches!(
+            name,
+            "runtime.save_g" | "runtime.load_g" | "runtime.setg" | "setg" | "runtime.setg_gcc"
+        );
+        reg(
+            regs,
+            self.layout.g.filter(|_| target.conv.go && !asm && !switch),
+        )
     }
 
     fn base<'a>(&self, at: At, probe: &'a str, function: Option<&'a str>, pc: u64) -> Hit<'a> {
