@@ -33,7 +33,7 @@
 //! like the same call run again; both are counted
 //! ([`Goroutines::unmatched`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, VecDeque};
 
 use super::out::At;
 use super::plan::Plan;
@@ -100,6 +100,17 @@ pub struct GoHit {
     pub ts: u64,
 }
 
+/// A number of the process's order that waits for earlier ones.
+#[derive(Debug, Default)]
+enum Slot {
+    /// Not come yet.
+    #[default]
+    Open,
+    /// Its calls: none (a number passed over), one (nearly always), or
+    /// several (one pc can be several targets' entries).
+    Calls(Vec<Call>),
+}
+
 /// A goroutine: its number, its frames (outermost first), and whether a
 /// hit of it was made (its timeline track named).
 #[derive(Debug, Default)]
@@ -124,10 +135,11 @@ pub struct Goroutines {
     /// The next number to apply: every one before it was applied (or
     /// passed over past [`WAIT_LIMIT`]).
     next: u64,
-    /// The calls of each number (none: a number passed over) that wait
-    /// for earlier numbers. One pc can be several targets' entries.
-    waiting: BTreeMap<u64, Vec<Call>>,
-    /// Calls waiting.
+    /// The numbers from `next` on, while one has not come: slot `i` is
+    /// number `next + i`.
+    waiting: VecDeque<Slot>,
+    /// Slots of `waiting` that came, and the calls in them.
+    arrived: usize,
     held: usize,
     /// The goroutines, by `g` (the runtime reuses a `g` for a later
     /// goroutine, which then keeps its number: one entry per `g`).
@@ -167,10 +179,40 @@ impl Goroutines {
             }
             return;
         }
+        if seq == self.next && self.waiting.is_empty() {
+            // Its turn, with nothing waiting (most calls): at once.
+            self.next = seq.saturating_add(1);
+            for c in calls {
+                self.apply(plan, c, out);
+            }
+            return;
+        }
+        let at = seq - self.next;
+        if at >= WAIT_LIMIT as u64 {
+            // So far ahead (or a damaged recording's number) that the
+            // numbers before it would pass the limit anyway.
+            self.finish(plan, out);
+            self.next = seq.saturating_add(1);
+            for c in calls {
+                self.apply(plan, c, out);
+            }
+            return;
+        }
+        let at = at as usize;
+        if at >= self.waiting.len() {
+            self.waiting.resize_with(at + 1, Slot::default);
+        }
         self.held += calls.len();
-        self.waiting.entry(seq).or_default().extend(calls);
-        while let Some((&s, _)) = self.waiting.first_key_value() {
-            if s > self.next && self.held + self.waiting.len() <= WAIT_LIMIT {
+        match &mut self.waiting[at] {
+            slot @ Slot::Open => {
+                self.arrived += 1;
+                *slot = Slot::Calls(calls);
+            }
+            // A number twice (a damaged recording).
+            Slot::Calls(v) => v.extend(calls),
+        }
+        while let Some(front) = self.waiting.front() {
+            if matches!(front, Slot::Open) && self.held + self.arrived <= WAIT_LIMIT {
                 break;
             }
             self.run_first(plan, out);
@@ -185,13 +227,16 @@ impl Goroutines {
         }
     }
 
-    /// Applies the earliest number's calls.
+    /// Applies the calls of number `next`, come or not.
     fn run_first(&mut self, plan: &Plan, out: &mut Vec<GoHit>) {
-        if let Some((s, calls)) = self.waiting.pop_first() {
-            self.next = s.saturating_add(1);
-            self.held -= calls.len();
-            for c in calls {
-                self.apply(plan, c, out);
+        if let Some(slot) = self.waiting.pop_front() {
+            self.next = self.next.saturating_add(1);
+            if let Slot::Calls(calls) = slot {
+                self.arrived -= 1;
+                self.held -= calls.len();
+                for c in calls {
+                    self.apply(plan, c, out);
+                }
             }
         }
     }
@@ -613,6 +658,21 @@ mod tests {
         gs.offer(&p, Some(0), vec![ret(0xa0, 1, 0x5000, 10)], &mut out);
         assert_eq!(gs.late, 1);
         assert_eq!(out.len(), 2);
+        // A number far ahead (a damaged recording's) waits for nothing and
+        // holds no room for the numbers before it.
+        let mut gs = Goroutines::default();
+        out.clear();
+        gs.offer(&p, Some(1), vec![entry(0xa0, 1, 0x5000, 1)], &mut out);
+        gs.offer(
+            &p,
+            Some(u64::MAX - 1),
+            vec![ret(0xa0, 1, 0x5000, 10)],
+            &mut out,
+        );
+        assert_eq!(out.len(), 2);
+        assert!(gs.waiting.capacity() < 1024);
+        gs.offer(&p, Some(0), vec![entry(0xb0, 1, 0x5000, 1)], &mut out);
+        assert_eq!((gs.late, out.len()), (1, 3));
         // What waits at the end runs then, in order.
         let mut gs = Goroutines::default();
         out.clear();
