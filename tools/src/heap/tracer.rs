@@ -29,6 +29,7 @@ use super::super::backtrace::arch::Rules;
 use super::super::backtrace::state::{BacktraceState, Regs, Symbolize};
 use super::super::backtrace::symbols::Functions;
 use super::super::backtrace::{Module, Resolver};
+use super::super::probe::conv::returns_genuinely;
 use super::super::probe::isa::{self, Ret};
 use super::super::probe::plan::Site;
 use super::super::probe::shadow::{AddrMap, Shadow};
@@ -767,13 +768,7 @@ impl Thread {
         };
         let key = sp.wrapping_add(r.pops);
         let value = ok(l.ret).and_then(|i| after.get(i)).copied();
-        let genuine = self.calls.last().is_some_and(|f| f.key == key)
-            || self
-                .calls
-                .iter()
-                .rev()
-                .take_while(|f| f.key <= key)
-                .any(|f| f.target == t && f.key == key);
+        let genuine = returns_genuinely(&self.calls, key, t, |f| (f.key, f.target));
         while let Some(top) = self.calls.last() {
             if top.key > key {
                 break;

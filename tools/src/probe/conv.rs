@@ -266,6 +266,27 @@ impl Conv {
     }
 }
 
+/// Whether a return of target `t` whose frame key is `key` really returns
+/// (see `tracer`): it leaves the innermost frame of `frames` (outermost
+/// first, each as its key and target), or, among the frames it leaves,
+/// one of its own function's with this key. Otherwise it only restored a
+/// caller's stack pointer (a `longjmp`), and every frame it leaves was
+/// left without returning.
+pub fn returns_genuinely<F>(
+    frames: &[F],
+    key: u64,
+    t: usize,
+    of: impl Fn(&F) -> (u64, usize),
+) -> bool {
+    frames.last().is_some_and(|f| of(f).0 == key)
+        || frames
+            .iter()
+            .rev()
+            .map(of)
+            .take_while(|&(k, _)| k <= key)
+            .any(|(k, target)| target == t && k == key)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,6 +325,20 @@ mod tests {
         let c = Conv::new(Abi::O32, false);
         assert_eq!(c.stack_slot(0x1000, 4), 0x1010);
         assert_eq!(c.ret_reg(), Some("v0"));
+    }
+
+    #[test]
+    fn genuine_returns() {
+        let of = |f: &(u64, usize)| *f;
+        // Outermost first: target 0 at 0x9000, 1 at 0x8000, 2 at 0x7000.
+        let frames = [(0x9000, 0), (0x8000, 1), (0x7000, 2)];
+        assert!(returns_genuinely(&frames, 0x7000, 5, of), "the innermost");
+        assert!(
+            returns_genuinely(&frames, 0x8000, 1, of),
+            "its own, past a longjmp"
+        );
+        assert!(!returns_genuinely(&frames, 0x8000, 0, of), "another's key");
+        assert!(!returns_genuinely(&[] as &[(u64, usize)], 0x8000, 0, of));
     }
 
     #[test]

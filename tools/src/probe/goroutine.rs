@@ -35,6 +35,7 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use super::conv::returns_genuinely;
 use super::out::At;
 use super::plan::Plan;
 
@@ -304,7 +305,7 @@ impl Goroutines {
                     dead = true;
                     let depth = stack.len();
                     let f = stack.pop().expect("looked at above");
-                    if let Some(probe) = return_probe(plan, f.target) {
+                    if let Some(probe) = plan.return_probe(f.target) {
                         out.push(GoHit {
                             target: f.target,
                             unwound: true,
@@ -338,12 +339,7 @@ impl Goroutines {
             What::Return { value, slot } => {
                 // As `Probe::returned`, on the goroutine's frames.
                 let key = call.key;
-                let genuine = stack.last().is_some_and(|f| f.key == key)
-                    || stack
-                        .iter()
-                        .rev()
-                        .take_while(|f| f.key <= key)
-                        .any(|f| f.target == t && f.key == key);
+                let genuine = returns_genuinely(stack, key, t, |f| (f.key, f.target));
                 while let Some(top) = stack.last() {
                     if top.key > key {
                         break;
@@ -352,7 +348,7 @@ impl Goroutines {
                     let depth = stack.len();
                     let f = stack.pop().expect("looked at above");
                     let target = &plan.targets[f.target];
-                    let Some(probe) = return_probe(plan, f.target) else {
+                    let Some(probe) = plan.return_probe(f.target) else {
                         continue;
                     };
                     let ret = match (target.conv.ret_reg(), target.ret_slot) {
@@ -377,17 +373,6 @@ impl Goroutines {
                 gr.named = true;
             }
         }
-    }
-}
-
-/// The `-p` a return of target `t` is a hit of: its return probe, or its
-/// entry probe under `--flow`.
-fn return_probe(plan: &Plan, t: usize) -> Option<usize> {
-    let target = &plan.targets[t];
-    match (target.on_return, target.on_entry, plan.flow) {
-        (Some(p), _, _) => Some(p),
-        (None, Some((p, _)), true) => Some(p),
-        _ => None,
     }
 }
 
@@ -419,6 +404,7 @@ mod tests {
                     hidden: false,
                     conv: Conv::new(Abi::SysV, true),
                     ret_slot: None,
+                    by_goroutine: true,
                 })
                 .collect(),
             sites: Default::default(),

@@ -43,6 +43,32 @@ pub struct Target {
     /// Where its first result is in memory, for a convention without a
     /// result register (Go's ABI0, see [`godwarf`]), if known.
     pub ret_slot: Option<godwarf::Slot>,
+    /// Its frames are its goroutine's, not its thread's (see
+    /// [`by_goroutine`]).
+    pub by_goroutine: bool,
+}
+
+/// Whether a function of a program of convention `abi` named `name` keeps
+/// its frames by goroutine (`super::goroutine`): a Go function that runs
+/// with `g` in its register and its stack pointer on that goroutine's
+/// stack, on a guest where Go has such a register. Not so, and so kept
+/// per thread (each runs to its return on its thread):
+///
+/// * on x86_64, an assembly function under the stack convention (its
+///   symbol ends in `.abi0`): only Go's register convention keeps `g` in
+///   r14, and such a function may use r14 for anything;
+/// * the runtime's helpers that set `g` while the scheduler switches
+///   goroutines (`save_g`, `load_g`, `setg`), called with the new
+///   goroutine's `g` on the old one's stack: taken for the new one's,
+///   their frame would end every frame it has.
+pub fn by_goroutine(abi: Abi, go: bool, name: &str) -> bool {
+    let bare = name.strip_suffix(".abi0").unwrap_or(name);
+    let asm = abi == Abi::SysV && bare.len() < name.len();
+    let switch = matches!(
+        bare,
+        "runtime.save_g" | "runtime.load_g" | "runtime.setg" | "setg" | "runtime.setg_gcc"
+    );
+    go && abi.go_g_reg().is_some() && !asm && !switch
 }
 
 /// What a hooked pc means; one pc can mean several things.
@@ -329,6 +355,7 @@ impl Plan {
                 hidden: true,
                 conv: Conv::new(image.abi, go),
                 ret_slot: None,
+                by_goroutine: by_goroutine(image.abi, go, &g.name),
             });
             by_entry.insert((module, g.entry), t);
             self.add(module, g.entry, Site::Entry(t));
@@ -358,12 +385,22 @@ impl Plan {
         }
     }
 
+    /// The `-p` a return of target `t` is a hit of: its return probe, or
+    /// its entry probe under `--flow`.
+    pub fn return_probe(&self, t: usize) -> Option<usize> {
+        let target = &self.targets[t];
+        match (target.on_return, target.on_entry, self.flow) {
+            (Some(p), _, _) => Some(p),
+            (None, Some((p, _)), true) => Some(p),
+            _ => None,
+        }
+    }
+
     /// Whether Go functions' frames are kept by goroutine, in the order
     /// the process's threads ran their calls (`super::goroutine`): some
-    /// target is a Go function, on a guest where Go keeps the running
-    /// goroutine in a register.
+    /// target's are ([`by_goroutine`]).
     pub fn by_goroutine(&self) -> bool {
-        self.abi.go_g_reg().is_some() && self.targets.iter().any(|t| t.conv.go)
+        self.targets.iter().any(|t| t.by_goroutine)
     }
 
     /// The hook library's plan: a line of settings, then one hex pc per
@@ -405,5 +442,21 @@ impl Plan {
     /// The module whose file is `path` (canonical), if it has probes.
     pub fn module_of(&self, path: &std::path::Path) -> Option<usize> {
         self.modules.iter().position(|m| m.path == path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn which_frames_are_a_goroutines() {
+        assert!(by_goroutine(Abi::SysV, true, "main.relay"));
+        assert!(!by_goroutine(Abi::SysV, false, "main"), "C");
+        assert!(!by_goroutine(Abi::Cdecl, true, "main.relay"), "g in TLS");
+        assert!(!by_goroutine(Abi::SysV, true, "crypto/sha256.block.abi0"));
+        assert!(by_goroutine(Abi::Aapcs64, true, "crypto/sha256.block.abi0"));
+        assert!(!by_goroutine(Abi::O32, true, "runtime.save_g"));
+        assert!(!by_goroutine(Abi::Aapcs, true, "setg"));
     }
 }

@@ -29,7 +29,7 @@ pub use placement::bias_after;
 use placement::{unpark, DEFER_LIMIT};
 use worker::{count, lines, tail};
 
-use super::conv::{Abi, Conv};
+use super::conv::{returns_genuinely, Conv};
 use super::goroutine::{Call, GoHit, Goroutines, What};
 use super::hex::{self, Key};
 use super::isa;
@@ -558,29 +558,10 @@ impl Probe {
     }
 
     /// The goroutine running now, where Go frames are kept by goroutine
-    /// and `t` is a Go function that runs with `g` in its register and its
-    /// stack pointer on that goroutine's stack. Not so, and so kept per
-    /// thread (each runs to its return on its thread):
-    ///
-    /// * on x86_64, an assembly function under the stack convention (its
-    ///   symbol ends in `.abi0`): only Go's register convention keeps `g`
-    ///   in r14, and such a function may use r14 for anything;
-    /// * the runtime's helpers that set `g` while the scheduler switches
-    ///   goroutines (`save_g`, `load_g`, `setg`), called with the new
-    ///   goroutine's `g` on the old one's stack: taken for the new one's,
-    ///   their frame would end every frame it has.
+    /// and `t`'s are ([`super::plan::Target::by_goroutine`]).
     fn goroutine(&self, t: usize, regs: &[u64]) -> Option<u64> {
-        let target = &self.plan.targets[t];
-        let name = target.name.strip_suffix(".abi0").unwrap_or(&target.name);
-        let asm = target.conv.abi == Abi::SysV && name.len() < target.name.len();
-        let switch = matches!(
-            name,
-            "runtime.save_g" | "runtime.load_g" | "runtime.setg" | "setg" | "runtime.setg_gcc"
-        );
-        reg(
-            regs,
-            self.layout.g.filter(|_| target.conv.go && !asm && !switch),
-        )
+        let by_goroutine = self.plan.targets[t].by_goroutine;
+        reg(regs, self.layout.g.filter(|_| by_goroutine))
     }
 
     fn base<'a>(&self, at: At, probe: &'a str, function: Option<&'a str>, pc: u64) -> Hit<'a> {
@@ -705,13 +686,7 @@ impl Probe {
         // only restored a caller's stack pointer (glibc's `__longjmp` ends
         // in `ret` or `jr ra`): every frame it leaves, even one with this
         // key, was left without returning.
-        let genuine = self.stack.last().is_some_and(|f| f.key == key)
-            || self
-                .stack
-                .iter()
-                .rev()
-                .take_while(|f| f.key <= key)
-                .any(|f| f.target == t && f.key == key);
+        let genuine = returns_genuinely(&self.stack, key, t, |f| (f.key, f.target));
         while let Some(top) = self.stack.last() {
             if top.key > key {
                 break;
@@ -720,10 +695,8 @@ impl Probe {
             let depth = self.stack.len();
             let f = self.stack.pop().expect("looked at above");
             let target = &plan.targets[f.target];
-            let probe = match (target.on_return, target.on_entry, plan.flow) {
-                (Some(p), _, _) => p,
-                (None, Some((p, _)), true) => p,
-                _ => continue,
+            let Some(probe) = plan.return_probe(f.target) else {
+                continue;
             };
             // An ABI0 Go function's result is in its caller's frame, where
             // its DWARF says (see `godwarf`).
