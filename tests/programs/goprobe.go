@@ -15,6 +15,11 @@
 // thread runs another goroutine's `relay`, and resumed on whichever thread
 // readied it), and prints one line per call, `relay id round = result`,
 // after all have ended.
+//
+// `goprobe grow` runs `grown` in four new goroutines, one after the other,
+// each call growing its goroutine's stack from the runtime's smallest
+// several times over (so the runtime moves it while `grown`'s frame, and
+// `deep`'s, are open), and prints `grown id n = result` per call.
 package main
 
 import (
@@ -136,9 +141,38 @@ func ring() {
 	}
 }
 
+// Recurses `n` levels of `deep` below its own frame: about 600 bytes a
+// level, so 200 levels move a new goroutine's stack six times.
+//
+//go:noinline
+func grown(id, n int) int {
+	return deep(n)*10 + id
+}
+
+func grow() {
+	var b []byte
+	for id := 0; id < 4; id++ {
+		done := make(chan int)
+		go func(id int) {
+			done <- grown(id, 200)
+		}(id)
+		v := <-done
+		b = append(b, "grown "...)
+		b = strconv.AppendInt(b, int64(id), 10)
+		b = append(b, " 200 = "...)
+		b = strconv.AppendInt(b, int64(v), 10)
+		b = append(b, '\n')
+	}
+	os.Stdout.Write(b)
+}
+
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "relay" {
 		ring()
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "grow" {
+		grow()
 		return
 	}
 	s := 0

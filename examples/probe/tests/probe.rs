@@ -1630,6 +1630,120 @@ fn go_goroutines(arch: &str) {
 
 per_guest!(go_goroutines: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, ppc64le);
 
+/// A goroutine's stack that the runtime moves while probed frames are
+/// open (`goprobe grow`: each of four new goroutines recurses 200 levels
+/// of `deep` below `grown`, and its stack is copied to a larger one about
+/// six times on the way down). Every frame moves with it: each `deep(k)`
+/// shows one entry, whose argument is `k`, and one return at the same
+/// depth, 202 - k, with `k(k+1)/2`; `grown`'s return gives what the
+/// program printed; nothing is taken for a frame a panic unwound. Without
+/// following the moves the frames kept their old stack pointers: a
+/// prologue's re-run on the new stack was a second entry, and every
+/// return after it ended the frames as `unwound`. Not i386 (see
+/// `go_goroutines`).
+fn go_stack_moves(arch: &str) {
+    let dir = RunDir::new();
+    let opts = [
+        "--json",
+        "-p",
+        "main.grown/2",
+        "-p",
+        "main.grown:return",
+        "-p",
+        "main.deep/1",
+        "-p",
+        "main.deep:return",
+    ];
+    let r = run_probe_args(&dir, arch, &opts, &guest(arch, "goprobe"), &["grow"]);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let said: Vec<(u64, u64)> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("grown "))
+        .map(|l| {
+            let (args, res) = l.split_once(" 200 = ").expect("grown id 200 = result");
+            let n = |s: &str| s.parse::<u64>().expect("a number");
+            (n(args), n(res))
+        })
+        .collect();
+    assert_eq!(said.len(), 4, "{arch}: {}", r.stdout);
+    let hits: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let unwound: Vec<&Value> = hits.iter().filter(|h| h["unwound"] == true).collect();
+    assert!(unwound.is_empty(), "{arch}: unwound: {unwound:?}");
+    let of = |f: &str, at: &str| -> Vec<&Value> {
+        hits.iter()
+            .filter(|h| h["function"] == f && h["at"] == at)
+            .collect()
+    };
+    let depth = |h: &Value| h["depth"].as_u64().expect("a depth");
+    let args = |h: &Value| -> Vec<u64> {
+        let a = h["args"].as_array().expect("args");
+        a.iter().map(|a| hex(a).expect("known")).collect()
+    };
+    let mut grown: Vec<Vec<u64>> = of("main.grown", "entry").iter().map(|h| args(h)).collect();
+    grown.sort();
+    let want: Vec<Vec<u64>> = said.iter().map(|&(id, _)| vec![id, 200]).collect();
+    assert_eq!(grown, want, "{arch}: grown's entries");
+    let mut rets: Vec<(u64, u64)> = of("main.grown", "return")
+        .iter()
+        .map(|h| (depth(h), hex(&h["ret"]).expect("a result")))
+        .collect();
+    rets.sort_unstable();
+    let want: Vec<(u64, u64)> = said.iter().map(|&(_, v)| (1, v)).collect();
+    assert_eq!(rets, want, "{arch}: grown's returns");
+    // deep(k), at depth 202 - k, returns k(k+1)/2: (depth, k) at entries,
+    // (depth, result) at returns, each level once per goroutine.
+    let level = |k: u64| (202 - k, k);
+    let mut entries: Vec<(u64, u64)> = of("main.deep", "entry")
+        .iter()
+        .map(|h| (depth(h), args(h)[0]))
+        .collect();
+    entries.sort_unstable();
+    let mut want: Vec<(u64, u64)> = (0..=200).flat_map(|k| [level(k); 4]).collect();
+    want.sort_unstable();
+    assert_eq!(entries, want, "{arch}: deep's entries");
+    let mut rets: Vec<(u64, u64)> = of("main.deep", "return")
+        .iter()
+        .map(|h| (depth(h), hex(&h["ret"]).expect("a result")))
+        .collect();
+    rets.sort_unstable();
+    let mut want: Vec<(u64, u64)> = (0..=200u64)
+        .flat_map(|k| [(202 - k, k * (k + 1) / 2); 4])
+        .collect();
+    want.sort_unstable();
+    assert_eq!(rets, want, "{arch}: deep's returns");
+    // Stripped, the runtime's functions come from its own table, and
+    // `stackalloc`'s result from its signature (no DWARF): the same hits,
+    // none unwound (no results on the ABI0 guests).
+    let prog = strip(&dir, arch, &guest(arch, "goprobe"));
+    let r = run_probe_args(&dir, arch, &opts, &prog, &["grow"]);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let stripped: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let said = |h: &Value| {
+        (
+            h["function"].clone(),
+            h["at"].clone(),
+            depth(h),
+            h["unwound"].clone(),
+        )
+    };
+    let mut a: Vec<_> = hits.iter().map(said).collect();
+    let mut b: Vec<_> = stripped.iter().map(said).collect();
+    a.sort_by_key(|h| format!("{h:?}"));
+    b.sort_by_key(|h| format!("{h:?}"));
+    assert_eq!(a, b, "{arch}: stripped");
+}
+
+per_guest!(go_stack_moves: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, ppc64le);
+
 /// A recording has no order numbers between its threads (`--hooks regs`):
 /// a goroutine's return that comes before its entry (which another thread
 /// ran, and whose stream comes later) is never lost silently. Either
@@ -1669,14 +1783,9 @@ fn go_goroutines_replayed() {
     }
 }
 
-/// A Go program stripped of its symbol table (the cross `strip`, as Go
-/// programs without source come): its functions come from the runtime's
-/// own table, `.gopclntab`, each at the address the cross `nm` of the
-/// unstripped program gives it, and its probes give the known values (no
-/// results on the ABI0 guests: its DWARF went too).
-fn go_stripped(arch: &str) {
-    let dir = RunDir::new();
-    let prog = guest(arch, "goprobe");
+/// `prog` stripped by the guest's cross `strip` (symbols and DWARF gone,
+/// as Go programs without source come), in `dir`.
+fn strip(dir: &RunDir, arch: &str, prog: &Path) -> PathBuf {
     let stripped = dir.file("goprobe-stripped");
     let strip = match guest_info(arch).triple {
         Some(t) => format!("{t}-strip"),
@@ -1685,7 +1794,7 @@ fn go_stripped(arch: &str) {
     let o = Command::new(&strip)
         .arg("-o")
         .arg(&stripped)
-        .arg(&prog)
+        .arg(prog)
         .output()
         .unwrap_or_else(|e| panic!("{strip}: {e}; install it with scripts/deps.sh"));
     assert!(
@@ -1697,6 +1806,18 @@ fn go_stripped(arch: &str) {
         nm_funcs(arch, &stripped, false).is_empty(),
         "{arch}: {strip} left symbols"
     );
+    stripped
+}
+
+/// A Go program stripped of its symbol table (the cross `strip`, as Go
+/// programs without source come): its functions come from the runtime's
+/// own table, `.gopclntab`, each at the address the cross `nm` of the
+/// unstripped program gives it, and its probes give the known values (no
+/// results on the ABI0 guests: its DWARF went too).
+fn go_stripped(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "goprobe");
+    let stripped = strip(&dir, arch, &prog);
     let listed = listed(&dir, arch, &["--list", "*"], &stripped);
     let nm = nm_funcs(arch, &prog, false);
     let starts: BTreeSet<u64> = nm.values().copied().collect();

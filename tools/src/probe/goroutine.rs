@@ -37,7 +37,7 @@ use std::collections::{HashMap, VecDeque};
 
 use super::conv::returns_genuinely;
 use super::out::At;
-use super::plan::Plan;
+use super::plan::{Plan, StackMove};
 
 /// The most calls and numbers passed over that wait for an earlier
 /// number before the earliest applies anyway (about 100 bytes each, so
@@ -130,6 +130,18 @@ struct Frame {
     insn: u64,
 }
 
+/// A goroutine's stack being moved ([`StackMove`]): what `copystack`
+/// and the `stackalloc` it called said so far.
+#[derive(Debug)]
+struct Moving {
+    /// The goroutine moved (`copystack`'s `gp`).
+    gp: Option<u64>,
+    /// The new stack's size.
+    size: Option<u64>,
+    /// The new stack's low end.
+    lo: Option<u64>,
+}
+
 /// The process's goroutines and their frames.
 #[derive(Debug, Default)]
 pub struct Goroutines {
@@ -154,6 +166,11 @@ pub struct Goroutines {
     /// Calls without a number that may be out of their goroutine's order
     /// (see `ambiguous`): each hit missing is one of them.
     pub unmatched: u64,
+    /// Stack moves under way, by the `g` that runs `copystack` (its
+    /// thread's scheduler goroutine, `g0`).
+    moving: HashMap<u64, Moving>,
+    /// Stacks moved, their goroutines' frames with them.
+    pub moved: u64,
 }
 
 impl Goroutines {
@@ -255,8 +272,62 @@ impl Goroutines {
         }
     }
 
+    /// A call of a function that moves a goroutine's stack: once the
+    /// old stack is given up, the moved goroutine's frames take their
+    /// place on the new one (the same distance from its high end).
+    fn stack_move(&mut self, plan: &Plan, what: StackMove, call: &Call) {
+        let t = &plan.targets[call.target];
+        match (what, &call.what) {
+            (StackMove::Copy, What::Entry { args }) => {
+                let arg = |i: usize| args.get(i).copied().flatten();
+                let m = Moving {
+                    gp: arg(0),
+                    size: arg(1),
+                    lo: None,
+                };
+                self.moving.insert(call.g, m);
+            }
+            (StackMove::Copy, What::Return { .. }) => {
+                self.moving.remove(&call.g);
+            }
+            (StackMove::Alloc, What::Return { value, slot }) => {
+                if let Some(m) = self.moving.get_mut(&call.g) {
+                    m.lo = if t.conv.ret_reg().is_some() {
+                        *value
+                    } else {
+                        *slot
+                    };
+                }
+            }
+            (StackMove::Free, What::Entry { args }) => {
+                let Some(m) = self.moving.remove(&call.g) else {
+                    return;
+                };
+                let arg = |i: usize| args.get(i).copied().flatten();
+                let (Some(gp), Some(size), Some(lo), Some(old_lo), Some(old_hi)) =
+                    (m.gp, m.size, m.lo, arg(0), arg(1))
+                else {
+                    return;
+                };
+                let delta = lo.wrapping_add(size).wrapping_sub(old_hi);
+                if let Some(gr) = self.goroutines.get_mut(&gp) {
+                    for f in &mut gr.frames {
+                        if (old_lo..=old_hi).contains(&f.key) {
+                            f.key = f.key.wrapping_add(delta);
+                        }
+                    }
+                }
+                self.moved += 1;
+            }
+            _ => {}
+        }
+    }
+
     fn apply(&mut self, plan: &Plan, call: Call, out: &mut Vec<GoHit>) {
         self.applied += 1;
+        if let Some(what) = plan.targets[call.target].stack_move {
+            self.stack_move(plan, what, &call);
+        }
         let seen = &mut self.seen;
         let gr = self.goroutines.entry(call.g).or_insert_with(|| {
             *seen += 1;
@@ -329,7 +400,9 @@ impl Goroutines {
                     tid: call.tid,
                     insn: call.insn,
                 });
-                if let Some((p, _)) = plan.targets[t].on_entry {
+                if let Some((p, n)) = plan.targets[t].on_entry {
+                    let mut args = args;
+                    args.truncate(n);
                     out.push(GoHit {
                         args,
                         ..hit(At::Entry, p, stack.len())
@@ -405,6 +478,7 @@ mod tests {
                     conv: Conv::new(Abi::SysV, true),
                     ret_slot: None,
                     by_goroutine: true,
+                    stack_move: None,
                 })
                 .collect(),
             sites: Default::default(),
@@ -528,6 +602,74 @@ mod tests {
         gs.offer(&p, Some(4), vec![ret(0xa0, 1, 0x5000, 30)], &mut out);
         let at: Vec<At> = out.iter().map(|h| h.at).collect();
         assert_eq!(at, [At::Entry, At::Return, At::Entry, At::Return]);
+    }
+
+    /// The runtime moves goroutine 0xa0's stack from [0x4000, 0x6000) to
+    /// [0x10000, 0x14000) while its call at 0x5f00 is open (`copystack`,
+    /// on the thread's scheduler goroutine 0x90): the call's entry run
+    /// again on the new stack, at 0x13f00, is the same call, and its
+    /// return there ends it, not unwound. Another goroutine's frames stay.
+    #[test]
+    fn frames_move_with_their_stack() {
+        let mut p = plan();
+        p.targets[0].on_entry = Some((0, 1));
+        for (what, name) in StackMove::FUNCTIONS {
+            let mut t = p.targets[0].clone();
+            t.name = name.to_string();
+            t.on_entry = None;
+            t.on_return = None;
+            t.hidden = true;
+            t.stack_move = Some(what);
+            p.targets.push(t);
+        }
+        let [copy, alloc, free] = [2, 3, 4];
+        let on = |target: usize, what: What| Call {
+            g: 0x90,
+            tid: 1,
+            insn: 12,
+            pc: 0x2000,
+            target,
+            key: 0x9000,
+            what,
+        };
+        let args = |a: u64, b: u64| What::Entry {
+            args: vec![Some(a), Some(b)],
+        };
+        let returned = |v: u64| What::Return {
+            value: Some(v),
+            slot: None,
+        };
+        let mut gs = Goroutines::default();
+        let mut out = Vec::new();
+        let calls = [
+            entry(0xa0, 1, 0x5f00, 1),
+            entry(0xb0, 2, 0x5f00, 2),
+            on(copy, args(0xa0, 0x4000)),
+            on(alloc, args(0, 0)),
+            on(alloc, returned(0x10000)),
+            on(free, args(0x4000, 0x6000)),
+            on(free, returned(0)),
+            on(copy, returned(0)),
+            entry(0xa0, 1, 0x13f00, 1),
+            ret(0xa0, 1, 0x13f00, 10),
+            ret(0xb0, 2, 0x5f00, 20),
+        ];
+        for (seq, c) in calls.into_iter().enumerate() {
+            gs.offer(&p, Some(seq as u64), vec![c], &mut out);
+        }
+        assert_eq!(
+            said(&out),
+            [
+                (At::Entry, 1, Some(1), false, 1, 0),
+                (At::Entry, 2, Some(2), false, 1, 1),
+                (At::Return, 1, Some(10), false, 1, 0),
+                (At::Return, 2, Some(20), false, 1, 1),
+            ]
+        );
+        assert_eq!(gs.moved, 1);
+        // An entry's hit shows as many arguments as its probe asked for,
+        // whatever its call read (a stack move's function reads two).
+        assert_eq!(out[0].args.len(), 1);
     }
 
     /// A return of an outer frame leaves the goroutine's deeper frames

@@ -389,7 +389,7 @@ pub fn main(args: Args) -> i32 {
         "probe: {} hits of {} probes in {} functions, {} thread{}",
         run.hits.load(Ordering::Relaxed),
         plan.specs.len(),
-        plan.targets.len(),
+        plan.targets.iter().filter(|t| !t.hidden).count(),
         run.threads.load(Ordering::Relaxed),
         if run.threads.load(Ordering::Relaxed) == 1 {
             ""

@@ -46,6 +46,44 @@ pub struct Target {
     /// Its frames are its goroutine's, not its thread's (see
     /// [`by_goroutine`]).
     pub by_goroutine: bool,
+    /// What it tells of a goroutine's stack moving, if it is one of the
+    /// runtime's functions that move it.
+    pub stack_move: Option<StackMove>,
+}
+
+/// The Go runtime's functions that move a goroutine's stack, and what
+/// each tells (`super::goroutine`). When a goroutine needs more stack (or
+/// the collector shrinks it), `runtime.copystack(gp, newsize)` gets a new
+/// stack from `runtime.stackalloc`, copies the old one's used top there
+/// (it keeps each frame's distance from the stack's high end), and gives
+/// the old one to `runtime.stackfree`. The stack pointers of `gp`'s open
+/// frames all move by the new high end less the old one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackMove {
+    /// `copystack`'s entry: the goroutine and the new stack's size.
+    Copy,
+    /// `stackalloc`'s return: the new stack's low end (its result's first
+    /// word).
+    Alloc,
+    /// `stackfree`'s entry: the old stack's low and high ends.
+    Free,
+}
+
+impl StackMove {
+    /// Each, by its function's name (unchanged since Go 1.5).
+    pub const FUNCTIONS: [(StackMove, &'static str); 3] = [
+        (StackMove::Copy, "runtime.copystack"),
+        (StackMove::Alloc, "runtime.stackalloc"),
+        (StackMove::Free, "runtime.stackfree"),
+    ];
+
+    /// How many arguments its entry reads.
+    pub fn args(self) -> usize {
+        match self {
+            StackMove::Copy | StackMove::Free => 2,
+            StackMove::Alloc => 0,
+        }
+    }
 }
 
 /// Whether a function of a program of convention `abi` named `name` keeps
@@ -299,9 +337,37 @@ impl Plan {
                 }
             }
         }
+        if plan.by_goroutine() {
+            plan.follow_stack_moves(img, exe_module, &mut by_entry);
+        }
         plan.find_ret_slots(img);
+        plan.stackalloc_slot(img);
         plan.specs = specs;
         Ok(plan)
+    }
+
+    /// Hooks the runtime's functions that move a goroutine's stack
+    /// ([`StackMove`]), unprobed unless asked for: without them a
+    /// goroutine's frames open across a move would keep their old stack
+    /// pointers, and every return after it would take them for frames a
+    /// panic unwound.
+    fn follow_stack_moves(
+        &mut self,
+        img: &Image,
+        module: Option<usize>,
+        by_entry: &mut HashMap<(Option<usize>, u64), usize>,
+    ) {
+        for (what, name) in StackMove::FUNCTIONS {
+            let Some(f) = img.matching(name).next() else {
+                continue;
+            };
+            let t = self.target(module, img, true, f, by_entry);
+            let target = &mut self.targets[t];
+            target.stack_move = Some(what);
+            if (0..what.args()).any(|i| target.conv.on_stack(i)) {
+                self.stores = true;
+            }
+        }
     }
 
     /// The result slots of a Go program's targets under ABI0, from its
@@ -311,7 +377,9 @@ impl Plan {
             .targets
             .iter()
             .filter(|t| t.conv.go && t.conv.ret_reg().is_none())
-            .filter(|t| t.on_return.is_some() || self.flow)
+            .filter(|t| {
+                t.on_return.is_some() || self.flow || t.stack_move == Some(StackMove::Alloc)
+            })
             .map(|t| t.entry)
             .collect();
         if wanted.is_empty() {
@@ -323,6 +391,27 @@ impl Plan {
             t.ret_slot = slots.get(&t.entry).copied();
         }
         self.stores |= !slots.is_empty();
+    }
+
+    /// `runtime.stackalloc`'s result slot under ABI0 where DWARF gave
+    /// none (a program linked with `-w`, or stripped): its signature,
+    /// `stackalloc(n uint32) stack`, puts the result's first word one word
+    /// past its one argument's slot.
+    fn stackalloc_slot(&mut self, img: &Image) {
+        let w = img.abi.word();
+        let first_arg = if img.abi == Abi::Cdecl { 0 } else { w };
+        for t in &mut self.targets {
+            if t.stack_move == Some(StackMove::Alloc)
+                && t.conv.ret_reg().is_none()
+                && t.ret_slot.is_none()
+            {
+                t.ret_slot = Some(godwarf::Slot {
+                    offset: first_arg + w,
+                    len: w,
+                });
+                self.stores = true;
+            }
+        }
     }
 
     /// The target of `f`, made (entry and returns hooked) if new; the
@@ -356,6 +445,7 @@ impl Plan {
                 conv: Conv::new(image.abi, go),
                 ret_slot: None,
                 by_goroutine: by_goroutine(image.abi, go, &g.name),
+                stack_move: None,
             });
             by_entry.insert((module, g.entry), t);
             self.add(module, g.entry, Site::Entry(t));

@@ -614,7 +614,10 @@ impl Probe {
                 insn: self.insn(),
             });
         }
-        let n = target.on_entry.map_or(0, |(_, n)| n);
+        // What the probe reports, or more where the goroutine table needs
+        // it (a stack move's).
+        let shown = target.on_entry.map_or(0, |(_, n)| n);
+        let n = shown.max(target.stack_move.map_or(0, |m| m.args()));
         let in_regs = if conv.go { &l.go_args } else { &l.args };
         let args: Vec<Option<u64>> = (0..n)
             .map(|i| {
@@ -641,6 +644,8 @@ impl Probe {
         let Some((p, _)) = target.on_entry else {
             return;
         };
+        let mut args = args;
+        args.truncate(shown);
         let h = Hit {
             args,
             ..self.base(At::Entry, &plan.specs[p].text, Some(&target.name), pc)
