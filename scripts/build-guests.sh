@@ -123,7 +123,11 @@ if [ ${#sources[@]} -eq 0 ]; then
   exit 1
 fi
 sources+=("$root"/bench/programs/*.c)
-go_sources=("$src_dir"/*.go)
+# A Go program is one file, or a directory with a go.mod (a program with
+# assembly, for instance): named by the file or the directory.
+shopt -s nullglob
+go_sources=("$src_dir"/*.go "$src_dir"/*/go.mod)
+shopt -u nullglob
 if [ ${#go_sources[@]} -gt 0 ] && ! command -v go >/dev/null 2>&1; then
   echo "build-guests: error: the Go compiler 'go' not found (for ${go_sources[*]##*/})." >&2
   echo "build-guests: install it with: apt-get install -y golang-go (or run scripts/deps.sh)" >&2
@@ -178,16 +182,30 @@ for arch in "${arches[@]}"; do
   done
   # Go programs: static (no cgo), Go's own toolchain for every guest.
   for src in "${go_sources[@]}"; do
-    name="$(basename "$src" .go)"
+    if [ "$(basename "$src")" = go.mod ]; then
+      pkg="$(dirname "$src")"
+      name="$(basename "$pkg")"
+      inputs=("$pkg"/*)
+      target=.
+    else
+      pkg="$(dirname "$src")"
+      name="$(basename "$src" .go)"
+      inputs=("$src")
+      target="$src"
+    fi
     out="$out_dir/$name"
-    if [ "$force" = 0 ] && [ -x "$out" ] && [ "$out" -nt "$src" ] && [ "$out" -nt "$self" ]; then
+    fresh=1
+    for f in "${inputs[@]}" "$self"; do
+      [ "$out" -nt "$f" ] || fresh=0
+    done
+    if [ "$force" = 0 ] && [ -x "$out" ] && [ "$fresh" = 1 ]; then
       skipped=$((skipped + 1))
       continue
     fi
     log "$arch/$name (Go)"
     tmp="$out.tmp.$$"
-    if ! "${go_env[@]}" GOARCH="$(go_arch_for "$arch")" \
-         go build -trimpath -buildvcs=false -o "$tmp" "$src" 2>"$tmp.log"; then
+    if ! (cd "$pkg" && "${go_env[@]}" GOARCH="$(go_arch_for "$arch")" \
+         go build -trimpath -buildvcs=false -o "$tmp" "$target") 2>"$tmp.log"; then
       cat "$tmp.log" >&2
       rm -f "$tmp" "$tmp.log"
       echo "build-guests: error: building $src for $arch with $(go version 2>&1) failed" >&2

@@ -1630,6 +1630,74 @@ fn go_goroutines(arch: &str) {
 
 per_guest!(go_goroutines: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, ppc64le);
 
+/// Go functions whose arguments are on the stack where `goprobe`'s are
+/// not (`tests/programs/goasm`): `asmmix`, assembly on the guests where Go
+/// has a register convention (under its stack one there, ABI0, its symbol
+/// `main.asmmix.abi0`, probed by its Go name), and `many`, 18 arguments,
+/// past every register convention's registers (Go's stack slots follow
+/// the frame's fixed words: 8 bytes on aarch64 and riscv64, 32 on
+/// ppc64le). Every entry's arguments are what the program printed, and
+/// `many`'s result. An assembly function's result has no place anything
+/// in the program gives: `null`, and one warning line naming it; the
+/// other guests' `asmmix` is Go, whose result is read.
+fn go_stack_arguments(arch: &str) {
+    let dir = RunDir::new();
+    let opts = [
+        "--json",
+        "-p",
+        "main.asmmix/3",
+        "-p",
+        "main.asmmix:return",
+        "-p",
+        "main.many/18",
+        "-p",
+        "main.many:return",
+    ];
+    let r = run_probe_args(&dir, arch, &opts, &guest(arch, "goasm"), &[]);
+    assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
+    let said = |name: &str| -> Vec<(Vec<u64>, u64)> {
+        r.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .map(|l| {
+                let (args, res) = l.split_once(" = ").expect("name args = result");
+                let n = |s: &str| s.parse::<u64>().expect("a number");
+                (args.split(' ').map(n).collect(), n(res))
+            })
+            .collect()
+    };
+    let (mix, many) = (said("asmmix"), said("many"));
+    assert_eq!((mix.len(), many.len()), (2, 1), "{arch}: {}", r.stdout);
+    let hits: Vec<Value> = r
+        .out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    let of = |probe: &str| -> Vec<&Value> { hits.iter().filter(|h| h["probe"] == probe).collect() };
+    let args = |h: &Value| -> Vec<u64> {
+        let a = h["args"].as_array().expect("args");
+        a.iter().map(|a| hex(a).expect("known")).collect()
+    };
+    let got: Vec<Vec<u64>> = of("main.asmmix/3").iter().map(|h| args(h)).collect();
+    let want: Vec<Vec<u64>> = mix.iter().map(|(a, _)| a.clone()).collect();
+    assert_eq!(got, want, "{arch}: asmmix's arguments");
+    let got: Vec<Vec<u64>> = of("main.many/18").iter().map(|h| args(h)).collect();
+    assert_eq!(got, vec![many[0].0.clone()], "{arch}: many's arguments");
+    let rets = |p: &str| -> Vec<Option<u64>> { of(p).iter().map(|h| hex(&h["ret"])).collect() };
+    assert_eq!(
+        rets("main.many:return"),
+        [Some(many[0].1)],
+        "{arch}: many's result"
+    );
+    let asm = matches!(arch, "x86_64" | "aarch64" | "riscv64" | "ppc64le");
+    let want: Vec<Option<u64>> = mix.iter().map(|&(_, v)| (!asm).then_some(v)).collect();
+    assert_eq!(rets("main.asmmix:return"), want, "{arch}: asmmix's results");
+    let warned = r.stderr.contains("is Go assembly") && r.stderr.contains("main.asmmix.abi0");
+    assert_eq!(warned, asm, "{arch}: {}", r.stderr);
+}
+
+per_guest!(go_stack_arguments: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
 /// A goroutine's stack that the runtime moves while probed frames are
 /// open (`goprobe grow`: each of four new goroutines recurses 200 levels
 /// of `deep` below `grown`, and its stack is copied to a larger one about

@@ -33,6 +33,15 @@
 //! at an offset only the function's argument types give (not its symbol):
 //! `super::godwarf` finds it in the program's DWARF.
 //!
+//! Arguments past the registers, under either of Go's conventions, start
+//! past the words Go keeps at the bottom of every frame: the return
+//! address (x86), the caller's saved link register, and on ppc64le the
+//! rest of ELFv2's four-word save area (Go's `FixedFrameSize`: sp+8 on
+//! aarch64 and riscv64, sp+32 on ppc64le). Go's assembly functions take
+//! ABI0 on every guest, the register guests too: their symbols end in
+//! `.abi0` ([`Conv::of`]), and their DWARF has no parameters, so their
+//! results are not placed.
+//!
 //! A frame is known by its *key*: the caller's stack pointer once the
 //! function has returned. At the entry that is `sp` (plus the pushed
 //! return address on x86); at a return instruction it is `sp` plus what
@@ -203,21 +212,42 @@ pub struct Conv {
     pub abi: Abi,
     /// A function of a Go program.
     pub go: bool,
+    /// A Go function under Go's stack convention (ABI0) where Go has a
+    /// register one too: an assembly function (its symbol ends in
+    /// `.abi0`), which takes its arguments and leaves its results on the
+    /// stack on every guest.
+    pub abi0: bool,
 }
 
 impl Conv {
     pub fn new(abi: Abi, go: bool) -> Conv {
-        Conv { abi, go }
+        Conv {
+            abi,
+            go,
+            abi0: false,
+        }
     }
 
-    /// Go's stack convention (ABI0): Go has no register convention here.
-    fn go_stack(self) -> bool {
-        self.go && matches!(self.abi, Abi::Aapcs | Abi::O32 | Abi::N64 | Abi::Cdecl)
+    /// The convention of a function of a program of convention `abi`
+    /// (`go`: a Go program) named `name`: Go's stack convention for a Go
+    /// symbol that says so (`.abi0`).
+    pub fn of(abi: Abi, go: bool, name: &str) -> Conv {
+        Conv {
+            abi0: go && name.ends_with(".abi0"),
+            ..Conv::new(abi, go)
+        }
+    }
+
+    /// Go's stack convention (ABI0): the function's own (assembly), or
+    /// Go has no register convention here.
+    pub fn go_stack(self) -> bool {
+        self.go && (self.abi0 || matches!(self.abi, Abi::Aapcs | Abi::O32 | Abi::N64 | Abi::Cdecl))
     }
 
     /// The registers of the first arguments, by QEMU's names.
     pub fn arg_regs(self) -> &'static [&'static str] {
         match self.abi {
+            _ if self.go_stack() => &[],
             Abi::SysV if self.go => &["rax", "rbx", "rcx", "rdi", "rsi", "r8", "r9", "r10", "r11"],
             Abi::Aapcs64 if self.go => &[
                 "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12",
@@ -231,7 +261,6 @@ impl Conv {
             Abi::Elfv2 if self.go => &[
                 "r3", "r4", "r5", "r6", "r7", "r8", "r9", "r10", "r14", "r15", "r16", "r17",
             ],
-            _ if self.go_stack() => &[],
             a => a.arg_regs(),
         }
     }
@@ -243,10 +272,16 @@ impl Conv {
 
     /// Where argument `i` (on the stack) is, from `sp` at entry.
     pub fn stack_slot(self, sp: u64, i: usize) -> u64 {
-        let first = if self.go_stack() || (self.go && self.abi == Abi::SysV) {
-            // Past the return address the call pushed (x86), or the slot
-            // of the caller's own saved one (the link-register guests).
-            self.abi.word()
+        let first = if self.go {
+            // Either Go convention: past the return address the call
+            // pushed (x86), or the slots Go keeps at the bottom of every
+            // frame on the link-register guests: the caller's own saved
+            // return address, and on ppc64le the three other words of
+            // ELFv2's save area (Go's `FixedFrameSize`).
+            match self.abi {
+                Abi::Elfv2 => 4 * self.abi.word(),
+                a => a.word(),
+            }
         } else {
             self.abi.stack_args()
         };
@@ -315,6 +350,18 @@ mod tests {
         assert_eq!(go(Abi::N64).stack_slot(0x1000, 1), 0x1010);
         assert_eq!(go(Abi::Cdecl).stack_slot(0x1000, 0), 0x1004);
         assert!(go(Abi::O32).on_stack(0) && go(Abi::O32).ret_reg().is_none());
+        // Past the registers of Go's register convention.
+        assert_eq!(go(Abi::Aapcs64).stack_slot(0x1000, 16), 0x1008);
+        assert_eq!(go(Abi::Riscv).stack_slot(0x1000, 17), 0x1010);
+        assert_eq!(go(Abi::Elfv2).stack_slot(0x1000, 12), 0x1020);
+        // Assembly (`.abi0`) on the register guests: the stack, as ABI0.
+        let asm = |abi| Conv::of(abi, true, "crypto/sha256.block.abi0");
+        assert!(asm(Abi::SysV).on_stack(0) && asm(Abi::SysV).ret_reg().is_none());
+        assert_eq!(asm(Abi::SysV).stack_slot(0x1000, 1), 0x1010);
+        assert_eq!(asm(Abi::Aapcs64).stack_slot(0x1000, 0), 0x1008);
+        assert_eq!(asm(Abi::Elfv2).stack_slot(0x1000, 0), 0x1020);
+        assert!(!Conv::of(Abi::SysV, true, "main.mix").abi0);
+        assert!(!Conv::of(Abi::SysV, false, "x.abi0").abi0, "C");
         // The register guests: Go's first registers are C's; Go has more.
         for (abi, n) in [(Abi::Aapcs64, 16), (Abi::Riscv, 16), (Abi::Elfv2, 12)] {
             assert_eq!(go(abi).arg_regs()[..8], *abi.arg_regs());

@@ -246,10 +246,16 @@ impl Image {
     }
 
     /// The functions named by `glob`.
+    /// The functions whose names `glob` matches; a Go assembly function
+    /// (`crypto/sha256.block.abi0`) by its Go name too, as Go's stack
+    /// traces and a stripped program's own table name it.
     pub fn matching<'a>(&'a self, glob: &'a str) -> impl Iterator<Item = &'a Func> + 'a {
-        self.funcs
-            .iter()
-            .filter(move |f| super::spec::glob(glob, &f.name))
+        self.funcs.iter().filter(move |f| {
+            super::spec::glob(glob, &f.name)
+                || f.name
+                    .strip_suffix(".abi0")
+                    .is_some_and(|n| super::spec::glob(glob, n))
+        })
     }
 }
 

@@ -58,7 +58,7 @@ use cannoli::recording::{Needs, RegsAt};
 
 use elf::Image;
 use error::Error;
-use plan::Plan;
+use plan::{Plan, Target};
 use spec::Spec;
 
 /// The variable the hook library reads its plan's file name from (QEMU
@@ -185,14 +185,34 @@ fn list(img: &Image, pattern: &str) -> String {
 /// leaves them on the stack, where only the program's DWARF places them
 /// (see `godwarf`), and a program built with `-ldflags=-w` or stripped has
 /// none. Arguments are read by Go's conventions on every guest.
+/// An assembly function's (`.abi0`) results are on the stack on every
+/// guest, and nothing in the program places them (its DWARF has no
+/// parameters for it): a line of its own says so.
 fn go_warning(img: &Image, plan: &Plan) {
-    let unread = plan.targets.iter().filter(|t| !t.hidden).any(|t| {
-        t.conv.go
-            && t.conv.ret_reg().is_none()
-            && t.ret_slot.is_none()
-            && (t.on_return.is_some() || plan.flow)
-    });
-    if unread {
+    let unread: Vec<&Target> = plan
+        .targets
+        .iter()
+        .filter(|t| {
+            !t.hidden
+                && t.conv.go
+                && t.conv.ret_reg().is_none()
+                && t.ret_slot.is_none()
+                && (t.on_return.is_some() || plan.flow)
+        })
+        .collect();
+    let (asm, other): (Vec<&Target>, Vec<&Target>) = unread.iter().partition(|t| t.conv.abi0);
+    if let Some(first) = asm.first() {
+        eprintln!(
+            "probe: warning: {} probed function{} Go assembly under Go's stack convention \
+             ({}{}), whose results nothing in the program places, so {} `ret` is `?`",
+            asm.len(),
+            if asm.len() == 1 { " is" } else { "s are" },
+            first.name,
+            if asm.len() == 1 { "" } else { ", ..." },
+            if asm.len() == 1 { "its" } else { "their" },
+        );
+    }
+    if !other.is_empty() {
         eprintln!(
             "probe: warning: {} is a Go program without DWARF: on this guest its functions \
              return their results on the stack (Go's ABI0), where only DWARF places them, so \

@@ -442,7 +442,7 @@ impl Plan {
                 on_entry: None,
                 on_return: None,
                 hidden: true,
-                conv: Conv::new(image.abi, go),
+                conv: Conv::of(image.abi, go, &g.name),
                 ret_slot: None,
                 by_goroutine: by_goroutine(image.abi, go, &g.name),
                 stack_move: None,

@@ -21,8 +21,9 @@ use super::error::{SpecError, Why};
 /// Arguments reported at an entry unless `FUNC/N` says otherwise.
 pub const DEFAULT_ARGS: usize = 6;
 
-/// The most arguments `FUNC/N` can ask for.
-pub const MAX_ARGS: usize = 16;
+/// The most arguments `FUNC/N` can ask for: past the most registers a
+/// convention has (Go's 16 on aarch64 and riscv64).
+pub const MAX_ARGS: usize = 32;
 
 /// Where in a function a probe fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,7 +214,7 @@ mod tests {
         assert_eq!(e.why, Why::ArgCount);
         assert_eq!(
             e.to_string(),
-            "probe \"f/99\": N of FUNC/N must be 0 to 16; write FUNC, FUNC/N, FUNC:return, \
+            "probe \"f/99\": N of FUNC/N must be 0 to 32; write FUNC, FUNC/N, FUNC:return, \
              FUNC+OFF, 0xADDR or LIB:FUNC"
         );
     }
