@@ -23,10 +23,12 @@
 //! a thread took reaches the table ([`Goroutines::offer`]), with its calls
 //! or with none (a pc probe, a C function, a conditional return not
 //! taken), so no number is waited for in vain. A thread that took a
-//! number and then runs on without handing its events over holds the
-//! numbers after it: while more than [`WAIT_LIMIT`] calls wait, the
-//! earliest applies anyway, and a call that comes after its turn is
-//! applied when it comes, counted ([`Goroutines::late`]). Calls without a
+//! number and then lags (its events not handed over yet, or its worker
+//! behind the others') holds the numbers after it: once more than
+//! [`WAIT_LIMIT`] calls wait, a live run's threads with calls after it
+//! wait for it ([`Table`]), up to [`STALL`]; past that (and at once in a
+//! replay) the earliest applies anyway, and a call that comes after its
+//! turn is applied when it comes, counted ([`Goroutines::late`]). Calls without a
 //! number (a recording made without them, `--hooks regs`) apply as they
 //! come: a return whose entry, on another thread, comes after it finds no
 //! frame, and an entry whose call before it has not returned yet looks
@@ -34,15 +36,22 @@
 //! ([`Goroutines::unmatched`]).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::conv::returns_genuinely;
 use super::out::At;
 use super::plan::{Plan, StackMove};
 
 /// The most calls and numbers passed over that wait for an earlier
-/// number before the earliest applies anyway (about 100 bytes each, so
-/// about 100 MB at most).
-pub const WAIT_LIMIT: usize = 1 << 20;
+/// number before the threads with more wait too (a live run) or the
+/// earliest applies anyway (a replay): about 100 to 200 bytes each, so
+/// some 50 MB at most.
+pub const WAIT_LIMIT: usize = 1 << 18;
+
+/// How long, in a live run, a thread whose calls would pass
+/// [`WAIT_LIMIT`] waits for the number before them (see [`Table`]).
+pub const STALL: Duration = Duration::from_secs(2);
 
 /// A Go function's entry or return, as the thread that ran it read it.
 #[derive(Debug, Clone)]
@@ -171,6 +180,76 @@ pub struct Goroutines {
     moving: HashMap<u64, Moving>,
     /// Stacks moved, their goroutines' frames with them.
     pub moved: u64,
+    /// Calls past [`WAIT_LIMIT`] wait for the number before them in
+    /// [`Table::offer`], rather than pass it over at once.
+    patient: bool,
+    /// Threads waiting in [`Table::offer`].
+    waiters: usize,
+}
+
+/// A process's table, which its threads share, and where a live run's
+/// thread waits. A thread whose calls would pass [`WAIT_LIMIT`] (another
+/// thread took a number long before and its events have not come: its
+/// worker lags, on a loaded machine, behind the others') waits for that
+/// number, up to [`STALL`], before passing it over. Meanwhile its own
+/// stream waits, so its ring fills and its QEMU thread stops too: the
+/// threads that run ahead wait for the one that lags, as they do for a
+/// full ring, rather than leave its calls out of order. A number that
+/// does not come within [`STALL`] (its thread runs on without events
+/// that would hand its chunk over, or it was lost) is passed over, as
+/// before.
+#[derive(Debug)]
+pub struct Table {
+    calls: Mutex<Goroutines>,
+    advanced: Condvar,
+    /// [`STALL`] (a test waits longer).
+    stall: Duration,
+}
+
+impl Table {
+    /// `patient`: a live run's (see [`Table`]); a replay's threads come
+    /// one after the other, and never wait.
+    pub fn new(patient: bool) -> Table {
+        Table {
+            calls: Mutex::new(Goroutines {
+                patient,
+                ..Goroutines::default()
+            }),
+            advanced: Condvar::new(),
+            stall: STALL,
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Goroutines> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// [`Goroutines::offer`], and the wait for the number before the
+    /// calls waiting where they would pass [`WAIT_LIMIT`].
+    pub fn offer(&self, plan: &Plan, seq: Option<u64>, calls: Vec<Call>, out: &mut Vec<GoHit>) {
+        let mut gs = self.lock();
+        let before = gs.next;
+        gs.offer(plan, seq, calls, out);
+        // Only a thread whose own calls wait: the thread whose number the
+        // others wait for may have calls before it to hand over first.
+        let deadline = Instant::now() + self.stall;
+        while seq.is_some_and(|s| s >= gs.next) && gs.stalled() {
+            let now = Instant::now();
+            if now >= deadline {
+                gs.pass_over(plan, out);
+                break;
+            }
+            gs.waiters += 1;
+            gs = match self.advanced.wait_timeout(gs, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+            gs.waiters -= 1;
+        }
+        if gs.next != before && gs.waiters > 0 {
+            self.advanced.notify_all();
+        }
+    }
 }
 
 impl Goroutines {
@@ -206,9 +285,11 @@ impl Goroutines {
             return;
         }
         let at = seq - self.next;
-        if at >= WAIT_LIMIT as u64 {
+        if at >= WAIT_LIMIT as u64 && !self.patient {
             // So far ahead (or a damaged recording's number) that the
-            // numbers before it would pass the limit anyway.
+            // numbers before it would pass the limit anyway. (In a live
+            // run, whose numbers are the hook library's, such a thread
+            // waits, see [`Table`].)
             self.finish(plan, out);
             self.next = seq.saturating_add(1);
             for c in calls {
@@ -229,8 +310,31 @@ impl Goroutines {
             // A number twice (a damaged recording).
             Slot::Calls(v) => v.extend(calls),
         }
+        if self.patient {
+            self.apply_come(plan, out);
+        } else {
+            self.pass_over(plan, out);
+        }
+    }
+
+    /// Whether the number `next` has not come while calls after it would
+    /// pass [`WAIT_LIMIT`].
+    pub fn stalled(&self) -> bool {
+        matches!(self.waiting.front(), Some(Slot::Open)) && self.held + self.arrived > WAIT_LIMIT
+    }
+
+    /// Applies the numbers from `next` on that came.
+    fn apply_come(&mut self, plan: &Plan, out: &mut Vec<GoHit>) {
+        while matches!(self.waiting.front(), Some(Slot::Calls(_))) {
+            self.run_first(plan, out);
+        }
+    }
+
+    /// Applies the numbers from `next` on that came, passing over those
+    /// that did not while the calls after them pass [`WAIT_LIMIT`].
+    fn pass_over(&mut self, plan: &Plan, out: &mut Vec<GoHit>) {
         while let Some(front) = self.waiting.front() {
-            if matches!(front, Slot::Open) && self.held + self.arrived <= WAIT_LIMIT {
+            if matches!(front, Slot::Open) && !self.stalled() {
                 break;
             }
             self.run_first(plan, out);
@@ -763,6 +867,48 @@ mod tests {
             ]
         );
         assert_eq!(out[3].ret, Some(10));
+    }
+
+    /// A live run's table: a thread whose calls pass the limit waits for
+    /// the number before them, which another thread brings; nothing comes
+    /// late, and the thread that brings it does not wait. (A table that
+    /// passed the number over failed here: the thread ahead did not wait.)
+    #[test]
+    fn a_live_thread_waits_for_the_number_it_needs() {
+        let p = std::sync::Arc::new(plan());
+        let table = std::sync::Arc::new(Table {
+            stall: Duration::from_secs(600),
+            ..Table::new(true)
+        });
+        let mut out = Vec::new();
+        for s in 1..=WAIT_LIMIT as u64 {
+            table.offer(&p, Some(s), Vec::new(), &mut out);
+        }
+        let (t, q) = (table.clone(), p.clone());
+        let ahead = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let call = ret(0xa0, 1, 0x5000, 10);
+            t.offer(&q, Some(WAIT_LIMIT as u64 + 1), vec![call], &mut out);
+            out
+        });
+        while table.lock().waiters == 0 {
+            assert!(!ahead.is_finished(), "the thread ahead did not wait");
+            std::thread::yield_now();
+        }
+        table.offer(&p, Some(0), vec![entry(0xa0, 2, 0x5000, 1)], &mut out);
+        let theirs = ahead.join().expect("the thread ahead");
+        // The thread that brought the number applies what waited for it.
+        assert_eq!(
+            said(&out),
+            [
+                (At::Entry, 2, Some(1), false, 1, 0),
+                (At::Return, 1, Some(10), false, 1, 0)
+            ]
+        );
+        assert!(theirs.is_empty());
+        let gs = table.lock();
+        assert_eq!((gs.late, gs.waiters), (0, 0));
+        assert!(gs.waiting.is_empty());
     }
 
     /// A number that never comes is waited for only while the limit

@@ -30,7 +30,7 @@ use placement::{unpark, DEFER_LIMIT};
 use worker::{count, lines, tail};
 
 use super::conv::{returns_genuinely, Conv};
-use super::goroutine::{Call, GoHit, Goroutines, What};
+use super::goroutine::{Call, GoHit, Table, What};
 use super::hex::{self, Key};
 use super::isa;
 use super::out::{self, At, Hit, Regs};
@@ -82,7 +82,7 @@ pub struct Pid {
     /// (see [`Probe::deferred`]).
     parked: Arc<Mutex<Vec<Probe>>>,
     /// A Go program's frames, by goroutine.
-    goroutines: Arc<Mutex<Goroutines>>,
+    goroutines: Arc<Table>,
 }
 
 impl Drop for Pid {
@@ -90,7 +90,7 @@ impl Drop for Pid {
         // The last thread ended: what is known is all there will be.
         unpark(self, true);
         let mut hits = Vec::new();
-        let mut gs = super::lock(&self.goroutines);
+        let mut gs = self.goroutines.lock();
         gs.finish(&self.plan, &mut hits);
         let (late, unmatched) = (gs.late, gs.unmatched);
         drop(gs);
@@ -220,7 +220,7 @@ pub struct Probe {
     /// ([`Pid::parked`]) and finished there.
     deferred: VecDeque<Item>,
     parked: Arc<Mutex<Vec<Probe>>>,
-    goroutines: Arc<Mutex<Goroutines>>,
+    goroutines: Arc<Table>,
     /// The number of the process's order the next hooked pc took.
     seq: Option<u64>,
     /// The Go calls of the hooked pc at hand, for [`Self::offer_go`].
@@ -242,11 +242,11 @@ impl Cannoli for Probe {
         let n = plan.modules.len();
         Arc::new(Pid {
             pid: ci.pid,
-            run,
             plan,
             biases: Mutex::new(vec![None; n]),
             parked: Arc::new(Mutex::new(Vec::new())),
-            goroutines: Arc::default(),
+            goroutines: Arc::new(Table::new(run.live)),
+            run,
         })
     }
 
@@ -547,7 +547,7 @@ impl Probe {
         }
         let calls = std::mem::take(&mut self.go_calls);
         let mut hits = Vec::new();
-        super::lock(&self.goroutines).offer(&self.plan, seq, calls, &mut hits);
+        self.goroutines.offer(&self.plan, seq, calls, &mut hits);
         for h in &hits {
             write_go(&self.run, &self.plan, self.pid, h, &mut self.buf);
         }
