@@ -240,7 +240,7 @@ impl Conv {
 
     /// Go's stack convention (ABI0): the function's own (assembly), or
     /// Go has no register convention here.
-    pub fn go_stack(self) -> bool {
+    fn go_stack(self) -> bool {
         self.go && (self.abi0 || matches!(self.abi, Abi::Aapcs | Abi::O32 | Abi::N64 | Abi::Cdecl))
     }
 

@@ -245,7 +245,6 @@ impl Image {
         self.funcs[..i].iter().rev().find(|f| pc < f.end)
     }
 
-    /// The functions named by `glob`.
     /// The functions whose names `glob` matches; a Go assembly function
     /// (`crypto/sha256.block.abi0`) by its Go name too, as Go's stack
     /// traces and a stripped program's own table name it.

@@ -185,6 +185,7 @@ fn list(img: &Image, pattern: &str) -> String {
 /// leaves them on the stack, where only the program's DWARF places them
 /// (see `godwarf`), and a program built with `-ldflags=-w` or stripped has
 /// none. Arguments are read by Go's conventions on every guest.
+///
 /// An assembly function's (`.abi0`) results are on the stack on every
 /// guest, and nothing in the program places them (its DWARF has no
 /// parameters for it): a line of its own says so.
