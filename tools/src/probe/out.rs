@@ -5,7 +5,7 @@
 
 use std::io::Write as _;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::hex::{self, Key};
 
@@ -126,8 +126,44 @@ fn hex(v: Option<u64>) -> String {
     }
 }
 
-fn jhex(v: Option<u64>) -> Value {
-    v.map_or(Value::Null, |v| Value::String(format!("{v:#x}")))
+/// A `--json` hit, as [`Hit::json`] writes it: written straight from the
+/// hit, without a map built per line (a `-p '*'` run writes millions).
+/// The fields are in the order of their names, as a `serde_json` map has
+/// always written them; those a kind of hit lacks are left out.
+#[derive(serde::Serialize)]
+struct JsonLine<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    args: Option<Vec<Option<JsonHex>>>,
+    at: &'a str,
+    depth: usize,
+    function: Option<&'a str>,
+    insn: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    insns: Option<u64>,
+    pc: JsonHex,
+    pid: i32,
+    probe: &'a str,
+    /// By name, sorted; a repeated name keeps its last register.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    regs: Option<std::collections::BTreeMap<&'a str, JsonHex>>,
+    /// At a return, the result or `null`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ret: Option<Option<JsonHex>>,
+    tid: i32,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    unwound: bool,
+}
+
+/// A value as a JSON string of `0x` and lower-case hex.
+struct JsonHex(u64);
+
+impl serde::Serialize for JsonHex {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 18];
+        let len = hex_into(&mut buf, self.0);
+        // `hex_into` writes ASCII only.
+        ser.serialize_str(std::str::from_utf8(&buf[..len]).unwrap_or("0x?"))
+    }
 }
 
 /// A pc probe's line in the modes whose line needs the thread's serial
@@ -292,41 +328,29 @@ impl Hit<'_> {
         }
     }
 
-    /// One JSON object on a line.
+    /// One JSON object on a line: [`JsonLine`], its keys in the sorted
+    /// order a `serde_json` map writes them.
     pub fn json(&self, s: &mut Vec<u8>) {
-        let mut m = Map::new();
-        m.insert("pid".into(), json!(self.pid));
-        m.insert("tid".into(), json!(self.tid));
-        m.insert("insn".into(), json!(self.insn));
-        m.insert("probe".into(), json!(self.probe));
-        m.insert("at".into(), json!(self.at.name()));
-        m.insert("function".into(), json!(self.function));
-        m.insert("pc".into(), json!(format!("{:#x}", self.pc)));
-        match self.at {
-            At::Entry => {
-                let a: Vec<Value> = self.args.iter().map(|a| jhex(*a)).collect();
-                m.insert("args".into(), Value::Array(a));
-            }
-            At::Return => {
-                m.insert("ret".into(), jhex(self.ret));
-                if self.unwound {
-                    m.insert("unwound".into(), json!(true));
-                }
-                if let Some(n) = self.insns {
-                    m.insert("insns".into(), json!(n));
-                }
-            }
-            At::Pc => {
-                let r: Map<String, Value> = self
-                    .regs
-                    .iter()
-                    .map(|(n, v)| (n.to_string(), json!(format!("{v:#x}"))))
-                    .collect();
-                m.insert("regs".into(), Value::Object(r));
-            }
-        }
-        m.insert("depth".into(), json!(self.depth));
-        s.extend_from_slice(Value::Object(m).to_string().as_bytes());
+        let line = JsonLine {
+            args: (self.at == At::Entry)
+                .then(|| self.args.iter().map(|a| a.map(JsonHex)).collect()),
+            at: self.at.name(),
+            depth: self.depth,
+            function: self.function,
+            insn: self.insn,
+            insns: self.insns.filter(|_| self.at == At::Return),
+            pc: JsonHex(self.pc),
+            pid: self.pid,
+            probe: self.probe,
+            regs: (self.at == At::Pc)
+                .then(|| self.regs.iter().map(|(n, v)| (n, JsonHex(v))).collect()),
+            ret: (self.at == At::Return).then(|| self.ret.map(JsonHex)),
+            tid: self.tid,
+            unwound: self.at == At::Return && self.unwound,
+        };
+        // Writing to a vector fails only where serializing does, and these
+        // fields always serialize.
+        let _ = serde_json::to_writer(&mut *s, &line);
         s.push(b'\n');
     }
 
@@ -517,6 +541,69 @@ mod tests {
         let mut by_keys = Vec::new();
         h.text(&mut by_keys);
         assert_eq!(String::from_utf8(by_keys), String::from_utf8(by_names));
+    }
+
+    /// [`Hit::json`] as a `serde_json` map writes it (what it did before
+    /// it wrote its struct): the same bytes, for every kind of hit.
+    #[test]
+    fn json_lines_are_the_maps() {
+        fn hex_or_null(v: Option<u64>) -> Value {
+            v.map_or(Value::Null, |v| Value::String(format!("{v:#x}")))
+        }
+        fn as_map(h: &Hit) -> String {
+            let mut m = serde_json::Map::new();
+            m.insert("pid".into(), json!(h.pid));
+            m.insert("tid".into(), json!(h.tid));
+            m.insert("insn".into(), json!(h.insn));
+            m.insert("probe".into(), json!(h.probe));
+            m.insert("at".into(), json!(h.at.name()));
+            m.insert("function".into(), json!(h.function));
+            m.insert("pc".into(), json!(format!("{:#x}", h.pc)));
+            match h.at {
+                At::Entry => {
+                    let a = h.args.iter().map(|a| hex_or_null(*a)).collect();
+                    m.insert("args".into(), Value::Array(a));
+                }
+                At::Return => {
+                    m.insert("ret".into(), hex_or_null(h.ret));
+                    if h.unwound {
+                        m.insert("unwound".into(), json!(true));
+                    }
+                    if let Some(n) = h.insns {
+                        m.insert("insns".into(), json!(n));
+                    }
+                }
+                At::Pc => {
+                    let r = h
+                        .regs
+                        .iter()
+                        .map(|(n, v)| (n.to_string(), hex_or_null(Some(v))));
+                    m.insert("regs".into(), Value::Object(r.collect()));
+                }
+            }
+            m.insert("depth".into(), json!(h.depth));
+            Value::Object(m).to_string() + "\n"
+        }
+        let names: Vec<String> = ["sp", "pc", "a0", "sp", "b\"q"].map(String::from).into();
+        let values = [0x7ff0, 0x40089c, u64::MAX, 0x7fe0, 0];
+        for at in [At::Entry, At::Return, At::Pc] {
+            for odd in [false, true] {
+                let mut h = hit(at);
+                if odd {
+                    (h.insn, h.insns, h.ret, h.function) = (None, None, None, None);
+                    (h.unwound, h.tid, h.probe) = (true, -1, "main.\"x\\");
+                    h.args = vec![];
+                    h.regs = Regs {
+                        names: &names,
+                        values: &values,
+                        keys: &[],
+                    };
+                }
+                let mut s = Vec::new();
+                h.json(&mut s);
+                assert_eq!(String::from_utf8(s).unwrap(), as_map(&h), "{at:?} {odd}");
+            }
+        }
     }
 
     #[test]
