@@ -328,7 +328,7 @@ impl Hit<'_> {
         }
     }
 
-    /// One JSON object on a line: [`JsonLine`], its keys in the sorted
+    /// One JSON object on a line: a `JsonLine`, its keys in the sorted
     /// order a `serde_json` map writes them.
     pub fn json(&self, s: &mut Vec<u8>) {
         let line = JsonLine {
