@@ -97,6 +97,19 @@ fn probe_args() -> Vec<&'static str> {
     v
 }
 
+/// One JSON hit per line of `text`.
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect()
+}
+
+/// An entry hit's arguments, every one known.
+fn known_args(h: &Value) -> Vec<u64> {
+    let a = h["args"].as_array().expect("args");
+    a.iter().map(|a| hex(a).expect("known")).collect()
+}
+
 fn hex(v: &Value) -> Option<u64> {
     let s = v.as_str()?;
     u64::from_str_radix(s.strip_prefix("0x")?, 16).ok()
@@ -1595,11 +1608,7 @@ fn go_goroutines(arch: &str) {
         })
         .collect();
     assert_eq!(said.len(), 100, "{arch}: {}", r.stdout);
-    let hits: Vec<Value> = r
-        .out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
+    let hits: Vec<Value> = json_lines(&r.out);
     let bad: Vec<&Value> = hits
         .iter()
         .filter(|h| h["depth"] != 1 || h["unwound"] == true)
@@ -1668,16 +1677,9 @@ fn go_stack_arguments(arch: &str) {
     };
     let (mix, many) = (said("asmmix"), said("many"));
     assert_eq!((mix.len(), many.len()), (2, 1), "{arch}: {}", r.stdout);
-    let hits: Vec<Value> = r
-        .out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
+    let hits: Vec<Value> = json_lines(&r.out);
     let of = |probe: &str| -> Vec<&Value> { hits.iter().filter(|h| h["probe"] == probe).collect() };
-    let args = |h: &Value| -> Vec<u64> {
-        let a = h["args"].as_array().expect("args");
-        a.iter().map(|a| hex(a).expect("known")).collect()
-    };
+    let args = known_args;
     let got: Vec<Vec<u64>> = of("main.asmmix/3").iter().map(|h| args(h)).collect();
     let want: Vec<Vec<u64>> = mix.iter().map(|(a, _)| a.clone()).collect();
     assert_eq!(got, want, "{arch}: asmmix's arguments");
@@ -1735,11 +1737,7 @@ fn go_stack_moves(arch: &str) {
         })
         .collect();
     assert_eq!(said.len(), 4, "{arch}: {}", r.stdout);
-    let hits: Vec<Value> = r
-        .out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
+    let hits: Vec<Value> = json_lines(&r.out);
     let unwound: Vec<&Value> = hits.iter().filter(|h| h["unwound"] == true).collect();
     assert!(unwound.is_empty(), "{arch}: unwound: {unwound:?}");
     let of = |f: &str, at: &str| -> Vec<&Value> {
@@ -1748,10 +1746,7 @@ fn go_stack_moves(arch: &str) {
             .collect()
     };
     let depth = |h: &Value| h["depth"].as_u64().expect("a depth");
-    let args = |h: &Value| -> Vec<u64> {
-        let a = h["args"].as_array().expect("args");
-        a.iter().map(|a| hex(a).expect("known")).collect()
-    };
+    let args = known_args;
     let mut grown: Vec<Vec<u64>> = of("main.grown", "entry").iter().map(|h| args(h)).collect();
     grown.sort();
     let want: Vec<Vec<u64>> = said.iter().map(|&(id, _)| vec![id, 200]).collect();
@@ -1790,11 +1785,7 @@ fn go_stack_moves(arch: &str) {
     let prog = strip(&dir, arch, &guest(arch, "goprobe"));
     let r = run_probe_args(&dir, arch, &opts, &prog, &["grow"]);
     assert_eq!(r.status, 0, "{arch}: {}", r.stderr);
-    let stripped: Vec<Value> = r
-        .out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
-        .collect();
+    let stripped: Vec<Value> = json_lines(&r.out);
     let said = |h: &Value| {
         (
             h["function"].clone(),

@@ -232,9 +232,11 @@ impl Table {
         gs.offer(plan, seq, calls, out);
         // Only a thread whose own calls wait: the thread whose number the
         // others wait for may have calls before it to hand over first.
-        let deadline = Instant::now() + self.stall;
+        // The clock is read only once stalled: not on every call.
+        let mut deadline = None;
         while seq.is_some_and(|s| s >= gs.next) && gs.stalled() {
             let now = Instant::now();
+            let deadline = *deadline.get_or_insert(now + self.stall);
             if now >= deadline {
                 gs.pass_over(plan, out);
                 break;
