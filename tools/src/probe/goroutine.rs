@@ -42,6 +42,7 @@ use std::time::{Duration, Instant};
 use super::conv::returns_genuinely;
 use super::out::At;
 use super::plan::{Plan, StackMove};
+use super::stackmove::{self, Moving};
 
 /// The most calls and numbers passed over that wait for an earlier
 /// number before the threads with more wait too (a live run) or the
@@ -137,18 +138,6 @@ struct Frame {
     key: u64,
     tid: i32,
     insn: u64,
-}
-
-/// A goroutine's stack being moved ([`StackMove`]): what `copystack`
-/// and the `stackalloc` it called said so far.
-#[derive(Debug)]
-struct Moving {
-    /// The goroutine moved (`copystack`'s `gp`).
-    gp: Option<u64>,
-    /// The new stack's size.
-    size: Option<u64>,
-    /// The new stack's low end.
-    lo: Option<u64>,
 }
 
 /// The process's goroutines and their frames.
@@ -383,50 +372,31 @@ impl Goroutines {
     /// place on the new one (the same distance from its high end).
     fn stack_move(&mut self, plan: &Plan, what: StackMove, call: &Call) {
         let t = &plan.targets[call.target];
-        match (what, &call.what) {
-            (StackMove::Copy, What::Entry { args }) => {
-                let arg = |i: usize| args.get(i).copied().flatten();
-                let m = Moving {
-                    gp: arg(0),
-                    size: arg(1),
-                    lo: None,
-                };
-                self.moving.insert(call.g, m);
-            }
-            (StackMove::Copy, What::Return { .. }) => {
-                self.moving.remove(&call.g);
-            }
-            (StackMove::Alloc, What::Return { value, slot }) => {
-                if let Some(m) = self.moving.get_mut(&call.g) {
-                    m.lo = if t.conv.ret_reg().is_some() {
-                        *value
-                    } else {
-                        *slot
-                    };
-                }
-            }
-            (StackMove::Free, What::Entry { args }) => {
-                let Some(m) = self.moving.remove(&call.g) else {
-                    return;
-                };
-                let arg = |i: usize| args.get(i).copied().flatten();
-                let (Some(gp), Some(size), Some(lo), Some(old_lo), Some(old_hi)) =
-                    (m.gp, m.size, m.lo, arg(0), arg(1))
-                else {
-                    return;
-                };
-                let delta = lo.wrapping_add(size).wrapping_sub(old_hi);
-                if let Some(gr) = self.goroutines.get_mut(&gp) {
-                    for f in &mut gr.frames {
-                        if (old_lo..=old_hi).contains(&f.key) {
-                            f.key = f.key.wrapping_add(delta);
-                        }
-                    }
-                }
-                self.moved += 1;
-            }
-            _ => {}
+        let (entry, value) = match &call.what {
+            What::Entry { args } => (Some(args.as_slice()), None),
+            What::Return { value, slot } => (
+                None,
+                if t.conv.ret_reg().is_some() {
+                    *value
+                } else {
+                    *slot
+                },
+            ),
+        };
+        let mut moving = self.moving.remove(&call.g);
+        let moved = stackmove::step(&mut moving, what, entry, value);
+        if let Some(m) = moving {
+            self.moving.insert(call.g, m);
         }
+        let Some(moved) = moved else {
+            return;
+        };
+        if let Some(gr) = self.goroutines.get_mut(&moved.gp) {
+            for f in &mut gr.frames {
+                f.key = moved.key(f.key);
+            }
+        }
+        self.moved += 1;
     }
 
     fn apply(&mut self, plan: &Plan, call: Call, out: &mut Vec<GoHit>) {

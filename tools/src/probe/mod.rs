@@ -31,7 +31,8 @@
 //! convention, [`isa`] finds return instructions and tail calls, [`plan`]
 //! turns probes into hooked pcs, [`shadow`] keeps stores, [`tracer`] is the
 //! client, [`out`] writes hits, [`hex`] the registers of a pc probe's
-//! line.
+//! line; for Go, [`goroutine`] keeps frames by goroutine and [`stackmove`]
+//! moves them with a stack the runtime copies.
 
 pub mod conv;
 pub mod elf;
@@ -46,6 +47,7 @@ pub mod out;
 pub mod plan;
 pub mod shadow;
 pub mod spec;
+pub mod stackmove;
 pub mod tracer;
 
 use std::ffi::OsString;

@@ -337,7 +337,11 @@ impl Plan {
                 }
             }
         }
-        if plan.by_goroutine() {
+        // Where Go keeps `g` in a register, the goroutines' frames move
+        // with their stacks; on i386 (`g` in thread-local storage) the
+        // frames of the thread that moves a stack do.
+        let go_per_thread = img.abi.go_g_reg().is_none() && plan.targets.iter().any(|t| t.conv.go);
+        if plan.by_goroutine() || go_per_thread {
             plan.follow_stack_moves(img, exe_module, &mut by_entry);
         }
         plan.find_ret_slots(img);

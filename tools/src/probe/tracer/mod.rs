@@ -34,8 +34,9 @@ use super::goroutine::{Call, GoHit, Table, What};
 use super::hex::{self, Key};
 use super::isa;
 use super::out::{self, At, Hit, Regs};
-use super::plan::{Plan, Site};
+use super::plan::{Plan, Site, StackMove};
 use super::shadow::Shadow;
+use super::stackmove::{self, Moving};
 use super::{Mode, RunState};
 
 /// What the parallel phase hands on.
@@ -225,6 +226,9 @@ pub struct Probe {
     seq: Option<u64>,
     /// The Go calls of the hooked pc at hand, for [`Self::offer_go`].
     go_calls: Vec<Call>,
+    /// A goroutine's stack this thread is moving, where Go frames are
+    /// kept per thread ([`Self::stack_moved`]).
+    moving: Option<Moving>,
 }
 
 fn reg(regs: &[u64], i: Option<usize>) -> Option<u64> {
@@ -307,6 +311,7 @@ impl Cannoli for Probe {
             goroutines: pid.goroutines.clone(),
             seq: None,
             go_calls: Vec::new(),
+            moving: None,
         };
         (p, layout)
     }
@@ -592,14 +597,16 @@ impl Probe {
         // A Go function's frame is its goroutine's, kept by the process
         // ([`super::goroutine`]) where the guest has Go's `g` register.
         let g = self.goroutine(t, regs);
-        if g.is_none() {
+        // A runtime function that moves a goroutine's stack, hooked for
+        // that alone, has no frame among a thread's.
+        let move_only = g.is_none() && target.hidden && target.stack_move.is_some();
+        if g.is_none() && !move_only {
             // A Go function's prologue that found its stack short calls
             // the runtime's `morestack`, which runs the function again
-            // from its entry. After a preemption request that is on the
-            // same frame: the same call, not a new one (a call of its own
-            // would have a lower key, and Go makes no tail calls). After
-            // the stack was grown, and so moved, the key differs and a
-            // second entry shows (not known here as the same call).
+            // from its entry, on the same frame: the same call, not a new
+            // one (a call of its own would have a lower key, and Go makes
+            // no tail calls). After the stack was grown, and so moved, the
+            // frame's key moved with it ([`Self::stack_moved`]).
             if conv.go
                 && self
                     .stack
@@ -629,6 +636,12 @@ impl Probe {
                 }
             })
             .collect();
+        if let (None, Some(what)) = (g, target.stack_move) {
+            self.stack_moved(what, Some(&args), None);
+        }
+        if move_only {
+            return;
+        }
         if let Some(g) = g {
             self.go_calls.push(Call {
                 g,
@@ -684,6 +697,21 @@ impl Probe {
             });
             return;
         }
+        let target = &plan.targets[t];
+        if let Some(what) = target.stack_move {
+            let value = match (target.conv.ret_reg(), target.ret_slot) {
+                (Some(_), _) => value,
+                (None, Some(s)) => {
+                    self.shadow
+                        .load(key.wrapping_add(s.offset), s.len, plan.big_endian)
+                }
+                (None, None) => None,
+            };
+            self.stack_moved(what, None, value);
+            if target.hidden {
+                return;
+            }
+        }
         // A return leaves the innermost frame (a function that jumped into
         // the middle of another, as `__mempcpy` into `__memcpy`, returns
         // through the other's instruction), or its own function's frame
@@ -723,6 +751,20 @@ impl Probe {
                 ..self.base(At::Return, &plan.specs[probe].text, Some(&target.name), pc)
             };
             self.emit(&h);
+        }
+    }
+
+    /// A call of a runtime function that moves a goroutine's stack
+    /// ([`super::stackmove`]), where Go frames are kept per thread (i386,
+    /// where `g` is not in a register): the thread that grows a
+    /// goroutine's stack runs that goroutine, so its frames on the old
+    /// stack are this thread's, and they move with it. (A stack the
+    /// collector shrinks from another thread is not followed here.)
+    fn stack_moved(&mut self, what: StackMove, entry: Option<&[Option<u64>]>, value: Option<u64>) {
+        if let Some(moved) = stackmove::step(&mut self.moving, what, entry, value) {
+            for f in &mut self.stack {
+                f.key = moved.key(f.key);
+            }
         }
     }
 
@@ -774,6 +816,7 @@ impl Drop for Probe {
                 goroutines: self.goroutines.clone(),
                 seq: self.seq.take(),
                 go_calls: Vec::new(),
+                moving: self.moving.take(),
             };
             super::lock(&parked).push(me);
             return;
