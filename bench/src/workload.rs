@@ -124,7 +124,7 @@ impl Workload {
     pub fn prepare(&mut self) -> Result<(), String> {
         if !self.guest.is_file() {
             let how = if self.name.starts_with("busybox") {
-                "bash scripts/fetch-busybox.sh (needs mipsel as a dpkg architecture: bash scripts/deps.sh as root)"
+                "bash scripts/fetch-busybox.sh mipsel"
             } else {
                 "bash scripts/build-guests.sh"
             };

@@ -95,9 +95,14 @@ const MAX_DEFAULT_WORKERS: usize = 16;
 /// at least 2 (on two cores the second one relays) and at most
 /// 16. `--threads N` of every tool overrides it.
 pub fn default_workers() -> usize {
-    usable_cores()
-        .saturating_sub(1)
-        .clamp(2, MAX_DEFAULT_WORKERS)
+    // Once per process: a command line's parser asks for every tool's
+    // default, and each ask reads the cgroup's files.
+    static DEFAULT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *DEFAULT.get_or_init(|| {
+        usable_cores()
+            .saturating_sub(1)
+            .clamp(2, MAX_DEFAULT_WORKERS)
+    })
 }
 
 /// The cores this process may run on: its affinity mask and cgroup quota

@@ -156,23 +156,11 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
             .unwrap_or(e)
     });
     let arch = wire::arch_name(&cstr(info.arch).unwrap_or_default(), info.big_endian != 0);
-    let mut syscall_names = std::collections::BTreeMap::new();
-    if let Some(name) = info.syscall_name {
-        // Linux numbers syscalls from 0, except MIPS: o32 from 4000, n64
-        // from 5000, n32 from 6000 (QEMU's table is a list it scans, so ask
-        // only where numbers can be).
-        let mips = if arch.starts_with("mips") {
-            4000..6600
-        } else {
-            0..0
-        };
-        for n in (0..1024).chain(mips) {
-            // SAFETY: QEMU's function: any number in, a C string or NULL out.
-            if let Some(s) = cstr(unsafe { name(n) }) {
-                syscall_names.insert(n as u64, s);
-            }
-        }
-    }
+    let syscall_names = match info.syscall_name {
+        // SAFETY: QEMU's function: any number in, a C string or NULL out.
+        Some(name) => syscall_names(&arch, |n| cstr(unsafe { name(n) })),
+        None => std::collections::BTreeMap::new(),
+    };
     events::set_syscall_names(&syscall_names);
     crate::fds::set(crate::fds::Qemu {
         bound: info.fd_bound,
@@ -278,6 +266,45 @@ extern "C" fn before_fork() {
 extern "C" fn after_fork() {
     crate::forkguard::after_fork(&FORK_ORDER);
 }
+
+/// Where a guest's syscall numbers start: Linux numbers them from 0,
+/// except MIPS (o32 from 4000, n64 from 5000, n32 from 6000).
+fn syscall_base(arch: &str) -> c_int {
+    match arch {
+        a if a.starts_with("mips64") => 5000,
+        a if a.starts_with("mipsn32") => 6000,
+        a if a.starts_with("mips") => 4000,
+        _ => 0,
+    }
+}
+
+/// Every syscall number of the guest that `name` (QEMU's strace table,
+/// which it scans per call) names: from the ABI's first number on, until
+/// [`SYSCALL_GAP`] numbers in a row have none (Linux's tables have gaps
+/// of a few dozen at most).
+fn syscall_names(
+    arch: &str,
+    mut name: impl FnMut(c_int) -> Option<String>,
+) -> std::collections::BTreeMap<u64, String> {
+    let mut names = std::collections::BTreeMap::new();
+    let base = syscall_base(arch);
+    let mut n = base;
+    let mut since = 0;
+    while since < SYSCALL_GAP {
+        match name(n) {
+            Some(s) => {
+                names.insert(n as u64, s);
+                since = 0;
+            }
+            None => since += 1,
+        }
+        n += 1;
+    }
+    names
+}
+
+/// Numbers without a syscall after the last one, before the scan ends.
+const SYSCALL_GAP: c_int = 256;
 
 /// # Safety
 /// `buf` has `cap` writable bytes that will execute at `rx`.
@@ -509,6 +536,29 @@ fn user_hook_syscall() -> Option<fn(u64) -> bool> {
 
 #[cfg(test)]
 mod tests {
+    /// The scan asks from the ABI's first number past every gap shorter
+    /// than [`super::SYSCALL_GAP`], and no further than one that long
+    /// (QEMU 10.0's tables name up to 442 numbers past the base; every
+    /// guest's names were checked equal to a scan of 0..1024 and, on
+    /// MIPS, 4000..6600).
+    #[test]
+    fn syscall_names_are_scanned_past_gaps() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        let table = |n: i32| {
+            asked.borrow_mut().push(n);
+            matches!(n, 4000 | 4001 | 4200 | 4442).then(|| format!("s{n}"))
+        };
+        let names = super::syscall_names("mipsel", table);
+        let got: Vec<u64> = names.keys().copied().collect();
+        assert_eq!(got, [4000, 4001, 4200, 4442]);
+        let asked = asked.into_inner();
+        assert_eq!(asked.first(), Some(&4000));
+        assert_eq!(asked.last(), Some(&(4442 + super::SYSCALL_GAP)));
+        assert_eq!(super::syscall_base("mips64el"), 5000);
+        assert_eq!(super::syscall_base("mips"), 4000);
+        assert_eq!(super::syscall_base("x86_64"), 0);
+    }
+
     #[test]
     fn abi_version_matches_header() {
         let h = include_str!("../../include/cannoli.h");
