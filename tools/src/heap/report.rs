@@ -177,8 +177,10 @@ pub struct Summary {
     pub stride: u64,
     pub events: u64,
     /// Events run before the other thread's event they waited for, because
-    /// the process held back too many ([`super::tracer`]'s order): findings
-    /// between threads may then be wrong, so the check is incomplete.
+    /// the process held back too many ([`super::tracer`]'s order), and
+    /// allocation calls applied after a later one for the same reason:
+    /// findings between threads may then be wrong, so the check is
+    /// incomplete.
     pub unordered: u64,
 }
 

@@ -247,7 +247,7 @@ impl Drop for Pid {
         let mut st = lock(&self.state);
         // The last thread ended: nothing it waited for will come.
         order::release(self, &mut st, true);
-        lock(&self.run.summary).unordered += st.order.forced;
+        lock(&self.run.summary).unordered += st.order.forced + st.order.late;
         let dead = std::mem::take(&mut *lock(&self.dead));
         if st.execed {
             leaks::exec_ends(&self.run, self.pid, &st);

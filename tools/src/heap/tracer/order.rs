@@ -29,7 +29,8 @@
 //! A number can be slow to come: a thread that took it and then sleeps
 //! keeps it in a chunk it has not handed over yet. Once the process's
 //! threads hold [`ORDER_WAIT_LIMIT`] events, a number waits no longer (the
-//! ones before it, when they come, are applied at once), and the order
+//! ones before it, when they come, are applied at once and counted in
+//! [`Order::late`]: the summary says the run is incomplete), and the order
 //! between those threads' allocations falls back to what follows.
 //!
 //! An allocation that returns memory inside a live block of another
@@ -90,6 +91,9 @@ pub struct Order {
     held: usize,
     /// Events run before what they waited for, past [`HELD_LIMIT`].
     pub forced: u64,
+    /// Allocation functions' events applied after a later number of the
+    /// process's order, whose wait ended past [`ORDER_WAIT_LIMIT`].
+    pub late: u64,
     /// The next number of the process's order to apply: every one before
     /// it was applied, or waited past [`ORDER_WAIT_LIMIT`].
     next: u64,
@@ -106,6 +110,9 @@ impl Order {
 
     /// Number `seq` of the process's order was applied.
     pub fn took(&mut self, seq: u64) {
+        if seq < self.next {
+            self.late += 1;
+        }
         self.next = self.next.max(seq.saturating_add(1));
     }
 
@@ -405,8 +412,10 @@ mod tests {
         // before it no longer wait, and a late one moves nothing back.
         o.took(5);
         assert!(!o.earlier_to_come(6) && o.earlier_to_come(7));
+        assert_eq!(o.late, 0);
         o.took(2);
         assert!(o.earlier_to_come(7));
+        assert_eq!(o.late, 1, "after a later one");
         // Past the limit of held events nothing waits for a number.
         o.held = ORDER_WAIT_LIMIT;
         assert!(!o.earlier_to_come(100));
