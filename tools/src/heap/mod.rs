@@ -123,6 +123,9 @@ pub struct Run {
     rows_error: Mutex<Option<String>>,
     /// Forked children's copies of their parents' state.
     pub forks: Mutex<tracer::Forks>,
+    /// A live run (not `--replay`): a thread whose events wait long for
+    /// a number of the process's order waits for it (`tracer`'s order).
+    pub live: bool,
 }
 
 impl Run {
@@ -323,6 +326,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         rows: Mutex::new(rows),
         rows_error: Mutex::new(None),
         forks: Mutex::new(tracer::Forks::default()),
+        live: args.replay.is_none(),
     });
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "heap",

@@ -23,7 +23,7 @@ pub use stream::{narrowed_registers, Stream};
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use super::super::backtrace::arch::Rules;
 use super::super::backtrace::state::{BacktraceState, Regs, Symbolize};
@@ -132,6 +132,9 @@ pub struct Pid {
     /// The load bias of each planned module, as soon as it is mapped.
     biases: Mutex<Vec<Option<u64>>>,
     state: Mutex<Proc>,
+    /// Signalled when the next number of the process's order moved while
+    /// a thread waits for it ([`order::wait_turn`]).
+    advanced: Condvar,
     /// Stack memory no longer in use, of the threads that ended.
     dead: Arc<Mutex<Vec<(u64, u64)>>>,
     /// A bit for every pc that may be an allocation function's site (the

@@ -26,12 +26,18 @@
 //!   fork (`fork`), which the parent's serial phase hands over when it
 //!   applies the fork.
 //!
-//! A number can be slow to come: a thread that took it and then sleeps
-//! keeps it in a chunk it has not handed over yet. Once the process's
-//! threads hold [`ORDER_WAIT_LIMIT`] events, a number waits no longer (the
-//! ones before it, when they come, are applied at once and counted in
-//! [`Order::late`]: the summary says the run is incomplete), and the order
-//! between those threads' allocations falls back to what follows.
+//! A number can be slow to come: the thread that took it has not handed
+//! its chunk over yet, or the worker with its chunk lags (a loaded
+//! machine) behind those with the other threads'. Once the process's
+//! threads hold [`ORDER_WAIT_LIMIT`] events, a live run's thread with
+//! events held waits for it ([`wait_turn`]), up to [`STALL`]: meanwhile its
+//! own stream waits, its ring fills and its QEMU thread stops, as for a
+//! full ring, so the threads that run ahead wait for the one behind. Past
+//! that (and at once in a replay, whose threads come one after the other)
+//! a number waits no longer: the ones before it, when they come, are
+//! applied at once and counted in [`Order::late`] (the summary says the
+//! run is incomplete), and the order between those threads' allocations
+//! falls back to what follows.
 //!
 //! An allocation that returns memory inside a live block of another
 //! thread does not wait any further (a recording made without numbers,
@@ -57,7 +63,8 @@
 //! and the run exits as incomplete.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use super::super::blocks::Bad;
 use super::{lock, Item, MemAccess, Pid, Proc, Symbolize, Thread};
@@ -70,6 +77,10 @@ const HELD_LIMIT: usize = 1 << 22;
 /// for the numbers before it (well under [`HELD_LIMIT`]: waiting for a
 /// number alone never makes the run incomplete).
 const ORDER_WAIT_LIMIT: usize = 1 << 20;
+
+/// How long, in a live run, a thread with events held waits for the
+/// number they wait for once the process holds [`ORDER_WAIT_LIMIT`].
+pub const STALL: Duration = Duration::from_secs(2);
 
 /// `clone`'s flags: a thread of the same process, and the parent-tid
 /// pointer written.
@@ -97,9 +108,49 @@ pub struct Order {
     /// The next number of the process's order to apply: every one before
     /// it was applied, or waited past [`ORDER_WAIT_LIMIT`].
     next: u64,
+    /// A live run's: past [`ORDER_WAIT_LIMIT`] the threads wait
+    /// ([`wait_turn`]) before a number is given up.
+    patient: bool,
+    /// A wait past [`ORDER_WAIT_LIMIT`] ended without the number: the
+    /// numbers held wait no longer, until the events held fall to half
+    /// the limit.
+    gave_up: bool,
+    /// Threads waiting in [`wait_turn`].
+    waiters: usize,
+    /// [`ORDER_WAIT_LIMIT`], or `$CANNOLI_HEAP_ORDER_WAIT` events (a test
+    /// reaches the limit with a small program); 0 for the default.
+    wait_limit: usize,
 }
 
 impl Order {
+    /// `patient`: a live run's (see [`wait_turn`]).
+    pub fn new(patient: bool) -> Order {
+        let wait_limit = std::env::var("CANNOLI_HEAP_ORDER_WAIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(0, |n: usize| n.clamp(1, ORDER_WAIT_LIMIT));
+        Order {
+            patient,
+            wait_limit,
+            ..Order::default()
+        }
+    }
+
+    /// Held events past which a number stops waiting, or waits in
+    /// [`wait_turn`].
+    fn wait_limit(&self) -> usize {
+        if self.wait_limit == 0 {
+            ORDER_WAIT_LIMIT
+        } else {
+            self.wait_limit
+        }
+    }
+
+    /// The next number of the process's order to apply.
+    pub fn next(&self) -> u64 {
+        self.next
+    }
+
     /// `child` was created, with its id word at `tid_word`.
     pub fn created(&mut self, child: i32, tid_word: Option<u64>) {
         self.started.insert(child);
@@ -119,7 +170,19 @@ impl Order {
     /// Whether number `seq` of the process's order waits for earlier ones
     /// still to come (see the module's doc).
     fn earlier_to_come(&self, seq: u64) -> bool {
-        seq > self.next && self.held < ORDER_WAIT_LIMIT
+        seq > self.next && (self.held < self.wait_limit() || self.waits_past_limit())
+    }
+
+    /// Whether numbers still wait past [`ORDER_WAIT_LIMIT`]: a live run's,
+    /// until a wait for one ended without it.
+    fn waits_past_limit(&self) -> bool {
+        self.patient && !self.gave_up
+    }
+
+    /// Whether a live run's threads with events held wait for the next
+    /// number ([`wait_turn`]).
+    fn stalled(&self) -> bool {
+        self.held >= self.wait_limit() && self.waits_past_limit()
     }
 
     /// The streams with events waiting.
@@ -188,6 +251,44 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
         }
     }
     release(pid, st, false);
+}
+
+/// After a chunk of `thread`'s events ran (`next`: the next number of
+/// the process's order before it): where the process's threads hold
+/// [`ORDER_WAIT_LIMIT`] events and this one holds some, waits, the state
+/// unlocked, until the next number moves, up to [`STALL`]; past that the
+/// numbers held wait no longer. Wakes the threads waiting here when the
+/// next number moved.
+pub fn wait_turn(pid: &Pid, mut st: MutexGuard<'_, Proc>, thread: &Arc<Mutex<Thread>>, next: u64) {
+    let mut deadline = None;
+    // The clock is read only once stalled, not after every chunk.
+    while st.order.stalled() && st.order.next == next && !lock(thread).deferred.is_empty() {
+        let now = Instant::now();
+        let deadline = *deadline.get_or_insert(now + STALL);
+        if now >= deadline {
+            st.order.gave_up = true;
+            release(pid, &mut st, false);
+            break;
+        }
+        st.order.waiters += 1;
+        st = match pid.advanced.wait_timeout(st, deadline - now) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+        st.order.waiters -= 1;
+    }
+    if st.order.held < st.order.wait_limit() / 2 {
+        st.order.gave_up = false;
+    }
+    moved(pid, &st, next);
+}
+
+/// Wakes the threads waiting in [`wait_turn`] if the next number of the
+/// process's order is no longer `next`.
+pub fn moved(pid: &Pid, st: &Proc, next: u64) {
+    if st.order.next != next && st.order.waiters > 0 {
+        pid.advanced.notify_all();
+    }
 }
 
 /// `thread`'s stream ended: it finishes now, or once its waiting events
@@ -422,5 +523,20 @@ mod tests {
         // A damaged recording's largest number.
         o.took(u64::MAX);
         assert!(!o.earlier_to_come(u64::MAX));
+    }
+
+    #[test]
+    fn a_live_runs_number_waits_past_the_limit_until_a_wait_ends_without_it() {
+        let mut o = Order::new(true);
+        o.took(0);
+        o.held = ORDER_WAIT_LIMIT;
+        assert!(o.earlier_to_come(5) && o.stalled());
+        o.gave_up = true;
+        assert!(!o.earlier_to_come(5) && !o.stalled());
+        // Under the limit a replay's waits as a live run's.
+        let mut o = Order::new(false);
+        assert!(o.earlier_to_come(5) && !o.stalled());
+        o.held = ORDER_WAIT_LIMIT;
+        assert!(!o.earlier_to_come(5) && !o.stalled());
     }
 }

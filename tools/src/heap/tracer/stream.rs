@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use cannoli::{Cannoli, ClientInfo, ReplayOrder};
 
@@ -76,6 +76,7 @@ impl Cannoli for Stream {
             me: me.clone(),
             biases: Mutex::new(vec![None; n]),
             dead: Arc::new(Mutex::new(Vec::new())),
+            advanced: Condvar::new(),
             filter,
             state: Mutex::new(Proc {
                 heap: Heap::new(word),
@@ -96,7 +97,7 @@ impl Cannoli for Stream {
                 alloc_modules: Vec::new(),
                 exit_regs: Vec::new(),
                 seen: Default::default(),
-                order: Default::default(),
+                order: order::Order::new(run.live),
                 awaiting: false,
                 fork_stack: None,
                 execed: false,
@@ -337,7 +338,9 @@ impl Cannoli for Stream {
 
     fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
         let mut st = lock(&pid.state);
+        let next = st.order.next();
         order::run(pid, &mut st, &self.thread, trace);
+        order::wait_turn(pid, st, &self.thread, next);
     }
 }
 
@@ -347,7 +350,9 @@ impl Drop for Stream {
         // streams, so it is there.
         if let Some(pid) = self.owner.upgrade() {
             let mut st = lock(&pid.state);
+            let next = st.order.next();
             order::stream_ended(&pid, &mut st, &self.thread);
+            order::moved(&pid, &st, next);
         }
     }
 }
