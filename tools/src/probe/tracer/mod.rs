@@ -758,8 +758,9 @@ impl Probe {
     /// ([`super::stackmove`]), where Go frames are kept per thread (i386,
     /// where `g` is not in a register): the thread that grows a
     /// goroutine's stack runs that goroutine, so its frames on the old
-    /// stack are this thread's, and they move with it. (A stack the
-    /// collector shrinks from another thread is not followed here.)
+    /// stack are this thread's, and they move with it. (Frames of it kept
+    /// by another thread, one it ran on before, or where the collector
+    /// shrinks a stack from another thread, are not followed.)
     fn stack_moved(&mut self, what: StackMove, entry: Option<&[Option<u64>]>, value: Option<u64>) {
         if let Some(moved) = stackmove::step(&mut self.moving, what, entry, value) {
             for f in &mut self.stack {
