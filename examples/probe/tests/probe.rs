@@ -25,6 +25,19 @@ fn probe_exe() -> PathBuf {
     e2e::tool_exe(env!("CARGO_BIN_EXE_probe"))
 }
 
+/// `cannoli probe` as every test runs it: QEMU's environment alone, the
+/// patched QEMU of this tree, address randomization off, in `dir`.
+fn probe_cmd(dir: &RunDir) -> Command {
+    let q = qemu_builds();
+    let mut c = Command::new(probe_exe());
+    no_aslr(&mut c)
+        .env_clear()
+        .envs(QEMU_ENV.iter().copied())
+        .env("CANNOLI_QEMU_BUILD", &q.build)
+        .current_dir(dir.path());
+    c
+}
+
 /// The probes of every run: each function's entry and return.
 const PROBES: &[&str] = &[
     "pr_add6",
@@ -65,19 +78,14 @@ fn run_probe_env(
     args: &[&str],
     env: &[(&str, &str)],
 ) -> Run {
-    let q = qemu_builds();
     let out = dir.file(&format!("{tag}.out"));
-    let o = no_aslr(&mut Command::new(probe_exe()))
+    let o = probe_cmd(dir)
         .arg("-o")
         .arg(&out)
         .args(opts)
         .arg(prog)
         .args(args)
-        .env_clear()
-        .envs(QEMU_ENV.iter().copied())
-        .env("CANNOLI_QEMU_BUILD", &q.build)
         .envs(env.iter().copied())
-        .current_dir(dir.path())
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -1434,19 +1442,15 @@ fn pie_replayed() {
 /// in the thread's chunk (and then in the buffer) until the program exited.
 fn hits_are_seen_while_the_program_sleeps(arch: &str) {
     let dir = RunDir::new();
-    let q = qemu_builds();
     let prog = guest(arch, "busybox");
     let entry = tools::probe::elf::Image::read(&prog).unwrap().entry;
     let entry = format!("{entry:#x}");
     let w = e2e::line_before_input(
-        no_aslr(&mut Command::new(probe_exe()))
-            .args(["-p", &entry])
-            .arg(&prog)
-            .args(["sh", "-c", "read x; echo \"got $x\""])
-            .env_clear()
-            .envs(QEMU_ENV.iter().copied())
-            .env("CANNOLI_QEMU_BUILD", &q.build)
-            .current_dir(dir.path()),
+        probe_cmd(&dir).args(["-p", &entry]).arg(&prog).args([
+            "sh",
+            "-c",
+            "read x; echo \"got $x\"",
+        ]),
         |_| true,
     );
     let (rest, stderr) = (&w.rest, &w.stderr);
@@ -1824,16 +1828,11 @@ fn go_host_program() {
         sort.display()
     );
     let dir = RunDir::new();
-    let q = qemu_builds();
-    let o = no_aslr(&mut Command::new(probe_exe()))
+    let o = probe_cmd(&dir)
         .args(["--json", "-p", "*", "-p", "*:return", "-o", "/dev/null"])
         .arg(gofmt)
         .arg("-l")
         .arg(sort)
-        .env_clear()
-        .envs(QEMU_ENV.iter().copied())
-        .env("CANNOLI_QEMU_BUILD", &q.build)
-        .current_dir(dir.path())
         .stdin(Stdio::null())
         .output()
         .unwrap();

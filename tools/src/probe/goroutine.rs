@@ -37,7 +37,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::conv::returns_genuinely;
 use super::out::At;
@@ -221,21 +221,18 @@ impl Table {
         gs.offer(plan, seq, calls, out);
         // Only a thread whose own calls wait: the thread whose number the
         // others wait for may have calls before it to hand over first.
-        // The clock is read only once stalled: not on every call.
-        let mut deadline = None;
-        while seq.is_some_and(|s| s >= gs.next) && gs.stalled() {
-            let now = Instant::now();
-            let deadline = *deadline.get_or_insert(now + self.stall);
-            if now >= deadline {
-                gs.pass_over(plan, out);
-                break;
-            }
+        let waits = |gs: &mut Goroutines| seq.is_some_and(|s| s >= gs.next) && gs.stalled();
+        if waits(&mut gs) {
             gs.waiters += 1;
-            gs = match self.advanced.wait_timeout(gs, deadline - now) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
+            let (g, waited) = self
+                .advanced
+                .wait_timeout_while(gs, self.stall, waits)
+                .unwrap_or_else(|p| p.into_inner());
+            gs = g;
             gs.waiters -= 1;
+            if waited.timed_out() {
+                gs.pass_over(plan, out);
+            }
         }
         if gs.next != before && gs.waiters > 0 {
             self.advanced.notify_all();

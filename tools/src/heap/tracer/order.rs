@@ -64,7 +64,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::super::blocks::Bad;
 use super::{lock, Item, MemAccess, Pid, Proc, Symbolize, Thread};
@@ -260,22 +260,21 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
 /// numbers held wait no longer. Wakes the threads waiting here when the
 /// next number moved.
 pub fn wait_turn(pid: &Pid, mut st: MutexGuard<'_, Proc>, thread: &Arc<Mutex<Thread>>, next: u64) {
-    let mut deadline = None;
-    // The clock is read only once stalled, not after every chunk.
-    while st.order.stalled() && st.order.next == next && !lock(thread).deferred.is_empty() {
-        let now = Instant::now();
-        let deadline = *deadline.get_or_insert(now + STALL);
-        if now >= deadline {
+    let waits = |st: &mut Proc| {
+        st.order.stalled() && st.order.next == next && !lock(thread).deferred.is_empty()
+    };
+    if waits(&mut st) {
+        st.order.waiters += 1;
+        let (g, waited) = pid
+            .advanced
+            .wait_timeout_while(st, STALL, waits)
+            .unwrap_or_else(|p| p.into_inner());
+        st = g;
+        st.order.waiters -= 1;
+        if waited.timed_out() {
             st.order.gave_up = true;
             release(pid, &mut st, false);
-            break;
         }
-        st.order.waiters += 1;
-        st = match pid.advanced.wait_timeout(st, deadline - now) {
-            Ok((g, _)) => g,
-            Err(p) => p.into_inner().0,
-        };
-        st.order.waiters -= 1;
     }
     if st.order.held < st.order.wait_limit() / 2 {
         st.order.gave_up = false;
