@@ -35,6 +35,18 @@
  *      loaded machine makes it likely). Leaving one at a time, no worker
  *      contends there, so its count does not depend on timing.
  *
+ * A worker makes its syscalls with syscall(2), not glibc's read() and
+ * write(): those are cancellation points, and each brackets the syscall
+ * with a compare-and-swap on the thread's cancellation state. On a
+ * load-reserved/store-conditional guest that is a loop whose load and store
+ * sit in two translation blocks (ppc64le: `lwarx; cmpw; bne` then
+ * `stwcx.; bne-`), and QEMU drops the reservation whenever it interrupts
+ * the vCPU in between, as it does to every running vCPU for exclusive work
+ * (for one, a plugin growing its per-vCPU scoreboard when main creates the
+ * next worker): the loop then runs once more, 5 instructions on ppc64le, in
+ * one run and not another. A fresh-clone CI run with two CPU hogs saw
+ * ppc64le's worker 0 run 5 more instructions under libexeclog (2026-11-30).
+ *
  * So worker i is vCPU i + 1 (main is vCPU 0) and its instruction count is
  * the same on every run. main's own count is not: pthread_join waits on a
  * futex only if the worker is still running, and the number of futex waits
@@ -65,9 +77,9 @@ static void *worker(void *arg)
     long index = (long)arg;
     char c;
 
-    if (write(started_fds[1], "s", 1) != 1)
+    if (syscall(SYS_write, started_fds[1], "s", 1) != 1)
         return (void *)1;
-    if (read(pipe_fds[0], &c, 1) != 1)
+    if (syscall(SYS_read, pipe_fds[0], &c, 1) != 1)
         return (void *)1;
     uint32_t x = 0x9e3779b9u ^ (uint32_t)index;
     long n = work * (index + 1);
@@ -79,7 +91,7 @@ static void *worker(void *arg)
     }
     worker_result[index] = x;
     worker_tid[index] = syscall(SYS_gettid);
-    if (read(leave_fds[index][0], &c, 1) != 1)
+    if (syscall(SYS_read, leave_fds[index][0], &c, 1) != 1)
         return (void *)1;
     return NULL;
 }
