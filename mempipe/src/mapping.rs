@@ -27,7 +27,14 @@ unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
 impl Mapping {
-    /// Maps `len` bytes of `file` shared, populated; at `at` if given.
+    /// Maps `len` bytes of `file` shared; at `at` if given.
+    ///
+    /// Not populated: the producer's pages come in as it first writes them
+    /// (the file's memory is already allocated, `fallocate`, so a fault
+    /// never finds it missing), or already mapped by the consumer, which
+    /// populates its own mapping. Populating here cost every launch the
+    /// zeroing of the whole ring (4 MB by default) before the guest's first
+    /// instruction, most of it for a short run that fills a chunk or two.
     ///
     /// # Safety
     /// `at`, if given, must be the start of at least `len` bytes of address
@@ -41,7 +48,6 @@ impl Mapping {
         let Some(at) = at else {
             return MmapOptions::new()
                 .len(len)
-                .populate()
                 .map_raw(file)
                 .map(Mapping::Anywhere);
         };
@@ -52,7 +58,7 @@ impl Mapping {
                 at.as_ptr().cast(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                libc::MAP_SHARED | libc::MAP_FIXED,
                 file.as_raw_fd(),
                 0,
             )

@@ -10,6 +10,7 @@
 //! the global entry runs on into the local one, so the probe sits there and
 //! fires once for either.
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
@@ -62,8 +63,12 @@ pub struct Image {
     /// The separate debug file whose symbol table was read too, if the
     /// file has none of its own but one is installed (`debug_file`).
     pub debug: Option<PathBuf>,
-    /// Loadable executable segments: (address, bytes).
-    code: Vec<(u64, Vec<u8>)>,
+    /// Loadable executable segments: (address, bytes' range in `file`).
+    code: Vec<(u64, Range<usize>)>,
+    /// The file's bytes, kept whole: its code is most of most files, and
+    /// a copy of the code alone would cost a second allocation and copy of
+    /// megabytes at every launch.
+    file: Vec<u8>,
 }
 
 /// The page of the lowest loadable segment: where the file's offset 0 is
@@ -97,14 +102,20 @@ fn span<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>, low: u64
         .unwrap_or(0)
 }
 
-fn segments<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> Vec<(u64, Vec<u8>)> {
+/// The loadable executable segments: (address, their bytes' range in the
+/// file). A segment whose bytes the file does not hold is left out.
+fn segments<E: FileHeader<Endian = object::Endianness>>(
+    f: &ElfFile<'_, E>,
+) -> Vec<(u64, Range<usize>)> {
     let e = f.endian();
+    let len = f.data().len() as u64;
     f.elf_program_headers()
         .iter()
         .filter(|p| p.p_type(e) == elf::PT_LOAD && p.p_flags(e) & elf::PF_X != 0)
         .filter_map(|p| {
-            let data = p.data(e, f.data()).ok()?;
-            Some((p.p_vaddr(e).into(), data.to_vec()))
+            let (offset, size) = p.file_range(e);
+            let end = offset.checked_add(size).filter(|&end| end <= len)?;
+            Some((p.p_vaddr(e).into(), offset as usize..end as usize))
         })
         .collect()
 }
@@ -190,6 +201,7 @@ impl Image {
             funcs,
             debug,
             code,
+            file: data,
         })
     }
 
@@ -207,8 +219,8 @@ impl Image {
 
     /// The bytes of `[start, start + len)`, if code of the file.
     pub fn bytes(&self, start: u64, len: u64) -> Option<&[u8]> {
-        self.code.iter().find_map(|(a, d)| {
-            let off = start.checked_sub(*a)?;
+        self.code().find_map(|(a, d)| {
+            let off = start.checked_sub(a)?;
             let end = off.checked_add(len)?;
             (end <= d.len() as u64).then(|| &d[off as usize..end as usize])
         })
@@ -217,8 +229,8 @@ impl Image {
     /// The bytes from `start` to at most `len` on, ending where its segment
     /// does (a symbol without a size near the end of the code).
     pub fn bytes_to_segment_end(&self, start: u64, len: u64) -> Option<&[u8]> {
-        self.code.iter().find_map(|(a, d)| {
-            let off = start.checked_sub(*a)?;
+        self.code().find_map(|(a, d)| {
+            let off = start.checked_sub(a)?;
             let end = off.checked_add(len)?.min(d.len() as u64);
             (off < end).then(|| &d[off as usize..end as usize])
         })
@@ -226,7 +238,7 @@ impl Image {
 
     /// The loadable executable segments: (address, bytes).
     pub fn code(&self) -> impl Iterator<Item = (u64, &[u8])> + '_ {
-        self.code.iter().map(|(a, d)| (*a, d.as_slice()))
+        self.code.iter().map(|(a, r)| (*a, &self.file[r.clone()]))
     }
 
     /// Adds functions no symbol names (found by their code, see
