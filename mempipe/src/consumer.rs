@@ -209,9 +209,11 @@ impl Consumer {
         file.read_exact_at(&mut ident, 0)
             .map_err(|e| io_error(format_args!("reading the header of {what}"), e))?;
         let (geo, producer_pid) = validate(&ident, len, what)?;
+        // Not populated: that would zero every page of the ring here, while
+        // the producer waits for the handshake's answer; a page comes in
+        // when either end first touches it.
         let map = MmapOptions::new()
             .len(geo.file_len)
-            .populate()
             .map_raw(&file)
             .map_err(|e| io_error(format_args!("mapping {what} ({} bytes)", geo.file_len), e))?;
         let ring = Ring::new(Mapping::Anywhere(map), geo);

@@ -23,9 +23,10 @@ pub const SLOT_SIZE: usize = 64;
 /// Chunk sizes must be multiples of this; the data area is aligned to it.
 pub const PAGE_SIZE: usize = 4096;
 /// Largest ring (header, slots and chunks) either end accepts: 16 GiB. The
-/// consumer maps and populates the whole ring, so a header that claims a
-/// larger one is refused before anything is mapped (a hostile producer must
-/// not make the consumer build page tables without bound).
+/// consumer maps the whole ring and reads as far as the header says, so a
+/// header that claims a larger one is refused before anything is mapped (a
+/// hostile producer must not make the consumer take address space and
+/// build page tables without bound).
 pub const MAX_RING_LEN: usize = 16 << 30;
 
 /// Slot `state`: free, the producer owns the chunk.
