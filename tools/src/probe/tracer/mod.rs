@@ -699,14 +699,7 @@ impl Probe {
         }
         let target = &plan.targets[t];
         if let Some(what) = target.stack_move {
-            let value = match (target.conv.ret_reg(), target.ret_slot) {
-                (Some(_), _) => value,
-                (None, Some(s)) => {
-                    self.shadow
-                        .load(key.wrapping_add(s.offset), s.len, plan.big_endian)
-                }
-                (None, None) => None,
-            };
+            let value = self.result(&plan, t, key, value);
             self.stack_moved(what, None, value);
             if target.hidden {
                 return;
@@ -731,16 +724,10 @@ impl Probe {
             let Some(probe) = plan.return_probe(f.target) else {
                 continue;
             };
-            // An ABI0 Go function's result is in its caller's frame, where
-            // its DWARF says (see `godwarf`).
-            let ret = match (target.conv.ret_reg(), target.ret_slot) {
-                _ if unwound => None,
-                (Some(_), _) => value,
-                (None, Some(s)) => {
-                    self.shadow
-                        .load(f.key.wrapping_add(s.offset), s.len, plan.big_endian)
-                }
-                (None, None) => None,
+            let ret = if unwound {
+                None
+            } else {
+                self.result(&plan, f.target, f.key, value)
             };
             let h = Hit {
                 insn: plan.count.then_some(insn),
@@ -751,6 +738,21 @@ impl Probe {
                 ..self.base(At::Return, &plan.specs[probe].text, Some(&target.name), pc)
             };
             self.emit(&h);
+        }
+    }
+
+    /// The first result of target `t` returning from the frame `key`:
+    /// `value` (the return register after the return) where its convention
+    /// returns in a register, else, for an ABI0 Go function, the slot in
+    /// its caller's frame its DWARF says (see `godwarf`).
+    fn result(&self, plan: &Plan, t: usize, key: u64, value: Option<u64>) -> Option<u64> {
+        let target = &plan.targets[t];
+        match (target.conv.ret_reg(), target.ret_slot) {
+            (Some(_), _) => value,
+            (None, Some(s)) => self
+                .shadow
+                .load(key.wrapping_add(s.offset), s.len, plan.big_endian),
+            (None, None) => None,
         }
     }
 
