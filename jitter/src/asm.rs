@@ -339,6 +339,13 @@ impl<'a> Asm<'a> {
         self.byte(0xc3);
     }
 
+    /// `rep movsq`: copies `rcx` words from `[rsi]` to `[rdi]`, upwards
+    /// (the direction flag is clear in TCG's code: no host code it runs
+    /// sets it, and the ABI has it clear across calls).
+    pub fn rep_movsq(&mut self) {
+        self.bytes(&[0xf3, 0x48, 0xa5]);
+    }
+
     /// `nop` (one byte).
     pub fn nop1(&mut self) {
         self.byte(0x90);
@@ -507,6 +514,7 @@ pub(crate) mod tests {
         assert_eq!(one(|a| a.xsave64(mem(Rsp, 0))), "xsave64 (%rsp)");
         assert_eq!(one(|a| a.xrstor64(mem(Rsp, 0))), "xrstor64 (%rsp)");
         assert_eq!(one(|a| a.ret()), "ret");
+        assert_eq!(one(|a| a.rep_movsq()), "rep movsq (%rsi),(%rdi)");
         assert_eq!(one(|a| a.nop1()), "nop");
         assert_eq!(one(|a| a.nop2()), "xchg %ax,%ax");
         // iced shows the resolved rip-relative target.

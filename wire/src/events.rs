@@ -7,10 +7,11 @@ pub const PC_BITS: u32 = 56;
 /// Mask selecting the pc bits of a first word.
 pub const PC_MASK: u64 = (1 << PC_BITS) - 1;
 
-/// Largest event the JIT writes, in bytes (a register event written in
-/// place, with the 4 bytes its last copy may spill past it). A chunk always
-/// has at least this much room left when the JIT starts an event.
-pub const MAX_JIT_EVENT: usize = 96;
+/// Largest event the JIT writes, in bytes: a register event written in
+/// place, of every register of a guest with 32 of 8 bytes (a `REGS`
+/// event of 34 words). A chunk always has at least this much room left
+/// when the JIT starts an event.
+pub const MAX_JIT_EVENT: usize = 8 * 34;
 
 /// Event tags (the top byte of an event's first word).
 pub mod tag {

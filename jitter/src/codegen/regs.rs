@@ -17,10 +17,23 @@
 //! lets the jitter write code there ([`super::synced`]). That code copies
 //! the [`MOST`] or fewer registers from env into the same `SOME_REGS`
 //! event the helper writes: the client sees the same bytes either way.
-//! Every register (the hook library's [`crate::every_register_here`]) and
-//! an order number ([`crate::order_here`]) still go through the helper.
-//! `CANNOLI_REGS_IN_PLACE=0` sends every event through the helper, to
-//! compare the two.
+//! An order number ([`crate::order_here`]) still goes through the helper,
+//! which takes it from the process's one counter. `CANNOLI_REGS_IN_PLACE=0`
+//! sends every event through the helper, to compare the two.
+//!
+//! Every register (asked for with [`crate::every_register_here`], as a
+//! `cannoli probe` pc probe does, or never narrowed) is written in place
+//! too, as the helper writes it: on a 32-bit guest a straight copy of
+//! env's registers, two to a word; on a 64-bit one a `REGS` event, a word
+//! each. Both are a run of words copied from env, so a pc probe's hit
+//! costs QEMU some twenty moves instead of a helper call. (On the 2-core
+//! VM the bench's probe row, ten pcs of busybox `sha256sum` and a million
+//! hits, did not move measurably: the client's formatting bounds it there,
+//! and QEMU's CPU time varies by a tenth from run to run.) A run whose
+//! code fits in [`PAIRS_MOST`] bytes is copied by pairs of `push`/`pop`;
+//! a longer one (32 registers of 8 bytes) by `rep movsq`, the three
+//! registers it uses saved on the stack around it, so that a splice stays
+//! within the 256 bytes QEMU gives it.
 //!
 //! The JIT may clobber only the flags, so each register is copied memory
 //! to memory through the host stack: `push qword [env + reg]`, then
@@ -32,7 +45,7 @@
 //! where the next event goes (the cursor never counts them).
 
 use super::{advance, fetched, store_word, with_lifter, CURSOR, ENV};
-use crate::asm::{mem, Asm};
+use crate::asm::{mem, Asm, Reg};
 use std::sync::LazyLock;
 use wire::{frame, tag};
 
@@ -42,6 +55,21 @@ const MOST: u32 = 8;
 /// Bytes an in-place event may write, its 4-byte spill included.
 const MOST_BYTES: usize = 8 * (3 + MOST as usize) + 8;
 const _: () = assert!(MOST_BYTES <= wire::MAX_JIT_EVENT);
+
+/// The most registers an event of every register carries in place (a
+/// guest with more gets the helper's).
+const MOST_EVERY: u32 = 32;
+
+/// Bytes such an event may write: a `REGS` event of [`MOST_EVERY`] 8-byte
+/// registers, or the packed `SOME_REGS` of 4-byte ones, which is smaller.
+const MOST_EVERY_BYTES: usize = 8 * (2 + MOST_EVERY as usize);
+const _: () = assert!(MOST_EVERY_BYTES <= wire::MAX_JIT_EVENT);
+
+/// The most bytes of code a run of words is copied in by `push`/`pop`
+/// pairs (16 words with short displacements take some 120): with the
+/// event's head, the cursor's step and the `prefetchw`, a splice stays
+/// well within QEMU's 256 bytes. A longer copy is a `rep movsq`.
+const PAIRS_MOST: usize = 160;
 
 /// `CANNOLI_REGS_IN_PLACE=0` turns writing in place off.
 static ENABLED: LazyLock<bool> =
@@ -58,27 +86,36 @@ pub(super) struct InPlace {
     reg_bytes: u32,
     /// Where register 0 lies from env.
     regs_at: i32,
+    /// Every register, as the helper writes them when asked for every one
+    /// (`mask` has them all).
+    every: bool,
 }
 
 /// The event to write in place of the helper for an instruction hooked
-/// with `kind`, if it can be: the registers were narrowed to a few and
-/// this instruction asked neither for every one nor for an order number
-/// (which the helper takes from its one counter, before the registers).
+/// with `kind`, if it can be: it reports every register (asked for here,
+/// or never narrowed) of a guest with at most [`MOST_EVERY`], or the few
+/// they were narrowed to; and it asked for no order number (which the
+/// helper takes from its one counter, before the registers).
 pub(super) fn in_place(kind: u32, asked: crate::events::Asked) -> Option<InPlace> {
-    if asked.every || asked.ordered || !*ENABLED {
+    if asked.ordered || !*ENABLED {
         return None;
     }
     let e = &crate::config::get()?.env;
     let n = e.reg_count;
-    if !matches!(e.reg_bytes, 4 | 8) || n == 0 || n > 32 {
+    if !matches!(e.reg_bytes, 4 | 8) || n == 0 || n > MOST_EVERY {
         return None;
     }
-    let mask = crate::events::narrowed_mask(n)?;
-    (mask.count_ones() <= MOST).then_some(InPlace {
+    // Not narrowed (`None`): every register, as when asked for them.
+    let (mask, every) = match (asked.every, crate::events::narrowed_mask(n)) {
+        (false, Some(mask)) => (mask.count_ones() <= MOST).then_some((mask, false))?,
+        _ => ((1u64 << n) - 1, true),
+    };
+    Some(InPlace {
         kind,
         mask,
         reg_bytes: e.reg_bytes,
         regs_at: e.regs_env_offset,
+        every,
     })
 }
 
@@ -91,6 +128,9 @@ pub(super) fn write(a: &mut Asm, pc: u64, p: &InPlace) {
 
 /// The event's code, without the cursor's step; returns its length.
 fn encode(a: &mut Asm, pc: u64, p: &InPlace) -> i32 {
+    if p.every {
+        return encode_every(a, pc, p);
+    }
     let words = wire::some_regs_words(p.mask, p.reg_bytes);
     store_word(a, 0, frame(tag::SOME_REGS, p.kind, 3 + words as u32));
     store_word(a, 8, pc);
@@ -109,6 +149,58 @@ fn encode(a: &mut Asm, pc: u64, p: &InPlace) -> i32 {
         a.mov_m32_imm32(mem(CURSOR, 24 + 4 * slot), 0);
     }
     8 * (3 + words as i32)
+}
+
+/// [`encode`] of every register: the helper's event for them (see
+/// `events::registers`), its registers a straight copy of env's.
+fn encode_every(a: &mut Asm, pc: u64, p: &InPlace) -> i32 {
+    let n = p.mask.count_ones() as i32;
+    let (head, words) = if p.reg_bytes == 8 {
+        store_word(a, 0, frame(tag::REGS, p.kind, 2 + n as u32));
+        store_word(a, 8, pc);
+        (16, n)
+    } else {
+        let words = (n + 1) / 2;
+        store_word(a, 0, frame(tag::SOME_REGS, p.kind, 3 + words as u32));
+        store_word(a, 8, pc);
+        store_word(a, 16, p.mask);
+        (24, words)
+    };
+    copy_words(a, p.regs_at, head, words);
+    if p.reg_bytes == 4 && n % 2 == 1 {
+        // The last word's upper half came from past the last register.
+        a.mov_m32_imm32(mem(CURSOR, head + 4 * n), 0);
+    }
+    head + 8 * words
+}
+
+/// Copies `words` words from env + `from` to the cursor + `to`: by
+/// `push`/`pop` pairs where their code fits in [`PAIRS_MOST`] bytes, else
+/// by `rep movsq`, whose registers are saved around it (the JIT may
+/// clobber only the flags).
+fn copy_words(a: &mut Asm, from: i32, to: i32, words: i32) {
+    let pairs = |a: &mut Asm| {
+        for w in 0..words {
+            a.push_m64(mem(ENV, from + 8 * w));
+            a.pop_m64(mem(CURSOR, to + 8 * w));
+        }
+    };
+    let mut scratch = [0u8; 1024];
+    let mut trial = Asm::new(&mut scratch, 0);
+    pairs(&mut trial);
+    if trial.len() <= PAIRS_MOST {
+        return pairs(a);
+    }
+    a.push(Reg::Rsi);
+    a.push(Reg::Rdi);
+    a.push(Reg::Rcx);
+    a.lea(Reg::Rsi, mem(ENV, from));
+    a.lea(Reg::Rdi, mem(CURSOR, to));
+    a.mov_r32_imm32(Reg::Rcx, words as u32);
+    a.rep_movsq();
+    a.pop(Reg::Rcx);
+    a.pop(Reg::Rdi);
+    a.pop(Reg::Rsi);
 }
 
 #[cfg(test)]
@@ -130,6 +222,7 @@ mod tests {
         let (lines, len) = code(pc, p);
         let mut out = vec![0xeeu8; len as usize + 8];
         let mut stack = Vec::new();
+        let (mut rsi, mut rdi, mut rcx) = (None, None, None);
         let disp = |s: &str| -> i64 {
             let d = s.split('(').next().unwrap_or("");
             let (neg, d) = d.strip_prefix('-').map_or((false, d), |d| (true, d));
@@ -156,6 +249,29 @@ mod tests {
                     let at = disp(args) as usize;
                     out[at..at + 8].copy_from_slice(&stack.pop().unwrap().to_le_bytes());
                 }
+                "push" | "pop" if args.starts_with('%') => {
+                    // rep movsq's registers, saved around it.
+                }
+                "lea" => {
+                    let (src, dst) = args.split_once(',').unwrap();
+                    let v = disp(src);
+                    match dst {
+                        "%rsi" => rsi = Some((v - p.regs_at as i64) as usize),
+                        "%rdi" => rdi = Some(v as usize),
+                        _ => panic!("unexpected {l}"),
+                    }
+                }
+                "mov" => {
+                    let (imm, dst) = args.split_once(',').unwrap();
+                    assert_eq!(dst, "%ecx", "{l}");
+                    rcx = Some(u64::from_str_radix(imm.trim_start_matches("$0x"), 16).unwrap());
+                }
+                "rep" => {
+                    assert_eq!(args, "movsq (%rsi),(%rdi)");
+                    let (s, d) = (rsi.unwrap(), rdi.unwrap());
+                    let n = 8 * rcx.unwrap() as usize;
+                    out[d..d + n].copy_from_slice(&env[s..s + n]);
+                }
                 "movq" | "movl" => {
                     let (imm, dst) = args.split_once(',').unwrap();
                     let v = u64::from_str_radix(imm.trim_start_matches("$0x"), 16).unwrap();
@@ -179,6 +295,9 @@ mod tests {
     /// The helper's event for the same registers, built as
     /// `events::registers` builds it.
     fn helper_event(pc: u64, p: &InPlace, env: &[u8]) -> Vec<u8> {
+        if p.every {
+            return helper_every(pc, p, env);
+        }
         let reg = |i: u32| {
             let at = (p.reg_bytes * i) as usize;
             let mut w = [0u8; 8];
@@ -224,12 +343,68 @@ mod tests {
                     mask,
                     reg_bytes,
                     regs_at: 0x40,
+                    every: false,
                 };
                 let got = run(pc, &p, &env);
                 let want = helper_event(pc, &p, &env);
                 assert_eq!(got, want, "mask {mask:#x}, {reg_bytes}-byte registers");
                 let (_, len) = code(pc, &p);
                 assert!(len as usize + 8 <= MOST_BYTES);
+            }
+        }
+    }
+
+    /// The helper's event of every register (`events::registers`): a
+    /// 64-bit guest's a `REGS` event, a 32-bit guest's env copied.
+    fn helper_every(pc: u64, p: &InPlace, env: &[u8]) -> Vec<u8> {
+        let n = p.mask.count_ones() as usize;
+        // The model's env starts at register 0 (see `run`).
+        let at = |i: usize| i;
+        let (head, body): (Vec<u64>, Vec<u8>) = if p.reg_bytes == 8 {
+            (
+                vec![frame(tag::REGS, p.kind, 2 + n as u32), pc],
+                env[at(0)..at(8 * n)].to_vec(),
+            )
+        } else {
+            let words = n.div_ceil(2);
+            let mut b = env[at(0)..at(4 * n)].to_vec();
+            b.resize(8 * words, 0);
+            (
+                vec![frame(tag::SOME_REGS, p.kind, 3 + words as u32), pc, p.mask],
+                b,
+            )
+        };
+        head.iter()
+            .flat_map(|w| w.to_le_bytes())
+            .chain(body)
+            .collect()
+    }
+
+    #[test]
+    fn every_register_as_the_helper_writes_it_within_a_splice() {
+        let env: Vec<u8> = (0..1400u32).map(|i| (i * 13 + 5) as u8).collect();
+        for (reg_bytes, n) in [(4, 8), (4, 15), (4, 16), (4, 32), (8, 16), (8, 31), (8, 32)] {
+            // Near env's start (short displacements) and far (long ones).
+            for regs_at in [0, 0x40, 0x2a8] {
+                let p = InPlace {
+                    kind: wire::RegsKind::Regs as u32,
+                    mask: (1u64 << n) - 1,
+                    reg_bytes,
+                    regs_at,
+                    every: true,
+                };
+                let pc = 0x7fff_1234_5678;
+                assert_eq!(
+                    run(pc, &p, &env),
+                    helper_every(pc, &p, &env),
+                    "{n} registers of {reg_bytes} bytes at env + {regs_at:#x}"
+                );
+                let mut buf = [0u8; 1024];
+                let mut a = Asm::new(&mut buf, 0x1000);
+                let len = encode(&mut a, pc, &p);
+                assert!(len as usize <= MOST_EVERY_BYTES);
+                // The cursor's step and check, and a prefetchw, follow.
+                assert!(a.len() + 32 <= 256, "{} bytes of code", a.len());
             }
         }
     }

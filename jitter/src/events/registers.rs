@@ -1,5 +1,7 @@
 //! Registers: the event an instruction hooked for Register or Branch
-//! reports before it runs.
+//! reports before it runs. This helper writes it where the JIT's own code
+//! (`codegen::regs`) does not: with an order number, or on a guest of
+//! more than 32 registers.
 //!
 //! Which registers it carries is the hook library's choice, made at lift
 //! time: every register by default; after [`narrow`], only those of the
