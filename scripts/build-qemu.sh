@@ -126,6 +126,9 @@ patched_files() {
 if [ "$(cat "$dir/.done" 2>/dev/null)" = "$key" ]; then
   log "up to date: $dir"
 else
+  # The tree is about to change: until the build below finishes, no key
+  # is up to date (a build stopped half way must not pass for the old one).
+  rm -f "$dir/.done"
   if [ -f "$dir/.configured" ] && [ -f "$dir/applied.patch" ]; then
     log "updating QEMU $version in $dir for the changed patch"
     fresh="$dir/src.new"
