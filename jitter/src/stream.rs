@@ -91,6 +91,9 @@ thread_local! {
     static MY_CURSOR: Cell<usize> = const { Cell::new(0) };
     /// When this thread's stream took the chunk it is filling.
     static CHUNK_TAKEN: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// The same, on the coarse clock ([`coarse_ms`]), or when [`enter`]
+    /// last found the chunk held no event.
+    static TAKEN_MS: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Every thread's stream by the address of its vCPU cursor, with the pid
@@ -167,6 +170,7 @@ impl Stream {
     /// Takes the next chunk; switches to untraced mode if the client is gone.
     fn next_chunk(&mut self) -> Window {
         CHUNK_TAKEN.with(|t| t.set(Some(Instant::now())));
+        TAKEN_MS.with(|t| t.set(coarse_ms()));
         if self.scratch.is_none() {
             match self.ring.acquire() {
                 Ok(p) => {
@@ -395,11 +399,57 @@ fn ensure_window(c: &mut Cursor) -> bool {
     })
 }
 
-/// A vCPU thread is about to run guest code.
+/// A vCPU thread is about to run guest code: after a syscall, a signal,
+/// an exception, or QEMU's own exit from translated code.
+///
+/// Also where a chunk that fills slowly is handed over: a thread whose
+/// tool hooks little (a probe on a function called now and then) and that
+/// does not sleep (a loop making syscalls that return at once) would
+/// otherwise hold its events until its chunk fills, which can take the
+/// whole run. Coming back here more than [`LIVE_AT_MOST_MS`] after it took
+/// its chunk, it hands over what the chunk holds. One read of the coarse
+/// clock (the vDSO's, a memory load) each time. A thread that only
+/// computes, with no syscall, does not come here, and its events wait for
+/// its chunk to fill.
 pub fn enter(c: &mut Cursor) {
     if ensure_window(c) {
         replay_if_owed(c);
+        return;
     }
+    if c.cursor == 0 {
+        return;
+    }
+    // One look at the thread-local (a call, in a library QEMU loaded).
+    let due = TAKEN_MS.with(|t| {
+        let now = coarse_ms();
+        let due = now.saturating_sub(t.get()) > LIVE_AT_MOST_MS;
+        if due {
+            // If the chunk holds no event (no hand-over), it is not looked
+            // at again before another LIVE_AT_MOST_MS.
+            t.set(now);
+        }
+        due
+    });
+    if due {
+        hand_over(c);
+    }
+}
+
+/// How long, in milliseconds, a thread that comes back to [`enter`] keeps
+/// events in a chunk: about the client's own flush interval for live
+/// output, and a hand-over at most ten times a second a thread.
+const LIVE_AT_MOST_MS: u64 = 100;
+
+/// Milliseconds on the coarse monotonic clock (a few milliseconds'
+/// resolution, read without a syscall).
+fn coarse_ms() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
 /// The JIT filled its window.

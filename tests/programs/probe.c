@@ -7,9 +7,12 @@
  * call, a longjmp out of a recursion, and three threads calling the same
  * function.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
+#include <string.h>
+#include <unistd.h>
 
 #define NOINLINE __attribute__((noinline, noipa))
 
@@ -87,10 +90,34 @@ static void *worker(void *p)
     return NULL;
 }
 
+/* `probe spin`: one call, then a loop that computes a while between
+ * syscalls that never sleep (reads of a non-blocking stdin) until a line
+ * comes: a thread that runs on without sleeping and writes few events (a
+ * syscall's few words), whose hit must reach a live probe all the same. */
+static int spin(void)
+{
+    char buf[64];
+    ssize_t n;
+
+    printf("pr_add6(1,2,3,4,5,6)=%ld\n", pr_add6(1, 2, 3, 4, 5, 6));
+    fflush(stdout);
+    if (fcntl(0, F_SETFL, fcntl(0, F_GETFL) | O_NONBLOCK) != 0)
+        return 2;
+    do {
+        for (long i = 0; i < 2000000; i++)
+            pr_sink++;
+    } while ((n = read(0, buf, sizeof buf - 1)) < 0);
+    buf[n] = 0;
+    printf("got %s", buf);
+    return 0;
+}
+
 /* `probe nothreads` stops before the threads (QEMU's execlog plugin,
  * a test's ground truth, does not survive them). */
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "spin") == 0)
+        return spin();
     long r = pr_add6(1, 2, 3, 4, 5, 6);
     printf("pr_add6(1,2,3,4,5,6)=%ld\n", r);
     r = pr_add6(-1, 100, -10000, 7, 0, 1234567);

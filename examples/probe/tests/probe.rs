@@ -1475,6 +1475,49 @@ fn hits_are_seen_while_the_program_sleeps_mipsel() {
     hits_are_seen_while_the_program_sleeps("mipsel");
 }
 
+/// A hit reaches the live output while the program runs on without
+/// sleeping: `probe spin` calls `pr_add6` once, then reads its stdin in a
+/// non-blocking loop (syscalls that return at once, so no hand-over before
+/// a sleep) until a line comes. The line is written only once the hit was
+/// seen; until then the loop goes on (a hang guard ends the wait).
+fn hits_are_seen_while_the_program_runs_on(arch: &str) {
+    let dir = RunDir::new();
+    let prog = guest(arch, "probe");
+    let w = e2e::line_before_input(
+        probe_cmd(&dir)
+            // Three arguments: in registers on both guests, so the probe
+            // asks for no stores (mipsel's fifth is on the stack), which
+            // would fill a chunk in the loop.
+            .args(["-p", "pr_add6/3"])
+            .arg(&prog)
+            .arg("spin"),
+        |l| l.contains(" pr_add6/3 "),
+    );
+    let (before, rest, stderr) = (&w.before, &w.rest, &w.stderr);
+    let hit = w.seen.as_deref().unwrap_or_else(|| {
+        panic!("{arch}: no hit while the program ran on; before: {before:?}, later: {rest:?}\n{stderr}")
+    });
+    assert!(
+        hit.contains("arg0=0x1 arg1=0x2 arg2=0x3"),
+        "{arch}: not the call pr_add6(1, 2, ...): {hit}\n{stderr}"
+    );
+    assert_eq!(w.status.code(), Some(0), "{arch}: {stderr}");
+    assert!(
+        rest.iter().any(|l| l == "got go"),
+        "{arch}: the program did not read the line: {rest:?}\n{stderr}"
+    );
+}
+
+#[test]
+fn hits_are_seen_while_the_program_runs_on_x86_64() {
+    hits_are_seen_while_the_program_runs_on("x86_64");
+}
+
+#[test]
+fn hits_are_seen_while_the_program_runs_on_mipsel() {
+    hits_are_seen_while_the_program_runs_on("mipsel");
+}
+
 /// A Go program's functions, by Go's conventions (`tests/programs/goprobe.go`
 /// prints every call's arguments and result): the arguments on every
 /// guest, from Go's registers on x86_64 (not C's) and from the stack on
