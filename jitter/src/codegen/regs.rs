@@ -359,15 +359,14 @@ mod tests {
     fn helper_every(pc: u64, p: &InPlace, env: &[u8]) -> Vec<u8> {
         let n = p.mask.count_ones() as usize;
         // The model's env starts at register 0 (see `run`).
-        let at = |i: usize| i;
         let (head, body): (Vec<u64>, Vec<u8>) = if p.reg_bytes == 8 {
             (
                 vec![frame(tag::REGS, p.kind, 2 + n as u32), pc],
-                env[at(0)..at(8 * n)].to_vec(),
+                env[..8 * n].to_vec(),
             )
         } else {
             let words = n.div_ceil(2);
-            let mut b = env[at(0)..at(4 * n)].to_vec();
+            let mut b = env[..4 * n].to_vec();
             b.resize(8 * words, 0);
             (
                 vec![frame(tag::SOME_REGS, p.kind, 3 + words as u32), pc, p.mask],
