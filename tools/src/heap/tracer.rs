@@ -21,6 +21,7 @@ mod stream;
 pub use fork::{settle as settle_forks, Forks};
 pub use stream::{narrowed_registers, Stream};
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
@@ -350,6 +351,10 @@ pub struct Thread {
     /// guest that splits them (see [`Layout::split_vectors`]): its pc,
     /// the address right after it and where the vector starts.
     half_load: Option<(u64, u64, u64)>,
+    /// The `clone` that created the thread was applied (or it is the
+    /// process's first): once true, for good. Kept here so that the
+    /// serial loop does not look the thread up for each of its events.
+    started: Cell<bool>,
 }
 
 fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {

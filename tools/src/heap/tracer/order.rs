@@ -62,12 +62,13 @@
 //! oldest run anyway, counted in [`Order::forced`]: the summary says so
 //! and the run exits as incomplete.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::super::blocks::Bad;
 use super::{lock, Item, MemAccess, Pid, Proc, Symbolize, Thread};
+use crate::probe::shadow::AddrMap;
 
 /// The most events a process's threads hold back, together (about 50
 /// bytes each).
@@ -95,7 +96,7 @@ pub struct Order {
     /// Threads whose every event was applied.
     ended: HashSet<i32>,
     /// The id word of each thread created, by its address.
-    tid_words: HashMap<u64, i32>,
+    tid_words: AddrMap<i32>,
     /// The streams with events waiting.
     waiting: Vec<Arc<Mutex<Thread>>>,
     /// Events held back, all threads together.
@@ -338,8 +339,11 @@ impl Thread {
     /// module's list).
     #[inline(always)]
     fn waits(&self, st: &Proc, item: &Item) -> bool {
-        if self.tid != self.pid && !st.order.started.contains(&self.tid) {
-            return true;
+        if !self.started.get() {
+            if !st.order.started.contains(&self.tid) {
+                return true;
+            }
+            self.started.set(true);
         }
         match item {
             Item::Access(MemAccess {

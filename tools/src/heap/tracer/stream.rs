@@ -5,6 +5,7 @@
 //! serial phase hands them to [`super::order`], which applies them in the
 //! order kept between the threads.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -163,6 +164,7 @@ impl Cannoli for Stream {
             ended: false,
             queued: false,
             half_load: None,
+            started: Cell::new(ci.tid == ci.pid),
         };
         let s = Stream {
             thread: Arc::new(Mutex::new(t)),
