@@ -298,21 +298,35 @@ impl Resolver<'_> {
     }
 }
 
-impl Symbolize for Resolver<'_> {
-    fn function(&self, pc: u64) -> Option<Function> {
-        let (f, bias) = match self.funcs.find(pc.wrapping_sub(self.bias)) {
-            Some(f) => (f, self.bias),
+impl Resolver<'_> {
+    /// The function containing `pc`, in the executable's table or a
+    /// mapped library's, with the bias that moves its addresses to `pc`'s.
+    fn find(&self, pc: u64) -> Option<(&symbols::Func, u64)> {
+        match self.funcs.find(pc.wrapping_sub(self.bias)) {
+            Some(f) => Some((f, self.bias)),
             None => {
                 let m = self.module(pc)?;
-                (m.funcs.as_ref()?.find(pc.wrapping_sub(m.bias))?, m.bias)
+                Some((m.funcs.as_ref()?.find(pc.wrapping_sub(m.bias))?, m.bias))
             }
-        };
+        }
+    }
+}
+
+impl Symbolize for Resolver<'_> {
+    fn function(&self, pc: u64) -> Option<Function> {
+        let (f, bias) = self.find(pc)?;
         let start = f.start.wrapping_add(bias);
         Some(Function {
             start,
             local_entry: start.wrapping_add(f.local_entry),
             name: f.name.clone(),
         })
+    }
+
+    fn entries(&self, pc: u64) -> Option<(u64, u64)> {
+        let (f, bias) = self.find(pc)?;
+        let start = f.start.wrapping_add(bias);
+        Some((start, start.wrapping_add(f.local_entry)))
     }
 
     fn insn_len(&self, pc: u64) -> Option<u64> {

@@ -132,20 +132,20 @@ pub struct Function {
     pub name: Arc<str>,
 }
 
-impl Function {
-    /// Whether a branch to `pc` enters the function at one of its entry
-    /// points.
-    pub fn entered_at(&self, pc: u64) -> bool {
-        pc == self.start || pc == self.local_entry
-    }
-}
-
 /// What the tracer knows about the guest's code: the function containing
 /// an address, and, where the registers do not tell a call from a jump,
 /// the instructions themselves.
 pub trait Symbolize {
     /// The function containing `pc`.
     fn function(&self, pc: u64) -> Option<Function>;
+
+    /// The start and the local entry point of the function containing
+    /// `pc`, without its name: what every taken branch's landing is
+    /// checked against (a tail call), so an implementation may answer it
+    /// without building a [`Function`].
+    fn entries(&self, pc: u64) -> Option<(u64, u64)> {
+        self.function(pc).map(|f| (f.start, f.local_entry))
+    }
 
     /// A name for `pc` when no function contains it.
     fn unnamed(&self, pc: u64) -> Arc<str> {
@@ -466,17 +466,18 @@ impl BacktraceState {
         }
 
         // A tail call: a jump to the first instruction (or the local entry
-        // point) of another function.
-        if let Some(f) = syms.function(pc) {
-            let same = syms.function(b.pc).is_some_and(|g| g.start == f.start);
-            if f.entered_at(pc) && !same {
+        // point) of another function. Most landings here are inside a
+        // function (a loop's back edge): one look, by address, tells.
+        if let Some((start, local_entry)) = syms.entries(pc) {
+            let entered = pc == start || pc == local_entry;
+            if entered && !matches!(syms.entries(b.pc), Some((s, _)) if s == start) {
                 let ret = self.return_stack.last().copied().unwrap_or(Return {
                     addr: None,
                     sp: None,
                 });
                 self.push(
                     Frame {
-                        name: f.name,
+                        name: name_of(syms, pc),
                         entry: pc,
                         via: Via::Jump,
                     },
