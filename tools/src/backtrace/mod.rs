@@ -296,9 +296,7 @@ impl Resolver<'_> {
             .rev()
             .find(|m| m.base <= pc && pc < m.end)
     }
-}
 
-impl Resolver<'_> {
     /// The function containing `pc`, in the executable's table or a
     /// mapped library's, with the bias that moves its addresses to `pc`'s.
     fn find(&self, pc: u64) -> Option<(&symbols::Func, u64)> {
