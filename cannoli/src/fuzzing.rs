@@ -197,6 +197,7 @@ pub(crate) fn hello_line(tid: i32) -> String {
         regs: wire::RegLayout::default(),
         syscall_names: Default::default(),
         blocks: None,
+        image: 0,
     };
     serde_json::to_string(&h).unwrap()
 }

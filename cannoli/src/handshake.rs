@@ -460,6 +460,7 @@ mod tests {
             regs: RegLayout::default(),
             syscall_names: Default::default(),
             blocks: None,
+            image: 0,
         }
     }
 

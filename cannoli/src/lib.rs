@@ -109,6 +109,10 @@ pub struct ClientInfo {
     pub ppid: i32,
     /// The guest thread's id (`pid` for a process's first thread).
     pub tid: i32,
+    /// Which image of process `pid` the thread belongs to: each traced
+    /// `execve` makes a new one under the same pid, with a `PidContext`
+    /// of its own (see `wire::Hello::image`).
+    pub image: u32,
     /// This stream's number in the run, from 0 in the order the streams
     /// connected; in a replay, its number in the recording (the `stream`
     /// of `cannoli info` and of the exports).
@@ -143,6 +147,7 @@ impl ClientInfo {
             pid: h.pid,
             ppid: h.ppid,
             tid: h.tid,
+            image: h.image,
             stream: 0,
             arch: h.arch.clone(),
             big_endian: h.big_endian,

@@ -40,6 +40,7 @@ fn fake_hello(pid: i32, tid: i32, wire_version: u32, regs: RegLayout) -> Hello {
         regs,
         syscall_names: fake_syscall_names(),
         blocks: None,
+        image: 0,
     }
 }
 
@@ -332,6 +333,8 @@ struct Fake {
     chunk_count: usize,
     /// Waited on after the welcome, before streaming.
     barrier: Option<Arc<Barrier>>,
+    /// The hello's image of the pid (traced execs before it).
+    image: u32,
 }
 
 impl Fake {
@@ -343,13 +346,15 @@ impl Fake {
             chunk_size: 4096,
             chunk_count: 4,
             barrier: None,
+            image: 0,
         }
     }
 
     /// Plays QEMU's side of one thread. Returns the welcome's error, if any.
     fn play(&self, addr: Peer, chunks: &[Vec<u64>], ending: Ending) -> Option<String> {
         let mut p = Producer::create_memfd(self.chunk_size, self.chunk_count).expect("create ring");
-        let hello = fake_hello(self.pid, self.tid, self.wire_version, fake_regs());
+        let mut hello = fake_hello(self.pid, self.tid, self.wire_version, fake_regs());
+        hello.image = self.image;
         let mut s = match connect_fake(&addr, hello, &p) {
             Ok(s) => s,
             Err(e) => return Some(e),
@@ -534,6 +539,47 @@ fn overlapping_threads_get_one_pid_context() {
     assert_eq!(pid_inits(pid), 1);
     assert_eq!(take_result(pid, pid).unwrap(), vec![Ev::Exec(0x1234)]);
     assert!(take_result(pid, pid + 1).unwrap() == want);
+}
+
+/// A program a traced exec started connects under its pid while the
+/// image before it still streams (the client may be far behind it): it is
+/// another process image, with a context of its own, not one more thread
+/// of the first.
+#[test]
+fn an_exec_successor_gets_a_pid_context_of_its_own() {
+    let server = bind();
+    let addr = peer(&server);
+    let addr2 = addr.clone();
+    let pid = 2600;
+    let (b_done_tx, b_done_rx) = mpsc::channel::<()>();
+    let a = std::thread::spawn(move || {
+        let mut p = Producer::create_memfd(4096, 2).unwrap();
+        let mut s = connect_fake(&addr, fake_hello(pid, pid, WIRE_VERSION, fake_regs()), &p)
+            .expect("welcomed");
+        b_done_rx.recv().unwrap();
+        let buf = p.acquire_slice().unwrap();
+        buf[..8].copy_from_slice(&0x1234u64.to_le_bytes());
+        p.publish(8).unwrap();
+        p.close();
+        s.write_all(b"{\"chunks\":1,\"lost_events\":0,\"exec\":true}\n")
+            .unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let (chunks, _) = make_stream(3, 4096, 9);
+    let b = std::thread::spawn(move || {
+        let mut f = Fake::new(pid, pid);
+        f.image = 1;
+        let r = f.play(addr2, &chunks, Ending::Goodbye { lost: 0 });
+        b_done_tx.send(()).unwrap();
+        r
+    });
+    let stats = run_with_timeout(server, 2);
+    a.join().unwrap();
+    assert_eq!(b.join().unwrap(), None);
+    assert_eq!(stats.connections, 2);
+    assert_eq!(pid_inits(pid), 2, "one context per image");
+    // The first image ended last: its stream is the one kept.
+    assert_eq!(take_result(pid, pid).unwrap(), vec![Ev::Exec(0x1234)]);
 }
 
 /// Pids whose fake QEMU thread got its welcome.

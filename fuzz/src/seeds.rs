@@ -179,6 +179,7 @@ fn hello(arch: &str, bits: u32, count: u32) -> String {
             .into_iter()
             .collect(),
         blocks: None,
+        image: 0,
     };
     serde_json::to_string(&h).expect("serializes") + "\n"
 }

@@ -64,6 +64,7 @@ pub fn connect(
         regs: guest.regs.clone(),
         syscall_names: guest.syscall_names.clone(),
         blocks: None,
+        image: crate::events::image(),
     };
     let blocks = blocks.map(|b| offer(addr, b));
     Ok(dial(

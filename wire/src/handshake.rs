@@ -47,6 +47,13 @@ pub struct Hello {
     /// (TCP). `None`: the sender has no table.
     #[serde(default)]
     pub blocks: Option<RingRef>,
+    /// Which image of the process `pid` this stream belongs to: QEMU counts
+    /// the traced `execve`s that led to it (a forked child starts with its
+    /// parent's count). An exec keeps the pid, and the program before it may
+    /// still be decoding when the one it exec'd connects: the two images are
+    /// told apart by this number, not by the pid. 0 from older senders.
+    #[serde(default)]
+    pub image: u32,
 }
 
 /// Magic string of [`Hello`].
@@ -336,6 +343,7 @@ mod tests {
             },
             syscall_names: [(4001, "exit".to_string())].into_iter().collect(),
             blocks: Some(RingRef::ProcFd(8)),
+            image: 3,
         };
         let s = serde_json::to_string(&h).unwrap();
         assert!(!s.contains('\n'));
@@ -365,6 +373,7 @@ mod tests {
             },
             syscall_names: Default::default(),
             blocks: None,
+            image: 0,
         }
     }
 

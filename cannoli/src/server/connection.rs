@@ -154,7 +154,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     if let Err(Refusal::Stranger(m) | Refusal::Refused(m)) = accepted.welcome(&mut stream) {
         refused(shared, &m);
         if let Role::Decode(pid_ctx) = role {
-            shared.pid_release(ci.pid);
+            shared.pid_release(&ci);
             drop(pid_ctx);
         }
         return;
@@ -271,7 +271,7 @@ fn connection<T: Cannoli>(shared: &Shared<T>, mut stream: Sock, peer: String, op
     drop(pipe); // the tool's per-thread value: its Drop may report
     drop(tid_ctx);
     drop(consumer);
-    shared.pid_release(ci.pid);
+    shared.pid_release(&ci);
     drop(pid_ctx);
 
     let mut st = lock(&shared.stats);

@@ -18,7 +18,10 @@ use crate::notes::{note, Notes};
 use crate::recording::Writer;
 use crate::{Cannoli, ClientInfo, Stats, ToolState};
 
-type PidMap<T> = HashMap<i32, (Arc<<T as Cannoli>::PidContext>, usize)>;
+/// The process contexts by pid and image ([`ClientInfo::image`]: an exec
+/// keeps the pid, and its successor may connect while the program before
+/// it is still decoding), with the number of live threads of each.
+type PidMap<T> = HashMap<(i32, u32), (Arc<<T as Cannoli>::PidContext>, usize)>;
 
 /// State shared by the accept loop and the connection threads of one run.
 pub(super) struct Shared<T: Cannoli> {
@@ -30,7 +33,7 @@ pub(super) struct Shared<T: Cannoli> {
     pub(super) halt: Halt,
     /// Connections accepted whose thread has not finished.
     pub(super) live: Mutex<usize>,
-    /// The process contexts, keyed by pid, with the number of live threads.
+    /// The process contexts.
     pub(super) pids: Mutex<PidMap<T>>,
     /// Written to when a connection ends, to wake the accept loop.
     pub(super) wake: UnixStream,
@@ -78,25 +81,27 @@ impl<T: Cannoli> Shared<T> {
     }
 
     pub(super) fn pid_acquire(&self, ci: &ClientInfo) -> Arc<T::PidContext> {
+        let key = (ci.pid, ci.image);
         let mut pids = lock(&self.pids);
-        if let Some((ctx, n)) = pids.get_mut(&ci.pid) {
+        if let Some((ctx, n)) = pids.get_mut(&key) {
             *n += 1;
             return ctx.clone();
         }
         let ctx = T::init_pid(ci);
-        pids.insert(ci.pid, (ctx.clone(), 1));
+        pids.insert(key, (ctx.clone(), 1));
         ctx
     }
 
-    pub(super) fn pid_release(&self, pid: i32) {
+    pub(super) fn pid_release(&self, ci: &ClientInfo) {
+        let key = (ci.pid, ci.image);
         let removed = {
             let mut pids = lock(&self.pids);
-            match pids.get_mut(&pid) {
+            match pids.get_mut(&key) {
                 Some((_, n)) if *n > 1 => {
                     *n -= 1;
                     None
                 }
-                Some(_) => pids.remove(&pid),
+                Some(_) => pids.remove(&key),
                 None => None,
             }
         };

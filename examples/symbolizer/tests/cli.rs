@@ -82,6 +82,7 @@ fn fake_qemu(addr: &str, tid: i32, chunks: &[Vec<u64>]) {
         regs: Default::default(),
         syscall_names: Default::default(),
         blocks: None,
+        image: 0,
     };
     let fd = std::os::fd::AsRawFd::as_raw_fd(&p.fd().unwrap());
     let mut s = dial(

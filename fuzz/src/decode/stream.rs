@@ -70,6 +70,7 @@ impl Stream {
             pid: 1,
             ppid: 0,
             tid: 1,
+            image: 0,
             arch: "fuzz".into(),
             big_endian: self.big_endian,
             guest_bits: self.bits,

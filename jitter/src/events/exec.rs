@@ -118,7 +118,8 @@ fn leak_argv(v: Vec<CString>) -> *mut *mut c_char {
 }
 
 /// Environment variables of a QEMU that a traced exec started: that it is
-/// one (`1`), and the fd carrying its program (see [`exec_target`]).
+/// one, as the count of traced execs that led to it (see [`image`]), and
+/// the fd carrying its program (see [`exec_target`]).
 const SUCCESSOR_ENV: &str = "CANNOLI_EXEC_SUCCESSOR";
 const EXEC_FD_ENV: &str = "CANNOLI_EXEC_FD";
 
@@ -135,6 +136,15 @@ thread_local! {
 /// Whether this QEMU was started by a traced guest's exec.
 pub fn exec_successor() -> bool {
     std::env::var_os(SUCCESSOR_ENV).is_some()
+}
+
+/// Which image of this pid the process is (`wire::Hello::image`): how many
+/// traced execs led to it, 0 for the program as the run started it. A
+/// forked child inherits QEMU's environment, and so its parent's count;
+/// a count that is not a number reads as 1 (it was set, so an exec was).
+pub fn image() -> u32 {
+    std::env::var_os(SUCCESSOR_ENV)
+        .map_or(0, |v| v.to_str().and_then(|s| s.parse().ok()).unwrap_or(1))
 }
 
 /// At init: remembers the fd the exec'ing QEMU passed its program through.
@@ -400,7 +410,10 @@ pub unsafe fn execve(
         }
     }
     new_envp.extend(limits.clone());
-    new_envp.extend(CString::new(format!("{SUCCESSOR_ENV}=1")));
+    new_envp.extend(CString::new(format!(
+        "{SUCCESSOR_ENV}={}",
+        image().saturating_add(1)
+    )));
     if let Some(fd) = exec_fd {
         new_envp.extend(CString::new(format!("{EXEC_FD_ENV}={fd}")));
     }

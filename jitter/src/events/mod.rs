@@ -21,7 +21,7 @@ mod signals;
 mod sleeps;
 mod syscalls;
 
-pub use exec::{close_exec_fd, elf_ident, exec_successor, execve, note_exec_fd};
+pub use exec::{close_exec_fd, elf_ident, exec_successor, execve, image, note_exec_fd};
 pub use fork::fork_child;
 pub use guest::{branch_flag, in_delay_slot, local_branch};
 pub use mappings::{mmap, mprotect, munmap};

@@ -166,6 +166,7 @@ fn reg_values_by_name() {
         },
         syscall_names: [(4004, "write".to_string())].into_iter().collect(),
         blocks: None,
+        image: 0,
     };
     let ci = ClientInfo::from_hello(&h);
     assert_eq!(ci.regs.names.len(), 32);

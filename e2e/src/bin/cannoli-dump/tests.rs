@@ -7,6 +7,7 @@ fn ci() -> ClientInfo {
         pid: 1,
         ppid: 0,
         tid: 1,
+        image: 0,
         arch: "mipsel".into(),
         big_endian: false,
         guest_bits: 32,
