@@ -10,6 +10,10 @@
 //! plan takes a number of the process's order; `regs=NAME,NAME,...`: the
 //! registers that registers events carry away from the plan's pcs, see
 //! [`crate::register_mask`]), then one hex pc per line.
+//! `program PATH` names the program those pcs are in: a QEMU an exec
+//! started on another program hooks none of them (nor the ranges, nor a
+//! position-independent program's), only the libraries' (see
+//! [`Plan::for_guest`]).
 //! For pcs in shared libraries, `exe LOW PATH` names the program and where
 //! its offset 0 is linked, and each `lib LOW PATH` is followed by `+PC`
 //! lines at the library's link-time addresses. A line `LO-HI` (or
@@ -58,12 +62,16 @@ pub struct Plan {
     /// than the plan's pcs (which carry every register), by name.
     pub regs: Option<Vec<String>>,
     exe: Option<(u64, String)>,
+    /// `program PATH`: the program the plan was made for.
+    program: Option<String>,
     /// `(entry, low, path)` of the file QEMU starts in.
     anchor: Option<(u64, u64, String)>,
     /// Where guest memory is in QEMU's address space, once known.
     guest_base: Option<u64>,
     /// The first instruction was looked at (the anchor's entry).
     started: bool,
+    /// The guest runs another program than the plan's ([`Plan::for_guest`]).
+    other_program: bool,
     libs: Vec<Lib>,
     /// Pages whose instructions were looked up in the mappings already.
     seen: HashSet<u64>,
@@ -86,9 +94,11 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
         order: false,
         regs: None,
         exe: None,
+        program: None,
         anchor: None,
         guest_base: None,
         started: false,
+        other_program: false,
         libs: Vec::new(),
         seen: HashSet::new(),
         before: HashSet::new(),
@@ -122,7 +132,9 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
         Ok(Some((lo, hi)))
     };
     for l in lines {
-        if let Some(rest) = l.strip_prefix("anchor ") {
+        if let Some(path) = l.strip_prefix("program ") {
+            plan.program = Some(path.to_string());
+        } else if let Some(rest) = l.strip_prefix("anchor ") {
             let mut w = rest.splitn(3, ' ');
             let (Some(entry), Some(low), Some(path)) = (w.next(), w.next(), w.next()) else {
                 return Err(format!("bad line {l:?}"));
@@ -185,7 +197,10 @@ pub fn load_or_exit(env: &str, lib: &str, tool: &str, qemu_maps: Option<&str>) -
         .map_err(|e| e.to_string())
         .and_then(|t| parse(&t, qemu_maps))
     {
-        Ok(p) => p,
+        Ok(mut p) => {
+            p.for_guest(crate::config::get().and_then(|c| c.guest.exe.as_deref()));
+            p
+        }
         Err(e) => {
             eprintln!("{lib}: {env}={}: {e}", path.to_string_lossy());
             std::process::exit(2)
@@ -241,7 +256,48 @@ fn file_starts(maps: &str) -> Vec<(u64, &str)> {
         .collect()
 }
 
+/// Whether `a` and `b` name the same file (device and inode; by name
+/// where one cannot be read).
+fn same_file(a: &str, b: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let id = |p: &str| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    match (id(a), id(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
+}
+
 impl Plan {
+    /// Keeps what applies to a guest running `exe` (canonical; `None`: not
+    /// known, keep everything). A program other than the plan's, started
+    /// by a traced exec under the same hook library, has other code at the
+    /// program's addresses: its pcs and ranges go, and with them a
+    /// position-independent program's (found by its path, which this guest
+    /// never maps). Where the anchor is the dynamic loader, the libraries'
+    /// pcs stay, placed by their mappings (a dynamically linked successor
+    /// maps the same C library); a guest whose first instruction is not
+    /// the loader's entry places none, quietly. Without such an anchor
+    /// nothing can be placed, and nothing is kept.
+    pub fn for_guest(&mut self, exe: Option<&str>) {
+        let (Some(program), Some(exe)) = (&self.program, exe) else {
+            return;
+        };
+        if same_file(program, exe) {
+            return;
+        }
+        self.other_program = true;
+        self.pcs.clear();
+        self.ranges.clear();
+        let program = program.clone();
+        self.libs.retain(|l| l.path != program);
+        // Without an anchor, the libraries are placed from the program's
+        // own mapping, which this guest never has.
+        if !self.anchor.as_ref().is_some_and(|a| a.2 != program) {
+            self.anchor = None;
+            self.libs.clear();
+        }
+    }
+
     /// Looks for the libraries not found yet in QEMU's mappings; `pc` is
     /// the instruction being translated.
     fn find_libs(&mut self, pc: u64) {
@@ -260,10 +316,14 @@ impl Plan {
                             Some(h.wrapping_sub(pc.wrapping_sub(*entry).wrapping_add(*low)))
                         }
                         None => {
-                            eprintln!(
-                                "hook library: {path} is not mapped when the guest starts: the \
-                                 position-independent program's probes cannot be placed"
-                            );
+                            // Another program (`for_guest`) may well not
+                            // use the plan's dynamic loader.
+                            if !self.other_program {
+                                eprintln!(
+                                    "hook library: {path} is not mapped when the guest starts: \
+                                     the position-independent program's probes cannot be placed"
+                                );
+                            }
                             self.libs.iter_mut().for_each(|l| l.found = true);
                             return;
                         }
@@ -322,6 +382,38 @@ mod tests {
         assert!(p.hooked(0x10) && p.hooked(0x1f));
         assert!(!p.hooked(0x20));
         assert!(p.hooked(0x40) && !p.hooked(0x41));
+    }
+
+    #[test]
+    fn another_program_keeps_only_what_its_mappings_place() {
+        // The plan's program at fixed addresses, one library placed from
+        // the program's mapping: in another program, nothing applies.
+        let text = "stores=0 count=0\nprogram /bin/true\n10\n20-30\nexe 0 /bin/true\n\
+                    lib 0 /lib/libc.so\n+40\n";
+        let mut p = parse(text, Some("")).unwrap();
+        p.for_guest(Some("/usr/bin/true")); // the same file by another path
+        assert!(p.hooked(0x10) && p.hooked(0x25) && p.libs.len() == 1);
+        let mut p = parse(text, Some("")).unwrap();
+        p.for_guest(Some("/bin/false"));
+        assert!(!p.hooked(0x10) && !p.hooked(0x25) && p.libs.is_empty());
+        // Not known: everything stays.
+        let mut p = parse(text, Some("")).unwrap();
+        p.for_guest(None);
+        assert!(p.hooked(0x10));
+
+        // A position-independent program behind the dynamic loader: its
+        // own pcs go, the C library's stay for the loader to place.
+        let text = "stores=0 count=0\nprogram /bin/true\nanchor 100 0 /lib/ld.so\n\
+                    lib 0 /bin/true\n+10\nlib 0 /lib/libc.so\n+40\n";
+        let mut p = parse(text, Some("")).unwrap();
+        p.for_guest(Some("/bin/false"));
+        assert!(p.anchor.is_some() && p.libs.len() == 1 && p.libs[0].path == "/lib/libc.so");
+        // A static-pie program is its own anchor: nothing is left.
+        let text = "stores=0 count=0\nprogram /bin/true\nanchor 100 0 /bin/true\n\
+                    lib 0 /bin/true\n+10\n";
+        let mut p = parse(text, Some("")).unwrap();
+        p.for_guest(Some("/bin/false"));
+        assert!(p.anchor.is_none() && p.libs.is_empty() && !p.hooked(0x10));
     }
 
     #[test]

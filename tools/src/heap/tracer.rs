@@ -32,7 +32,7 @@ use super::super::backtrace::symbols::Functions;
 use super::super::backtrace::{Module, Resolver};
 use super::super::probe::conv::returns_genuinely;
 use super::super::probe::isa::{self, Ret};
-use super::super::probe::plan::Site;
+use super::super::probe::plan::{Plan, Site};
 use super::super::probe::shadow::{AddrMap, Shadow};
 use super::alloc::Role;
 use super::blocks::{Bad, Block, Freed, Heap, Kind, Stack};
@@ -130,6 +130,11 @@ pub struct Pid {
     pid: i32,
     /// Itself, for its threads' streams to reach it when they end.
     me: Weak<Pid>,
+    /// The run's plan as it applies to this image (`Plan::for_image`: an
+    /// exec'd program of another file has none of the program's sites).
+    plan: Arc<Plan>,
+    /// The image runs another program than the plan's: its path.
+    foreign: Option<String>,
     /// The load bias of each planned module, as soon as it is mapped.
     biases: Mutex<Vec<Option<u64>>>,
     state: Mutex<Proc>,
@@ -260,6 +265,21 @@ impl Drop for Pid {
         }
         drop(st);
         fork::ended(self);
+        if let Some(exe) = &self.foreign {
+            let b = lock(&self.biases);
+            let placed = self.plan.modules.iter().zip(b.iter());
+            if !placed
+                .into_iter()
+                .any(|(m, b)| b.is_some() && !m.sites.is_empty())
+            {
+                eprintln!(
+                    "heap: warning: process {} exec'd {exe}, not {}: its allocation functions \
+                     are not known, so nothing of it was checked; run `cannoli heap {exe}` on it",
+                    self.pid,
+                    self.plan.exe.0.display()
+                );
+            }
+        }
     }
 }
 
@@ -371,7 +391,7 @@ impl Pid {
         if !self.filter.may_be(pc) {
             return false;
         }
-        let plan = &self.run.plan;
+        let plan = &self.plan;
         if plan.sites.contains_key(&pc) {
             return true;
         }
@@ -383,7 +403,7 @@ impl Pid {
     }
 
     fn sites(&self, pc: u64) -> Vec<Site> {
-        let plan = &self.run.plan;
+        let plan = &self.plan;
         if let Some(v) = plan.sites.get(&pc) {
             return v.clone();
         }

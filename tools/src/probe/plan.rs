@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::conv::{Abi, Conv};
 use super::elf::{Func, Image};
@@ -125,6 +126,7 @@ pub enum Site {
 
 /// A shared library with probes: its sites are at its link-time
 /// addresses, moved by its load bias once it is mapped.
+#[derive(Clone)]
 pub struct Module {
     /// Canonical: as QEMU's mappings name it.
     pub path: PathBuf,
@@ -151,6 +153,7 @@ pub struct Anchor {
 }
 
 /// Everything the probes of one run need.
+#[derive(Clone)]
 pub struct Plan {
     pub abi: Abi,
     pub big_endian: bool,
@@ -512,6 +515,7 @@ impl Plan {
             let _ = write!(s, " regs={}", names.join(","));
         }
         s.push('\n');
+        let _ = writeln!(s, "program {}", self.exe.0.display());
         let mut pcs: Vec<u64> = self.sites.keys().copied().collect();
         pcs.sort_unstable();
         for pc in pcs {
@@ -531,6 +535,51 @@ impl Plan {
             }
         }
         s
+    }
+
+    /// The plan as it applies to a process image running `exe` (its
+    /// canonical path, as the hello names it): this one where that is the
+    /// plan's program, or not known; else a copy without the program's
+    /// own sites. An exec keeps the pid and the hook library but not the
+    /// program: the sites of another file at the same addresses would be
+    /// read as its functions. A library's sites stay where the hook
+    /// library can place them: behind the dynamic loader of a
+    /// position-independent program.
+    pub fn for_image(self: &Arc<Plan>, exe: Option<&str>) -> Arc<Plan> {
+        if self.runs_in(exe) {
+            return self.clone();
+        }
+        let mut p = Plan::clone(self);
+        p.sites.clear();
+        let by_loader = p.anchor.as_ref().is_some_and(|a| a.path != p.exe.0);
+        if p.anchor.is_some() {
+            // A position-independent program is module 0, found by its
+            // path: another program never maps it. Nothing waits for it.
+            p.modules[0].sites.clear();
+            p.anchor = None;
+        }
+        if !by_loader {
+            // The hook library places libraries from where the dynamic
+            // loader or the program itself is mapped: neither is there
+            // (`jitter::presets::plan::Plan::for_guest`).
+            p.modules.iter_mut().for_each(|m| m.sites.clear());
+        }
+        Arc::new(p)
+    }
+
+    /// Whether an image running `exe` runs the plan's program: the same
+    /// file (by device and inode, so another path to it is the same
+    /// program), or one not known.
+    pub fn runs_in(&self, exe: Option<&str>) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Some(exe) = exe else {
+            return true;
+        };
+        let id = |p: &std::path::Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+        match (id(std::path::Path::new(exe)), id(&self.exe.0)) {
+            (Some(a), Some(b)) => a == b,
+            _ => std::path::Path::new(exe) == self.exe.0,
+        }
     }
 
     /// The module whose file is `path` (canonical), if it has probes.

@@ -544,6 +544,7 @@ fn pie_plan(
         None => (img.entry, img.low, exe.clone()),
     };
     let mut s = String::from("stores=0 count=0\n");
+    s += &format!("program {}\n", exe.display());
     for (lo, hi) in ranges {
         s += &format!("{lo:x}-{hi:x}\n");
     }

@@ -70,11 +70,15 @@ impl Cannoli for Stream {
             .and_then(|p| table(&run, p))
             .unwrap_or_default();
         let word = u64::from(ci.guest_bits / 8).max(4);
-        let n = run.plan.modules.len();
+        let plan = run.plan.for_image(ci.exe.as_deref());
+        let foreign = (!Arc::ptr_eq(&plan, &run.plan)).then(|| ci.exe.clone().unwrap_or_default());
+        let n = plan.modules.len();
         let filter = SiteFilter::new();
         let pid = Arc::new_cyclic(|me| Pid {
             pid: ci.pid,
             me: me.clone(),
+            plan,
+            foreign,
             biases: Mutex::new(vec![None; n]),
             dead: Arc::new(Mutex::new(Vec::new())),
             advanced: Condvar::new(),
@@ -105,7 +109,7 @@ impl Cannoli for Stream {
             }),
             run,
         });
-        for &pc in pid.run.plan.sites.keys() {
+        for &pc in pid.plan.sites.keys() {
             pid.filter.allow(pc);
         }
         // Under the state's lock: a parent applying the fork meanwhile
@@ -291,11 +295,11 @@ impl Cannoli for Stream {
         offset: u64,
         trace: &mut Vec<Item>,
     ) {
-        if !anon && offset == 0 && !pid.run.plan.modules.is_empty() {
+        if !anon && offset == 0 && !pid.plan.modules.is_empty() {
             let p = Path::new(path);
             let p = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-            if let Some(m) = pid.run.plan.module_of(&p) {
-                let module = &pid.run.plan.modules[m];
+            if let Some(m) = pid.plan.module_of(&p) {
+                let module = &pid.plan.modules[m];
                 let mut b = lock(&pid.biases);
                 let bias = crate::probe::tracer::bias_after(module, b[m], base);
                 if b[m] != Some(bias) {

@@ -242,7 +242,16 @@ impl Cannoli for Probe {
 
     fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
         let run = ci.expect_state::<RunState>();
-        let plan = run.plan.clone();
+        let plan = run.plan.for_image(ci.exe.as_deref());
+        if !Arc::ptr_eq(&plan, &run.plan) {
+            eprintln!(
+                "probe: process {} exec'd {}, not {}: only probes in shared libraries \
+                 apply to it",
+                ci.pid,
+                ci.exe.as_deref().unwrap_or("?"),
+                plan.exe.0.display()
+            );
+        }
         let n = plan.modules.len();
         Arc::new(Pid {
             pid: ci.pid,
