@@ -6,11 +6,11 @@
 //! `regtrace` client sets it from `--range` and `--func`; QEMU hides
 //! `CANNOLI_*` variables from the guest). No memory accesses, no syscalls.
 //!
-//! `--func` of a position-independent program names link-time addresses,
-//! which move by the program's load bias: the client then writes a plan
-//! file instead (`$CANNOLI_REGTRACE_PLAN`, the format of
-//! [`jitter::presets::plan`], with range lines), which places them when
-//! the program is mapped.
+//! `--func` names the program's own link-time addresses: the client then
+//! writes a plan file instead (`$CANNOLI_REGTRACE_PLAN`, the format of
+//! [`jitter::presets::plan`], with range lines), which keeps them to that
+//! program (a program it execs has other code there) and places them by
+//! the load bias of a position-independent one when it is mapped.
 
 use jitter::presets::plan::{self, Plan};
 use jitter::HookType;

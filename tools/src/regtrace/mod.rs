@@ -556,6 +556,20 @@ fn pie_plan(
     Ok(s)
 }
 
+/// The hook library's plan for `--func` of a program at its link-time
+/// addresses: `ranges` in `program` only (a program it execs has other
+/// code there, see [`jitter::presets::plan`]).
+fn fixed_plan(program: &Path, ranges: &[(u64, u64)]) -> String {
+    let exe = program
+        .canonicalize()
+        .unwrap_or_else(|_| program.to_path_buf());
+    let mut s = format!("stores=0 count=0\nprogram {}\n", exe.display());
+    for (lo, hi) in ranges {
+        s += &format!("{lo:x}-{hi:x}\n");
+    }
+    s
+}
+
 /// Where a symbol of `kind` with value `value` starts: an ARM Thumb
 /// function's value has bit 0 set (the interworking bit), its code starts
 /// at the even address. Data symbols are what they say.
@@ -590,6 +604,7 @@ pub fn main(args: Args) -> i32 {
                     plan_text = Some(pie_plan(&path, &ranges, &f)?);
                 } else {
                     ranges.extend(f.iter().map(|f| (f.start, f.end)));
+                    plan_text = Some(fixed_plan(&path, &ranges));
                 }
                 Ok(())
             });
@@ -598,7 +613,7 @@ pub fn main(args: Args) -> i32 {
             return 2;
         }
     }
-    // A position-independent program's plan, a new file of this run,
+    // The plan of `--func`, a new file of this run,
     // named to QEMU alone.
     let plan_file = match plan_text.map(|t| crate::scratch::Scratch::plan("regtrace", &t)) {
         None => None,
