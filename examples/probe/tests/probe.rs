@@ -1999,3 +1999,36 @@ fn go_stripped(arch: &str) {
 }
 
 per_guest!(go_stripped: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// Probes belong to the program they name: a shell that execs another
+/// program keeps its pid, but the address of the other program's
+/// `hb_leak` (which the shell never runs) is other code in the shell's
+/// plan. Probed there, `heapbugs leak` run by itself hits it once; run
+/// through the shell's exec, it is not probed, and a line says so.
+fn exec_of_another_program(arch: &str) {
+    let dir = RunDir::new();
+    let sh = guest(arch, "busybox");
+    let hb = guest(arch, "heapbugs");
+    let at = nm_funcs(arch, &hb, false)["hb_leak"];
+    let p = format!("{at:#x}");
+    let alone = run_probe_args(&dir, "alone", &["--json", "-p", &p], &hb, &["leak"]);
+    assert_eq!(json_lines(&alone.out).len(), 1, "{arch}: {}", alone.stderr);
+    let script = format!("exec {} leak", hb.display());
+    let r = run_probe_args(
+        &dir,
+        "sh",
+        &["--json", "-p", &p],
+        &sh,
+        &["sh", "-c", &script],
+    );
+    let line = format!("exec'd {}, not {}", hb.display(), sh.display());
+    assert!(
+        r.status == 0 && json_lines(&r.out).is_empty() && r.stderr.contains(&line),
+        "{arch}: exit {}\n{}\n{}",
+        r.status,
+        r.out,
+        r.stderr
+    );
+}
+
+per_guest!(exec_of_another_program: mipsel, x86_64, aarch64);
