@@ -274,6 +274,8 @@ pub(crate) struct Module {
     pub(crate) offset: u64,
     /// The file's name, for code without a symbol: `libc.so.6+0x1234`.
     pub(crate) name: Arc<str>,
+    /// The file, as QEMU mapped it.
+    pub(crate) path: Arc<str>,
     pub(crate) funcs: Option<Arc<Functions>>,
     pub(crate) bias: u64,
 }
@@ -717,6 +719,7 @@ impl Cannoli for Backtrace {
                             end: base.saturating_add(*len),
                             offset: *offset,
                             name: path.rsplit('/').next().unwrap_or(path).into(),
+                            path: path.clone(),
                             funcs,
                             bias,
                         });

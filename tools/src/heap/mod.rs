@@ -103,6 +103,9 @@ pub struct Args {
     pub program: Vec<OsString>,
 }
 
+/// `[start, end)` address ranges, shared.
+pub type Ranges = Arc<[(u64, u64)]>;
+
 /// What every guest process of a run shares: the plan, the output and
 /// the totals. Made by [`main`], handed to the run.
 pub struct Run {
@@ -112,6 +115,10 @@ pub struct Run {
     /// The C library's string functions in a stripped static program,
     /// `[start, end)` at link time, found by their code ([`sig`]).
     pub strings: Vec<(u64, u64)>,
+    /// The string functions of each shared C library a process mapped, by
+    /// path, found by their code when a load past a block's end is first
+    /// made in one ([`Run::library_strings`]).
+    library_strings: Mutex<HashMap<Arc<str>, Ranges>>,
     json: bool,
     out: Mutex<Option<launch::Output>>,
     pub summary: Mutex<Summary>,
@@ -165,6 +172,24 @@ impl Run {
     }
 
     /// Closes the allocations table; an error of it or of any row.
+    /// The string functions of the shared C library at `path`, `[start,
+    /// end)` at its link-time addresses, found by the code of the C
+    /// library's archive ([`sig::string_funcs`]) once per run; none where
+    /// the file or the archive cannot be read. Asked only on the cold path
+    /// of a bad access.
+    pub fn library_strings(&self, path: &Arc<str>) -> Ranges {
+        if let Some(r) = lock(&self.library_strings).get(path) {
+            return r.clone();
+        }
+        let found: Ranges = Image::read(std::path::Path::new(&**path))
+            .ok()
+            .and_then(|img| sig::string_funcs(&img).ok())
+            .map(|f| f.iter().map(|f| (f.start, f.end)).collect())
+            .unwrap_or_default();
+        lock(&self.library_strings).insert(path.clone(), found.clone());
+        found
+    }
+
     fn finish_rows(&self) -> Result<(), String> {
         let sink = lock(&self.rows).take();
         if let Some(e) = lock(&self.rows_error).take() {
@@ -318,6 +343,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         plan,
         roles,
         strings,
+        library_strings: Mutex::new(HashMap::new()),
         json: args.json,
         out: Mutex::new(Some(out)),
         summary: Mutex::new(Summary::default()),

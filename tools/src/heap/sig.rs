@@ -272,9 +272,6 @@ fn wanted(custom: &[(String, Role)]) -> BTreeSet<String> {
 /// linked with, first the cross sysroot's.
 fn archives(img: &Image) -> Result<Vec<PathBuf>, String> {
     let guest = launch::arch::inspect(&img.path).map_err(|e| e.to_string())?;
-    if guest.interp.is_some() {
-        return Err("it is dynamically linked".into());
-    }
     let mut out = Vec::new();
     if let Some(root) = guest.arch.sysroot() {
         out.push(root.join("lib/libc.a"));
@@ -334,6 +331,14 @@ pub fn is_string_func(name: &str) -> bool {
         n.strip_prefix(b)
             .is_some_and(|r| r.is_empty() || r == "_l" || (reserved && r.starts_with('_')))
     })
+}
+
+/// Whether a mapped file named `name` is a shared C library (glibc's,
+/// musl's, uClibc's), whose string functions [`string_funcs`] finds.
+pub fn is_c_library(name: &str) -> bool {
+    ["libc.so", "libc-", "libc.musl", "ld-musl", "libuClibc"]
+        .iter()
+        .any(|p| name.starts_with(p))
 }
 
 /// Chooses a function's name among its aliases, with its role.
@@ -528,6 +533,11 @@ const MIN_KNOWN: usize = 16;
 /// by the code of its C library archive; `Err` is one line saying why
 /// none could be looked for.
 pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String> {
+    // Its allocator is the shared C library's, named by its symbols.
+    let guest = launch::arch::inspect(&img.path).map_err(|e| e.to_string())?;
+    if guest.interp.is_some() {
+        return Err("it is dynamically linked".into());
+    }
     let want = wanted(custom);
     scan(
         img,
@@ -538,8 +548,10 @@ pub fn discover(img: &Image, custom: &[(String, Role)]) -> Result<Found, String>
 }
 
 /// The string functions (and their variants: see [`is_string_func`]) of
-/// the stripped static program `img`, found by the code of its C library
-/// archive: their loads past a string's block are exempt, as memcheck's
+/// the stripped static program `img`, or of a shared C library (whose
+/// variants, `__strcmp_avx2` and the like, are local symbols a stripped
+/// library does not name), found by the code of the C library archive:
+/// their loads past a string's block are exempt, as memcheck's
 /// replacements of them never make them.
 pub fn string_funcs(img: &Image) -> Result<Vec<Func>, String> {
     fn pick<'a>(names: &[&'a str]) -> Option<(&'a str, Role)> {
@@ -695,6 +707,24 @@ mod tests {
         assert_eq!(relocated(Isa::Fixed(4), 6, 16, E::R_MIPS_LO16), (4, 8));
         // A Thumb-2 call of unknown width at a halfword: both halfwords.
         assert_eq!(relocated(Isa::Fixed(2), 2, 0, E::R_ARM_THM_PC22), (2, 6));
+    }
+
+    /// The host's shared C library names its IFUNC `strcmp`, not the
+    /// variants it picks from: those are found by the archive's code.
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn a_shared_c_librarys_string_variants_are_found_by_their_code() {
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let img = Image::read(libc).expect("the host's C library");
+        let found = string_funcs(&img).expect("found by the archive's code");
+        let names: Vec<&str> = found.iter().map(|f| &*f.name).collect();
+        assert!(found.len() >= 20, "{names:?}");
+        assert!(names.iter().all(|n| is_string_func(n)), "{names:?}");
+        for base in ["strlen", "strcmp", "memchr"] {
+            let variants = names.iter().filter(|n| n.contains(base)).count();
+            assert!(variants >= 2, "{base}: {names:?}");
+        }
+        assert!(is_c_library("libc.so.6") && !is_c_library("libcrypt.so.1"));
     }
 
     #[test]

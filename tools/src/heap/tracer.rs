@@ -631,6 +631,7 @@ impl Thread {
                         end: base.saturating_add(*len),
                         offset: *offset,
                         name: path.rsplit('/').next().unwrap_or(path).into(),
+                        path: path.clone(),
                         funcs,
                         bias,
                     });

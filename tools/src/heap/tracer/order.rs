@@ -398,20 +398,31 @@ impl Thread {
 
     /// Whether `bad`, an access at `pc`, is a load past a block's end by
     /// one of the C library's string functions: named so by a symbol, or
-    /// found by its code in a stripped static program. Their optimized
-    /// loads read whole aligned words and vectors past a string's end,
-    /// never across a page; memcheck replaces them, so it never sees such
-    /// a read. Underflows, reads of freed blocks and stores stay findings.
+    /// found by its code in a stripped static program or a stripped shared
+    /// C library (the host's `libc.so.6` names `strcmp`, an IFUNC, but not
+    /// the `__strcmp_avx2` it picks). Their optimized loads read whole
+    /// aligned words and vectors past a string's end, never across a page;
+    /// memcheck replaces them, so it never sees such a read. Underflows,
+    /// reads of freed blocks and stores stay findings.
     pub(super) fn string_overread(&self, st: &Proc, pc: u64, bad: &Bad, store: bool) -> bool {
         if store || !bad.past_end() {
             return false;
         }
         let link = pc.wrapping_sub(st.bias.unwrap_or(0));
-        self.run.strings.iter().any(|&(a, b)| a <= link && link < b)
+        let in_range = |r: &[(u64, u64)], at: u64| r.iter().any(|&(a, b)| a <= at && at < b);
+        in_range(&self.run.strings, link)
             || st
                 .resolver()
                 .function(pc)
                 .is_some_and(|f| super::super::sig::is_string_func(&f.name))
+            || st
+                .modules
+                .iter()
+                .find(|m| m.base <= pc && pc < m.end)
+                .filter(|m| super::super::sig::is_c_library(&m.name))
+                .is_some_and(|m| {
+                    in_range(&self.run.library_strings(&m.path), pc.wrapping_sub(m.bias))
+                })
     }
 
     /// Holds `item` back, behind any held before it; past [`HELD_LIMIT`]
