@@ -1096,6 +1096,10 @@ fn host_programs() {
         // Owners looked up past /etc (`libnss_systemd`), compared by the
         // host C library's `__strcmp_avx2`, which its symbols do not name.
         ("/usr/bin/ls", &["-l", "/usr/bin"]),
+        // Real leaks memcheck reports too.
+        ("/usr/bin/stat", &["in.txt"]),
+        ("/usr/bin/tar", &["cf", "/dev/null", "in.txt"]),
+        ("/usr/bin/date", &["-u", "-d", "@0"]),
         ("/usr/bin/sed", &["-e", "s/ /,/", "in.txt"]),
         // A shell's forked children free the shell's blocks before they
         // exec (memcheck follows the forks, not the execs).
