@@ -171,7 +171,6 @@ impl Run {
         }
     }
 
-    /// Closes the allocations table; an error of it or of any row.
     /// The string functions of the shared C library at `path`, `[start,
     /// end)` at its link-time addresses, found by the code of the C
     /// library's archive ([`sig::string_funcs`]) once per run; none where
@@ -190,6 +189,7 @@ impl Run {
         found
     }
 
+    /// Closes the allocations table; an error of it or of any row.
     fn finish_rows(&self) -> Result<(), String> {
         let sink = lock(&self.rows).take();
         if let Some(e) = lock(&self.rows_error).take() {
