@@ -119,6 +119,9 @@ pub struct Run {
     /// path, found by their code when a load past a block's end is first
     /// made in one ([`Run::library_strings`]).
     library_strings: Mutex<HashMap<Arc<str>, Ranges>>,
+    /// Programs other than the plan's that a process exec'd and that went
+    /// unchecked, each said once.
+    pub unchecked: Mutex<HashSet<String>>,
     json: bool,
     out: Mutex<Option<launch::Output>>,
     pub summary: Mutex<Summary>,
@@ -344,6 +347,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         roles,
         strings,
         library_strings: Mutex::new(HashMap::new()),
+        unchecked: Mutex::new(HashSet::new()),
         json: args.json,
         out: Mutex::new(Some(out)),
         summary: Mutex::new(Summary::default()),

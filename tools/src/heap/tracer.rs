@@ -271,10 +271,12 @@ impl Drop for Pid {
             if !placed
                 .into_iter()
                 .any(|(m, b)| b.is_some() && !m.sites.is_empty())
+                && lock(&self.run.unchecked).insert(exe.clone())
             {
                 eprintln!(
                     "heap: warning: process {} exec'd {exe}, not {}: its allocation functions \
-                     are not known, so nothing of it was checked; run `cannoli heap {exe}` on it",
+                     are not known, so nothing of it was checked (here or in any other process \
+                     that runs it); run `cannoli heap {exe}` on it",
                     self.pid,
                     self.plan.exe.0.display()
                 );

@@ -149,6 +149,9 @@ pub struct RunState {
     /// Go calls without a number that may be out of their goroutine's
     /// order (`goroutine::Goroutines::unmatched`).
     pub unmatched: AtomicU64,
+    /// Programs other than the plan's that a process exec'd, each said
+    /// once (`Plan::for_image`).
+    pub others: Mutex<std::collections::HashSet<String>>,
 }
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -365,6 +368,7 @@ pub fn main(args: Args) -> i32 {
         unplaced: AtomicU64::new(0),
         late: AtomicU64::new(0),
         unmatched: AtomicU64::new(0),
+        others: Mutex::new(Default::default()),
     });
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "probe",

@@ -243,12 +243,12 @@ impl Cannoli for Probe {
     fn init_pid(ci: &ClientInfo) -> Arc<Pid> {
         let run = ci.expect_state::<RunState>();
         let plan = run.plan.for_image(ci.exe.as_deref());
-        if !Arc::ptr_eq(&plan, &run.plan) {
+        let exe = ci.exe.as_deref().unwrap_or("?");
+        if !Arc::ptr_eq(&plan, &run.plan) && super::lock(&run.others).insert(exe.into()) {
             eprintln!(
-                "probe: process {} exec'd {}, not {}: only probes in shared libraries \
-                 apply to it",
+                "probe: process {} exec'd {exe}, not {}: only probes in shared libraries \
+                 apply to it (here and in any other process that runs it)",
                 ci.pid,
-                ci.exe.as_deref().unwrap_or("?"),
                 plan.exe.0.display()
             );
         }
