@@ -565,9 +565,11 @@ fn an_exec_successor_gets_a_pid_context_of_its_own() {
             .unwrap();
     });
     std::thread::sleep(Duration::from_millis(50));
-    let (chunks, _) = make_stream(3, 4096, 9);
+    let (chunks, want) = make_stream(3, 4096, 9);
     let b = std::thread::spawn(move || {
-        let mut f = Fake::new(pid, pid);
+        // (Its own tid only to keep the two results apart here: the key is
+        // the image.)
+        let mut f = Fake::new(pid, pid + 1);
         f.image = 1;
         let r = f.play(addr2, &chunks, Ending::Goodbye { lost: 0 });
         b_done_tx.send(()).unwrap();
@@ -578,8 +580,8 @@ fn an_exec_successor_gets_a_pid_context_of_its_own() {
     assert_eq!(b.join().unwrap(), None);
     assert_eq!(stats.connections, 2);
     assert_eq!(pid_inits(pid), 2, "one context per image");
-    // The first image ended last: its stream is the one kept.
     assert_eq!(take_result(pid, pid).unwrap(), vec![Ev::Exec(0x1234)]);
+    assert!(take_result(pid, pid + 1).unwrap() == want);
 }
 
 /// Pids whose fake QEMU thread got its welcome.
