@@ -506,13 +506,15 @@ fn concurrent_threads_and_processes() {
     assert_eq!(pid_inits(pid + 1), 1);
 }
 
-#[test]
-fn overlapping_threads_get_one_pid_context() {
+/// Two streams of `pid` overlap: thread A (tid `pid`, image 0) says hello
+/// and holds its stream open until thread B (tid `pid + 1`, image
+/// `b_image`) has played a whole stream; A then reports one instruction
+/// at 0x1234 and says goodbye (`a_execs`: its goodbye says an exec
+/// follows). Checks both threads' events.
+fn overlapping_streams(pid: i32, b_image: u32, a_execs: bool) {
     let server = bind();
     let addr = peer(&server);
     let addr2 = addr.clone();
-    let pid = 2500;
-    // Thread A says hello and holds its stream open until thread B is done.
     let (b_done_tx, b_done_rx) = mpsc::channel::<()>();
     let a = std::thread::spawn(move || {
         let mut p = Producer::create_memfd(4096, 2).unwrap();
@@ -523,54 +525,14 @@ fn overlapping_threads_get_one_pid_context() {
         buf[..8].copy_from_slice(&0x1234u64.to_le_bytes());
         p.publish(8).unwrap();
         p.close();
-        s.write_all(b"{\"chunks\":1,\"lost_events\":0}\n").unwrap();
+        let bye = format!("{{\"chunks\":1,\"lost_events\":0,\"exec\":{a_execs}}}\n");
+        s.write_all(bye.as_bytes()).unwrap();
     });
     std::thread::sleep(Duration::from_millis(50));
     let (chunks, want) = make_stream(5, 4096, 7);
     let b = std::thread::spawn(move || {
-        let r = Fake::new(pid, pid + 1).play(addr2, &chunks, Ending::Goodbye { lost: 0 });
-        b_done_tx.send(()).unwrap();
-        r
-    });
-    let stats = run_with_timeout(server, 2);
-    a.join().unwrap();
-    assert_eq!(b.join().unwrap(), None);
-    assert_eq!(stats.connections, 2);
-    assert_eq!(pid_inits(pid), 1);
-    assert_eq!(take_result(pid, pid).unwrap(), vec![Ev::Exec(0x1234)]);
-    assert!(take_result(pid, pid + 1).unwrap() == want);
-}
-
-/// A program a traced exec started connects under its pid while the
-/// image before it still streams (the client may be far behind it): it is
-/// another process image, with a context of its own, not one more thread
-/// of the first.
-#[test]
-fn an_exec_successor_gets_a_pid_context_of_its_own() {
-    let server = bind();
-    let addr = peer(&server);
-    let addr2 = addr.clone();
-    let pid = 2600;
-    let (b_done_tx, b_done_rx) = mpsc::channel::<()>();
-    let a = std::thread::spawn(move || {
-        let mut p = Producer::create_memfd(4096, 2).unwrap();
-        let mut s = connect_fake(&addr, fake_hello(pid, pid, WIRE_VERSION, fake_regs()), &p)
-            .expect("welcomed");
-        b_done_rx.recv().unwrap();
-        let buf = p.acquire_slice().unwrap();
-        buf[..8].copy_from_slice(&0x1234u64.to_le_bytes());
-        p.publish(8).unwrap();
-        p.close();
-        s.write_all(b"{\"chunks\":1,\"lost_events\":0,\"exec\":true}\n")
-            .unwrap();
-    });
-    std::thread::sleep(Duration::from_millis(50));
-    let (chunks, want) = make_stream(3, 4096, 9);
-    let b = std::thread::spawn(move || {
-        // (Its own tid only to keep the two results apart here: the key is
-        // the image.)
         let mut f = Fake::new(pid, pid + 1);
-        f.image = 1;
+        f.image = b_image;
         let r = f.play(addr2, &chunks, Ending::Goodbye { lost: 0 });
         b_done_tx.send(()).unwrap();
         r
@@ -579,9 +541,25 @@ fn an_exec_successor_gets_a_pid_context_of_its_own() {
     a.join().unwrap();
     assert_eq!(b.join().unwrap(), None);
     assert_eq!(stats.connections, 2);
-    assert_eq!(pid_inits(pid), 2, "one context per image");
     assert_eq!(take_result(pid, pid).unwrap(), vec![Ev::Exec(0x1234)]);
     assert!(take_result(pid, pid + 1).unwrap() == want);
+}
+
+#[test]
+fn overlapping_threads_get_one_pid_context() {
+    overlapping_streams(2500, 0, false);
+    assert_eq!(pid_inits(2500), 1);
+}
+
+/// A program a traced exec started connects under its pid while the
+/// image before it still streams (the client may be far behind it): it is
+/// another process image, with a context of its own, not one more thread
+/// of the first. (B's own tid only keeps the two results apart here: the
+/// key is the image.)
+#[test]
+fn an_exec_successor_gets_a_pid_context_of_its_own() {
+    overlapping_streams(2600, 1, true);
+    assert_eq!(pid_inits(2600), 2, "one context per image");
 }
 
 /// Pids whose fake QEMU thread got its welcome.

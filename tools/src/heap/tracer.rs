@@ -133,8 +133,6 @@ pub struct Pid {
     /// The run's plan as it applies to this image (`Plan::for_image`: an
     /// exec'd program of another file has none of the program's sites).
     plan: Arc<Plan>,
-    /// The image runs another program than the plan's: its path.
-    foreign: Option<String>,
     /// The load bias of each planned module, as soon as it is mapped.
     biases: Mutex<Vec<Option<u64>>>,
     state: Mutex<Proc>,
@@ -263,24 +261,35 @@ impl Drop for Pid {
         } else {
             leaks::report(&self.run, self.pid, &mut st, &dead);
         }
+        let exe = st.exe.as_ref().map(|(named, _)| named.clone());
         drop(st);
         fork::ended(self);
-        if let Some(exe) = &self.foreign {
-            let b = lock(&self.biases);
-            let placed = self.plan.modules.iter().zip(b.iter());
-            if !placed
-                .into_iter()
-                .any(|(m, b)| b.is_some() && !m.sites.is_empty())
-                && lock(&self.run.unchecked).insert(exe.clone())
-            {
-                eprintln!(
-                    "heap: warning: process {} exec'd {exe}, not {}: its allocation functions \
-                     are not known, so nothing of it was checked (here or in any other process \
-                     that runs it); run `cannoli heap {exe}` on it",
-                    self.pid,
-                    self.plan.exe.0.display()
-                );
-            }
+        self.say_if_unchecked(exe);
+    }
+}
+
+impl Pid {
+    /// An image of another program than the plan's (`Plan::for_image`)
+    /// where no library with allocation functions was placed: nothing of
+    /// it was checked. Says so once per program and run.
+    fn say_if_unchecked(&self, exe: Option<PathBuf>) {
+        if Arc::ptr_eq(&self.plan, &self.run.plan) {
+            return;
+        }
+        let b = lock(&self.biases);
+        let mut placed = self.plan.modules.iter().zip(b.iter());
+        if placed.any(|(m, b)| b.is_some() && !m.sites.is_empty()) {
+            return;
+        }
+        let exe = exe.map_or_else(|| "?".into(), |p| p.display().to_string());
+        if lock(&self.run.unchecked).insert(exe.clone()) {
+            eprintln!(
+                "heap: warning: process {} exec'd {exe}, not {}: its allocation functions \
+                 are not known, so nothing of it was checked (here or in any other process \
+                 that runs it); run `cannoli heap {exe}` on it",
+                self.pid,
+                self.plan.exe.0.display()
+            );
         }
     }
 }

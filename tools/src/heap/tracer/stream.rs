@@ -71,14 +71,12 @@ impl Cannoli for Stream {
             .unwrap_or_default();
         let word = u64::from(ci.guest_bits / 8).max(4);
         let plan = run.plan.for_image(ci.exe.as_deref());
-        let foreign = (!Arc::ptr_eq(&plan, &run.plan)).then(|| ci.exe.clone().unwrap_or_default());
         let n = plan.modules.len();
         let filter = SiteFilter::new();
         let pid = Arc::new_cyclic(|me| Pid {
             pid: ci.pid,
             me: me.clone(),
             plan,
-            foreign,
             biases: Mutex::new(vec![None; n]),
             dead: Arc::new(Mutex::new(Vec::new())),
             advanced: Condvar::new(),
