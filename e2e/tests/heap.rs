@@ -651,6 +651,44 @@ fn clean_program_counts_agree_with_memcheck() {
     );
 }
 
+/// The host's programs count what memcheck counts: allocations, frees and
+/// bytes. `ls -l` and `grep` call `free(NULL)` dozens of times, which
+/// frees nothing and which memcheck does not count (the summary once
+/// did).
+#[test]
+fn host_programs_count_what_memcheck_counts() {
+    let dir = RunDir::new();
+    fs::write(dir.file("in.txt"), e2e::words(3000)).unwrap();
+    // A directory the runs' own files do not change.
+    fs::create_dir(dir.file("d")).unwrap();
+    fs::write(dir.file("d/a"), "a").unwrap();
+    fs::write(dir.file("d/b"), "b").unwrap();
+    let runs: &[(&str, &[&str])] = &[
+        ("/usr/bin/sort", &["in.txt"]),
+        ("/usr/bin/ls", &["-l", "d"]),
+        ("/usr/bin/grep", &["-c", "1", "in.txt"]),
+    ];
+    let mut bad = Vec::new();
+    for (i, (p, a)) in runs.iter().enumerate() {
+        let want = memcheck::heap_usage(&dir, &format!("usage{i}"), Path::new(p), a);
+        let r = heap(&dir, &format!("count{i}"), &[], Path::new(p), a);
+        let s = r.summary.clone().unwrap_or_default();
+        let got = (
+            summary_count(&s, &["allocations"]),
+            summary_count(&s, &["frees"]),
+            summary_count(&s, &["bytes_allocated"]),
+        );
+        if got != (Some(want.0), Some(want.1), Some(want.2)) {
+            bad.push(format!(
+                "{p} {}: memcheck counts {want:?}, cannoli heap {got:?}\n{}",
+                a.join(" "),
+                r.context()
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n\n"));
+}
+
 /// The busybox applet runs of the checks below: their arguments.
 const BB_RUNS: &[&[&str]] = &[
     &["sort", "in.txt"],

@@ -772,10 +772,11 @@ impl Thread {
                             self.found(st, bad, Op::Free, pc, 0);
                         }
                     }
-                    Ok(freed) => {
-                        if let Some(b) = freed {
-                            self.run.record(self.pid, &b, None);
-                        }
+                    // `free(NULL)` frees nothing, and memcheck does not
+                    // count it either.
+                    Ok(None) => {}
+                    Ok(Some(b)) => {
+                        self.run.record(self.pid, &b, None);
                         let mut summary = lock(&self.run.summary);
                         summary.frees += 1;
                         summary.sample(st.heap.live_bytes);
