@@ -1264,6 +1264,87 @@ fn list_of_a_library() {
     assert!(w[3].ends_with("/libc.so.6"), "{out}");
 }
 
+/// `--list PATTERN PROGRAM` of a dynamically linked program lists the
+/// functions of every library the loader maps for it too, each with its
+/// file, at the addresses the cross `nm -D` of that file gives.
+#[test]
+fn list_of_a_dynamic_program_has_its_libraries() {
+    let dir = RunDir::new();
+    let arch = "mipsel";
+    let prog = dyn_probe(&dir, arch);
+    let o = Command::new(probe_exe())
+        .args(["--list", "labs"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8(o.stdout).unwrap();
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let [name, addr, _size, file] = lines[0][..] else {
+        panic!("{out}");
+    };
+    assert_eq!(name, "labs", "{out}");
+    assert!(file.ends_with("/libc.so.6"), "{out}");
+    let nm = nm_funcs(arch, Path::new(file), true);
+    let addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).unwrap();
+    assert_eq!(nm.get("labs"), Some(&addr), "{out}");
+    // The whole list: the program's functions, then the C library's and
+    // the dynamic loader's.
+    let o = Command::new(probe_exe())
+        .arg("--list")
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    let files: BTreeSet<&str> = out.lines().filter_map(|l| l.rsplit(' ').next()).collect();
+    assert!(files.contains(prog.to_str().unwrap()), "{files:?}");
+    assert!(files.iter().any(|f| f.ends_with("/libc.so.6")), "{files:?}");
+    assert!(files.iter().any(|f| f.contains("/ld")), "{files:?}");
+}
+
+/// A probe of a function the program only imports (`labs`, from the C
+/// library) is one line naming the probe to write instead; written so,
+/// as the library's file name or its path, it gives the hits `libc:`
+/// gives.
+#[test]
+fn a_library_by_its_file_name_or_path() {
+    let dir = RunDir::new();
+    let arch = "mipsel";
+    let prog = dyn_probe(&dir, arch);
+    let r = run_probe(&dir, "alone", &["-p", "labs:return"], &prog);
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!((r.status, lines.len()), (2, 1), "{}", r.stderr);
+    assert!(
+        lines[0].contains("probe it as libc.so.6:labs:return"),
+        "{}",
+        lines[0]
+    );
+    let hits = |tag: &str, lib: &str| -> Vec<Value> {
+        let p = format!("{lib}:labs/1");
+        let r = run_probe(&dir, tag, &["--json", "-p", &p], &prog);
+        assert_eq!(r.status, 0, "{p}: {}", r.stderr);
+        json_lines(&r.out)
+            .into_iter()
+            .map(|mut h| {
+                h["probe"] = Value::Null;
+                h["pc"] = Value::Null;
+                h["tid"] = Value::Null;
+                h["pid"] = Value::Null;
+                h
+            })
+            .collect()
+    };
+    let by_prefix = hits("prefix", "libc");
+    assert!(!by_prefix.is_empty());
+    assert_eq!(hits("name", "libc.so.6"), by_prefix);
+    let path = format!("/usr/{}/lib/libc.so.6", guest_info(arch).triple.unwrap());
+    assert_eq!(hits("path", &path), by_prefix);
+}
+
 /// The cross `nm` of `file` (`-D`: its dynamic symbols): each defined
 /// function's address (ARM: even).
 fn nm_funcs(arch: &str, file: &Path, dynamic: bool) -> BTreeMap<String, u64> {

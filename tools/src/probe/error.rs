@@ -136,13 +136,28 @@ pub enum Error {
     /// No function matches a probe's FUNC.
     #[error(
         "probe {text:?}: no function {func} in {}; `cannoli probe --list PATTERN PROGRAM` \
-         lists the program's",
+         lists the functions of the program and its libraries",
         path.display()
     )]
     NoFunction {
         text: String,
         func: String,
         path: PathBuf,
+    },
+    /// No function of the program matches a probe's FUNC, but one of a
+    /// library it loads does.
+    #[error(
+        "probe {text:?}: no function {func} in {}, but its library {lib} has one; \
+         probe it as {with_lib}",
+        path.display()
+    )]
+    InLibrary {
+        text: String,
+        func: String,
+        path: PathBuf,
+        lib: String,
+        /// The probe, with the library named.
+        with_lib: String,
     },
     /// FUNC is a GNU indirect function whose implementations have no
     /// symbols.

@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 
 use super::error::Error;
 
-/// The library `lib` (a file name prefix: `libc` for `libc.so.6`) of the
-/// dynamically linked `program`, canonical; `Err` is one line.
+/// The library `lib` of the dynamically linked `program`, canonical:
+/// `lib` is a file name prefix (`libc` for `libc.so.6`), a whole file name
+/// (`libc.so.6`, as `ldd` and the loader's SONAMEs give it) or a path.
+/// `Err` is one line.
 pub fn find(program: &Path, lib: &str) -> Result<PathBuf, Error> {
     let (interp, root) = sysroot(program)?;
     let Some(interp) = interp else {
@@ -24,24 +26,14 @@ pub fn find(program: &Path, lib: &str) -> Result<PathBuf, Error> {
             lib: lib.into(),
         });
     };
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(d) = Path::new(&interp).parent() {
-        dirs.push(root.join(d.strip_prefix("/").unwrap_or(d)));
-    }
-    for d in ["lib", "lib64", "usr/lib", "usr/lib64"] {
-        let d = root.join(d);
-        // Debian's multiarch directories (`lib/x86_64-linux-gnu`).
-        if let Ok(rd) = std::fs::read_dir(&d) {
-            let mut multi: Vec<PathBuf> = rd
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.is_dir() && p.to_string_lossy().contains("-linux-"))
-                .collect();
-            multi.sort();
-            dirs.push(d);
-            dirs.extend(multi);
+    if lib.contains('/') {
+        if let Ok(c) = Path::new(lib).canonicalize() {
+            if is_elf(&c) {
+                return Ok(c);
+            }
         }
     }
+    let dirs = search_dirs(&interp, &root);
     for d in &dirs {
         let Ok(rd) = std::fs::read_dir(d) else {
             continue;
@@ -53,7 +45,8 @@ pub fn find(program: &Path, lib: &str) -> Result<PathBuf, Error> {
             let Some(rest) = s.strip_prefix(lib) else {
                 continue;
             };
-            if rest.starts_with(".so") || rest.starts_with("-") && rest.contains(".so") {
+            let whole = rest.is_empty() && lib.contains(".so");
+            if whole || rest.starts_with(".so") || rest.starts_with("-") && rest.contains(".so") {
                 let p = d.join(&n);
                 // Not `libc.so`, the linker script: the ELF file.
                 if let Ok(c) = p.canonicalize() {
@@ -69,6 +62,100 @@ pub fn find(program: &Path, lib: &str) -> Result<PathBuf, Error> {
         lib: lib.into(),
         dirs,
     })
+}
+
+/// The directories the libraries of a program with loader `interp` are
+/// looked for in, under `root`: the loader's own, then `lib`, `lib64`,
+/// `usr/lib` and `usr/lib64` with Debian's multiarch directories
+/// (`lib/x86_64-linux-gnu`) after each.
+fn search_dirs(interp: &str, root: &Path) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = Path::new(interp).parent() {
+        dirs.push(root.join(d.strip_prefix("/").unwrap_or(d)));
+    }
+    for d in ["lib", "lib64", "usr/lib", "usr/lib64"] {
+        let d = root.join(d);
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            let mut multi: Vec<PathBuf> = rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir() && p.to_string_lossy().contains("-linux-"))
+                .collect();
+            multi.sort();
+            dirs.push(d);
+            dirs.extend(multi);
+        }
+    }
+    dirs
+}
+
+/// The shared libraries the dynamic loader maps for `program` before it
+/// runs, canonical, in the loader's order: its `DT_NEEDED` entries breadth
+/// first (each library's own after the program's), then the loader itself
+/// if no library named it. Empty for a statically linked program. A
+/// needed library that is not in the sysroot is left out (the loader
+/// would refuse to start the program; its error says which). `Err` is
+/// one line.
+pub fn loaded(program: &Path) -> Result<Vec<PathBuf>, Error> {
+    let (interp, root) = sysroot(program)?;
+    let Some(interp) = interp else {
+        return Ok(Vec::new());
+    };
+    let dirs = search_dirs(&interp, &root);
+    let mut found: Vec<PathBuf> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    let mut queue: std::collections::VecDeque<PathBuf> = [program.to_path_buf()].into();
+    while let Some(file) = queue.pop_front() {
+        for name in needed(&file) {
+            if names.contains(&name) {
+                continue;
+            }
+            let at = dirs.iter().map(|d| d.join(&name)).find(|p| is_elf(p));
+            names.push(name);
+            if let Some(c) = at.and_then(|p| p.canonicalize().ok()) {
+                if !found.contains(&c) {
+                    found.push(c.clone());
+                    queue.push_back(c);
+                }
+            }
+        }
+    }
+    if let Some(ld) = interpreter(program)? {
+        if !found.contains(&ld) {
+            found.push(ld);
+        }
+    }
+    Ok(found)
+}
+
+/// The `DT_NEEDED` names of the ELF file at `path` (none where it cannot
+/// be read or has no dynamic section).
+fn needed(path: &Path) -> Vec<String> {
+    use object::read::elf::{ElfFile, FileHeader};
+    fn of<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> Vec<String> {
+        use object::read::elf::Dyn;
+        let (e, data) = (f.endian(), f.data());
+        let table = f.elf_section_table();
+        let Ok(Some((dyns, link))) = table.dynamic(e, data) else {
+            return Vec::new();
+        };
+        let Ok(strings) = table.strings(e, data, link) else {
+            return Vec::new();
+        };
+        dyns.iter()
+            .filter(|d| d.tag32(e) == Some(object::elf::DT_NEEDED))
+            .filter_map(|d| d.string(e, strings).ok())
+            .map(|s| String::from_utf8_lossy(s).into_owned())
+            .collect()
+    }
+    let Ok(data) = std::fs::read(path) else {
+        return Vec::new();
+    };
+    match object::File::parse(&*data) {
+        Ok(object::File::Elf32(f)) => of(&f),
+        Ok(object::File::Elf64(f)) => of(&f),
+        _ => Vec::new(),
+    }
 }
 
 /// The `PT_INTERP` path of `program` (`None`: statically linked) and the

@@ -168,7 +168,7 @@ impl RunState {
     }
 }
 
-/// `--list`: every function matching `pattern`, like `stap -L`.
+/// `--list`: every function of `img` matching `pattern`, like `stap -L`.
 fn list(img: &Image, pattern: &str) -> String {
     let mut s = String::new();
     let digits = if img.abi.word() == 4 { 8 } else { 16 };
@@ -281,7 +281,15 @@ pub fn main(args: Args) -> i32 {
             Some((lib, pat)) => libs::find(&img.path, lib)
                 .and_then(|p| Image::read(&p))
                 .map(|li| list(&li, pat)),
-            None => Ok(list(&img, &pattern)),
+            // The program's, then those of each library the loader maps
+            // for it (`stap -L` of the process and its libraries).
+            None => libs::loaded(&img.path).and_then(|ls| {
+                let mut text = list(&img, &pattern);
+                for l in ls {
+                    text += &list(&Image::read(&l)?, &pattern);
+                }
+                Ok(text)
+            }),
         };
         let text = match listed {
             Ok(t) => t,

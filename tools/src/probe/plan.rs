@@ -324,6 +324,17 @@ impl Plan {
                 }
             }
             if !any {
+                if spec.lib.is_none() {
+                    if let Some(lib) = library_with(img, &spec.func) {
+                        return Err(Error::InLibrary {
+                            text: spec.text.clone(),
+                            func: spec.func.clone(),
+                            path: image.path.clone(),
+                            with_lib: format!("{lib}:{}", spec.text.trim()),
+                            lib,
+                        });
+                    }
+                }
                 return Err(Error::NoFunction {
                     text: spec.text.clone(),
                     func: spec.func.clone(),
@@ -586,6 +597,19 @@ impl Plan {
     pub fn module_of(&self, path: &std::path::Path) -> Option<usize> {
         self.modules.iter().position(|m| m.path == path)
     }
+}
+
+/// The file name of the first library the loader maps for the dynamically
+/// linked program `img` that has a function matching `func`: where a
+/// probe of the program names a function it only imports (`malloc`), the
+/// line that says so names the probe to write instead.
+fn library_with(img: &Image, func: &str) -> Option<String> {
+    let libs = super::libs::loaded(&img.path).ok()?;
+    libs.iter().find_map(|l| {
+        let li = Image::read(l).ok()?;
+        li.matching(func).next()?;
+        Some(l.file_name()?.to_string_lossy().into_owned())
+    })
 }
 
 #[cfg(test)]
