@@ -162,6 +162,21 @@ pub fn parse_xml(doc: &str) -> Result<(Vec<Finding>, Vec<String>), xml::XmlError
     Ok((findings, kinds))
 }
 
+/// The innermost program function of each `<error>`'s first stack (an
+/// access's, a free's, a leaked block's allocation), in the document's
+/// order, as [`parse_xml`] gives the kinds.
+pub fn error_functions(doc: &str) -> Result<Vec<Option<String>>, xml::XmlError> {
+    let root = xml::parse(doc)?;
+    Ok(root
+        .all("error")
+        .map(|e| {
+            e.all("stack")
+                .next()
+                .and_then(|s| innermost_program_function(frames(s).iter().map(|s| s.as_str())))
+        })
+        .collect())
+}
+
 /// `valgrind --tool=memcheck` with `opts`, then `prog args`, in `dir`: an
 /// empty environment, stdin `/dev/null`, stdout to `<tag>.stdout` (a file,
 /// as in the traced runs), memcheck's own log to `<tag>.log`.

@@ -689,6 +689,185 @@ fn host_programs_count_what_memcheck_counts() {
     assert!(bad.is_empty(), "{}", bad.join("\n\n"));
 }
 
+/// `tests/programs/pool/pool.c` for `arch` in `dir`: `libpool.so` (a custom
+/// allocator) and `pool`, linked against it with a `DT_RUNPATH` of
+/// `$ORIGIN` (the library is found next to the program, as programs ship
+/// their own).
+fn build_pool(dir: &RunDir, arch: &str) -> PathBuf {
+    let src = e2e::workspace_root().join("tests/programs/pool/pool.c");
+    let cc = match e2e::guest_info(arch).triple {
+        Some(t) => format!("{t}-gcc"),
+        None => "gcc".into(),
+    };
+    let lib = dir.file("libpool.so");
+    let prog = dir.file("pool");
+    let runs: [Vec<&std::ffi::OsStr>; 2] = [
+        vec![
+            "-O1".as_ref(),
+            "-shared".as_ref(),
+            "-fPIC".as_ref(),
+            "-DPOOL_LIB".as_ref(),
+            "-o".as_ref(),
+            lib.as_os_str(),
+            src.as_os_str(),
+        ],
+        vec![
+            "-O1".as_ref(),
+            "-o".as_ref(),
+            prog.as_os_str(),
+            src.as_os_str(),
+            lib.as_os_str(),
+            "-Wl,-rpath,$ORIGIN,--enable-new-dtags".as_ref(),
+        ],
+    ];
+    for args in runs {
+        let o = Command::new(&cc)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{cc}: {e}; install it with scripts/deps.sh"));
+        assert!(
+            o.status.success(),
+            "{cc}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    prog
+}
+
+/// The planted cases of `pool.c`, and the finding each must give: its
+/// kind, the program function it is in, the block's size.
+const POOL_CASES: &[(&str, Option<(&str, &str, u64)>)] = &[
+    ("uaf", Some(("use-after-free", "hb_pool_uaf", 24))),
+    ("double", Some(("double-free", "hb_pool_double", 40))),
+    ("leak", Some(("leak", "hb_pool_leak", 56))),
+    ("clean", None),
+];
+
+/// What memcheck, told of `pool.c`'s blocks by client requests, reports
+/// for each case of the x86_64 build: (its error kind, the program
+/// function), once per test process. It describes an access to a custom
+/// block it was told was freed by the nearest live block instead (custom
+/// blocks do not enter its queue of freed ones), so its kinds are its
+/// own: an invalid read, an invalid free, a definite leak.
+fn pool_truth() -> &'static BTreeMap<String, Vec<(String, Option<String>)>> {
+    static T: OnceLock<BTreeMap<String, Vec<(String, Option<String>)>>> = OnceLock::new();
+    T.get_or_init(|| {
+        let dir = RunDir::new();
+        let prog = build_pool(&dir, "x86_64");
+        let mut m = BTreeMap::new();
+        for (case, _) in POOL_CASES {
+            let r = memcheck::run_memcheck(&dir, case, &prog, &[case]);
+            let doc: String = r
+                .xml
+                .iter()
+                .map(|p| fs::read_to_string(p).unwrap_or_default())
+                .collect();
+            let (_, kinds) = memcheck::parse_xml(&doc).expect("memcheck's XML");
+            let funcs = memcheck::error_functions(&doc).expect("memcheck's XML");
+            m.insert(case.to_string(), kinds.into_iter().zip(funcs).collect());
+        }
+        m
+    })
+}
+
+/// A custom allocator in a shared library of the program's own, found
+/// through the program's `DT_RUNPATH` and named with `--alloc`: each
+/// planted case's finding, where memcheck (on x86_64) reports an error of
+/// the matching kind in the same program function, and nothing else.
+/// Before the heap looked in every library the loader maps (it looked in
+/// the C library and the C++ one), this checked nothing and exited 0.
+fn custom_allocator_in_a_library(arch: &str) {
+    let dir = RunDir::new();
+    let prog = build_pool(&dir, arch);
+    let truth = pool_truth();
+    for (case, want) in POOL_CASES {
+        let memcheck_says: Vec<(String, Option<String>)> = want
+            .iter()
+            .map(|(kind, func, _)| {
+                let k = match *kind {
+                    "use-after-free" => "InvalidRead",
+                    "double-free" => "InvalidFree",
+                    _ => "Leak_DefinitelyLost",
+                };
+                (k.to_string(), Some(func.to_string()))
+            })
+            .collect();
+        assert_eq!(truth[*case], memcheck_says, "memcheck's run of pool {case}");
+        let opts = ["--alloc", "pool_get=malloc", "--alloc", "pool_put=free"];
+        let r = heap(&dir, &format!("pool-{case}"), &opts, &prog, &[case]);
+        let want: Vec<Finding> = want
+            .iter()
+            .map(|(kind, func, size)| Finding {
+                kind: kind.to_string(),
+                function: Some(func.to_string()),
+                block_size: Some(*size),
+            })
+            .collect();
+        assert_eq!(r.reduced(), want, "{arch} pool {case}\n{}", r.context());
+        assert_eq!(r.status != 0, !want.is_empty(), "{}", r.context());
+    }
+}
+
+per_guest!(custom_allocator_in_a_library: mipsel, mips, mips64el, arm, aarch64, riscv64, x86_64, i386, ppc64le);
+
+/// A library in `LD_PRELOAD` (the guest's environment is the tool's)
+/// comes before the program's own: calls bind to its `pool_get` and
+/// `pool_put`, not those of the program's `libpool.so`, and the heap
+/// finds the use after free there too (x86_64: the host loader preloads
+/// the library into QEMU as well, which only a host library survives).
+#[test]
+fn a_preloaded_allocator_is_checked() {
+    let dir = RunDir::new();
+    let prog = build_pool(&dir, "x86_64");
+    let lib = dir.file("libpool.so");
+    let pre = dir.file("libpre.so");
+    fs::copy(&lib, &pre).unwrap();
+    let opts = ["--alloc", "pool_get=malloc", "--alloc", "pool_put=free"];
+    let mut args: Vec<&std::ffi::OsStr> = opts.iter().map(|o| o.as_ref()).collect();
+    args.extend([prog.as_os_str(), "uaf".as_ref()]);
+    let r = heap_cmd_env(
+        &dir,
+        "preload",
+        &[("LD_PRELOAD", pre.to_str().unwrap())],
+        &args,
+    );
+    let want = vec![Finding {
+        kind: "use-after-free".into(),
+        function: Some("hb_pool_uaf".into()),
+        block_size: Some(24),
+    }];
+    // Only the preloaded library's functions are called: a plan without
+    // them finds nothing.
+    assert_eq!(r.reduced(), want, "{}", r.context());
+}
+
+/// A custom allocation function in neither the program nor a library it
+/// loads is one line naming it, and nothing runs.
+#[test]
+fn an_unknown_custom_allocator_is_one_line() {
+    let dir = RunDir::new();
+    let prog = build_pool(&dir, "x86_64");
+    let r = heap(
+        &dir,
+        "unknown",
+        &["--alloc", "pool_gte=malloc"],
+        &prog,
+        &["clean"],
+    );
+    let lines: Vec<&str> = r.stderr.lines().collect();
+    assert_eq!((r.status, lines.len()), (2, 1), "{}", r.stderr);
+    assert!(
+        lines[0].starts_with("heap: --alloc pool_gte: no function pool_gte"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        r.stdout.is_empty(),
+        "the program ran: {:?}",
+        String::from_utf8_lossy(&r.stdout)
+    );
+}
+
 /// The busybox applet runs of the checks below: their arguments.
 const BB_RUNS: &[&[&str]] = &[
     &["sort", "in.txt"],

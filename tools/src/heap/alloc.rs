@@ -3,14 +3,12 @@
 //! default list (the C library's and C++'s allocation functions, on
 //! glibc, musl and uClibc) and `--alloc NAME=ROLE` (or `ADDR+SIZE=ROLE`
 //! for code no symbol names), planned as probes in
-//! the program and, for a dynamically linked one, in the C library (and
-//! the C++ library where the program imports `operator new`/`delete`).
+//! the program and, for a dynamically linked one, in every library the
+//! loader maps for it.
 //!
 //! Allocator internals that run outside the public functions (glibc's
 //! thread-exit cache teardown) are `Internal`: their accesses are the
 //! allocator's own, not checked, and calls made inside them are ignored.
-
-use std::path::Path;
 
 use super::super::probe::conv::Abi;
 use super::super::probe::elf::{Func, Image};
@@ -250,43 +248,43 @@ fn specs_in(img: &Image, lib: Option<&str>, custom: &[(String, Role)], out: &mut
 }
 
 /// The probes of a run of `img`: its own allocation functions, and for a
-/// dynamically linked program those of the C library and, where it
-/// imports C++'s operators, the C++ library (none in a stripped static
-/// program). `Err` is one line.
-pub fn specs(img: &Image, custom: &[(String, Role)]) -> Result<Vec<Spec>, String> {
+/// dynamically linked program those of every library the loader maps for
+/// it (the C library's; the C++ library's `operator new` and `delete`; an
+/// allocator library that takes `malloc` over, as jemalloc does; a
+/// custom allocator of `--alloc` in a library of the program's own).
+/// Where two modules define one name, the loader binds calls to the
+/// first, and the other's is never called but from inside itself. Also
+/// the first custom allocation function found nowhere: [`unknown`] makes
+/// it an error. `Err` is one line.
+pub fn specs(
+    img: &Image,
+    custom: &[(String, Role)],
+) -> Result<(Vec<Spec>, Option<String>), String> {
     let mut out = Vec::new();
     specs_in(img, None, custom, &mut out);
-    let dynamic = super::super::probe::libs::interpreter(&img.path)
-        .map_err(|e| e.to_string())?
-        .is_some();
-    if dynamic {
-        let mut libs = vec!["libc"];
-        if imports_cxx(&img.path) {
-            libs.push("libstdc++");
+    let mut found: Vec<bool> = custom
+        .iter()
+        .map(|(n, _)| img.matching(n).next().is_some())
+        .collect();
+    for path in super::super::probe::libs::loaded(&img.path).map_err(|e| e.to_string())? {
+        let li = Image::read(&path).map_err(|e| e.to_string())?;
+        for (f, (n, _)) in found.iter_mut().zip(custom) {
+            *f |= li.matching(n).next().is_some();
         }
-        for lib in libs {
-            let path =
-                super::super::probe::libs::find(&img.path, lib).map_err(|e| e.to_string())?;
-            let li = Image::read(&path).map_err(|e| e.to_string())?;
-            specs_in(&li, Some(lib), custom, &mut out);
-        }
+        specs_in(&li, Some(&path.to_string_lossy()), custom, &mut out);
     }
-    Ok(out)
+    let missing = custom.iter().zip(&found).find(|(_, f)| !**f);
+    Ok((out, missing.map(|((n, _), _)| n.clone())))
 }
 
-/// Whether the program imports C++'s `operator new` or `delete`.
-fn imports_cxx(path: &Path) -> bool {
-    use object::{Object, ObjectSymbol};
-    let Ok(data) = std::fs::read(path) else {
-        return false;
-    };
-    let Ok(f) = object::File::parse(&*data) else {
-        return false;
-    };
-    let any = f.dynamic_symbols().any(|s| {
-        s.is_undefined()
-            && s.name()
-                .is_ok_and(|n| n.starts_with("_Znw") || n.starts_with("_Zna"))
-    });
-    any
+/// The line for a custom allocation function `name` that is in neither
+/// the program `img` nor a library it loads: a misspelt `--alloc` would
+/// otherwise check nothing.
+pub fn unknown(img: &Image, name: &str) -> String {
+    format!(
+        "--alloc {name}: no function {name} in {} or the libraries it loads; \
+         `cannoli probe --list PATTERN PROGRAM` lists theirs (for code no symbol names, \
+         give ADDR+SIZE=ROLE)",
+        img.path.display()
+    )
 }

@@ -261,7 +261,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         let c = alloc::custom(&img, &args.allocs)?;
         img.add_funcs(c.funcs);
         custom = c.named;
-        let mut specs = alloc::specs(&img, &custom)?;
+        let (mut specs, mut missing) = alloc::specs(&img, &custom)?;
         if specs.is_empty() && img.is_go() {
             // Go's heap is the runtime's, garbage collected: nothing frees
             // a block, so there is nothing of malloc's to check (cgo links
@@ -281,7 +281,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
                     if let Ok(s) = sig::string_funcs(&img) {
                         strings = s.iter().map(|f| (f.start, f.end)).collect();
                     }
-                    specs = alloc::specs(&img, &custom)?;
+                    (specs, missing) = alloc::specs(&img, &custom)?;
                     String::new()
                 }
                 Ok(found) => format!(
@@ -300,6 +300,9 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
                     img.path.display()
                 );
             }
+        }
+        if let Some(name) = missing {
+            return Err(alloc::unknown(&img, &name));
         }
         let mut plan = Plan::new(&img, specs, false, false).map_err(|e| e.to_string())?;
         // Away from the allocation functions, registers only for the call

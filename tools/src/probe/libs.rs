@@ -33,6 +33,21 @@ pub fn find(program: &Path, lib: &str) -> Result<PathBuf, Error> {
             }
         }
     }
+    // The libraries the program loads first (those its `DT_RUNPATH` or
+    // `LD_LIBRARY_PATH` place too), then any in the sysroot.
+    let named = |n: &str| -> bool {
+        n.strip_prefix(lib).is_some_and(|rest| {
+            rest.is_empty() && lib.contains(".so")
+                || rest.starts_with(".so")
+                || rest.starts_with('-') && rest.contains(".so")
+        })
+    };
+    let by_name = loaded(program)?
+        .into_iter()
+        .find(|l| l.file_name().is_some_and(|n| named(&n.to_string_lossy())));
+    if let Some(l) = by_name {
+        return Ok(l);
+    }
     let dirs = search_dirs(&interp, &root);
     for d in &dirs {
         let Ok(rd) = std::fs::read_dir(d) else {
@@ -42,11 +57,7 @@ pub fn find(program: &Path, lib: &str) -> Result<PathBuf, Error> {
         names.sort();
         for n in names {
             let s = n.to_string_lossy();
-            let Some(rest) = s.strip_prefix(lib) else {
-                continue;
-            };
-            let whole = rest.is_empty() && lib.contains(".so");
-            if whole || rest.starts_with(".so") || rest.starts_with("-") && rest.contains(".so") {
+            if named(&s) {
                 let p = d.join(&n);
                 // Not `libc.so`, the linker script: the ELF file.
                 if let Ok(c) = p.canonicalize() {
@@ -93,24 +104,76 @@ fn search_dirs(interp: &str, root: &Path) -> Vec<PathBuf> {
 /// runs, canonical, in the loader's order: its `DT_NEEDED` entries breadth
 /// first (each library's own after the program's), then the loader itself
 /// if no library named it. Empty for a statically linked program. A
-/// needed library that is not in the sysroot is left out (the loader
-/// would refuse to start the program; its error says which). `Err` is
-/// one line.
+/// needed library that is not found is left out (the loader would refuse
+/// to start the program; its error says which). `Err` is one line.
+///
+/// `LD_PRELOAD`'s libraries come first, as the loader maps them first
+/// (the guest's environment is the tool's). A name is looked for as
+/// glibc's loader looks for it: in the `DT_RPATH` of the object that
+/// needs it and of the program (where the object has no `DT_RUNPATH`), in
+/// `LD_LIBRARY_PATH`, in the object's `DT_RUNPATH`, then in the sysroot's
+/// default directories. `$ORIGIN` is the object's directory; each directory is
+/// tried under the sysroot first, as QEMU's `-L` maps the loader's paths.
+/// The loader's cache (`/etc/ld.so.cache`) lists only the default
+/// directories' libraries on Debian, so it adds nothing.
 pub fn loaded(program: &Path) -> Result<Vec<PathBuf>, Error> {
     let (interp, root) = sysroot(program)?;
     let Some(interp) = interp else {
         return Ok(Vec::new());
     };
-    let dirs = search_dirs(&interp, &root);
+    let defaults = search_dirs(&interp, &root);
+    let env: Vec<String> = std::env::var("LD_LIBRARY_PATH")
+        .map(|v| v.split([':', ';']).map(str::to_string).collect())
+        .unwrap_or_default();
+    // Preloaded libraries come before the program's own (glibc's loader
+    // takes names and paths, separated by spaces or colons).
+    let preload: Vec<String> = std::env::var("LD_PRELOAD")
+        .map(|v| {
+            v.split([' ', ':'])
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    let exe = Dynamic::read(program);
     let mut found: Vec<PathBuf> = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let mut queue: std::collections::VecDeque<PathBuf> = [program.to_path_buf()].into();
     while let Some(file) = queue.pop_front() {
-        for name in needed(&file) {
+        let mut dy = Dynamic::read(&file);
+        if file == program {
+            dy.needed.splice(0..0, preload.iter().cloned());
+        }
+        let origin = file.parent().unwrap_or(Path::new("/"));
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        let mut add = |list: &[String], origin: &Path| {
+            for d in list.iter().filter(|d| !d.is_empty()) {
+                let d = d.replace("${ORIGIN}", "$ORIGIN");
+                let d = d.replace("$ORIGIN", &origin.to_string_lossy());
+                let d = Path::new(&d);
+                if d.is_absolute() {
+                    dirs.push(root.join(d.strip_prefix("/").unwrap_or(d)));
+                }
+                dirs.push(d.to_path_buf());
+            }
+        };
+        if dy.runpath.is_empty() {
+            add(&dy.rpath, origin);
+            let exe_dir = program.parent().unwrap_or(Path::new("/"));
+            add(&exe.rpath, exe_dir);
+        }
+        add(&env, Path::new("."));
+        add(&dy.runpath, origin);
+        dirs.extend(defaults.iter().cloned());
+        for name in dy.needed {
             if names.contains(&name) {
                 continue;
             }
-            let at = dirs.iter().map(|d| d.join(&name)).find(|p| is_elf(p));
+            let at = if name.contains('/') {
+                Some(PathBuf::from(&name)).filter(|p| is_elf(p))
+            } else {
+                dirs.iter().map(|d| d.join(&name)).find(|p| is_elf(p))
+            };
             names.push(name);
             if let Some(c) = at.and_then(|p| p.canonicalize().ok()) {
                 if !found.contains(&c) {
@@ -128,33 +191,58 @@ pub fn loaded(program: &Path) -> Result<Vec<PathBuf>, Error> {
     Ok(found)
 }
 
-/// The `DT_NEEDED` names of the ELF file at `path` (none where it cannot
-/// be read or has no dynamic section).
-fn needed(path: &Path) -> Vec<String> {
-    use object::read::elf::{ElfFile, FileHeader};
-    fn of<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> Vec<String> {
-        use object::read::elf::Dyn;
-        let (e, data) = (f.endian(), f.data());
-        let table = f.elf_section_table();
-        let Ok(Some((dyns, link))) = table.dynamic(e, data) else {
-            return Vec::new();
+/// What the dynamic section of an ELF file asks of the loader: the
+/// libraries it needs and where to look for them (each list empty where
+/// the file cannot be read or has no dynamic section).
+#[derive(Default)]
+struct Dynamic {
+    needed: Vec<String>,
+    rpath: Vec<String>,
+    runpath: Vec<String>,
+}
+
+impl Dynamic {
+    fn read(path: &Path) -> Dynamic {
+        use object::read::elf::{ElfFile, FileHeader};
+        fn of<E: FileHeader<Endian = object::Endianness>>(f: &ElfFile<'_, E>) -> Dynamic {
+            use object::elf::{DT_NEEDED, DT_RPATH, DT_RUNPATH};
+            use object::read::elf::Dyn;
+            let mut out = Dynamic::default();
+            let (e, data) = (f.endian(), f.data());
+            let table = f.elf_section_table();
+            let Ok(Some((dyns, link))) = table.dynamic(e, data) else {
+                return out;
+            };
+            let Ok(strings) = table.strings(e, data, link) else {
+                return out;
+            };
+            for d in dyns {
+                let Some(tag) = d
+                    .tag32(e)
+                    .filter(|t| [DT_NEEDED, DT_RPATH, DT_RUNPATH].contains(t))
+                else {
+                    continue;
+                };
+                let Ok(s) = d.string(e, strings) else {
+                    continue;
+                };
+                let s = String::from_utf8_lossy(s).into_owned();
+                match tag {
+                    DT_NEEDED => out.needed.push(s),
+                    DT_RPATH => out.rpath.extend(s.split(':').map(str::to_string)),
+                    _ => out.runpath.extend(s.split(':').map(str::to_string)),
+                }
+            }
+            out
+        }
+        let Ok(data) = std::fs::read(path) else {
+            return Dynamic::default();
         };
-        let Ok(strings) = table.strings(e, data, link) else {
-            return Vec::new();
-        };
-        dyns.iter()
-            .filter(|d| d.tag32(e) == Some(object::elf::DT_NEEDED))
-            .filter_map(|d| d.string(e, strings).ok())
-            .map(|s| String::from_utf8_lossy(s).into_owned())
-            .collect()
-    }
-    let Ok(data) = std::fs::read(path) else {
-        return Vec::new();
-    };
-    match object::File::parse(&*data) {
-        Ok(object::File::Elf32(f)) => of(&f),
-        Ok(object::File::Elf64(f)) => of(&f),
-        _ => Vec::new(),
+        match object::File::parse(&*data) {
+            Ok(object::File::Elf32(f)) => of(&f),
+            Ok(object::File::Elf64(f)) => of(&f),
+            _ => Dynamic::default(),
+        }
     }
 }
 
