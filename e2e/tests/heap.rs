@@ -734,9 +734,15 @@ fn build_pool(dir: &RunDir, arch: &str) -> PathBuf {
     prog
 }
 
-/// The planted cases of `pool.c`, and the finding each must give: its
-/// kind, the program function it is in, the block's size.
-const POOL_CASES: &[(&str, Option<(&str, &str, u64)>)] = &[
+/// A planted finding: its kind, the program function it is in, the
+/// block's size.
+type Planted = (&'static str, &'static str, u64);
+
+/// memcheck's errors of one run: (its kind, the program function).
+type Errors = Vec<(String, Option<String>)>;
+
+/// The planted cases of `pool.c`, and the finding each must give.
+const POOL_CASES: &[(&str, Option<Planted>)] = &[
     ("uaf", Some(("use-after-free", "hb_pool_uaf", 24))),
     ("double", Some(("double-free", "hb_pool_double", 40))),
     ("leak", Some(("leak", "hb_pool_leak", 56))),
@@ -749,8 +755,8 @@ const POOL_CASES: &[(&str, Option<(&str, &str, u64)>)] = &[
 /// block it was told was freed by the nearest live block instead (custom
 /// blocks do not enter its queue of freed ones), so its kinds are its
 /// own: an invalid read, an invalid free, a definite leak.
-fn pool_truth() -> &'static BTreeMap<String, Vec<(String, Option<String>)>> {
-    static T: OnceLock<BTreeMap<String, Vec<(String, Option<String>)>>> = OnceLock::new();
+fn pool_truth() -> &'static BTreeMap<String, Errors> {
+    static T: OnceLock<BTreeMap<String, Errors>> = OnceLock::new();
     T.get_or_init(|| {
         let dir = RunDir::new();
         let prog = build_pool(&dir, "x86_64");
@@ -781,7 +787,7 @@ fn custom_allocator_in_a_library(arch: &str) {
     let prog = build_pool(&dir, arch);
     let truth = pool_truth();
     for (case, want) in POOL_CASES {
-        let memcheck_says: Vec<(String, Option<String>)> = want
+        let memcheck_says: Errors = want
             .iter()
             .map(|(kind, func, _)| {
                 let k = match *kind {
