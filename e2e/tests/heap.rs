@@ -464,6 +464,38 @@ fn cxx_new_delete_agrees_with_memcheck() {
     assert!(bad.is_empty(), "{}", bad.join("\n\n"));
 }
 
+/// A C++ block's allocation and free stacks name `operator new` and
+/// `operator delete` as memcheck does: demangled, with their parameters
+/// (`_Znwm` is `operator new(unsigned long)`).
+#[test]
+fn cxx_frames_are_named_as_memcheck_names_them() {
+    let dir = RunDir::new();
+    let prog = heapcxx(&dir);
+    let m = memcheck::run_memcheck(&dir, "mc", &prog, &["uaf"]);
+    let doc = fs::read_to_string(&m.xml[0]).unwrap();
+    let stacks = memcheck::freed_block_stacks(&doc).unwrap();
+    let [(free, alloc)] = &stacks[..] else {
+        panic!("memcheck: {stacks:?}");
+    };
+    let r = heap(&dir, "uaf", &[], &prog, &["uaf"]);
+    let f = r
+        .findings
+        .first()
+        .unwrap_or_else(|| panic!("{}", r.context()));
+    let first = |key: &str| {
+        strings(&f[key])
+            .first()
+            .map(|s| s.rsplit_once('+').map_or(*s, |(n, _)| n).to_string())
+    };
+    assert_eq!(
+        (first("alloc_stack"), first("free_stack")),
+        (alloc.first().cloned(), free.first().cloned()),
+        "{}",
+        r.context()
+    );
+    assert_eq!(alloc[0], "operator new(unsigned long)");
+}
+
 /// A run that must report nothing: no finding, exit 0 (the program's).
 fn assert_clean(r: &HeapRun, what: &str) {
     assert!(

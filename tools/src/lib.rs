@@ -8,6 +8,7 @@
 pub mod args;
 pub mod backtrace;
 pub mod coverage;
+pub mod demangle;
 pub mod elf;
 pub mod heap;
 pub mod info;

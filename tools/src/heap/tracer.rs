@@ -30,6 +30,7 @@ use super::super::backtrace::arch::Rules;
 use super::super::backtrace::state::{BacktraceState, Regs, Symbolize};
 use super::super::backtrace::symbols::Functions;
 use super::super::backtrace::{Module, Resolver};
+use super::super::demangle::demangle;
 use super::super::probe::conv::returns_genuinely;
 use super::super::probe::isa::{self, Ret};
 use super::super::probe::plan::{Plan, Site};
@@ -198,7 +199,8 @@ impl Proc {
         }
         let r = self.resolver();
         let n: Arc<str> = match r.function(pc) {
-            Some(f) => format!("{}+{:#x}", f.name, pc.wrapping_sub(f.start)).into(),
+            // As memcheck shows it: C++ and Rust names demangled.
+            Some(f) => format!("{}+{:#x}", demangle(&f.name), pc.wrapping_sub(f.start)).into(),
             None => r.unnamed(pc),
         };
         self.names.insert(pc, n.clone());
