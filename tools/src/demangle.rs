@@ -34,6 +34,27 @@ pub fn demangle(name: &str) -> Cow<'_, str> {
     }
 }
 
+/// The name a C++ or Rust programmer writes for the function mangled as
+/// `name`: demangled without its parameters (`_ZN3geo3Box4areaEv` is
+/// `geo::Box::area`), if `name` is a mangled one.
+pub fn qualified_name(name: &str) -> Option<String> {
+    if !(name.starts_with("_Z") || name.starts_with("_R")) {
+        return None;
+    }
+    let shown = std::panic::catch_unwind(|| {
+        if let Ok(d) = rustc_demangle::try_demangle(name) {
+            return Some(format!("{d:#}"));
+        }
+        let sym = cpp_demangle::Symbol::new(name).ok()?;
+        let options = cpp_demangle::DemangleOptions::new().no_params();
+        sym.demangle(&options).ok()
+    });
+    shown
+        .ok()
+        .flatten()
+        .filter(|d| !d.is_empty() && d.len() <= MAX_LEN)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +76,21 @@ mod tests {
         // Not a mangled name after all: as it is.
         assert_eq!(demangle("_Zzzz"), "_Zzzz");
         assert_eq!(demangle("_R"), "_R");
+    }
+
+    #[test]
+    fn qualified_names() {
+        assert_eq!(
+            qualified_name("_ZN3geo3Box4areaEv").as_deref(),
+            Some("geo::Box::area")
+        );
+        assert_eq!(qualified_name("_Z4areaii").as_deref(), Some("area"));
+        assert_eq!(
+            qualified_name("_ZN4core3ptr13drop_in_place17h0123456789abcdefE").as_deref(),
+            Some("core::ptr::drop_in_place")
+        );
+        assert_eq!(qualified_name("area"), None);
+        assert_eq!(qualified_name("_Zzzz"), None);
     }
 
     /// A name whose demangled form is too long to read stays mangled.

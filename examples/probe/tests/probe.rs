@@ -1248,6 +1248,58 @@ fn strlen_without_debug_symbols_is_one_line() {
     );
 }
 
+/// C++ functions named by their qualified names (`geo::scale`, a method
+/// `geo::Box::area`), as `perf probe` takes them: the hits are those of
+/// their mangled symbols (`nm`'s), with the values the program prints
+/// (`tests/programs/probe_cxx.cpp`, x86_64: Debian 12's only C++ compiler
+/// is the host's).
+#[test]
+fn cxx_functions_by_their_qualified_names() {
+    let dir = RunDir::new();
+    let prog = dir.file("probe_cxx");
+    let src = e2e::workspace_root().join("tests/programs/probe_cxx.cpp");
+    let o = Command::new("g++")
+        .args(["-O2", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .output()
+        .unwrap_or_else(|e| panic!("g++: {e}; apt-get install g++"));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let opts = [
+        "--json",
+        "-p",
+        "geo::scale/2",
+        "-p",
+        "geo::Box::area:return",
+    ];
+    let r = run_probe(&dir, "cxx", &opts, &prog);
+    assert_eq!(r.status, 0, "{}", r.stderr);
+    assert_eq!(r.stdout, "area=21 scale=63\n");
+    let nm = nm_funcs("x86_64", &prog, false);
+    let hits = json_lines(&r.out);
+    let got: Vec<(String, bool, String)> = hits
+        .iter()
+        .map(|h| {
+            let f = h["function"].as_str().unwrap().to_string();
+            let known = nm.contains_key(&f);
+            let v = match h["at"].as_str() {
+                Some("entry") => format!("{}", h["args"]),
+                _ => h["ret"].as_str().unwrap().to_string(),
+            };
+            (f, known, v)
+        })
+        .collect();
+    assert_eq!(got.len(), 2, "{}", r.out);
+    assert!(got.iter().all(|(_, known, _)| *known), "{got:?} {nm:?}");
+    assert!(got[0].0.starts_with("_ZNK3geo3Box4areaEv"), "{got:?}");
+    assert_eq!(got[0].2, "0x15");
+    assert_eq!(got[1].0, "_ZN3geo5scaleEli");
+    assert_eq!(got[1].2, r#"["0x15","0x3"]"#);
+    // The mangled symbol is still a name the probe takes.
+    let r = run_probe(&dir, "mangled", &["-p", "_ZN3geo5scaleEli/2"], &prog);
+    assert_eq!((r.status, r.out.lines().count()), (0, 1), "{}", r.stderr);
+}
+
 /// `--list LIB:PATTERN` lists a library's functions from its `.dynsym`.
 #[test]
 fn list_of_a_library() {

@@ -12,10 +12,12 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use object::read::elf::{ElfFile, FileHeader, ProgramHeader};
 use object::{elf, Object, ObjectSymbol, SymbolKind};
 
+use super::super::demangle::qualified_name;
 use super::conv::Abi;
 use super::error::Error;
 
@@ -69,6 +71,9 @@ pub struct Image {
     /// a copy of the code alone would cost a second allocation and copy of
     /// megabytes at every launch.
     file: Vec<u8>,
+    /// Each of `funcs`' C++ or Rust name without parameters
+    /// ([`qualified_name`]), worked out the first time a probe needs one.
+    qualified: OnceLock<Vec<Option<String>>>,
 }
 
 /// The page of the lowest loadable segment: where the file's offset 0 is
@@ -202,6 +207,7 @@ impl Image {
             debug,
             code,
             file: data,
+            qualified: OnceLock::new(),
         })
     }
 
@@ -249,6 +255,8 @@ impl Image {
             .sort_by(|a, b| a.start.cmp(&b.start).then(a.name.cmp(&b.name)));
         self.funcs
             .dedup_by(|b, a| a.start == b.start && a.name == b.name);
+        // By position: worked out again for the new list.
+        self.qualified = OnceLock::new();
     }
 
     /// The function whose code holds `pc`.
@@ -259,14 +267,27 @@ impl Image {
 
     /// The functions whose names `glob` matches; a Go assembly function
     /// (`crypto/sha256.block.abi0`) by its Go name too, as Go's stack
-    /// traces and a stripped program's own table name it.
+    /// traces and a stripped program's own table name it; a C++ or Rust
+    /// function by its qualified name too (`geo::Box::area` for
+    /// `_ZN3geo3Box4areaEv`), as `perf probe` and SystemTap take them.
     pub fn matching<'a>(&'a self, glob: &'a str) -> impl Iterator<Item = &'a Func> + 'a {
-        self.funcs.iter().filter(move |f| {
-            super::spec::glob(glob, &f.name)
+        self.funcs.iter().enumerate().filter_map(move |(i, f)| {
+            let hit = super::spec::glob(glob, &f.name)
                 || f.name
                     .strip_suffix(".abi0")
                     .is_some_and(|n| super::spec::glob(glob, n))
+                || (f.name.starts_with("_Z") || f.name.starts_with("_R"))
+                    && self.qualified()[i]
+                        .as_deref()
+                        .is_some_and(|n| super::spec::glob(glob, n));
+            hit.then_some(f)
         })
+    }
+
+    /// [`Image::qualified`], worked out on first use.
+    fn qualified(&self) -> &[Option<String>] {
+        self.qualified
+            .get_or_init(|| self.funcs.iter().map(|f| qualified_name(&f.name)).collect())
     }
 }
 

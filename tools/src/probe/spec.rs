@@ -14,7 +14,8 @@
 //!
 //! FUNC may be a glob (`*` any run of characters, `?` one character), and
 //! may hold `/` (Go's `crypto/sha256.block`): N is what follows the last
-//! `/` when that starts with a digit.
+//! `/` when that starts with a digit. It may hold `::` (C++'s and Rust's
+//! `geo::Box::area`): LIB ends at the first colon that is not half of one.
 
 use super::error::{SpecError, Why};
 
@@ -86,9 +87,16 @@ impl Spec {
             Some(r) => (r, true),
             None => (t, false),
         };
-        let (lib, rest) = match rest.split_once(':') {
-            Some((l, f)) if !l.is_empty() && !f.contains(':') => (Some(l.to_string()), f),
-            Some(_) => return bad(Why::TooManyColons),
+        // `LIB:` ends at the first lone colon: C++'s `::` is part of a
+        // name (`geo::Box::area`).
+        let (lib, rest) = match lone_colon(rest) {
+            Some(i) => {
+                let (l, f) = (&rest[..i], &rest[i + 1..]);
+                if l.is_empty() || lone_colon(f).is_some() {
+                    return bad(Why::TooManyColons);
+                }
+                (Some(l.to_string()), f)
+            }
             None => (None, rest),
         };
         // A `/` is N's only when a digit follows the last one: Go's
@@ -131,6 +139,23 @@ impl Spec {
     pub fn is_glob(&self) -> bool {
         self.func.contains(['*', '?'])
     }
+}
+
+/// Where the first colon of `s` that is not half of a `::` is.
+fn lone_colon(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b':' {
+            if b.get(i + 1) == Some(&b':') {
+                i += 2;
+                continue;
+            }
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Whether `name` matches `pat` (`*`: any run, `?`: one character).
@@ -181,6 +206,18 @@ mod tests {
         assert_eq!(s.point, Point::Return);
         assert!(s.is_glob());
         assert_eq!(Spec::parse("libc:strlen/1").unwrap().text, "libc:strlen/1");
+        // C++'s qualified names, alone or in a library.
+        let s = Spec::parse("geo::Box::area:return").unwrap();
+        assert_eq!(
+            (s.lib.as_deref(), s.func.as_str(), s.point),
+            (None, "geo::Box::area", Point::Return)
+        );
+        let s = Spec::parse("libgeo:geo::*/2").unwrap();
+        assert_eq!(
+            (s.lib.as_deref(), s.func.as_str(), s.point),
+            (Some("libgeo"), "geo::*", Point::Entry(2))
+        );
+        assert!(Spec::parse("a:b:c").is_err());
         // Go's package paths.
         let s = Spec::parse("crypto/sha256.block:return").unwrap();
         assert_eq!(
