@@ -1298,6 +1298,12 @@ fn cxx_functions_by_their_qualified_names() {
     // The mangled symbol is still a name the probe takes.
     let r = run_probe(&dir, "mangled", &["-p", "_ZN3geo5scaleEli/2"], &prog);
     assert_eq!((r.status, r.out.lines().count()), (0, 1), "{}", r.stderr);
+    // `--list` takes the qualified name too, and lists the symbols.
+    let listed: Vec<String> = listed(&dir, "x86_64", &["--list", "geo::s*"], &prog)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(listed, ["_ZN3geo5scaleEli"]);
 }
 
 /// `--list LIB:PATTERN` lists a library's functions from its `.dynsym`.

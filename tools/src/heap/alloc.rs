@@ -267,7 +267,11 @@ pub fn specs(
         .map(|(n, _)| img.matching(n).next().is_some())
         .collect();
     for path in super::super::probe::libs::loaded(&img.path).map_err(|e| e.to_string())? {
-        let li = Image::read(&path).map_err(|e| e.to_string())?;
+        // One the probes cannot read (no symbols of a known guest) has
+        // nothing to probe; the run goes on without it.
+        let Ok(li) = Image::read(&path) else {
+            continue;
+        };
         for (f, (n, _)) in found.iter_mut().zip(custom) {
             *f |= li.matching(n).next().is_some();
         }

@@ -86,6 +86,7 @@ fn search_dirs(interp: &str, root: &Path) -> Vec<PathBuf> {
     }
     for d in ["lib", "lib64", "usr/lib", "usr/lib64"] {
         let d = root.join(d);
+        // Debian's multiarch directories (`lib/x86_64-linux-gnu`).
         if let Ok(rd) = std::fs::read_dir(&d) {
             let mut multi: Vec<PathBuf> = rd
                 .flatten()
@@ -112,8 +113,9 @@ fn search_dirs(interp: &str, root: &Path) -> Vec<PathBuf> {
 /// glibc's loader looks for it: in the `DT_RPATH` of the object that
 /// needs it and of the program (where the object has no `DT_RUNPATH`), in
 /// `LD_LIBRARY_PATH`, in the object's `DT_RUNPATH`, then in the sysroot's
-/// default directories. `$ORIGIN` is the object's directory; each directory is
-/// tried under the sysroot first, as QEMU's `-L` maps the loader's paths.
+/// default directories. `$ORIGIN` is the object's directory; each
+/// directory is tried under the sysroot first, as QEMU's `-L` maps the
+/// loader's paths.
 /// The loader's cache (`/etc/ld.so.cache`) lists only the default
 /// directories' libraries on Debian, so it adds nothing.
 pub fn loaded(program: &Path) -> Result<Vec<PathBuf>, Error> {

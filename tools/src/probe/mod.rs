@@ -277,7 +277,8 @@ pub fn main(args: Args) -> i32 {
         };
         // `LIB:PATTERN`: a shared library's functions (at its link-time
         // addresses: where it lands is known only once it runs).
-        let listed = match pattern.split_once(':') {
+        let split = spec::lone_colon(&pattern).map(|i| (&pattern[..i], &pattern[i + 1..]));
+        let listed = match split {
             Some((lib, pat)) => libs::find(&img.path, lib)
                 .and_then(|p| Image::read(&p))
                 .map(|li| list(&li, pat)),
@@ -285,8 +286,9 @@ pub fn main(args: Args) -> i32 {
             // for it (`stap -L` of the process and its libraries).
             None => libs::loaded(&img.path).and_then(|ls| {
                 let mut text = list(&img, &pattern);
-                for l in ls {
-                    text += &list(&Image::read(&l)?, &pattern);
+                // One without symbols of a known guest lists nothing.
+                for li in ls.iter().filter_map(|l| Image::read(l).ok()) {
+                    text += &list(&li, &pattern);
                 }
                 Ok(text)
             }),

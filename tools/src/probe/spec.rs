@@ -142,7 +142,7 @@ impl Spec {
 }
 
 /// Where the first colon of `s` that is not half of a `::` is.
-fn lone_colon(s: &str) -> Option<usize> {
+pub fn lone_colon(s: &str) -> Option<usize> {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
