@@ -284,13 +284,13 @@ pub fn main(args: Args) -> i32 {
                 .map(|li| list(&li, pat)),
             // The program's, then those of each library the loader maps
             // for it (`stap -L` of the process and its libraries).
-            None => libs::loaded(&img.path).and_then(|ls| {
+            None => libs::loaded(&img.path).map(|ls| {
                 let mut text = list(&img, &pattern);
                 // One without symbols of a known guest lists nothing.
                 for li in ls.iter().filter_map(|l| Image::read(l).ok()) {
                     text += &list(&li, &pattern);
                 }
-                Ok(text)
+                text
             }),
         };
         let text = match listed {
