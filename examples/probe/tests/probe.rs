@@ -1298,6 +1298,22 @@ fn cxx_functions_by_their_qualified_names() {
     // The mangled symbol is still a name the probe takes.
     let r = run_probe(&dir, "mangled", &["-p", "_ZN3geo5scaleEli/2"], &prog);
     assert_eq!((r.status, r.out.lines().count()), (0, 1), "{}", r.stderr);
+    // `--flow` shows them by the names the probes took.
+    let r = run_probe(&dir, "flow", &["--flow", "-p", "geo::*"], &prog);
+    // "TID: -> NAME(args)" and "TID: <- NAME ret=..": the arrow and NAME.
+    let calls: Vec<String> = r
+        .out
+        .lines()
+        .map(|l| l.split_once(": ").map_or(l, |(_, c)| c))
+        .map(|c| c.split(['(', ' ']).take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    let want = [
+        "-> geo::Box::area",
+        "<- geo::Box::area",
+        "-> geo::scale",
+        "<- geo::scale",
+    ];
+    assert_eq!(calls, want, "{}", r.out);
     // `--list` takes the qualified name too, and lists the symbols.
     let listed: Vec<String> = listed(&dir, "x86_64", &["--list", "geo::s*"], &prog)
         .into_iter()

@@ -562,6 +562,7 @@ mod tests {
             count: true,
             flow: false,
             narrow: None,
+            shown: Vec::new(),
         }
     }
 

@@ -38,6 +38,9 @@ pub struct Hit<'a> {
     /// The `-p` as given.
     pub probe: &'a str,
     pub function: Option<&'a str>,
+    /// The function's name as a person reads it, where that is not its
+    /// symbol: `--flow`'s and the timeline's ([`super::plan::Plan::shown`]).
+    pub shown: Option<&'a str>,
     pub pc: u64,
     /// At an entry; `None` for a stack slot this thread never stored.
     pub args: Vec<Option<u64>>,
@@ -358,7 +361,7 @@ impl Hit<'_> {
     /// depth, `<- func ret=..` at the return (INSN with `--insns`).
     pub fn flow(&self, s: &mut Vec<u8>) {
         let indent = "  ".repeat(self.depth.saturating_sub(1));
-        let func = self.function.unwrap_or(self.probe);
+        let func = self.shown.or(self.function).unwrap_or(self.probe);
         if let Some(i) = self.insn {
             let _ = write!(s, "{i:>10} ");
         }
@@ -394,7 +397,7 @@ impl Hit<'_> {
             At::Pc => "i",
         };
         let mut v = json!({
-            "name": self.function.unwrap_or(self.probe),
+            "name": self.shown.or(self.function).unwrap_or(self.probe),
             "ph": ph,
             "pid": self.pid,
             "tid": self.tid,
@@ -447,6 +450,7 @@ mod tests {
             at,
             probe: "pr_add6",
             function: Some("pr_add6"),
+            shown: None,
             pc: 0x40089c,
             args: vec![Some(1), None],
             ret: Some(0x15),

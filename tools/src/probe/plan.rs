@@ -18,6 +18,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::super::demangle::qualified_name;
 use super::conv::{Abi, Conv};
 use super::elf::{Func, Image};
 use super::error::Error;
@@ -179,6 +180,10 @@ pub struct Plan {
     /// from the sites, which carry every register; `None`: every register
     /// everywhere. The hook library's `regs=` setting.
     pub narrow: Option<Vec<&'static str>>,
+    /// Each target's name as a person reads it where that differs from
+    /// its symbol (a C++ or Rust function's qualified name): `--flow`'s
+    /// and the timeline's. Empty where none does.
+    pub shown: Vec<Option<String>>,
 }
 
 impl Plan {
@@ -224,6 +229,7 @@ impl Plan {
             count,
             flow,
             narrow: None,
+            shown: Vec::new(),
         };
         // The program's own sites: in `sites`, or in module 0 when it is
         // position independent.
@@ -361,7 +367,21 @@ impl Plan {
         plan.find_ret_slots(img);
         plan.stackalloc_slot(img);
         plan.specs = specs;
+        plan.shown = plan
+            .targets
+            .iter()
+            .map(|t| qualified_name(&t.name))
+            .collect();
+        if plan.shown.iter().all(Option::is_none) {
+            plan.shown.clear();
+        }
         Ok(plan)
+    }
+
+    /// Target `t`'s name as `--flow` and the timeline show it, where that
+    /// is not its symbol ([`Plan::shown`]).
+    pub fn shown(&self, t: usize) -> Option<&str> {
+        self.shown.get(t)?.as_deref()
     }
 
     /// Hooks the runtime's functions that move a goroutine's stack

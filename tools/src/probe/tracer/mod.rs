@@ -120,6 +120,7 @@ fn write_go(run: &RunState, plan: &Plan, pid: i32, h: &GoHit, buf: &mut Vec<u8>)
         at: h.at,
         probe: &plan.specs[h.probe].text,
         function: Some(&target.name),
+        shown: plan.shown(h.target),
         pc: h.pc,
         args: h.args.clone(),
         ret: h.ret,
@@ -586,6 +587,7 @@ impl Probe {
             at,
             probe,
             function,
+            shown: None,
             pc,
             args: Vec::new(),
             ret: None,
@@ -670,6 +672,7 @@ impl Probe {
         args.truncate(shown);
         let h = Hit {
             args,
+            shown: plan.shown(t),
             ..self.base(At::Entry, &plan.specs[p].text, Some(&target.name), pc)
         };
         self.emit(&h);
@@ -744,6 +747,7 @@ impl Probe {
                 unwound,
                 insns: f.insn.map(|i| insn - i),
                 depth,
+                shown: plan.shown(f.target),
                 ..self.base(At::Return, &plan.specs[probe].text, Some(&target.name), pc)
             };
             self.emit(&h);

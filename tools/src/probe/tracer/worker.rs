@@ -94,6 +94,7 @@ impl ThreadRegs {
             at: At::Pc,
             probe: &plan.specs[p].text,
             function: None,
+            shown: None,
             pc,
             args: Vec::new(),
             ret: None,
