@@ -51,6 +51,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod compare;
+pub mod compile;
 pub mod dump;
 pub mod ground;
 pub mod lines;
@@ -67,6 +68,7 @@ pub mod tenet;
 pub mod xml;
 
 pub use compare::*;
+pub use compile::{compile, gcc};
 pub use dump::{parse_dump, signals_in_context, DumpTrace, SignalInContext, StreamInfo, Summary};
 pub use locate::*;
 pub use model::{

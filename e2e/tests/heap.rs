@@ -431,13 +431,15 @@ planted!(dyn_uaf_fork = "uaf-fork" in "dyn_heapbugs": mipsel, mips, mips64el, ar
 fn heapcxx(dir: &RunDir) -> PathBuf {
     let prog = dir.file("heapcxx");
     let src = e2e::workspace_root().join("tests/programs/heapcxx.cpp");
-    let o = Command::new("g++")
-        .args(["-O2", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("g++: {e}; apt-get install g++"));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    e2e::compile(
+        "g++",
+        [
+            "-O2".as_ref(),
+            "-o".as_ref(),
+            prog.as_os_str(),
+            src.as_os_str(),
+        ],
+    );
     prog
 }
 
@@ -727,42 +729,24 @@ fn host_programs_count_what_memcheck_counts() {
 /// their own).
 fn build_pool(dir: &RunDir, arch: &str) -> PathBuf {
     let src = e2e::workspace_root().join("tests/programs/pool/pool.c");
-    let cc = match e2e::guest_info(arch).triple {
-        Some(t) => format!("{t}-gcc"),
-        None => "gcc".into(),
-    };
-    let lib = dir.file("libpool.so");
-    let prog = dir.file("pool");
-    let runs: [Vec<&std::ffi::OsStr>; 2] = [
-        vec![
-            "-O1".as_ref(),
-            "-shared".as_ref(),
-            "-fPIC".as_ref(),
-            "-DPOOL_LIB".as_ref(),
-            "-o".as_ref(),
-            lib.as_os_str(),
-            src.as_os_str(),
+    let cc = e2e::gcc(arch);
+    let (lib, prog) = (dir.file("libpool.so"), dir.file("pool"));
+    let (l, p, s) = (lib.as_os_str(), prog.as_os_str(), src.as_os_str());
+    let w = std::ffi::OsStr::new;
+    e2e::compile(
+        &cc,
+        [
+            w("-O1"),
+            w("-shared"),
+            w("-fPIC"),
+            w("-DPOOL_LIB"),
+            w("-o"),
+            l,
+            s,
         ],
-        vec![
-            "-O1".as_ref(),
-            "-o".as_ref(),
-            prog.as_os_str(),
-            src.as_os_str(),
-            lib.as_os_str(),
-            "-Wl,-rpath,$ORIGIN,--enable-new-dtags".as_ref(),
-        ],
-    ];
-    for args in runs {
-        let o = Command::new(&cc)
-            .args(args)
-            .output()
-            .unwrap_or_else(|e| panic!("{cc}: {e}; install it with scripts/deps.sh"));
-        assert!(
-            o.status.success(),
-            "{cc}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    );
+    let rpath = w("-Wl,-rpath,$ORIGIN,--enable-new-dtags");
+    e2e::compile(&cc, [w("-O1"), w("-o"), p, s, l, rpath]);
     prog
 }
 

@@ -1029,18 +1029,15 @@ fn dyn_probe(dir: &RunDir, arch: &str) -> std::path::PathBuf {
 fn build(dir: &RunDir, arch: &str, name: &str, out: &str, flags: &[&str]) -> PathBuf {
     let prog = dir.file(out);
     let src = e2e::workspace_root().join(format!("tests/programs/{name}.c"));
-    let cc = match guest_info(arch).triple {
-        Some(t) => format!("{t}-gcc"),
-        None => "gcc".into(),
-    };
-    let o = Command::new(&cc)
-        .args(flags)
-        .arg("-o")
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("{cc}: {e}; install it with scripts/deps.sh"));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let flags = flags.iter().map(std::ffi::OsStr::new);
+    e2e::compile(
+        &e2e::gcc(arch),
+        flags.chain([
+            std::ffi::OsStr::new("-o"),
+            prog.as_os_str(),
+            src.as_os_str(),
+        ]),
+    );
     prog
 }
 
@@ -1258,13 +1255,15 @@ fn cxx_functions_by_their_qualified_names() {
     let dir = RunDir::new();
     let prog = dir.file("probe_cxx");
     let src = e2e::workspace_root().join("tests/programs/probe_cxx.cpp");
-    let o = Command::new("g++")
-        .args(["-O2", "-o"])
-        .arg(&prog)
-        .arg(&src)
-        .output()
-        .unwrap_or_else(|e| panic!("g++: {e}; apt-get install g++"));
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    e2e::compile(
+        "g++",
+        [
+            "-O2".as_ref(),
+            "-o".as_ref(),
+            prog.as_os_str(),
+            src.as_os_str(),
+        ],
+    );
     let opts = [
         "--json",
         "-p",

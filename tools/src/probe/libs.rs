@@ -137,15 +137,15 @@ pub fn loaded(program: &Path) -> Result<Vec<PathBuf>, Error> {
                 .collect()
         })
         .unwrap_or_default();
-    let exe = Dynamic::read(program);
+    let mut exe = Dynamic::read(program);
+    let exe_rpath = exe.rpath.clone();
+    exe.needed.splice(0..0, preload);
     let mut found: Vec<PathBuf> = Vec::new();
     let mut names: Vec<String> = Vec::new();
     let mut queue: std::collections::VecDeque<PathBuf> = [program.to_path_buf()].into();
+    let mut first = Some(exe);
     while let Some(file) = queue.pop_front() {
-        let mut dy = Dynamic::read(&file);
-        if file == program {
-            dy.needed.splice(0..0, preload.iter().cloned());
-        }
+        let dy = first.take().unwrap_or_else(|| Dynamic::read(&file));
         let origin = file.parent().unwrap_or(Path::new("/"));
         let mut dirs: Vec<PathBuf> = Vec::new();
         let mut add = |list: &[String], origin: &Path| {
@@ -162,7 +162,7 @@ pub fn loaded(program: &Path) -> Result<Vec<PathBuf>, Error> {
         if dy.runpath.is_empty() {
             add(&dy.rpath, origin);
             let exe_dir = program.parent().unwrap_or(Path::new("/"));
-            add(&exe.rpath, exe_dir);
+            add(&exe_rpath, exe_dir);
         }
         add(&env, Path::new("."));
         add(&dy.runpath, origin);
