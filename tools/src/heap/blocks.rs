@@ -337,6 +337,12 @@ impl Heap {
         addr >= self.span.1 || end.saturating_add(self.word) <= self.span.0
     }
 
+    /// Whether no access inside `[lo, hi)` can touch a block as long as
+    /// no block is allocated: [`Heap::check`] finds nothing there.
+    pub fn untouched(&self, lo: u64, hi: u64) -> bool {
+        hi >= lo && self.far(lo, hi - lo)
+    }
+
     /// Checks a load or store of `size` bytes at `addr`.
     pub fn check(&self, addr: u64, size: u64, store: bool) -> Option<Bad> {
         if self.far(addr, size) {

@@ -127,6 +127,9 @@ pub struct Run {
     pub summary: Mutex<Summary>,
     pub tables: Mutex<HashMap<String, Option<Arc<Functions>>>>,
     pub threads: Mutex<HashSet<i32>>,
+    /// The parallel phase folds far loads and stores into segments
+    /// ([`tracer::fold_segments`]).
+    pub fold: bool,
     /// The allocations table's writer (`--parquet`); taken away by the
     /// first error, which waits in `rows_error` for the end of the run.
     rows: Mutex<Option<Box<dyn Allocations>>>,
@@ -356,6 +359,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         summary: Mutex::new(Summary::default()),
         tables: Mutex::new(HashMap::new()),
         threads: Mutex::new(HashSet::new()),
+        fold: tracer::fold_segments(args.threads),
         rows: Mutex::new(rows),
         rows_error: Mutex::new(None),
         forks: Mutex::new(tracer::Forks::default()),

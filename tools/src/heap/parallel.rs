@@ -32,7 +32,8 @@ pub fn plain_wanted(trace: &[Item]) -> usize {
     let mut plain = 0;
     for item in trace.iter().rev().take(SCAN) {
         match item {
-            Item::Access(_) => {}
+            // Nor does a segment's start or end, or the chunk's head.
+            Item::Access(_) | Item::Zones(_) | Item::Flush | Item::Chunk(_) => {}
             Item::Insn { branch: false, .. } => {
                 plain += 1;
                 if plain == 2 {
@@ -106,6 +107,7 @@ mod tests {
             hi: 0,
             size: 8,
             store: false,
+            zone: 0,
         })
     }
 

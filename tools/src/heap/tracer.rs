@@ -12,18 +12,23 @@
 //!
 //! Here: the events ([`Item`]), the process ([`Pid`], [`Proc`]) and how a
 //! thread applies its events ([`Thread`]); `stream` is the library's side
-//! (the callbacks), `order` the order kept between a process's threads.
+//! (the callbacks), `order` the order kept between a process's threads,
+//! `segment` the loads and stores far from the heap that the parallel
+//! phase folds into what they leave in the shadow memory.
 
 mod fork;
 mod order;
+mod segment;
 mod stream;
 
 pub use fork::{settle as settle_forks, Forks};
+pub use segment::wanted as fold_segments;
 pub use stream::{narrowed_registers, Stream};
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 
 use super::super::backtrace::arch::Rules;
@@ -44,6 +49,11 @@ use super::Run;
 
 /// The deepest call stack kept for a finding.
 const MAX_FRAMES: usize = 32;
+
+/// The largest rise of the stack pointer that returns from frames
+/// (memcheck's largest frame, `--max-stackframe`); a larger jump is a
+/// switch of stacks.
+const MAX_FRAME: u64 = 2_000_000;
 
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -110,6 +120,12 @@ pub enum Item {
         pc: u64,
         lens: Box<[u8]>,
     },
+    /// The first item of a chunk's trace ([`segment`]).
+    Chunk(segment::Head),
+    /// A segment starts: its folded loads and stores ([`segment`]).
+    Zones(Arc<segment::Delta>),
+    /// The segment ends.
+    Flush,
 }
 
 /// A load or store, as the serial phase checks it.
@@ -122,6 +138,9 @@ pub struct MemAccess {
     pub hi: u64,
     pub size: u8,
     pub store: bool,
+    /// Its zone of the segment it is in (1-based; 0: none, see
+    /// [`segment`]).
+    pub zone: u8,
 }
 
 /// A guest process: its heap, its memory as the trace shows it, and how
@@ -146,6 +165,9 @@ pub struct Pid {
     /// plan's, at each bias a module ever had): most branch and block
     /// events are none, and this tells them without a lock or a map.
     filter: SiteFilter,
+    /// A `clone` of a thread was seen by the parallel phase: segments,
+    /// which only a process of one thread folds, are not built.
+    threaded: AtomicBool,
 }
 
 pub struct Proc {
@@ -384,6 +406,8 @@ pub struct Thread {
     /// guest that splits them (see [`Layout::split_vectors`]): its pc,
     /// the address right after it and where the vector starts.
     half_load: Option<(u64, u64, u64)>,
+    /// Its segments' deltas ([`segment`]).
+    segments: segment::Segments,
     /// The `clone` that created the thread was applied (or it is the
     /// process's first): once true, for good. Kept here so that the
     /// serial loop does not look the thread up for each of its events.
@@ -438,13 +462,24 @@ impl Thread {
     fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
         let half_load = self.half_load.take();
         match *item {
-            Item::Access(a) => self.access(st, a, half_load),
+            Item::Access(a) => {
+                if a.zone != 0 && self.folded(st, a.zone) {
+                    self.skipped(&a, half_load);
+                } else {
+                    self.access(st, a, half_load);
+                }
+            }
             Item::Insn {
                 pc,
                 branch,
                 regs,
                 value,
             } => self.insn(pid, st, pc, branch, regs, value),
+            Item::Chunk(_) | Item::Zones(_) | Item::Flush => {
+                // Between a split vector's pieces too (a chunk's end).
+                self.half_load = half_load;
+                self.apply_rare(pid, st, item);
+            }
             _ => self.apply_rare(pid, st, item),
         }
     }
@@ -473,7 +508,7 @@ impl Thread {
             // and return too (VEX's AbiHint), so what lies below the new stack
             // pointer goes with it. A jump of more than memcheck's largest frame
             // (`--max-stackframe`, 2000000) is a switch of stacks, not a return.
-            if self.sp_last != 0 && r.sp > self.sp_last && r.sp - self.sp_last <= 2_000_000 {
+            if self.sp_last != 0 && r.sp > self.sp_last && r.sp - self.sp_last <= MAX_FRAME {
                 let rz = self.layout.red_zone;
                 st.shadow.kill(self.sp_last.saturating_sub(rz), r.sp);
             }
@@ -512,6 +547,7 @@ impl Thread {
             hi,
             size,
             store,
+            ..
         } = a;
         let be = st.big_endian;
         // The allocator's own accesses tag what they touch: not where the
@@ -583,6 +619,11 @@ impl Thread {
     /// The other kinds of event.
     #[inline(never)]
     fn apply_rare(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
+        // The parallel phase ends a segment before any of these; a
+        // translation's lengths may come inside one.
+        if !matches!(item, Item::Block { .. }) {
+            self.fold(st);
+        }
         match item {
             Item::Hit { pc, regs } => {
                 for s in pid.sites(*pc) {
@@ -666,6 +707,9 @@ impl Thread {
                 st.execed = false;
                 st.exit_regs = args.to_vec();
             }
+            Item::Chunk(h) => self.chunk(st, h),
+            Item::Flush => {}
+            Item::Zones(d) => self.segment(st, d),
             Item::Insn { .. } | Item::Access(_) => unreachable!("applied inline"),
         }
     }

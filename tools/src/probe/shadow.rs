@@ -125,7 +125,7 @@ impl Bits {
 /// The low `n` bytes of `value` in guest order (big-endian: the most
 /// significant of them first), in the first `n` places.
 #[inline(always)]
-fn guest_bytes(value: u64, n: usize, big_endian: bool) -> [u8; 8] {
+pub fn guest_bytes(value: u64, n: usize, big_endian: bool) -> [u8; 8] {
     if big_endian {
         (value << (8 * (8 - n))).to_be_bytes()
     } else {
@@ -272,14 +272,18 @@ impl Shadow {
 
     /// Gives up the bytes of `[lo, hi)`: they read as never stored until
     /// the next store to them, whatever loads see there meanwhile (a
-    /// stack's frames once the stack pointer rose above them).
+    /// stack's frames once the stack pointer rose above them). Also in a
+    /// page nothing touched yet, so that what a byte holds does not depend
+    /// on whether its neighbours were touched first (`cannoli heap` folds
+    /// a run of accesses into the shadow after the frames they were in
+    /// were given up).
     pub fn kill(&mut self, lo: u64, hi: u64) {
         let mut a = lo;
         while a < hi {
             let page_end = (a / PAGE + 1) * PAGE;
             let end = hi.min(page_end);
-            if let Some(&i) = self.index.get(&(a / PAGE)) {
-                let p = &mut self.pages[i as usize].1;
+            {
+                let p = self.page_mut(a / PAGE);
                 let mut o = (a % PAGE) as usize;
                 let e = o + (end - a) as usize;
                 while o < e {
@@ -313,6 +317,33 @@ impl Shadow {
             Page::set_bits(&mut p.tagged, o, 1, tag);
             Page::set_bits(&mut p.dead, o, 1, false);
         }
+    }
+
+    /// What a run of loads and stores left in the aligned 8-byte word at
+    /// `addr`, applied at once (`cannoli heap`'s segments,
+    /// `heap::tracer::segment`): the bytes of `stored` (bit i: byte i)
+    /// as a store leaves them, those of `seen` as a load does (only where
+    /// not given up), untagged, each from `bytes` (guest order).
+    pub fn fold_word(&mut self, addr: u64, bytes: [u8; 8], stored: u8, seen: u8) {
+        debug_assert_eq!(addr % 8, 0);
+        let p = self.page_mut(addr / PAGE);
+        let o = (addr % PAGE) as usize;
+        // An aligned word's eight bits lie in one bitmap word.
+        let sh = o % 64;
+        let live = !((p.dead[o / 64] >> sh) as u8);
+        let m = stored | (seen & live);
+        if m == 0 {
+            return;
+        }
+        for (i, &b) in bytes.iter().enumerate() {
+            if m & (1 << i) != 0 {
+                p.bytes[o + i] = b;
+            }
+        }
+        let bits = u64::from(m) << sh;
+        p.known[o / 64] |= bits;
+        p.tagged[o / 64] &= !bits;
+        p.dead[o / 64] &= !bits;
     }
 
     /// Takes the tag off `size` bytes at `addr` (they are the program's

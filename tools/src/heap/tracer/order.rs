@@ -147,6 +147,11 @@ impl Order {
         }
     }
 
+    /// Whether the process ever had a second thread (a `clone` applied).
+    pub fn threads_created(&self) -> bool {
+        !self.started.is_empty()
+    }
+
     /// The next number of the process's order to apply.
     pub fn next(&self) -> u64 {
         self.next
@@ -429,6 +434,10 @@ impl Thread {
     /// the oldest runs anyway.
     #[inline(always)]
     fn hold(&mut self, pid: &Pid, st: &mut Proc, me: &Arc<Mutex<Thread>>, item: &Item) {
+        // Only a process's thread among others waits, and such a thread
+        // folds no segment ([`Thread::segment`]); were one being applied,
+        // its words go in now rather than after another thread's events.
+        self.fold(st);
         if !self.queued {
             self.queued = true;
             st.order.waiting.push(me.clone());

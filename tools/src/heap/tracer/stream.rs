@@ -8,11 +8,12 @@
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 
 use cannoli::{Cannoli, ClientInfo, ReplayOrder};
 
-use super::{fork, lock, order, table, Item, Layout, MemAccess, Pid, Proc, Thread};
+use super::{fork, lock, order, segment, table, Item, Layout, MemAccess, Pid, Proc, Thread};
 use crate::backtrace::arch;
 use crate::backtrace::state::BacktraceState;
 use crate::coverage::isa::Isa;
@@ -81,6 +82,7 @@ impl Cannoli for Stream {
             dead: Arc::new(Mutex::new(Vec::new())),
             advanced: Condvar::new(),
             filter,
+            threaded: AtomicBool::new(false),
             state: Mutex::new(Proc {
                 heap: Heap::new(word),
                 shadow: Shadow::default(),
@@ -166,6 +168,7 @@ impl Cannoli for Stream {
             ended: false,
             queued: false,
             half_load: None,
+            segments: segment::Segments::default(),
             started: Cell::new(ci.tid == ci.pid),
         };
         let s = Stream {
@@ -184,6 +187,9 @@ impl Cannoli for Stream {
     #[inline]
     fn exec_run(_pid: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
         let n = plain_wanted(trace).min(pcs.len());
+        if n > 0 {
+            segment::head(trace);
+        }
         for &pc in &pcs[..n] {
             trace.push(Item::Insn {
                 pc,
@@ -206,13 +212,24 @@ impl Cannoli for Stream {
         regs: &[u8],
         trace: &mut Vec<Item>,
     ) {
+        let bt = l.bt(regs);
+        match bt {
+            Some(r) => {
+                let fold = pid.run.fold && !pid.threaded.load(Ordering::Relaxed);
+                segment::regs(trace, r.sp, l.red_zone, fold)
+            }
+            None => {
+                segment::head(trace);
+            }
+        }
         trace.push(Item::Insn {
             pc,
             branch,
-            regs: l.bt(regs),
+            regs: bt,
             value: l.ret.and_then(|i| l.read(regs, i)),
         });
         if pid.is_site(pc) {
+            segment::close(trace);
             let n = regs.len() / 8;
             let v: Box<[u64]> = (0..n).filter_map(|i| l.read(regs, i)).collect();
             trace.push(Item::Hit { pc, regs: v });
@@ -220,11 +237,12 @@ impl Cannoli for Stream {
     }
 
     fn ordered(_pid: &Pid, _l: &Arc<Layout>, _pc: u64, seq: u64, trace: &mut Vec<Item>) {
+        segment::close(trace);
         trace.push(Item::Order { seq });
     }
 
     fn read(
-        _p: &Pid,
+        p: &Pid,
         _l: &Arc<Layout>,
         pc: u64,
         addr: u64,
@@ -232,18 +250,20 @@ impl Cannoli for Stream {
         sz: u8,
         trace: &mut Vec<Item>,
     ) {
-        trace.push(Item::Access(MemAccess {
+        let a = MemAccess {
             pc,
             addr,
             val,
             hi: 0,
             size: sz,
             store: false,
-        }));
+            zone: 0,
+        };
+        segment::access(trace, a, p.run.plan.big_endian);
     }
 
     fn write(
-        _p: &Pid,
+        p: &Pid,
         _l: &Arc<Layout>,
         pc: u64,
         addr: u64,
@@ -251,28 +271,33 @@ impl Cannoli for Stream {
         sz: u8,
         trace: &mut Vec<Item>,
     ) {
-        trace.push(Item::Access(MemAccess {
+        let a = MemAccess {
             pc,
             addr,
             val,
             hi: 0,
             size: sz,
             store: true,
-        }));
+            zone: 0,
+        };
+        segment::access(trace, a, p.run.plan.big_endian);
     }
 
-    fn access_wide(_p: &Pid, _l: &Arc<Layout>, a: &cannoli::Access, trace: &mut Vec<Item>) {
-        trace.push(Item::Access(MemAccess {
+    fn access_wide(p: &Pid, _l: &Arc<Layout>, a: &cannoli::Access, trace: &mut Vec<Item>) {
+        let a = MemAccess {
             pc: a.pc,
             addr: a.addr,
             val: a.val as u64,
             hi: (a.val >> 64) as u64,
             size: a.size,
             store: a.store,
-        }));
+            zone: 0,
+        };
+        segment::access(trace, a, p.run.plan.big_endian);
     }
 
     fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
+        segment::head(trace);
         trace.push(Item::Block {
             pc,
             lens: lens.into(),
@@ -308,6 +333,7 @@ impl Cannoli for Stream {
                 b[m] = Some(bias);
             }
         }
+        segment::close(trace);
         trace.push(Item::Map {
             base,
             len,
@@ -318,17 +344,26 @@ impl Cannoli for Stream {
     }
 
     fn munmap(_p: &Pid, _l: &Arc<Layout>, base: u64, len: u64, trace: &mut Vec<Item>) {
+        segment::close(trace);
         trace.push(Item::Unmap { base, len });
     }
 
     fn signal(_p: &Pid, _l: &Arc<Layout>, sig: &cannoli::Signal, trace: &mut Vec<Item>) {
         if let Some(handler) = sig.handler {
+            segment::close(trace);
             trace.push(Item::Signal { handler });
         }
     }
 
-    fn syscall(_p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
-        if let Some(item) = order::clone_item(sc).or_else(|| order::fork_item(sc)) {
+    fn syscall(p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
+        // Every call ends a segment: a `clone`, a fork, an exec or the
+        // exit, and a call that maps or unmaps memory.
+        segment::close(trace);
+        let clone = order::clone_item(sc);
+        if clone.is_some() {
+            p.threaded.store(true, Ordering::Relaxed);
+        }
+        if let Some(item) = clone.or_else(|| order::fork_item(sc)) {
             trace.push(item);
         }
         match sc.name {

@@ -1,0 +1,717 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//! Segments: a thread's loads and stores that can touch no block, folded
+//! by the parallel phase into what they leave in the shadow memory, so
+//! that the serial phase (one thread for a whole process) applies a word
+//! once instead of every access to it.
+//!
+//! Most of a program's loads and stores are of its stack and globals,
+//! over and over (a hash's state, a loop's locals). The serial phase
+//! needs them for two things only: the check against the heap, which
+//! [`Heap::untouched`](super::super::blocks::Heap::untouched) answers for
+//! a whole range at once while no block was ever near it, and the shadow
+//! memory, whose bytes hold what the last load or store left (the leak
+//! check's roots, a stack argument's value), which is the same whether
+//! each access is applied or only the last one to each byte.
+//!
+//! **The parallel phase** (one chunk of one thread) opens a segment at an
+//! instruction event with registers once the chunk already had one (so
+//! that the stack pointer before it is known), and closes it before any
+//! event that reads or replaces the shadow, changes the heap or waits for
+//! another thread ([`Item::Flush`] before an allocation function's
+//! registers, an order number, a mapping, a signal, a `clone`, a fork, an
+//! exec, an exit), and at the chunk's end. Within it, each access goes
+//! to the zone of its megabyte of address space (at most [`MAX_ZONES`]
+//! of them; an access beyond goes the old way), and each byte it touches
+//! is folded into a [`Delta`]: stored (what a store or a load of a byte
+//! not given up leaves), seen (a load the serial phase applies only where
+//! its shadow has not given the byte up) or killed. The stack's frames
+//! given up when the stack pointer rises ([`Shadow::kill`], applied by the
+//! serial phase at the instruction event) are given up in the delta too,
+//! so that a store before the rise is not applied after it.
+//!
+//! **The serial phase** meets [`Item::Zones`] first, then the segment's
+//! events in order. At a zone's first access it decides whether the zone
+//! is folded: no allocation function is running (the allocator's own
+//! accesses are tagged), the process has one thread (another's events
+//! could come between this thread's, and a thread's events can be held
+//! back), and no block was ever near the zone's range, which stays true
+//! until the next allocation (an event that closes the segment). A
+//! folded zone's accesses are skipped but for the call stack's push check
+//! and a split vector's first piece; at the segment's end its words go
+//! into the shadow ([`Shadow::fold_word`]). Any other zone's accesses run
+//! as before, in order: zones are disjoint, so the order between them
+//! does not matter, and an access across a zone's edge leaves the whole
+//! segment unfolded.
+//!
+//! The result is the shadow, heap and findings that applying every
+//! access gives (the unit test below on random runs of accesses and
+//! returns; the e2e `heap::folding_changes_nothing` on every guest).
+//! Folding pays where the serial phase bounds the run, with many workers
+//! ([`wanted`]); a process that ever had a second thread builds no
+//! segments from then on.
+
+use std::sync::Arc;
+
+#[cfg(test)]
+use super::super::super::probe::shadow::Shadow;
+use super::super::super::probe::shadow::{guest_bytes, AddrMap};
+use super::{Item, MemAccess, Proc, Thread, MAX_FRAME};
+
+/// Zones of one segment (bits of a `u8`).
+pub const MAX_ZONES: usize = 8;
+
+/// A zone is the accesses to one `1 << ZONE_SHIFT`-byte window.
+const ZONE_SHIFT: u32 = 20;
+
+/// The longest range a rise of the stack pointer gives up that an open
+/// segment folds; a longer one (a `longjmp`, a switch of stacks) ends it.
+const KILL_MAX: u64 = 4096;
+
+/// The fewest workers a guest thread with which a run folds by default
+/// ([`wanted`]): about where the parallel phase's work, over the workers,
+/// falls below the serial phase's (callgrind of busybox `sha256sum`:
+/// some 1.1 G instructions parallel and 0.42 G serial unfolded, 1.45 G
+/// and 0.27 G folded).
+const FOLD_WORKERS: usize = 5;
+
+/// A guest page, for accesses the shadow takes byte by byte.
+const PAGE: u64 = 4096;
+
+/// Entries of a delta's cache of recent words (a power of two): a
+/// function's frame and the globals it works on.
+const RECENT: usize = 64;
+
+/// The first item of every chunk's trace: what the parallel phase keeps
+/// while it builds the chunk.
+#[derive(Debug, Clone, Default)]
+pub struct Head {
+    /// The stack pointer of the chunk's last instruction event with
+    /// registers (0: none yet).
+    sp: u64,
+    /// The index of the open segment's [`Item::Zones`] (0: none).
+    open: usize,
+    /// The open segment's delta, moved to its [`Item::Zones`] when it
+    /// closes; the chunk's last segment's stays here (the serial phase
+    /// meets this item first).
+    building: Option<Box<Delta>>,
+}
+
+/// One zone's range.
+#[derive(Debug, Clone, Copy)]
+pub struct Zone {
+    window: u64,
+    pub lo: u64,
+    pub hi: u64,
+}
+
+/// An aligned 8-byte word's folded accesses; bit i of the masks is byte
+/// i, and byte i of `bytes` (the guest's memory order) is at bits 8i.
+#[derive(Debug, Clone, Copy)]
+struct Word {
+    addr: u64,
+    zone: u8,
+    bytes: u64,
+    stored: u8,
+    seen: u8,
+    killed: u8,
+}
+
+/// A segment's folded accesses.
+#[derive(Debug, Clone)]
+pub struct Delta {
+    pub zones: Vec<Zone>,
+    /// An access crossed a zone's edge: nothing of the segment is folded.
+    pub crossed: bool,
+    /// The chunk's last segment: its delta is its chunk's [`Head`]'s.
+    in_head: bool,
+    words: Vec<Word>,
+    index: AddrMap<u32>,
+    /// Words looked up lately and their indexes, by the word's address's
+    /// low bits; `u64::MAX`: none.
+    recent: Box<[(u64, u32); RECENT]>,
+}
+
+impl Default for Delta {
+    fn default() -> Delta {
+        Delta {
+            zones: Vec::new(),
+            crossed: false,
+            in_head: false,
+            words: Vec::new(),
+            index: AddrMap::default(),
+            recent: Box::new([(u64::MAX, 0); RECENT]),
+        }
+    }
+}
+
+/// Byte i of the result is 0xff where bit i of `m` is set.
+#[inline(always)]
+fn byte_mask(m: u8) -> u64 {
+    let mut x = u64::from(m);
+    x = (x | (x << 28)) & 0x0000_000f_0000_000f;
+    x = (x | (x << 14)) & 0x0003_0003_0003_0003;
+    x = (x | (x << 7)) & 0x0101_0101_0101_0101;
+    x * 0xff
+}
+
+impl Delta {
+    /// Folds one access; its zone (1-based) or 0 (not folded).
+    fn add(&mut self, a: &MemAccess, big_endian: bool) -> u8 {
+        let len = match a.size {
+            16 => 16,
+            s => u64::from(s.min(8)),
+        };
+        if len == 0 {
+            return 0;
+        }
+        let Some(end) = a.addr.checked_add(len) else {
+            return 0;
+        };
+        let window = a.addr >> ZONE_SHIFT;
+        if (end - 1) >> ZONE_SHIFT != window {
+            self.crossed = true;
+            return 0;
+        }
+        let z = match self.zones.iter().position(|z| z.window == window) {
+            Some(z) => z,
+            None if self.zones.len() < MAX_ZONES => {
+                self.zones.push(Zone {
+                    window,
+                    lo: a.addr,
+                    hi: end,
+                });
+                self.zones.len() - 1
+            }
+            None => return 0,
+        };
+        let zone = &mut self.zones[z];
+        zone.lo = zone.lo.min(a.addr);
+        zone.hi = zone.hi.max(end);
+        let z = z as u8;
+        if a.size == 16 {
+            let (first, second) = if big_endian {
+                (a.hi, a.val)
+            } else {
+                (a.val, a.hi)
+            };
+            self.part(a.addr, first, 8, a.store, big_endian, z);
+            self.part(a.addr.wrapping_add(8), second, 8, a.store, big_endian, z);
+        } else {
+            self.part(a.addr, a.val, len as usize, a.store, big_endian, z);
+        }
+        z + 1
+    }
+
+    /// `n` bytes (1 to 8) of `value` at `addr`, as the shadow takes
+    /// them: a load across a page's end is taken whole, as a store. They
+    /// lie in at most two aligned words.
+    #[inline(always)]
+    fn part(&mut self, addr: u64, value: u64, n: usize, store: bool, be: bool, zone: u8) {
+        let store = store || (addr % PAGE) as usize + n > PAGE as usize;
+        let v = u64::from_le_bytes(guest_bytes(value, n, be));
+        let v = if n == 8 { v } else { v & ((1 << (8 * n)) - 1) };
+        let k = (addr & 7) as u32;
+        let span = ((1u32 << n) - 1) << k;
+        let base = addr & !7;
+        self.fold_in(base, span as u8, v << (8 * k), store, zone);
+        if span >> 8 != 0 {
+            self.fold_in(base + 8, (span >> 8) as u8, v >> (64 - 8 * k), store, zone);
+        }
+    }
+
+    /// The bytes `m` of the word at `addr` take those of `v`, as a store
+    /// or a load leaves them.
+    #[inline(always)]
+    fn fold_in(&mut self, addr: u64, m: u8, v: u64, store: bool, zone: u8) {
+        let w = self.word(addr, zone);
+        let take = if store {
+            w.stored |= m;
+            w.seen &= !m;
+            w.killed &= !m;
+            m
+        } else {
+            // A byte given up since stays so; a byte stored since is
+            // stored with what the load saw; any other is seen.
+            let take = m & !w.killed;
+            w.seen |= take & !w.stored;
+            take
+        };
+        let bm = byte_mask(take);
+        w.bytes = (w.bytes & !bm) | (v & bm);
+    }
+
+    #[inline(always)]
+    fn word(&mut self, addr: u64, zone: u8) -> &mut Word {
+        let slot = (addr / 8) as usize % RECENT;
+        let (cached, i) = self.recent[slot];
+        let i = if cached == addr {
+            i
+        } else {
+            let next = self.words.len() as u32;
+            let i = *self.index.entry(addr).or_insert(next);
+            if i == next {
+                self.words.push(Word {
+                    addr,
+                    zone,
+                    bytes: 0,
+                    stored: 0,
+                    seen: 0,
+                    killed: 0,
+                });
+            }
+            self.recent[slot] = (addr, i);
+            i
+        };
+        &mut self.words[i as usize]
+    }
+
+    /// The bytes of `[lo, hi)` are given up.
+    fn kill(&mut self, lo: u64, hi: u64) {
+        if !self.zones.iter().any(|z| z.lo < hi && lo < z.hi) {
+            return;
+        }
+        let mut w = lo & !7;
+        while w < hi {
+            if let Some(&i) = self.index.get(&w) {
+                let word = &mut self.words[i as usize];
+                let (from, to) = (lo.max(w) - w, hi.min(w + 8) - w);
+                let m = ((1u16 << to) - (1u16 << from)) as u8;
+                word.stored &= !m;
+                word.seen &= !m;
+                word.killed |= m;
+            }
+            w += 8;
+        }
+    }
+}
+
+// ---- The parallel phase ----
+
+/// The chunk's [`Head`], made the trace's first item if it is empty.
+/// Every callback that pushes an item calls this (or a function here)
+/// first.
+#[inline]
+pub fn head(trace: &mut Vec<Item>) -> &mut Head {
+    if trace.is_empty() {
+        trace.push(Item::Chunk(Head::default()));
+    }
+    match &mut trace[0] {
+        Item::Chunk(h) => h,
+        _ => unreachable!("a heap trace starts with its head"),
+    }
+}
+
+/// A load or store: pushed, folded into the open segment if there is one.
+#[inline(always)]
+pub fn access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool) {
+    if let Some(d) = head(trace).building.as_deref_mut() {
+        a.zone = d.add(&a, big_endian);
+    }
+    trace.push(Item::Access(a));
+}
+
+/// An instruction event with registers, with stack pointer `sp`, is to
+/// be pushed next: the frames it gives up are given up in the open
+/// segment too (`red_zone`: see [`super::Layout`]), and a segment opens
+/// if none is.
+pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, fold: bool) {
+    let prev = head(trace).sp;
+    if prev != 0 && sp > prev && sp - prev <= MAX_FRAME {
+        let lo = prev.saturating_sub(red_zone);
+        if sp - lo > KILL_MAX {
+            close(trace);
+        } else if let Some(d) = head(trace).building.as_deref_mut() {
+            d.kill(lo, sp);
+        }
+    }
+    let at = trace.len();
+    let h = head(trace);
+    h.sp = sp;
+    if fold && prev != 0 && h.open == 0 {
+        h.open = at;
+        h.building = Some(Box::default());
+        let placeholder = Delta {
+            in_head: true,
+            ..Delta::default()
+        };
+        trace.push(Item::Zones(Arc::new(placeholder)));
+    }
+}
+
+/// An event that ends the open segment is to be pushed next.
+#[inline]
+pub fn close(trace: &mut Vec<Item>) {
+    let h = head(trace);
+    if let Some(d) = h.building.take() {
+        let at = std::mem::take(&mut h.open);
+        trace[at] = Item::Zones(Arc::new(*d));
+        trace.push(Item::Flush);
+    }
+}
+
+// ---- The serial phase ----
+
+/// A thread's segments in the serial phase.
+#[derive(Default)]
+pub struct Segments {
+    /// The one whose events are being applied.
+    applying: Option<Applying>,
+    /// The delta of the last segment of the chunk being applied.
+    tail: Option<Arc<Delta>>,
+}
+
+/// A segment being applied.
+struct Applying {
+    delta: Arc<Delta>,
+    /// Zones whose first access came (bit z: zone z).
+    decided: u8,
+    /// Zones folded.
+    folded: u8,
+}
+
+/// Whether a run with `workers` worker threads a guest thread folds
+/// segments. Folding moves work from the serial phase to the parallel
+/// one and adds some (a word looked up per access): with few workers the
+/// parallel phase is what bounds the run, and the whole costs more
+/// (`cannoli heap` of busybox `sha256sum` of 2 MB on 2 cores: 1.11x the
+/// CPU and the wall), while with many the serial phase bounds it, and
+/// folding takes a third of its instructions away. `CANNOLI_HEAP_FOLD=0`
+/// or `1` decides instead (the e2e test compares the two).
+pub fn wanted(workers: usize) -> bool {
+    match std::env::var("CANNOLI_HEAP_FOLD").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => workers >= FOLD_WORKERS,
+    }
+}
+
+impl Thread {
+    /// [`Item::Chunk`]: a chunk starts.
+    pub(super) fn chunk(&mut self, st: &mut Proc, h: &Head) {
+        self.fold(st);
+        // What the serial phase needs of the last segment's delta (not
+        // its index), taken here as the items are borrowed.
+        self.segments.tail = h.building.as_deref().map(|d| {
+            Arc::new(Delta {
+                zones: d.zones.clone(),
+                crossed: d.crossed,
+                words: d.words.clone(),
+                ..Delta::default()
+            })
+        });
+    }
+
+    /// [`Item::Zones`]: a segment starts.
+    pub(super) fn segment(&mut self, st: &mut Proc, d: &Arc<Delta>) {
+        self.fold(st);
+        let d = if d.in_head {
+            match self.segments.tail.take() {
+                Some(d) => d,
+                None => return,
+            }
+        } else {
+            d.clone()
+        };
+        if !d.crossed && !d.zones.is_empty() && !st.order.threads_created() {
+            self.segments.applying = Some(Applying {
+                delta: d,
+                decided: 0,
+                folded: 0,
+            });
+        }
+    }
+
+    /// Whether the access of `zone` (1-based, 0: none) of the segment
+    /// being applied is folded: decided at the zone's first access.
+    #[inline(always)]
+    pub(super) fn folded(&mut self, st: &Proc, zone: u8) -> bool {
+        let Some(s) = &mut self.segments.applying else {
+            return false;
+        };
+        if zone == 0 {
+            return false;
+        }
+        let bit = 1u8 << (zone - 1);
+        if s.decided & bit == 0 {
+            s.decided |= bit;
+            let z = &s.delta.zones[usize::from(zone - 1)];
+            if self.calls.is_empty() && st.heap.untouched(z.lo, z.hi) {
+                s.folded |= bit;
+            }
+        }
+        s.folded & bit != 0
+    }
+
+    /// A folded access: what it does besides the shadow and the check
+    /// (as [`Thread::access`] does it).
+    #[inline(always)]
+    pub(super) fn skipped(&mut self, a: &MemAccess, half_load: Option<(u64, u64, u64)>) {
+        if a.store {
+            if let Some(rules) = &self.rules {
+                self.bt.write(rules, a.pc, a.addr, a.val, a.size);
+            }
+        } else if a.size == 8 {
+            // A split vector load's pieces are checked together.
+            self.half_load = match half_load {
+                Some((p, next, start)) if p == a.pc && next == a.addr => {
+                    Some((p, next.wrapping_add(8), start))
+                }
+                _ if self.layout.split_vectors => Some((a.pc, a.addr.wrapping_add(8), a.addr)),
+                _ => None,
+            };
+        }
+    }
+
+    /// The segment being applied ends: its folded zones' words go into
+    /// the shadow.
+    pub(super) fn fold(&mut self, st: &mut Proc) {
+        let Some(s) = self.segments.applying.take() else {
+            return;
+        };
+        if s.folded == 0 {
+            return;
+        }
+        for w in &s.delta.words {
+            if s.folded & (1 << w.zone) != 0 {
+                let bytes = w.bytes.to_le_bytes();
+                st.shadow.fold_word(w.addr, bytes, w.stored, w.seen);
+            }
+        }
+    }
+}
+
+/// Folds `accesses` as a segment would (for tests): the shadow's words.
+#[cfg(test)]
+pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64) -> Shadow {
+    let mut trace = Vec::new();
+    for item in items {
+        match item {
+            Item::Access(a) => access(&mut trace, *a, big_endian),
+            Item::Insn { regs: Some(r), .. } => {
+                regs(&mut trace, r.sp, red_zone, true);
+                trace.push(item.clone());
+            }
+            _ => trace.push(item.clone()),
+        }
+    }
+    let mut sh = Shadow::default();
+    let mut sp_last = 0;
+    let mut segment: Option<Arc<Delta>> = None;
+    let apply = |sh: &mut Shadow, d: &Option<Arc<Delta>>| {
+        if let Some(d) = d {
+            for w in &d.words {
+                sh.fold_word(w.addr, w.bytes.to_le_bytes(), w.stored, w.seen);
+            }
+        }
+    };
+    let mut tail = None;
+    for item in &trace {
+        match item {
+            Item::Zones(d) => {
+                apply(&mut sh, &segment);
+                let d = if d.in_head {
+                    tail.take()
+                } else {
+                    Some(d.clone())
+                };
+                segment = d.filter(|d| !d.crossed);
+            }
+            Item::Chunk(h) => {
+                apply(&mut sh, &segment.take());
+                tail = h.building.as_deref().map(|d| Arc::new(d.clone()));
+            }
+            Item::Flush => apply(&mut sh, &segment.take()),
+            Item::Access(a) if a.zone != 0 && segment.is_some() => {}
+            Item::Access(a) => plain_access(&mut sh, a, big_endian),
+            Item::Insn { regs: Some(r), .. } => {
+                if sp_last != 0 && r.sp > sp_last && r.sp - sp_last <= MAX_FRAME {
+                    sh.kill(sp_last.saturating_sub(red_zone), r.sp);
+                }
+                sp_last = r.sp;
+            }
+            _ => {}
+        }
+    }
+    apply(&mut sh, &segment);
+    sh
+}
+
+/// An access applied to `sh` as the serial phase applies it unfolded.
+#[cfg(test)]
+pub fn plain_access(sh: &mut Shadow, a: &MemAccess, be: bool) {
+    if a.size == 16 {
+        let (first, second) = if be { (a.hi, a.val) } else { (a.val, a.hi) };
+        if a.store {
+            sh.store_tagged(a.addr, first, 8, be, false);
+            sh.store_tagged(a.addr.wrapping_add(8), second, 8, be, false);
+        } else {
+            sh.load_seen(a.addr, first, 8, be, false);
+            sh.load_seen(a.addr.wrapping_add(8), second, 8, be, false);
+        }
+    } else if a.store {
+        sh.store_tagged(a.addr, a.val, a.size, be, false);
+    } else {
+        sh.load_seen(a.addr, a.val, a.size, be, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::super::super::backtrace::state::Regs;
+    use super::*;
+
+    /// xorshift64: a fixed sequence, no crate needed.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    const STACK: u64 = 0x7fff_0000;
+
+    /// A thread's events: loads and stores of the stack, of globals near
+    /// a page's end and across a zone's edge, and calls and returns.
+    fn events(rng: &mut Rng, n: usize) -> Vec<Item> {
+        let mut sp = STACK;
+        let mut items = Vec::new();
+        for _ in 0..n {
+            match rng.below(10) {
+                0 | 1 => {
+                    sp = match rng.below(3) {
+                        0 if sp < STACK => sp + 8 * rng.below(24),
+                        1 => sp - 8 * rng.below(24),
+                        _ => sp + 0x2000 * rng.below(2),
+                    };
+                    items.push(Item::Insn {
+                        pc: 0x1000,
+                        branch: true,
+                        regs: Some(Regs { sp, ra: None }),
+                        value: None,
+                    });
+                }
+                _ => {
+                    let addr = match rng.below(32) {
+                        0..=19 => sp - 64 + rng.below(256),
+                        20..=30 => 0x40_0ff0 + rng.below(32),
+                        _ => 0x4f_fff8 + rng.below(16),
+                    };
+                    let size = [1, 2, 4, 8, 16][rng.below(5) as usize];
+                    items.push(Item::Access(MemAccess {
+                        pc: 0x1000,
+                        addr,
+                        val: rng.next(),
+                        hi: rng.next(),
+                        size,
+                        store: rng.below(2) == 0,
+                        zone: 0,
+                    }));
+                }
+            }
+        }
+        items
+    }
+
+    /// Every byte's value where known, then whether a load would make it
+    /// known (a byte given up stays unknown).
+    fn bytes(sh: &mut Shadow) -> Vec<Option<u64>> {
+        let ranges = [
+            (STACK - 0x8000, STACK + 0x8000),
+            (0x40_0f00, 0x40_1100),
+            (0x4f_ff00, 0x50_0100),
+        ];
+        let mut v = Vec::new();
+        for &(lo, hi) in &ranges {
+            v.extend((lo..hi).map(|a| sh.load(a, 1, false)));
+        }
+        for &(lo, hi) in &ranges {
+            for a in lo..hi {
+                sh.load_seen(a, 0xab, 1, false, false);
+                v.push(sh.load(a, 1, false));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn folded_segments_leave_the_shadow_every_access_leaves() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..200 {
+            let items = events(&mut rng, 300);
+            for be in [false, true] {
+                let red_zone = if round % 2 == 0 { 0 } else { 128 };
+                let mut plain = Shadow::default();
+                let mut sp_last = 0;
+                for item in &items {
+                    match item {
+                        Item::Access(a) => plain_access(&mut plain, a, be),
+                        Item::Insn { regs: Some(r), .. } => {
+                            if sp_last != 0 && r.sp > sp_last && r.sp - sp_last <= MAX_FRAME {
+                                plain.kill(sp_last.saturating_sub(red_zone), r.sp);
+                            }
+                            sp_last = r.sp;
+                        }
+                        _ => {}
+                    }
+                }
+                let mut folded = folded_shadow(&items, be, red_zone);
+                assert!(
+                    bytes(&mut plain) == bytes(&mut folded),
+                    "round {round}, big-endian {be}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_segment_opens_at_the_second_register_event_and_closes_at_a_barrier() {
+        let insn = |sp| Item::Insn {
+            pc: 4,
+            branch: true,
+            regs: Some(Regs { sp, ra: None }),
+            value: None,
+        };
+        let store = MemAccess {
+            pc: 8,
+            addr: STACK - 16,
+            val: 1,
+            hi: 0,
+            size: 4,
+            store: true,
+            zone: 0,
+        };
+        let mut trace = Vec::new();
+        access(&mut trace, store, false);
+        regs(&mut trace, STACK - 32, 0, true);
+        trace.push(insn(STACK - 32));
+        access(&mut trace, store, false);
+        regs(&mut trace, STACK - 32, 0, true);
+        trace.push(insn(STACK - 32));
+        access(&mut trace, store, false);
+        close(&mut trace);
+        let kinds: Vec<&str> = trace
+            .iter()
+            .map(|i| match i {
+                Item::Chunk(_) => "head",
+                Item::Access(a) if a.zone == 0 => "access",
+                Item::Access(_) => "folded",
+                Item::Insn { .. } => "insn",
+                Item::Zones(_) => "zones",
+                Item::Flush => "flush",
+                _ => "other",
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            ["head", "access", "insn", "access", "zones", "insn", "folded", "flush"]
+        );
+    }
+}
