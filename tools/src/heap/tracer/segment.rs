@@ -70,8 +70,8 @@ const KILL_MAX: u64 = 4096;
 /// The fewest workers a guest thread with which a run folds by default
 /// ([`wanted`]): about where the parallel phase's work, over the workers,
 /// falls below the serial phase's (callgrind of busybox `sha256sum`:
-/// some 1.1 G instructions parallel and 0.42 G serial unfolded, 1.45 G
-/// and 0.27 G folded).
+/// some 1.07 G instructions parallel and 0.43 G serial unfolded, 1.4 G
+/// and 0.25 G folded).
 const FOLD_WORKERS: usize = 5;
 
 /// A guest page, for accesses the shadow takes byte by byte.
@@ -287,23 +287,42 @@ impl Delta {
 
 // ---- The parallel phase ----
 
-/// The chunk's [`Head`], made the trace's first item if it is empty.
-/// Every callback that pushes an item calls this (or a function here)
-/// first.
-#[inline]
-pub fn head(trace: &mut Vec<Item>) -> &mut Head {
-    if trace.is_empty() {
+/// Makes the chunk's [`Head`] the trace's first item if the trace is
+/// empty and the run folds. Where the run folds, every callback that
+/// pushes an item calls this (or a function here that does) first.
+#[inline(always)]
+pub fn begin(trace: &mut Vec<Item>, fold: bool) {
+    if fold && trace.is_empty() {
         trace.push(Item::Chunk(Head::default()));
     }
+}
+
+/// The chunk's [`Head`], made if the trace is empty.
+fn head(trace: &mut Vec<Item>) -> &mut Head {
+    begin(trace, true);
     match &mut trace[0] {
         Item::Chunk(h) => h,
-        _ => unreachable!("a heap trace starts with its head"),
+        _ => unreachable!("a folding run's trace starts with its head"),
     }
 }
 
 /// A load or store: pushed, folded into the open segment if there is one.
+/// Small, to be inlined into the decoder's loop where no segment is open
+/// (always, on a machine of few cores: `fold` false).
 #[inline(always)]
-pub fn access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool) {
+pub fn access(trace: &mut Vec<Item>, a: MemAccess, big_endian: bool, fold: bool) {
+    if fold {
+        match trace.first() {
+            Some(Item::Chunk(h)) if h.building.is_none() => {}
+            _ => return fold_access(trace, a, big_endian),
+        }
+    }
+    trace.push(Item::Access(a));
+}
+
+/// [`access`] into an open segment, or as a folding chunk's first item.
+#[inline(never)]
+fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool) {
     if let Some(d) = head(trace).building.as_deref_mut() {
         a.zone = d.add(&a, big_endian);
     }
@@ -314,7 +333,9 @@ pub fn access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool) {
 /// be pushed next: the frames it gives up are given up in the open
 /// segment too (`red_zone`: see [`super::Layout`]), and a segment opens
 /// if none is.
-pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, fold: bool) {
+/// Only where the run folds; `open`: a segment may open (not once the
+/// process had a second thread).
+pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, open: bool) {
     let prev = head(trace).sp;
     if prev != 0 && sp > prev && sp - prev <= MAX_FRAME {
         let lo = prev.saturating_sub(red_zone);
@@ -327,7 +348,7 @@ pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, fold: bool) {
     let at = trace.len();
     let h = head(trace);
     h.sp = sp;
-    if fold && prev != 0 && h.open == 0 {
+    if open && prev != 0 && h.open == 0 {
         h.open = at;
         h.building = Some(Box::default());
         let placeholder = Delta {
@@ -338,15 +359,26 @@ pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, fold: bool) {
     }
 }
 
-/// An event that ends the open segment is to be pushed next.
+/// The open segment, if any, ends here: an allocation function's
+/// registers are to be pushed next (the chunk has its head already).
 #[inline]
 pub fn close(trace: &mut Vec<Item>) {
-    let h = head(trace);
+    let Some(Item::Chunk(h)) = trace.first_mut() else {
+        return;
+    };
     if let Some(d) = h.building.take() {
         let at = std::mem::take(&mut h.open);
         trace[at] = Item::Zones(Arc::new(*d));
         trace.push(Item::Flush);
     }
+}
+
+/// An event that ends the open segment (see the module's doc) is to be
+/// pushed next.
+#[inline]
+pub fn barrier(trace: &mut Vec<Item>, fold: bool) {
+    begin(trace, fold);
+    close(trace);
 }
 
 // ---- The serial phase ----
@@ -486,7 +518,7 @@ pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64) -> Shadow 
     let mut trace = Vec::new();
     for item in items {
         match item {
-            Item::Access(a) => access(&mut trace, *a, big_endian),
+            Item::Access(a) => access(&mut trace, *a, big_endian, true),
             Item::Insn { regs: Some(r), .. } => {
                 regs(&mut trace, r.sp, red_zone, true);
                 trace.push(item.clone());
@@ -689,13 +721,13 @@ mod tests {
             zone: 0,
         };
         let mut trace = Vec::new();
-        access(&mut trace, store, false);
+        access(&mut trace, store, false, true);
         regs(&mut trace, STACK - 32, 0, true);
         trace.push(insn(STACK - 32));
-        access(&mut trace, store, false);
+        access(&mut trace, store, false, true);
         regs(&mut trace, STACK - 32, 0, true);
         trace.push(insn(STACK - 32));
-        access(&mut trace, store, false);
+        access(&mut trace, store, false, true);
         close(&mut trace);
         let kinds: Vec<&str> = trace
             .iter()

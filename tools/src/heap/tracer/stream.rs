@@ -184,11 +184,11 @@ impl Cannoli for Stream {
     }
 
     /// Only the instructions [`plain_wanted`] says the serial phase needs.
-    #[inline]
-    fn exec_run(_pid: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
+    #[inline(always)]
+    fn exec_run(pid: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
         let n = plain_wanted(trace).min(pcs.len());
         if n > 0 {
-            segment::head(trace);
+            segment::begin(trace, pid.run.fold);
         }
         for &pc in &pcs[..n] {
             trace.push(Item::Insn {
@@ -213,13 +213,13 @@ impl Cannoli for Stream {
         trace: &mut Vec<Item>,
     ) {
         let bt = l.bt(regs);
-        match bt {
-            Some(r) => {
-                let fold = pid.run.fold && !pid.threaded.load(Ordering::Relaxed);
-                segment::regs(trace, r.sp, l.red_zone, fold)
-            }
-            None => {
-                segment::head(trace);
+        if pid.run.fold {
+            match bt {
+                Some(r) => {
+                    let open = !pid.threaded.load(Ordering::Relaxed);
+                    segment::regs(trace, r.sp, l.red_zone, open)
+                }
+                None => segment::begin(trace, true),
             }
         }
         trace.push(Item::Insn {
@@ -236,11 +236,12 @@ impl Cannoli for Stream {
         }
     }
 
-    fn ordered(_pid: &Pid, _l: &Arc<Layout>, _pc: u64, seq: u64, trace: &mut Vec<Item>) {
-        segment::close(trace);
+    fn ordered(pid: &Pid, _l: &Arc<Layout>, _pc: u64, seq: u64, trace: &mut Vec<Item>) {
+        segment::barrier(trace, pid.run.fold);
         trace.push(Item::Order { seq });
     }
 
+    #[inline(always)]
     fn read(
         p: &Pid,
         _l: &Arc<Layout>,
@@ -259,9 +260,10 @@ impl Cannoli for Stream {
             store: false,
             zone: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian);
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
     }
 
+    #[inline(always)]
     fn write(
         p: &Pid,
         _l: &Arc<Layout>,
@@ -280,9 +282,10 @@ impl Cannoli for Stream {
             store: true,
             zone: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian);
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
     }
 
+    #[inline(always)]
     fn access_wide(p: &Pid, _l: &Arc<Layout>, a: &cannoli::Access, trace: &mut Vec<Item>) {
         let a = MemAccess {
             pc: a.pc,
@@ -293,11 +296,11 @@ impl Cannoli for Stream {
             store: a.store,
             zone: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian);
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
     }
 
-    fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
-        segment::head(trace);
+    fn block(p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
+        segment::begin(trace, p.run.fold);
         trace.push(Item::Block {
             pc,
             lens: lens.into(),
@@ -333,7 +336,7 @@ impl Cannoli for Stream {
                 b[m] = Some(bias);
             }
         }
-        segment::close(trace);
+        segment::barrier(trace, pid.run.fold);
         trace.push(Item::Map {
             base,
             len,
@@ -343,14 +346,14 @@ impl Cannoli for Stream {
         });
     }
 
-    fn munmap(_p: &Pid, _l: &Arc<Layout>, base: u64, len: u64, trace: &mut Vec<Item>) {
-        segment::close(trace);
+    fn munmap(p: &Pid, _l: &Arc<Layout>, base: u64, len: u64, trace: &mut Vec<Item>) {
+        segment::barrier(trace, p.run.fold);
         trace.push(Item::Unmap { base, len });
     }
 
-    fn signal(_p: &Pid, _l: &Arc<Layout>, sig: &cannoli::Signal, trace: &mut Vec<Item>) {
+    fn signal(p: &Pid, _l: &Arc<Layout>, sig: &cannoli::Signal, trace: &mut Vec<Item>) {
         if let Some(handler) = sig.handler {
-            segment::close(trace);
+            segment::barrier(trace, p.run.fold);
             trace.push(Item::Signal { handler });
         }
     }
@@ -358,7 +361,7 @@ impl Cannoli for Stream {
     fn syscall(p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
         // Every call ends a segment: a `clone`, a fork, an exec or the
         // exit, and a call that maps or unmaps memory.
-        segment::close(trace);
+        segment::barrier(trace, p.run.fold);
         let clone = order::clone_item(sc);
         if clone.is_some() {
             p.threaded.store(true, Ordering::Relaxed);
