@@ -4,7 +4,8 @@
 # call on a machine reached with the `device` tool (a few minutes on 16
 # cores): the bench's rows for the worker crew (plain, the TB peer with
 # and without libmem, PC and PC+mem at 1, 2, 4, 8 and CPUs-1 workers)
-# with their chart, its `probe` row, and `cannoli heap` of the bench's
+# with their chart, its `probe` row, and `cannoli heap` (its far loads
+# and stores folded, the default there, and not) of the bench's
 # busybox sha256sum beside plain QEMU, three rounds each. Here, first:
 # bash scripts/device-kit.sh; then carry devkit and run `bash
 # scripts/device-goals.sh` there. Every result goes to $OUT (machine.txt,
@@ -41,6 +42,9 @@ TIMEFORMAT='%R s wall, %U s user, %S s system'
     { time "$CANNOLI_QEMU_PLAIN"/qemu-mipsel "$bb" sha256sum "$in" >/dev/null; } 2>&1
     echo -n "round $r heap: "
     { time timeout 90 target/release/cannoli heap -o /dev/null "$bb" sha256sum "$in" >/dev/null 2>&1; } 2>&1
+    # The far loads and stores not folded (the default below 5 workers).
+    echo -n "round $r heap, not folded: "
+    { time CANNOLI_HEAP_FOLD=0 timeout 90 target/release/cannoli heap -o /dev/null "$bb" sha256sum "$in" >/dev/null 2>&1; } 2>&1
   done
 } 2>&1 | tee "$out"/heap.txt
 echo "device-goals: $(($(date +%s) - t0)) s in all"
