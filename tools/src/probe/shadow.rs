@@ -23,6 +23,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 const PAGE: u64 = 4096;
 
+/// The longest range [`Shadow::kill`] gives up in pages not made yet.
+pub const KILL_MAKES_PAGES: u64 = 4096;
+
 /// Entries of the recently-used page cache (a power of two).
 const RECENT: usize = 16;
 
@@ -272,18 +275,28 @@ impl Shadow {
 
     /// Gives up the bytes of `[lo, hi)`: they read as never stored until
     /// the next store to them, whatever loads see there meanwhile (a
-    /// stack's frames once the stack pointer rose above them). Also in a
-    /// page nothing touched yet, so that what a byte holds does not depend
-    /// on whether its neighbours were touched first (`cannoli heap` folds
-    /// a run of accesses into the shadow after the frames they were in
-    /// were given up).
+    /// stack's frames once the stack pointer rose above them). A range of
+    /// at most [`KILL_MAKES_PAGES`] bytes is given up in a page nothing
+    /// touched yet too (at most two pages), so that what a byte holds does
+    /// not depend on whether its neighbours were touched first: `cannoli
+    /// heap` folds a run of accesses into the shadow after the frames they
+    /// were in were given up, and ends such a run before a longer range
+    /// (a switch of stacks, whose pages are not made).
     pub fn kill(&mut self, lo: u64, hi: u64) {
+        let make = hi.saturating_sub(lo) <= KILL_MAKES_PAGES;
         let mut a = lo;
         while a < hi {
             let page_end = (a / PAGE + 1) * PAGE;
             let end = hi.min(page_end);
-            {
-                let p = self.page_mut(a / PAGE);
+            let no = a / PAGE;
+            let i = if make {
+                self.page_mut(no);
+                self.index.get(&no).copied()
+            } else {
+                self.index.get(&no).copied()
+            };
+            if let Some(i) = i {
+                let p = &mut self.pages[i as usize].1;
                 let mut o = (a % PAGE) as usize;
                 let e = o + (end - a) as usize;
                 while o < e {

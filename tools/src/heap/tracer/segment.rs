@@ -54,7 +54,7 @@ use std::sync::Arc;
 
 #[cfg(test)]
 use super::super::super::probe::shadow::Shadow;
-use super::super::super::probe::shadow::{guest_bytes, AddrMap};
+use super::super::super::probe::shadow::{guest_bytes, AddrMap, KILL_MAKES_PAGES};
 use super::{Item, MemAccess, Proc, Thread, MAX_FRAME};
 
 /// Zones of one segment (bits of a `u8`).
@@ -65,7 +65,10 @@ const ZONE_SHIFT: u32 = 20;
 
 /// The longest range a rise of the stack pointer gives up that an open
 /// segment folds; a longer one (a `longjmp`, a switch of stacks) ends it.
-const KILL_MAX: u64 = 4096;
+/// The shadow gives up such a range in pages it did not have yet too,
+/// as the delta does; a longer one only in pages it has, which the
+/// segment, ended before it, made.
+const KILL_MAX: u64 = KILL_MAKES_PAGES;
 
 /// The fewest workers a guest thread with which a run folds by default
 /// ([`wanted`]): about where the parallel phase's work, over the workers,
