@@ -12,9 +12,9 @@
 //!
 //! Here: the process ([`Pid`], [`Proc`]) and how a thread applies its
 //! events ([`Thread`]); `item` the events ([`Item`]), `stream` the
-//! library's side (the callbacks), `order` the order kept between a process's threads,
-//! `segment` the loads and stores far from the heap that the parallel
-//! phase folds into what they leave in the shadow memory.
+//! library's side (the callbacks), `order` the order kept between a
+//! process's threads, `segment` the loads and stores far from the heap
+//! that the parallel phase folds into what they leave in the shadow.
 
 mod fork;
 mod item;
@@ -420,14 +420,12 @@ impl Thread {
         regs: Option<Regs>,
         value: Option<u64>,
     ) {
-        if let Some(p) = self
-            .pending
-            .is_some()
-            .then(|| self.pending.take())
-            .flatten()
-        {
-            if p.next != pc {
-                self.returned(pid, st, p.target, &p.ret, &p.regs);
+        // Read before taken: most instructions have none pending.
+        if self.pending.is_some() {
+            if let Some(p) = self.pending.take() {
+                if p.next != pc {
+                    self.returned(pid, st, p.target, &p.ret, &p.regs);
+                }
             }
         }
         if let Some(r) = regs {
