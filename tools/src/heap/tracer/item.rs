@@ -68,9 +68,9 @@ pub enum Item {
         pc: u64,
         lens: Box<[u8]>,
     },
-    /// The first item of a chunk's trace ([`segment`]).
+    /// The first item of a chunk's trace (`segment`).
     Chunk(segment::Head),
-    /// A segment starts: its folded loads and stores ([`segment`]).
+    /// A segment starts: its folded loads and stores (`segment`).
     Zones(Arc<segment::Delta>),
     /// The segment ends.
     Flush,
@@ -87,6 +87,6 @@ pub struct MemAccess {
     pub size: u8,
     pub store: bool,
     /// Its zone of the segment it is in (1-based; 0: none, see
-    /// [`segment`]).
+    /// `segment`).
     pub zone: u8,
 }

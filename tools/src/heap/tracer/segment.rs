@@ -77,6 +77,10 @@ const KILL_MAX: u64 = KILL_MAKES_PAGES;
 /// and 0.25 G folded).
 const FOLD_WORKERS: usize = 5;
 
+/// The longest vector load QEMU splits into 8-byte pieces that the heap
+/// checks as one (four of arm's d registers are 32 bytes).
+const VECTOR_MAX: u64 = 64;
+
 /// A guest page, for accesses the shadow takes byte by byte.
 const PAGE: u64 = 4096;
 
@@ -99,7 +103,8 @@ pub struct Head {
     building: Option<Box<Delta>>,
 }
 
-/// One zone's range.
+/// One zone: its accesses keep shadow bytes in `window` only, and
+/// `[lo, hi)` covers every byte the heap would check for them.
 #[derive(Debug, Clone, Copy)]
 pub struct Zone {
     window: u64,
@@ -167,11 +172,25 @@ impl Delta {
         if len == 0 {
             return 0;
         }
-        let Some(end) = a.addr.checked_add(len) else {
+        // The bytes the shadow keeps lie in one zone's window (zones are
+        // disjoint, so their order does not matter); the range the heap
+        // would check is the zone's, wherever it reaches: every byte of an
+        // access wider than the shadow keeps, and before an 8-byte load
+        // the vector it may be a later piece of (`Thread::access`'s split
+        // vectors).
+        let (Some(kept), Some(end)) = (
+            a.addr.checked_add(len),
+            a.addr.checked_add(u64::from(a.size).max(len)),
+        ) else {
             return 0;
         };
+        let start = if a.size == 8 && !a.store {
+            a.addr.saturating_sub(VECTOR_MAX - 8)
+        } else {
+            a.addr
+        };
         let window = a.addr >> ZONE_SHIFT;
-        if (end - 1) >> ZONE_SHIFT != window {
+        if (kept - 1) >> ZONE_SHIFT != window {
             self.crossed = true;
             return 0;
         }
@@ -180,7 +199,7 @@ impl Delta {
             None if self.zones.len() < MAX_ZONES => {
                 self.zones.push(Zone {
                     window,
-                    lo: a.addr,
+                    lo: start,
                     hi: end,
                 });
                 self.zones.len() - 1
@@ -188,7 +207,7 @@ impl Delta {
             None => return 0,
         };
         let zone = &mut self.zones[z];
-        zone.lo = zone.lo.min(a.addr);
+        zone.lo = zone.lo.min(start);
         zone.hi = zone.hi.max(end);
         let z = z as u8;
         if a.size == 16 {
