@@ -57,6 +57,14 @@ const MAX_FRAMES: usize = 32;
 /// switch of stacks.
 const MAX_FRAME: u64 = 2_000_000;
 
+/// The bytes `[lo, hi)` given up when the stack pointer moves from `prev`
+/// (0: not known) to `sp`: the frames it rose above and the red zone
+/// below the old one (see [`Thread::insn`]). One rule for the serial
+/// phase and the segments that mirror it ([`segment`]).
+fn given_up(prev: u64, sp: u64, red_zone: u64) -> Option<(u64, u64)> {
+    (prev != 0 && sp > prev && sp - prev <= MAX_FRAME).then(|| (prev.saturating_sub(red_zone), sp))
+}
+
 pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -436,9 +444,8 @@ impl Thread {
             // and return too (VEX's AbiHint), so what lies below the new stack
             // pointer goes with it. A jump of more than memcheck's largest frame
             // (`--max-stackframe`, 2000000) is a switch of stacks, not a return.
-            if self.sp_last != 0 && r.sp > self.sp_last && r.sp - self.sp_last <= MAX_FRAME {
-                let rz = self.layout.red_zone;
-                st.shadow.kill(self.sp_last.saturating_sub(rz), r.sp);
+            if let Some((lo, hi)) = given_up(self.sp_last, r.sp, self.layout.red_zone) {
+                st.shadow.kill(lo, hi);
             }
             self.sp_lo = self.sp_lo.min(r.sp);
             self.sp_last = r.sp;

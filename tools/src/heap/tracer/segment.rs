@@ -55,7 +55,7 @@ use std::sync::Arc;
 #[cfg(test)]
 use super::super::super::probe::shadow::Shadow;
 use super::super::super::probe::shadow::{guest_bytes, AddrMap, KILL_MAKES_PAGES};
-use super::{Item, MemAccess, Proc, Thread, MAX_FRAME};
+use super::{given_up, Item, MemAccess, Proc, Thread};
 
 /// Zones of one segment (bits of a `u8`).
 pub const MAX_ZONES: usize = 8;
@@ -359,12 +359,11 @@ fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool) {
 /// process had a second thread).
 pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, open: bool) {
     let prev = head(trace).sp;
-    if prev != 0 && sp > prev && sp - prev <= MAX_FRAME {
-        let lo = prev.saturating_sub(red_zone);
-        if sp - lo > KILL_MAX {
+    if let Some((lo, hi)) = given_up(prev, sp, red_zone) {
+        if hi - lo > KILL_MAX {
             close(trace);
         } else if let Some(d) = head(trace).building.as_deref_mut() {
-            d.kill(lo, sp);
+            d.kill(lo, hi);
         }
     }
     let at = trace.len();
@@ -578,8 +577,8 @@ pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64) -> Shadow 
             Item::Access(a) if a.zone != 0 && segment.is_some() => {}
             Item::Access(a) => plain_access(&mut sh, a, big_endian),
             Item::Insn { regs: Some(r), .. } => {
-                if sp_last != 0 && r.sp > sp_last && r.sp - sp_last <= MAX_FRAME {
-                    sh.kill(sp_last.saturating_sub(red_zone), r.sp);
+                if let Some((lo, hi)) = given_up(sp_last, r.sp, red_zone) {
+                    sh.kill(lo, hi);
                 }
                 sp_last = r.sp;
             }
@@ -708,8 +707,8 @@ mod tests {
                     match item {
                         Item::Access(a) => plain_access(&mut plain, a, be),
                         Item::Insn { regs: Some(r), .. } => {
-                            if sp_last != 0 && r.sp > sp_last && r.sp - sp_last <= MAX_FRAME {
-                                plain.kill(sp_last.saturating_sub(red_zone), r.sp);
+                            if let Some((lo, hi)) = given_up(sp_last, r.sp, red_zone) {
+                                plain.kill(lo, hi);
                             }
                             sp_last = r.sp;
                         }
