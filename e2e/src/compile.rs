@@ -3,6 +3,7 @@
 //! `gcc` of a guest, or the host's `g++` (Debian 12's only C++ compiler).
 
 use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::locate::guest_info;
@@ -14,6 +15,23 @@ pub fn gcc(arch: &str) -> String {
         Some(t) => format!("{t}-gcc"),
         None => "gcc".into(),
     }
+}
+
+/// `tests/programs/NAME.cpp` built by the host's `g++ -O2` as `dir/NAME`
+/// (x86_64, dynamically linked), for the tests of C++ programs.
+pub fn gxx(dir: &Path, name: &str) -> PathBuf {
+    let prog = dir.join(name);
+    let src = crate::workspace_root().join(format!("tests/programs/{name}.cpp"));
+    compile(
+        "g++",
+        [
+            "-O2".as_ref(),
+            "-o".as_ref(),
+            prog.as_os_str(),
+            src.as_os_str(),
+        ],
+    );
+    prog
 }
 
 /// Runs `compiler args`; a compiler that cannot run or fails panics with

@@ -68,7 +68,7 @@ pub mod tenet;
 pub mod xml;
 
 pub use compare::*;
-pub use compile::{compile, gcc};
+pub use compile::{compile, gcc, gxx};
 pub use dump::{parse_dump, signals_in_context, DumpTrace, SignalInContext, StreamInfo, Summary};
 pub use locate::*;
 pub use model::{

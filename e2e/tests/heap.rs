@@ -429,18 +429,7 @@ planted!(dyn_uaf_fork = "uaf-fork" in "dyn_heapbugs": mipsel, mips, mips64el, ar
 /// `heapcxx.cpp` built by the host's g++ (dynamically linked, so that
 /// memcheck replaces operator new and delete).
 fn heapcxx(dir: &RunDir) -> PathBuf {
-    let prog = dir.file("heapcxx");
-    let src = e2e::workspace_root().join("tests/programs/heapcxx.cpp");
-    e2e::compile(
-        "g++",
-        [
-            "-O2".as_ref(),
-            "-o".as_ref(),
-            prog.as_os_str(),
-            src.as_os_str(),
-        ],
-    );
-    prog
+    e2e::gxx(dir.path(), "heapcxx")
 }
 
 /// C++ `new`/`delete` bugs on x86_64: memcheck's findings.

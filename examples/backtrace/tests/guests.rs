@@ -742,3 +742,92 @@ fn events_are_seen_while_the_program_sleeps() {
     assert_eq!(w.status.code(), Some(0), "{stderr}");
     assert!(rest.iter().any(|l| l == "go"), "{stderr}");
 }
+
+// ---------------------------------------------------------------------------
+// C++ names
+// ---------------------------------------------------------------------------
+
+/// The program's own C++ functions in `nm`'s listing, mangled and as
+/// binutils' demangler (`nm -C`, c++filt's) shows them, by address.
+fn nm_cxx_names(prog: &Path) -> Vec<(String, String)> {
+    let list = |demangle: bool| -> BTreeMap<String, String> {
+        let mut cmd = Command::new("nm");
+        if demangle {
+            cmd.arg("-C");
+        }
+        let o = cmd.arg("--defined-only").arg(prog).output().unwrap();
+        assert!(o.status.success(), "nm {}", prog.display());
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let (addr, rest) = l.split_once(' ')?;
+                let (ty, name) = rest.split_once(' ')?;
+                matches!(ty, "T" | "t" | "W").then(|| (addr.to_string(), name.to_string()))
+            })
+            .collect()
+    };
+    let (mangled, shown) = (list(false), list(true));
+    mangled
+        .into_iter()
+        .filter(|(_, m)| m.starts_with("_Z"))
+        .map(|(a, m)| (m, shown[&a].clone()))
+        .collect()
+}
+
+/// The functions entered, in order, by `backtrace [opts] prog`.
+fn entered(prog: &Path, opts: &[&str], tag: &str) -> Vec<String> {
+    let out_file = tmp(&format!("cxx-{tag}.jsonl"));
+    let out = Command::new(backtrace_bin())
+        .args(opts)
+        .arg("-o")
+        .arg(&out_file)
+        .arg(prog)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "backtrace {opts:?}: {err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "area=21 scale=63\n");
+    let text = std::fs::read_to_string(&out_file).unwrap();
+    let _ = std::fs::remove_file(&out_file);
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["event"] == "enter")
+        .map(|v| v["function"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// C++ functions are shown as binutils' demangler shows them
+/// (`geo::scale(long, int)`), and as the symbol table has them with
+/// `--no-demangle` (`_ZN3geo5scaleEli`): the same entries either way
+/// (`tests/programs/probe_cxx.cpp`, built by the host's g++).
+#[test]
+fn cxx_functions_are_demangled_as_binutils_shows_them() {
+    let dir = e2e::RunDir::new();
+    let prog = e2e::gxx(dir.path(), "probe_cxx");
+    let names = nm_cxx_names(&prog);
+    let mine: Vec<&(String, String)> = names
+        .iter()
+        .filter(|(m, _)| m.starts_with("_ZN3geo") || m.starts_with("_ZNK3geo"))
+        .collect();
+    assert_eq!(mine.len(), 2, "nm: {names:?}");
+    let shown = entered(&prog, &[], "shown");
+    let raw = entered(&prog, &["--no-demangle"], "raw");
+    assert_eq!(shown.len(), raw.len(), "{shown:?}\n{raw:?}");
+    for (m, d) in &names {
+        let at = |v: &[String], n: &str| -> Vec<usize> {
+            v.iter()
+                .enumerate()
+                .filter(|(_, f)| *f == n)
+                .map(|(i, _)| i)
+                .collect()
+        };
+        assert_eq!(at(&raw, m), at(&shown, d), "{m} is {d}");
+    }
+    for (m, d) in mine {
+        assert!(raw.contains(m), "{m} not entered: {raw:?}");
+        assert!(shown.contains(d), "{d} not entered: {shown:?}");
+    }
+    assert!(!shown.iter().any(|f| f.starts_with("_Z")), "{shown:?}");
+}

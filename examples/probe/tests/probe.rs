@@ -1253,17 +1253,7 @@ fn strlen_without_debug_symbols_is_one_line() {
 #[test]
 fn cxx_functions_by_their_qualified_names() {
     let dir = RunDir::new();
-    let prog = dir.file("probe_cxx");
-    let src = e2e::workspace_root().join("tests/programs/probe_cxx.cpp");
-    e2e::compile(
-        "g++",
-        [
-            "-O2".as_ref(),
-            "-o".as_ref(),
-            prog.as_os_str(),
-            src.as_os_str(),
-        ],
-    );
+    let prog = e2e::gxx(dir.path(), "probe_cxx");
     let opts = [
         "--json",
         "-p",

@@ -234,3 +234,31 @@ fn busy_address_is_one_clear_line() {
     let _ = finish(child, err);
     std::thread::sleep(Duration::from_millis(1));
 }
+
+/// A C++ symbol is shown as binutils' `c++filt` shows it, and as the
+/// table has it with `--no-demangle`.
+#[test]
+fn cxx_symbols_are_shown_as_cxxfilt_shows_them() {
+    const MANGLED: &str = "_ZN3geo5scaleEli";
+    let o = Command::new("c++filt").arg(MANGLED).output().unwrap();
+    assert!(o.status.success(), "c++filt");
+    let shown = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    assert_eq!(shown, "geo::scale(long, int)");
+    let nm = std::env::temp_dir().join(format!("symbolizer-test-{}-cxx.txt", std::process::id()));
+    std::fs::write(&nm, format!("00400100 00000040 T {MANGLED}\n")).unwrap();
+    let mut outs = Vec::new();
+    for opts in [&[][..], &["--no-demangle"][..]] {
+        let mut args = vec!["--symbols", nm.to_str().unwrap(), "--color", "never"];
+        args.extend_from_slice(opts);
+        let (child, addr, err) = start(&args);
+        fake_qemu(&addr, 79, &[vec![0x400100, 0x400104]]);
+        outs.push(finish(child, err).0);
+    }
+    let _ = std::fs::remove_file(&nm);
+    assert!(outs[0].contains(&format!(" {shown}+0x4\n")), "{}", outs[0]);
+    assert!(
+        outs[1].contains(&format!(" {MANGLED}+0x4\n")),
+        "{}",
+        outs[1]
+    );
+}

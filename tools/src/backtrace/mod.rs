@@ -111,6 +111,10 @@ pub struct Args {
     /// program
     #[arg(long, value_name = "FILE", conflicts_with_all = ["program", "listen"])]
     pub replay: Option<PathBuf>,
+    /// Show C++ and Rust function names as the symbol table has them
+    /// (`_ZN3geo3Box4areaEv`), not demangled (`geo::Box::area()`)
+    #[arg(long)]
+    pub no_demangle: bool,
     /// The program to trace and its arguments (options after PROGRAM are
     /// its own); without one, listens for a QEMU started separately
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
@@ -124,6 +128,8 @@ pub struct Args {
 struct Run {
     /// `--binary`, for [`Backtrace::init_tid`].
     binary: Option<PathBuf>,
+    /// Names shown demangled (no `--no-demangle`).
+    demangle: bool,
     /// `None` once [`main`] has taken it back to finish it.
     out: Mutex<Option<Out>>,
     /// One table per guest executable.
@@ -251,7 +257,7 @@ fn table_for(run: &Run, exe: Option<&Path>) -> Arc<Functions> {
             Functions::default()
         }
     };
-    let t = Arc::new(t);
+    let t = Arc::new(shown(run, t));
     tables.insert(key, t.clone());
     t
 }
@@ -261,8 +267,20 @@ fn table_for(run: &Run, exe: Option<&Path>) -> Arc<Functions> {
 fn library_table(run: &Run, path: &str) -> Option<Arc<Functions>> {
     let mut libs = run.libs.lock().unwrap();
     libs.entry(path.to_string())
-        .or_insert_with(|| Functions::from_elf(Path::new(path)).ok().map(Arc::new))
+        .or_insert_with(|| {
+            let t = Functions::from_elf(Path::new(path)).ok()?;
+            Some(Arc::new(shown(run, t)))
+        })
         .clone()
+}
+
+/// `t` with its names as the run shows them.
+fn shown(run: &Run, t: Functions) -> Functions {
+    if run.demangle {
+        t.demangled()
+    } else {
+        t
+    }
 }
 
 /// Code the guest mapped from a file other than the executable: a shared
@@ -780,6 +798,7 @@ pub fn main(args: Args) -> i32 {
     }
     let run = Arc::new(Run {
         binary: args.binary,
+        demangle: !args.no_demangle,
         out: Mutex::new(Some(Out { w })),
         ..Run::default()
     });

@@ -112,6 +112,18 @@ impl Functions {
         })
     }
 
+    /// The same table with C++ and Rust names as a person reads them
+    /// ([`crate::demangle::demangle`]): once per symbol here, not once
+    /// per event where a name is shown.
+    pub fn demangled(mut self) -> Functions {
+        for f in &mut self.funcs {
+            if let std::borrow::Cow::Owned(d) = crate::demangle::demangle(&f.name) {
+                f.name = d.into();
+            }
+        }
+        self
+    }
+
     /// A table from `(start, size, name)` triples (tests).
     #[cfg(test)]
     pub fn from_list(list: &[(u64, u64, &str)]) -> Functions {

@@ -68,6 +68,10 @@ pub struct Args {
     /// Colour the trace: auto (when it goes to a terminal), always or never
     #[arg(long, alias = "colour", value_name = "WHEN", default_value = "auto")]
     pub color: When,
+    /// Show C++ and Rust symbols as the symbol table has them
+    /// (`_ZN3geo3Box4areaEv`), not demangled (`geo::Box::area()`)
+    #[arg(long)]
+    pub no_demangle: bool,
     /// Read a recording made by `cannoli record` instead of running a
     /// program
     #[arg(long, value_name = "FILE", conflicts_with_all = ["program", "listen"])]
@@ -123,6 +127,8 @@ struct Settings {
     mem: bool,
     limit: Option<u64>,
     color: bool,
+    /// C++ and Rust names shown demangled (no `--no-demangle`).
+    demangle: bool,
 }
 
 /// One run of the symbolizer: what [`main`] builds from the command line
@@ -191,6 +197,9 @@ fn table_for(run: &Run, exe: Option<&str>) -> Arc<Symbols> {
     }
     if t.is_empty() && path.is_none() && o.symbols.is_none() {
         eprintln!("symbolizer: QEMU did not say which program runs and no --binary was given; printing bare addresses");
+    }
+    if o.demangle {
+        t = t.demangled();
     }
     let t = Arc::new(t);
     tables.insert(path, t.clone());
@@ -450,6 +459,7 @@ pub fn main(args: Args) -> i32 {
         base: args.base,
         mem: !args.no_mem,
         limit: args.limit,
+        demangle: !args.no_demangle,
     };
     let run = Arc::new(Run {
         settings,

@@ -133,6 +133,17 @@ impl Symbols {
         Symbols::build(raw, Vec::new())
     }
 
+    /// The same table with C++ and Rust names as a person reads them
+    /// ([`crate::demangle::demangle`]), once per symbol.
+    pub fn demangled(mut self) -> Symbols {
+        for r in &mut self.syms {
+            if let std::borrow::Cow::Owned(d) = crate::demangle::demangle(&r.name) {
+                r.name = d.into();
+            }
+        }
+        self
+    }
+
     /// Adds the symbols of `other` (e.g. an nm listing on top of the ELF's).
     pub fn merge(self, other: Symbols) -> Symbols {
         let raw = self
