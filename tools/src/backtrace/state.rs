@@ -196,9 +196,32 @@ pub struct BacktraceState {
     /// Landings that had no registers (the hook library could not tell the
     /// block start): decided on addresses alone.
     pub blind_landings: u64,
+    /// Set by [`BacktraceState::unnamed`]: every frame's name is this one
+    /// (empty) string, and no symbol is looked up for it.
+    no_names: Option<Arc<str>>,
 }
 
 impl BacktraceState {
+    /// A state whose frames are not named: for a user that names what it
+    /// shows from the return addresses itself (`cannoli heap`, at its few
+    /// findings and allocations), a stripped program's every call would
+    /// otherwise format a name nobody reads.
+    pub fn unnamed() -> BacktraceState {
+        BacktraceState {
+            no_names: Some(Arc::from("")),
+            ..BacktraceState::default()
+        }
+    }
+
+    /// The name of the function entered at `pc`, unless frames are not
+    /// named.
+    fn frame_name(&self, syms: &impl Symbolize, pc: u64) -> Arc<str> {
+        match &self.no_names {
+            Some(none) => none.clone(),
+            None => name_of(syms, pc),
+        }
+    }
+
     pub fn depth(&self) -> usize {
         self.backtrace.len()
     }
@@ -267,7 +290,7 @@ impl BacktraceState {
     ) {
         if !self.started {
             self.started = true;
-            let name = name_of(syms, pc);
+            let name = self.frame_name(syms, pc);
             self.push(
                 Frame {
                     name,
@@ -351,7 +374,7 @@ impl BacktraceState {
                 sp: None,
             },
         };
-        let name = name_of(syms, pc);
+        let name = self.frame_name(syms, pc);
         self.push(
             Frame {
                 name,
@@ -418,7 +441,7 @@ impl BacktraceState {
         let sp = regs.map(|r| r.sp);
 
         if let Some(ret) = link {
-            let name = name_of(syms, pc);
+            let name = self.frame_name(syms, pc);
             self.push(
                 Frame {
                     name,
@@ -477,7 +500,7 @@ impl BacktraceState {
                 });
                 self.push(
                     Frame {
-                        name: name_of(syms, pc),
+                        name: self.frame_name(syms, pc),
                         entry: pc,
                         via: Via::Jump,
                     },

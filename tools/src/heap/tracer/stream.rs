@@ -158,7 +158,7 @@ impl Cannoli for Stream {
             tid: ci.tid,
             rules,
             layout: layout.clone(),
-            bt: BacktraceState::default(),
+            bt: BacktraceState::unnamed(),
             calls: Vec::new(),
             pending: None,
             sp_lo: u64::MAX,
