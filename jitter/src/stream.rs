@@ -6,11 +6,15 @@
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::channel::Sock;
 use wire::Goodbye;
+
+mod map_log;
+
+use map_log::replay_if_owed;
+pub use map_log::{log_map, owe_replay};
 
 /// Per-vCPU stream position, embedded in QEMU's CPUNegativeOffsetState
 /// (`CannoliCursor` in include/cannoli.h). Outside the JIT it is the truth
@@ -709,49 +713,6 @@ fn has_window(c: &mut Cursor) -> bool {
         replay_if_owed(c);
     }
     true
-}
-
-/// Every mapping event of this process so far, replayed to the client by a
-/// forked child (which inherits the mappings but not the parent's stream).
-/// Written only under QEMU's mmap_lock, which fork holds, so the child never
-/// inherits it locked.
-static MAP_LOG: Mutex<Vec<(Vec<u64>, Vec<u8>)>> = Mutex::new(Vec::new());
-/// Past this many entries the log stops growing (and says so once).
-const MAP_LOG_MAX: usize = 1 << 16;
-static MAP_LOG_FULL: AtomicBool = AtomicBool::new(false);
-/// Set in a forked child until its new stream has the replay.
-static REPLAY_OWED: AtomicBool = AtomicBool::new(false);
-
-/// Remembers a mapping event for a forked child's replay.
-pub fn log_map(words: &[u64], payload: &[u8]) {
-    let mut log = MAP_LOG.lock().unwrap_or_else(|e| e.into_inner());
-    if log.len() < MAP_LOG_MAX {
-        log.push((words.to_vec(), payload.to_vec()));
-    } else if !MAP_LOG_FULL.swap(true, Ordering::Relaxed) {
-        eprintln!(
-            "qemu: cannoli: more than {MAP_LOG_MAX} mapping changes: a forked child's \
-                   trace will not start with all of its parent's mappings"
-        );
-    }
-}
-
-/// The next stream of this process starts with the mapping log: a forked
-/// child's (it inherited the mappings, not the parent's stream), or the
-/// stream after a failed exec.
-pub fn owe_replay() {
-    REPLAY_OWED.store(true, std::sync::atomic::Ordering::Release);
-}
-
-/// Called when a thread gets a new window: a forked child's first stream
-/// starts with the mappings it inherited.
-fn replay_if_owed(c: &mut Cursor) {
-    if REPLAY_OWED.swap(false, Ordering::AcqRel) {
-        let log = std::mem::take(&mut *MAP_LOG.lock().unwrap_or_else(|e| e.into_inner()));
-        for (w, p) in &log {
-            append(c, w, p);
-        }
-        *MAP_LOG.lock().unwrap_or_else(|e| e.into_inner()) = log;
-    }
 }
 
 /// An encoded event: its words and its payload.
