@@ -7,45 +7,29 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::tracer::Item;
-
 /// Bits of a [`SiteFilter`] (a power of two).
 const FILTER_BITS: u64 = 1 << 18;
 
-/// How far back [`plain_wanted`] looks through a trace.
-const SCAN: usize = 32;
-
 /// How many of the next instructions without registers the serial phase
-/// needs, given the `trace` so far (0 to 2). Such an instruction changes
-/// the thread's state only when something before it left work for the
-/// next instruction: a branch to land (on MIPS, after its delay slot, the
+/// needs (0 to 2), given `plain`: how many instructions without a branch
+/// came since the last event of another kind but a load or store (the
+/// chunk's head keeps the count, `segment::plain_pushed`; at a chunk's
+/// start it is 0, the cautious answer). Such an instruction changes the
+/// thread's state only when something before it left work for the next
+/// instruction: a branch to land (on MIPS, after its delay slot, the
 /// second), a conditional return to decide, a signal handler, the
 /// thread's start. Those are all branch events or events of other kinds;
 /// loads and stores leave nothing of the sort, nor does an instruction
 /// that is no branch (with registers or not) once it is not a delay slot.
 /// So after the first two such instructions following any of those
 /// events, the rest of a run of them would change nothing, and they are
-/// left out (the bulk of a program's instructions). At the start of a
-/// trace, or farther back than `SCAN` (32) items, the answer is the cautious
-/// 2.
-pub fn plain_wanted(trace: &[Item]) -> usize {
-    let mut plain = 0;
-    for item in trace.iter().rev().take(SCAN) {
-        match item {
-            // A segment's start or end and the chunk's head count as other
-            // events: cautious, and rare (a match of one kind here is
-            // cheaper on this hottest path).
-            Item::Access(_) => {}
-            Item::Insn { branch: false, .. } => {
-                plain += 1;
-                if plain == 2 {
-                    return 0;
-                }
-            }
-            _ => return 2 - plain,
-        }
-    }
-    2 - plain
+/// left out (the bulk of a program's instructions). The count is kept as
+/// events are pushed, not found by looking back through the trace: a
+/// look back past a run's loads and stores, once per run, was 12 % of the
+/// parallel phase's instructions.
+#[inline(always)]
+pub fn plain_wanted(plain: u8) -> usize {
+    2 - usize::from(plain.min(2))
 }
 
 /// A bit for every pc that may be an allocation function's site (the
@@ -88,65 +72,14 @@ impl Default for SiteFilter {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::backtrace::state::Regs;
-    use super::super::tracer::MemAccess;
     use super::*;
-
-    fn plain(pc: u64) -> Item {
-        Item::Insn {
-            pc,
-            branch: false,
-            regs: None,
-            value: None,
-        }
-    }
-
-    fn access() -> Item {
-        Item::Access(MemAccess {
-            pc: 0,
-            addr: 0x1000,
-            val: 0,
-            hi: 0,
-            size: 8,
-            store: false,
-            zone: 0,
-        })
-    }
 
     #[test]
     fn two_plain_instructions_after_anything_else_then_none() {
-        let branch = Item::Insn {
-            pc: 1,
-            branch: true,
-            regs: None,
-            value: None,
-        };
-        assert_eq!(plain_wanted(&[]), 2);
-        assert_eq!(plain_wanted(std::slice::from_ref(&branch)), 2);
-        assert_eq!(plain_wanted(&[branch.clone(), plain(2)]), 1);
-        assert_eq!(plain_wanted(&[branch.clone(), plain(2), access()]), 1);
-        assert_eq!(
-            plain_wanted(&[branch.clone(), plain(2), access(), plain(3)]),
-            0
-        );
-        assert_eq!(
-            plain_wanted(&[plain(2), plain(3), branch.clone(), plain(4)]),
-            1
-        );
-        assert_eq!(plain_wanted(&[plain(2), Item::Signal { handler: 9 }]), 2);
-        // A block's first instruction, with registers, counts as one.
-        let landing = Item::Insn {
-            pc: 5,
-            branch: false,
-            regs: Some(Regs { ra: None, sp: 8 }),
-            value: Some(0),
-        };
-        assert_eq!(plain_wanted(&[branch.clone(), landing.clone()]), 1);
-        assert_eq!(plain_wanted(&[branch, landing, plain(6)]), 0);
-        // Past the scan's reach: cautious.
-        let mut far = vec![plain(1), plain(2)];
-        far.extend((0..SCAN).map(|_| access()));
-        assert_eq!(plain_wanted(&far), 2);
+        assert_eq!(plain_wanted(0), 2);
+        assert_eq!(plain_wanted(1), 1);
+        assert_eq!(plain_wanted(2), 0);
+        assert_eq!(plain_wanted(200), 0);
     }
 
     #[test]

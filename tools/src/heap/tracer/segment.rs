@@ -55,6 +55,7 @@ use std::sync::Arc;
 #[cfg(test)]
 use super::super::super::probe::shadow::Shadow;
 use super::super::super::probe::shadow::{guest_bytes, AddrMap, KILL_MAKES_PAGES};
+use super::super::parallel;
 use super::{given_up, Item, MemAccess, Proc, Thread};
 
 /// Zones of one segment (bits of a `u8`).
@@ -92,6 +93,10 @@ const RECENT: usize = 64;
 /// while it builds the chunk.
 #[derive(Debug, Clone, Default)]
 pub struct Head {
+    /// Instructions without a branch pushed since the last event of
+    /// another kind but a load or store, up to 2 (0 at the chunk's start:
+    /// the cautious answer, see [`plain_wanted`]).
+    plain: u8,
     /// The stack pointer of the chunk's last instruction event with
     /// registers (0: none yet).
     sp: u64,
@@ -310,22 +315,47 @@ impl Delta {
 // ---- The parallel phase ----
 
 /// Makes the chunk's [`Head`] the trace's first item if the trace is
-/// empty and the run folds. Where the run folds, every callback that
-/// pushes an item calls this (or a function here that does) first.
+/// empty. Every callback that pushes an item calls this (or a function
+/// here that does) first.
 #[inline(always)]
-pub fn begin(trace: &mut Vec<Item>, fold: bool) {
-    if fold && trace.is_empty() {
+pub fn begin(trace: &mut Vec<Item>) {
+    if trace.is_empty() {
         trace.push(Item::Chunk(Head::default()));
     }
 }
 
 /// The chunk's [`Head`], made if the trace is empty.
+#[inline(always)]
 fn head(trace: &mut Vec<Item>) -> &mut Head {
-    begin(trace, true);
+    begin(trace);
     match &mut trace[0] {
         Item::Chunk(h) => h,
-        _ => unreachable!("a folding run's trace starts with its head"),
+        _ => unreachable!("a heap run's trace starts with its head"),
     }
+}
+
+/// How many of the next instructions without a branch (and without
+/// registers) the serial phase needs: [`plain_wanted`] of the chunk so
+/// far, told by its head.
+#[inline(always)]
+pub fn plain_wanted(trace: &mut Vec<Item>) -> usize {
+    parallel::plain_wanted(head(trace).plain)
+}
+
+/// `n` instructions without a branch were pushed (`n` > 0 where the
+/// event had no registers: then [`plain_wanted`] allowed them).
+#[inline(always)]
+pub fn plain_pushed(trace: &mut Vec<Item>, n: usize) {
+    let h = head(trace);
+    h.plain = (usize::from(h.plain) + n).min(2) as u8;
+}
+
+/// An event of any kind but a load, a store or an instruction without a
+/// branch is to be pushed next: the instructions after it may have work
+/// left by it ([`plain_wanted`]).
+#[inline(always)]
+pub fn event(trace: &mut Vec<Item>) {
+    head(trace).plain = 0;
 }
 
 /// A load or store: pushed, folded into the open segment if there is one.
@@ -333,6 +363,7 @@ fn head(trace: &mut Vec<Item>) -> &mut Head {
 /// (always, on a machine of few cores: `fold` false).
 #[inline(always)]
 pub fn access(trace: &mut Vec<Item>, a: MemAccess, big_endian: bool, fold: bool) {
+    begin(trace);
     if fold {
         match trace.first() {
             Some(Item::Chunk(h)) if h.building.is_none() => {}
@@ -371,6 +402,7 @@ pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, open: bool) {
     h.sp = sp;
     if open && prev != 0 && h.open == 0 {
         h.open = at;
+        h.plain = 0;
         h.building = Some(Box::default());
         let placeholder = Delta {
             in_head: true,
@@ -389,6 +421,7 @@ pub fn close(trace: &mut Vec<Item>) {
     };
     if let Some(d) = h.building.take() {
         let at = std::mem::take(&mut h.open);
+        h.plain = 0;
         trace[at] = Item::Zones(Arc::new(*d));
         trace.push(Item::Flush);
     }
@@ -397,8 +430,8 @@ pub fn close(trace: &mut Vec<Item>) {
 /// An event that ends the open segment (see the module's doc) is to be
 /// pushed next.
 #[inline]
-pub fn barrier(trace: &mut Vec<Item>, fold: bool) {
-    begin(trace, fold);
+pub fn barrier(trace: &mut Vec<Item>) {
+    event(trace);
     close(trace);
 }
 
@@ -537,6 +570,7 @@ impl Thread {
 #[cfg(test)]
 pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64) -> Shadow {
     let mut trace = Vec::new();
+    begin(&mut trace);
     for item in items {
         match item {
             Item::Access(a) => access(&mut trace, *a, big_endian, true),
@@ -766,5 +800,107 @@ mod tests {
             kinds,
             ["head", "access", "insn", "access", "zones", "insn", "folded", "flush"]
         );
+    }
+
+    /// What the head's count stands for: the instructions without a
+    /// branch since the last event of another kind, loads and stores
+    /// aside, found by looking back through the whole trace.
+    fn looked_back(trace: &[Item]) -> usize {
+        let mut plain = 0;
+        for item in trace.iter().rev() {
+            match item {
+                Item::Access(_) => {}
+                Item::Insn { branch: false, .. } => {
+                    plain += 1;
+                    if plain == 2 {
+                        return 0;
+                    }
+                }
+                _ => return 2 - plain,
+            }
+        }
+        2 - plain
+    }
+
+    /// The head's count of instructions without a branch agrees with a
+    /// look back through the trace, events pushed as the heap's callbacks
+    /// push them, folding or not.
+    #[test]
+    fn the_heads_count_is_what_a_look_back_finds() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        for round in 0..200 {
+            let fold = round % 2 == 0;
+            let mut trace = Vec::new();
+            let mut sp = STACK;
+            for _ in 0..300 {
+                match rng.below(8) {
+                    0..=2 => {
+                        let k = 1 + rng.below(6) as usize;
+                        let n = plain_wanted(&mut trace).min(k);
+                        assert_eq!(n, looked_back(&trace).min(k), "round {round}");
+                        for _ in 0..n {
+                            trace.push(Item::Insn {
+                                pc: 0x1000,
+                                branch: false,
+                                regs: None,
+                                value: None,
+                            });
+                        }
+                        if n > 0 {
+                            plain_pushed(&mut trace, n);
+                        }
+                    }
+                    3 | 4 => {
+                        let a = MemAccess {
+                            pc: 0x1000,
+                            addr: sp - 8 * rng.below(8),
+                            val: rng.next(),
+                            hi: 0,
+                            size: 8,
+                            store: rng.below(2) == 0,
+                            zone: 0,
+                        };
+                        access(&mut trace, a, false, fold);
+                    }
+                    5 | 6 => {
+                        // An instruction event with registers: a branch,
+                        // or a block's first instruction.
+                        let branch = rng.below(2) == 0;
+                        sp = STACK - 8 * rng.below(64);
+                        if fold {
+                            regs(&mut trace, sp, 0, true);
+                        }
+                        if branch {
+                            event(&mut trace);
+                        } else {
+                            plain_pushed(&mut trace, 1);
+                        }
+                        trace.push(Item::Insn {
+                            pc: 0x1000,
+                            branch,
+                            regs: Some(Regs { sp, ra: None }),
+                            value: None,
+                        });
+                        if rng.below(8) == 0 {
+                            close(&mut trace);
+                            event(&mut trace);
+                            trace.push(Item::Hit {
+                                pc: 0x1000,
+                                regs: Box::new([]),
+                            });
+                        }
+                    }
+                    _ => {
+                        barrier(&mut trace);
+                        trace.push(Item::Signal { handler: 0x2000 });
+                    }
+                }
+                assert_eq!(
+                    plain_wanted(&mut trace),
+                    looked_back(&trace),
+                    "round {round}"
+                );
+            }
+        }
     }
 }

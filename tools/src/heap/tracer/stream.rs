@@ -18,7 +18,7 @@ use crate::backtrace::arch;
 use crate::backtrace::state::BacktraceState;
 use crate::coverage::isa::Isa;
 use crate::heap::blocks::Heap;
-use crate::heap::parallel::{plain_wanted, SiteFilter};
+use crate::heap::parallel::SiteFilter;
 use crate::heap::Run;
 use crate::probe::conv::Abi;
 use crate::probe::shadow::{AddrMap, Shadow};
@@ -183,20 +183,21 @@ impl Cannoli for Stream {
         Self::exec_run(pid, l, &[pc], trace);
     }
 
-    /// Only the instructions [`plain_wanted`] says the serial phase needs.
+    /// Only the instructions [`plain_wanted`](crate::heap::parallel::plain_wanted)
+    /// says the serial phase needs.
     #[inline(always)]
-    fn exec_run(pid: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
-        let n = plain_wanted(trace).min(pcs.len());
+    fn exec_run(_pid: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
+        let n = segment::plain_wanted(trace).min(pcs.len());
         if n > 0 {
-            segment::begin(trace, pid.run.fold);
-        }
-        for &pc in &pcs[..n] {
-            trace.push(Item::Insn {
-                pc,
-                branch: false,
-                regs: None,
-                value: None,
-            });
+            for &pc in &pcs[..n] {
+                trace.push(Item::Insn {
+                    pc,
+                    branch: false,
+                    regs: None,
+                    value: None,
+                });
+            }
+            segment::plain_pushed(trace, n);
         }
     }
 
@@ -214,13 +215,15 @@ impl Cannoli for Stream {
     ) {
         let bt = l.bt(regs);
         if pid.run.fold {
-            match bt {
-                Some(r) => {
-                    let open = !pid.threaded.load(Ordering::Relaxed);
-                    segment::regs(trace, r.sp, l.red_zone, open)
-                }
-                None => segment::begin(trace, true),
+            if let Some(r) = bt {
+                let open = !pid.threaded.load(Ordering::Relaxed);
+                segment::regs(trace, r.sp, l.red_zone, open)
             }
+        }
+        if branch {
+            segment::event(trace);
+        } else {
+            segment::plain_pushed(trace, 1);
         }
         trace.push(Item::Insn {
             pc,
@@ -230,14 +233,15 @@ impl Cannoli for Stream {
         });
         if pid.is_site(pc) {
             segment::close(trace);
+            segment::event(trace);
             let n = regs.len() / 8;
             let v: Box<[u64]> = (0..n).filter_map(|i| l.read(regs, i)).collect();
             trace.push(Item::Hit { pc, regs: v });
         }
     }
 
-    fn ordered(pid: &Pid, _l: &Arc<Layout>, _pc: u64, seq: u64, trace: &mut Vec<Item>) {
-        segment::barrier(trace, pid.run.fold);
+    fn ordered(_pid: &Pid, _l: &Arc<Layout>, _pc: u64, seq: u64, trace: &mut Vec<Item>) {
+        segment::barrier(trace);
         trace.push(Item::Order { seq });
     }
 
@@ -299,8 +303,8 @@ impl Cannoli for Stream {
         segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
     }
 
-    fn block(p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
-        segment::begin(trace, p.run.fold);
+    fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
+        segment::event(trace);
         trace.push(Item::Block {
             pc,
             lens: lens.into(),
@@ -336,7 +340,7 @@ impl Cannoli for Stream {
                 b[m] = Some(bias);
             }
         }
-        segment::barrier(trace, pid.run.fold);
+        segment::barrier(trace);
         trace.push(Item::Map {
             base,
             len,
@@ -346,14 +350,14 @@ impl Cannoli for Stream {
         });
     }
 
-    fn munmap(p: &Pid, _l: &Arc<Layout>, base: u64, len: u64, trace: &mut Vec<Item>) {
-        segment::barrier(trace, p.run.fold);
+    fn munmap(_p: &Pid, _l: &Arc<Layout>, base: u64, len: u64, trace: &mut Vec<Item>) {
+        segment::barrier(trace);
         trace.push(Item::Unmap { base, len });
     }
 
-    fn signal(p: &Pid, _l: &Arc<Layout>, sig: &cannoli::Signal, trace: &mut Vec<Item>) {
+    fn signal(_p: &Pid, _l: &Arc<Layout>, sig: &cannoli::Signal, trace: &mut Vec<Item>) {
         if let Some(handler) = sig.handler {
-            segment::barrier(trace, p.run.fold);
+            segment::barrier(trace);
             trace.push(Item::Signal { handler });
         }
     }
@@ -361,7 +365,7 @@ impl Cannoli for Stream {
     fn syscall(p: &Pid, _l: &Arc<Layout>, sc: &cannoli::Syscall, trace: &mut Vec<Item>) {
         // Every call ends a segment: a `clone`, a fork, an exec or the
         // exit, and a call that maps or unmaps memory.
-        segment::barrier(trace, p.run.fold);
+        segment::barrier(trace);
         let clone = order::clone_item(sc);
         if clone.is_some() {
             p.threaded.store(true, Ordering::Relaxed);
