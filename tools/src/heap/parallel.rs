@@ -11,25 +11,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const FILTER_BITS: u64 = 1 << 18;
 
 /// How many of the next instructions without registers the serial phase
-/// needs (0 to 2), given `plain`: how many instructions without a branch
-/// came since the last event of another kind but a load or store (the
-/// chunk's head keeps the count, `segment::plain_pushed`; at a chunk's
-/// start it is 0, the cautious answer). Such an instruction changes the
-/// thread's state only when something before it left work for the next
-/// instruction: a branch to land (on MIPS, after its delay slot, the
-/// second), a conditional return to decide, a signal handler, the
-/// thread's start. Those are all branch events or events of other kinds;
-/// loads and stores leave nothing of the sort, nor does an instruction
-/// that is no branch (with registers or not) once it is not a delay slot.
-/// So after the first two such instructions following any of those
-/// events, the rest of a run of them would change nothing, and they are
-/// left out (the bulk of a program's instructions). The count is kept as
-/// events are pushed, not found by looking back through the trace: a
-/// look back past a run's loads and stores, once per run, was 12 % of the
-/// parallel phase's instructions.
+/// needs (0 to `needed`), given `plain`: how many instructions without a
+/// branch came since the last event of another kind but a load or store
+/// (the chunk's head keeps the count, `segment::plain_pushed`; at a
+/// chunk's start it is 0, the cautious answer). Such an instruction
+/// changes the thread's state only when something before it left work
+/// for the next instruction: a branch to land, a conditional return to
+/// decide, a signal handler, the thread's start. Those are all branch
+/// events or events of other kinds; loads and stores leave nothing of the
+/// sort, nor does an instruction that is no branch (with registers or
+/// not) once it is not a delay slot. So after the first such instruction
+/// following any of those events (`needed` 1), or the first two where
+/// branches have a delay slot and land after it (MIPS: `needed` 2), the
+/// rest of a run of them would change nothing, and they are left out (the
+/// bulk of a program's instructions). The count is kept as events are
+/// pushed, not found by looking back through the trace: a look back past
+/// a run's loads and stores, once per run, was 12 % of the parallel
+/// phase's instructions.
 #[inline(always)]
-pub fn plain_wanted(plain: u8) -> usize {
-    2 - usize::from(plain.min(2))
+pub fn plain_wanted(plain: u8, needed: u8) -> usize {
+    usize::from(needed.saturating_sub(plain))
 }
 
 /// A bit for every pc that may be an allocation function's site (the
@@ -76,10 +77,13 @@ mod tests {
 
     #[test]
     fn two_plain_instructions_after_anything_else_then_none() {
-        assert_eq!(plain_wanted(0), 2);
-        assert_eq!(plain_wanted(1), 1);
-        assert_eq!(plain_wanted(2), 0);
-        assert_eq!(plain_wanted(200), 0);
+        assert_eq!(plain_wanted(0, 2), 2);
+        assert_eq!(plain_wanted(1, 2), 1);
+        assert_eq!(plain_wanted(2, 2), 0);
+        assert_eq!(plain_wanted(200, 2), 0);
+        assert_eq!(plain_wanted(0, 1), 1);
+        assert_eq!(plain_wanted(1, 1), 0);
+        assert_eq!(plain_wanted(2, 1), 0);
     }
 
     #[test]

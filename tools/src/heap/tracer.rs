@@ -264,6 +264,10 @@ pub struct Layout {
     /// where one instruction makes 8-byte loads that are not a vector
     /// (aarch64's `ldp`, x86's `rep lodsq`: those load 16 bytes as one).
     split_vectors: bool,
+    /// How many instructions without a branch after any other event the
+    /// serial phase needs ([`plain_wanted`](super::parallel::plain_wanted)):
+    /// 2 where branches have a delay slot (MIPS), else 1.
+    plain_needed: u8,
 }
 
 impl Layout {

@@ -336,10 +336,10 @@ fn head(trace: &mut Vec<Item>) -> &mut Head {
 
 /// How many of the next instructions without a branch (and without
 /// registers) the serial phase needs: [`plain_wanted`] of the chunk so
-/// far, told by its head.
+/// far, told by its head (`needed`: see there).
 #[inline(always)]
-pub fn plain_wanted(trace: &mut Vec<Item>) -> usize {
-    parallel::plain_wanted(head(trace).plain)
+pub fn plain_wanted(trace: &mut Vec<Item>, needed: u8) -> usize {
+    parallel::plain_wanted(head(trace).plain, needed)
 }
 
 /// `n` instructions without a branch were pushed (`n` > 0 where the
@@ -805,21 +805,21 @@ mod tests {
     /// What the head's count stands for: the instructions without a
     /// branch since the last event of another kind, loads and stores
     /// aside, found by looking back through the whole trace.
-    fn looked_back(trace: &[Item]) -> usize {
+    fn looked_back(trace: &[Item], needed: usize) -> usize {
         let mut plain = 0;
         for item in trace.iter().rev() {
             match item {
                 Item::Access(_) => {}
                 Item::Insn { branch: false, .. } => {
                     plain += 1;
-                    if plain == 2 {
+                    if plain == needed {
                         return 0;
                     }
                 }
-                _ => return 2 - plain,
+                _ => return needed - plain,
             }
         }
-        2 - plain
+        needed - plain
     }
 
     /// The head's count of instructions without a branch agrees with a
@@ -830,14 +830,19 @@ mod tests {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         for round in 0..200 {
             let fold = round % 2 == 0;
+            let needed = 1 + (round / 2 % 2) as u8;
             let mut trace = Vec::new();
             let mut sp = STACK;
             for _ in 0..300 {
                 match rng.below(8) {
                     0..=2 => {
                         let k = 1 + rng.below(6) as usize;
-                        let n = plain_wanted(&mut trace).min(k);
-                        assert_eq!(n, looked_back(&trace).min(k), "round {round}");
+                        let n = plain_wanted(&mut trace, needed).min(k);
+                        assert_eq!(
+                            n,
+                            looked_back(&trace, usize::from(needed)).min(k),
+                            "round {round}"
+                        );
                         for _ in 0..n {
                             trace.push(Item::Insn {
                                 pc: 0x1000,
@@ -896,8 +901,8 @@ mod tests {
                     }
                 }
                 assert_eq!(
-                    plain_wanted(&mut trace),
-                    looked_back(&trace),
+                    plain_wanted(&mut trace, needed),
+                    looked_back(&trace, usize::from(needed)),
                     "round {round}"
                 );
             }

@@ -150,6 +150,12 @@ impl Cannoli for Stream {
             },
             split_vectors: Isa::of(&ci.arch) == Isa::Arm
                 || matches!(&*ci.arch, "ppc64" | "ppc64le"),
+            // Without rules, cautious.
+            plain_needed: if rules.is_some_and(|r| !r.delay_slot) {
+                1
+            } else {
+                2
+            },
         });
         lock(&pid.run.threads).insert(ci.tid);
         let t = Thread {
@@ -186,8 +192,8 @@ impl Cannoli for Stream {
     /// Only the instructions [`plain_wanted`](crate::heap::parallel::plain_wanted)
     /// says the serial phase needs.
     #[inline(always)]
-    fn exec_run(_pid: &Pid, _l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
-        let n = segment::plain_wanted(trace).min(pcs.len());
+    fn exec_run(_pid: &Pid, l: &Arc<Layout>, pcs: &[u64], trace: &mut Vec<Item>) {
+        let n = segment::plain_wanted(trace, l.plain_needed).min(pcs.len());
         if n > 0 {
             for &pc in &pcs[..n] {
                 trace.push(Item::Insn {
