@@ -76,7 +76,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn two_plain_instructions_after_anything_else_then_none() {
+    fn one_or_two_plain_instructions_after_anything_else_then_none() {
         assert_eq!(plain_wanted(0, 2), 2);
         assert_eq!(plain_wanted(1, 2), 1);
         assert_eq!(plain_wanted(2, 2), 0);
