@@ -121,6 +121,11 @@ pub struct Order {
     /// [`ORDER_WAIT_LIMIT`], or `$CANNOLI_HEAP_ORDER_WAIT` events (a test
     /// reaches the limit with a small program); 0 for the default.
     wait_limit: usize,
+    /// [`STALL`], or `$CANNOLI_HEAP_STALL_MS` milliseconds: a test that
+    /// requires every wait to end with its number sets it well past any
+    /// lag of a loaded machine, so that only a wait that never ends fails
+    /// it.
+    stall: Duration,
 }
 
 impl Order {
@@ -130,9 +135,14 @@ impl Order {
             .ok()
             .and_then(|v| v.parse().ok())
             .map_or(0, |n: usize| n.clamp(1, ORDER_WAIT_LIMIT));
+        let stall = std::env::var("CANNOLI_HEAP_STALL_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(STALL, Duration::from_millis);
         Order {
             patient,
             wait_limit,
+            stall,
             ..Order::default()
         }
     }
@@ -262,7 +272,8 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
 /// After a chunk of `thread`'s events ran (`next`: the next number of
 /// the process's order before it): where the process's threads hold
 /// [`ORDER_WAIT_LIMIT`] events and this one holds some, waits, the state
-/// unlocked, until the next number moves, up to [`STALL`]; past that the
+/// unlocked, until the next number moves, up to [`STALL`] (or the
+/// test's `$CANNOLI_HEAP_STALL_MS`); past that the
 /// numbers held wait no longer. Wakes the threads waiting here when the
 /// next number moved.
 pub fn wait_turn(pid: &Pid, mut st: MutexGuard<'_, Proc>, thread: &Arc<Mutex<Thread>>, next: u64) {
@@ -271,9 +282,10 @@ pub fn wait_turn(pid: &Pid, mut st: MutexGuard<'_, Proc>, thread: &Arc<Mutex<Thr
     };
     if waits(&mut st) {
         st.order.waiters += 1;
+        let stall = st.order.stall;
         let (g, waited) = pid
             .advanced
-            .wait_timeout_while(st, STALL, waits)
+            .wait_timeout_while(st, stall, waits)
             .unwrap_or_else(|p| p.into_inner());
         st = g;
         st.order.waiters -= 1;
