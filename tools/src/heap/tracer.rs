@@ -353,11 +353,15 @@ fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {
 }
 
 impl Pid {
-    /// Whether registers at `pc` are an allocation function's.
+    /// Whether registers at `pc` are an allocation function's. The
+    /// filter inline (it tells most pcs), the maps not.
+    #[inline(always)]
     fn is_site(&self, pc: u64) -> bool {
-        if !self.filter.may_be(pc) {
-            return false;
-        }
+        self.filter.may_be(pc) && self.is_site_exactly(pc)
+    }
+
+    #[inline(never)]
+    fn is_site_exactly(&self, pc: u64) -> bool {
         let plan = &self.plan;
         if plan.sites.contains_key(&pc) {
             return true;

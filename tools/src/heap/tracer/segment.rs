@@ -98,7 +98,7 @@ pub struct Head {
     /// the cautious answer, see [`plain_wanted`]).
     plain: u8,
     /// The stack pointer of the chunk's last instruction event with
-    /// registers (0: none yet).
+    /// registers (0: none yet), folding or not ([`idle`]).
     sp: u64,
     /// The index of the open segment's [`Item::Zones`] (0: none).
     open: usize,
@@ -348,6 +348,50 @@ pub fn plain_wanted(trace: &mut Vec<Item>, needed: u8) -> usize {
 pub fn plain_pushed(trace: &mut Vec<Item>, n: usize) {
     let h = head(trace);
     h.plain = (usize::from(h.plain) + n).min(2) as u8;
+}
+
+/// Whether an instruction event with registers at stack pointer `sp`,
+/// no branch, would change nothing in the serial phase, so that it need
+/// not be pushed: the chunk's last such event had the same stack pointer
+/// (so none of the stack is given up, [`given_up`]), and enough
+/// instructions without a branch came since any other event that
+/// nothing is left for this one to do ([`plain_wanted`]: no branch to
+/// land, no conditional return to decide, no signal handler to enter).
+/// Its other registers are read only where such work is left. Not after
+/// an 8-byte load, which the serial phase may join with the next one as
+/// a vector split in pieces when no instruction comes between them (an
+/// x86 `rep lodsq` runs one instruction again and again). Most block
+/// starts inside a function are such (a loop's back edge lands at the
+/// same stack pointer): on busybox `sha256sum` (mipsel) some 40 % of the
+/// instruction events the serial phase got.
+#[inline(always)]
+pub fn idle(trace: &mut Vec<Item>, sp: u64, needed: u8) -> bool {
+    let h = head(trace);
+    sp != 0 && h.sp == sp && h.plain >= needed && !after_word_load(trace)
+}
+
+/// Whether the trace's last item is an 8-byte load (see [`idle`]).
+#[inline(always)]
+fn after_word_load(trace: &[Item]) -> bool {
+    matches!(
+        trace.last(),
+        Some(Item::Access(MemAccess {
+            store: false,
+            size: 8,
+            ..
+        }))
+    )
+}
+
+/// An instruction event with registers at stack pointer `sp`, where the
+/// run builds no segments ([`regs`] keeps the stack pointer where it
+/// does): whether it is [`idle`] (`plain`: it is no branch).
+#[inline(always)]
+pub fn sp_seen(trace: &mut Vec<Item>, sp: u64, plain: bool, needed: u8) -> bool {
+    let h = head(trace);
+    let same = plain && sp != 0 && h.sp == sp && h.plain >= needed;
+    h.sp = sp;
+    same && !after_word_load(trace)
 }
 
 /// An event of any kind but a load, a store or an instruction without a

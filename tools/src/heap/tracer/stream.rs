@@ -220,16 +220,25 @@ impl Cannoli for Stream {
         trace: &mut Vec<Item>,
     ) {
         let bt = l.bt(regs);
-        if pid.run.fold {
-            if let Some(r) = bt {
+        let idle = match bt {
+            Some(r) if pid.run.fold => {
+                // Decided before the head learns this stack pointer.
+                let idle = !branch && segment::idle(trace, r.sp, l.plain_needed);
                 let open = !pid.threaded.load(Ordering::Relaxed);
-                segment::regs(trace, r.sp, l.red_zone, open)
+                segment::regs(trace, r.sp, l.red_zone, open);
+                idle
             }
-        }
+            Some(r) => segment::sp_seen(trace, r.sp, !branch, l.plain_needed),
+            None => false,
+        };
         if branch {
             segment::event(trace);
         } else {
             segment::plain_pushed(trace, 1);
+        }
+        let site = pid.is_site(pc);
+        if idle && !site {
+            return;
         }
         trace.push(Item::Insn {
             pc,
@@ -237,7 +246,7 @@ impl Cannoli for Stream {
             regs: bt,
             value: l.ret.and_then(|i| l.read(regs, i)),
         });
-        if pid.is_site(pc) {
+        if site {
             segment::close(trace);
             segment::event(trace);
             let n = regs.len() / 8;
