@@ -43,6 +43,8 @@ pub struct Env {
     pub exe_as_given: Option<String>,
     /// A MIPS guest (branch delay slots), and its byte order.
     pub mips: bool,
+    /// Another guest whose local branches `local` decodes.
+    pub local: Option<crate::local::Isa>,
     pub big_endian: bool,
 }
 

@@ -184,6 +184,7 @@ unsafe extern "C" fn init(info: *const CannoliGuestInfo, err: *mut c_char, errle
         hook_syscall: user_hook_syscall(),
         exe_as_given: cstr(info.exe),
         mips: arch.starts_with("mips"),
+        local: crate::local::Isa::of(&arch),
         big_endian: info.big_endian != 0,
     };
     let guest = crate::config::Guest {

@@ -45,6 +45,7 @@ mod events;
 mod fds;
 mod ffi;
 mod forkguard;
+mod local;
 mod prefetch;
 pub mod presets;
 mod stream;

@@ -46,17 +46,28 @@ pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
     crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| insn_word(e, a))
 }
 
-/// Whether the instruction at `pc` is a MIPS branch that leaves call
-/// stacks as they are ([`crate::delay::mips_local_branch`]).
+/// Whether the instruction at `pc` is a branch that leaves call stacks as
+/// they are: a local branch (`crate::local`; on MIPS, with its delay
+/// slot, [`crate::delay::mips_local_branch`]).
 pub fn local_branch(pc: u64) -> bool {
-    env().is_some_and(|e| {
-        e.mips
-            && insn_word(e, pc).is_some_and(|w| {
-                pc.checked_add(4)
-                    .and_then(|a| insn_word(e, a))
-                    .is_some_and(|slot| crate::delay::mips_local_branch(w, slot))
-            })
-    })
+    let Some(e) = env() else {
+        return false;
+    };
+    if e.mips {
+        return insn_word(e, pc).is_some_and(|w| {
+            pc.checked_add(4)
+                .and_then(|a| insn_word(e, a))
+                .is_some_and(|slot| crate::delay::mips_local_branch(w, slot))
+        });
+    }
+    let Some(isa) = e.local else {
+        return false;
+    };
+    // Not past the page's end, which may be unmapped: a shorter read
+    // decides the cautious way (not local).
+    let room = 4096 - (pc & 4095) as usize;
+    read_guest(pc, crate::local::LONGEST.min(room))
+        .is_some_and(|code| crate::local::is_local(isa, &code, e.big_endian))
 }
 
 /// Whether the instruction at `pc` is the delay slot of a branch (MIPS:

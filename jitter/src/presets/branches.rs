@@ -51,13 +51,22 @@ thread_local! {
 /// The instruction hook: `Branch` at branches, `Register` where a block
 /// starts, `Always` elsewhere.
 pub fn inst(pc: u64, branch: bool) -> HookType {
+    classify(pc, branch, false)
+}
+
+/// [`inst`], where `local` says a branch is to be hooked as the
+/// instruction it is but for its branch: `Register` where it starts a
+/// block, `Always` elsewhere.
+fn classify(pc: u64, branch: bool, local: bool) -> HookType {
     let [prev, before] = PREV.with(|p| {
         let [last, _] = p.get();
         p.replace([Some((pc, branch)), last])
     });
     if branch {
         BRANCHES.with(|b| b.borrow_mut().insert(pc));
-        return HookType::Branch;
+        if !local {
+            return HookType::Branch;
+        }
     }
     let starts_block = match (prev, before) {
         (None, _) => true,
@@ -80,22 +89,45 @@ pub fn inst(pc: u64, branch: bool) -> HookType {
 
 /// [`inst`] for a tool that reads branches for its call stacks only: a
 /// branch that cannot change a call stack gets no registers of its own
-/// (`Always`): on MIPS, a conditional branch without link whose delay slot
-/// leaves the stack pointer alone (`jitter::delay`'s `mips_local_branch`),
-/// the back edges of loops. Where it lands still starts a block, with the
-/// registers after it, so the stack pointer a call stack follows is
-/// sampled there as before. On busybox `sha256sum` (mipsel) most branches
-/// are such back edges.
+/// (`Always`): a conditional, pc-relative branch without link (the back
+/// edges of loops, an `if`) on every guest but 32-bit Arm (`jitter::local`;
+/// on MIPS, one whose delay slot leaves the stack pointer alone,
+/// `jitter::delay`'s `mips_local_branch`). Where it lands still starts a
+/// block, with the registers after it, so the stack pointer a call stack
+/// follows is sampled there as before. A local branch that starts a block
+/// (the first instruction after a call returns, say) keeps its registers
+/// (`Register`): they are where the branch before it landed. On busybox
+/// `sha256sum` most branches are such back edges.
 pub fn call_stack_inst(pc: u64, branch: bool) -> HookType {
-    let h = inst(pc, branch);
-    if h == HookType::Branch && crate::events::local_branch(pc) {
-        HookType::Always
-    } else {
-        h
-    }
+    classify(pc, branch, branch && crate::events::local_branch(pc))
 }
 
 /// The memory hook: the 4- and 8-byte stores of branch instructions.
 pub fn mem(pc: u64, write: bool, size: usize) -> bool {
     write && (size == 4 || size == 8) && BRANCHES.with(|b| b.borrow().contains(&pc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_branch_keeps_the_registers_of_the_block_it_starts() {
+        use HookType::{Always, Branch, Register};
+        // A block's first instruction, then a call.
+        assert_eq!(classify(0x1000, false, false), Register);
+        assert_eq!(classify(0x1004, true, false), Branch);
+        // The call's return lands on a local branch: where it landed.
+        assert_eq!(classify(0x1008, true, true), Register);
+        // After a branch, and after the instruction after one.
+        assert_eq!(classify(0x100c, false, false), Register);
+        assert_eq!(classify(0x1010, false, false), Register);
+        // A local branch inside a block: nothing of its own.
+        assert_eq!(classify(0x1014, false, false), Always);
+        assert_eq!(classify(0x1018, true, true), Always);
+        // Any other branch inside a block.
+        assert_eq!(classify(0x2000, false, false), Register);
+        assert_eq!(classify(0x2004, false, false), Always);
+        assert_eq!(classify(0x2008, true, false), Branch);
+    }
 }
