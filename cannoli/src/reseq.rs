@@ -11,7 +11,8 @@
 //! The ring hands chunks out in increasing seq order, so a claimed seq is
 //! always below `next + window`.
 //!
-//! Trace buffers are recycled through a small free list.
+//! Trace buffers are recycled through a small free list, their items
+//! dropped by the worker that takes one, not by the deliverer.
 //!
 //! Each chunk also carries a value `M` for its delivery (the decoder's
 //! [`Seam`](crate::decode::Seam)), and the delivery loop has a state `S` of
@@ -77,7 +78,12 @@ impl<Tr, M, S: Default> Reseq<Tr, M, S> {
             st = self.room.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         st.outstanding += 1;
-        st.free.pop().unwrap_or_default()
+        let mut buf = st.free.pop().unwrap_or_default();
+        drop(st);
+        // The deliverer gives buffers back with their items (see
+        // `complete`): a worker drops them, outside the lock.
+        buf.clear();
+        buf
     }
 
     /// Gives back a ticket that did not turn into a chunk (the ring is done).
@@ -121,10 +127,14 @@ impl<Tr, M, S: Default> Reseq<Tr, M, S> {
         loop {
             drop(st);
             deliver(&cur, meta, &mut serial);
-            cur.clear();
             st = self.lock();
             st.next += 1;
             st.outstanding -= 1;
+            // Not cleared here: the deliverer is the one thread every chunk
+            // waits for, and dropping a trace's items (a heap trace's boxed
+            // registers and shared deltas) is work the worker that claims
+            // the buffer next does instead (a sixth of the heap's serial
+            // thread, once its call stacks were cheap).
             if st.free.len() < self.max_free {
                 st.free.push(cur);
             }
