@@ -10,11 +10,10 @@
 //! stack: none of those is one of these. Such a branch goes to another
 //! instruction of its function with the same stack pointer, so a call
 //! stack learns nothing from its registers; where it lands still starts a
-//! block, with registers. A compiler could make a conditional tail call
-//! with one (clang does on x86 for a branch to a block that only tail
-//! calls): the call stack then keeps the caller's frame for the callee,
-//! whose return still leaves it, as a tail call leaves no return address
-//! of its own.
+//! block, with registers. Should a compiler make a conditional tail call
+//! with one, the call stack keeps the caller's frame for the callee,
+//! whose return still leaves it (a tail call leaves no return address of
+//! its own): a stack shown inside the callee names the caller instead.
 //!
 //! MIPS, whose branches have a delay slot that may move the stack pointer,
 //! is decided in `delay`; 32-bit Arm is not decided at all (whether the

@@ -366,8 +366,13 @@ pub fn plain_pushed(trace: &mut Vec<Item>, n: usize) {
 /// instruction events the serial phase got.
 #[inline(always)]
 pub fn idle(trace: &mut Vec<Item>, sp: u64, needed: u8) -> bool {
-    let h = head(trace);
-    sp != 0 && h.sp == sp && h.plain >= needed && !after_word_load(trace)
+    quiet(head(trace), sp, needed) && !after_word_load(trace)
+}
+
+/// [`idle`] as the head tells it: the same stack pointer, nothing left.
+#[inline(always)]
+fn quiet(h: &Head, sp: u64, needed: u8) -> bool {
+    sp != 0 && h.sp == sp && h.plain >= needed
 }
 
 /// Whether the trace's last item is an 8-byte load (see [`idle`]).
@@ -389,7 +394,7 @@ fn after_word_load(trace: &[Item]) -> bool {
 #[inline(always)]
 pub fn sp_seen(trace: &mut Vec<Item>, sp: u64, plain: bool, needed: u8) -> bool {
     let h = head(trace);
-    let same = plain && sp != 0 && h.sp == sp && h.plain >= needed;
+    let same = plain && quiet(h, sp, needed);
     h.sp = sp;
     same && !after_word_load(trace)
 }
