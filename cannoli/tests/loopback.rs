@@ -89,7 +89,8 @@ fn fake_syscall_names() -> std::collections::BTreeMap<u64, String> {
 
 type Traces = HashMap<(i32, i32), Vec<Ev>>;
 
-/// Finished threads' traces, keyed by (pid, tid).
+/// Finished threads' traces, keyed by (pid, tid). Tests run at once share
+/// it, so each test plays pids no other test uses.
 static RESULTS: Mutex<Option<Traces>> = Mutex::new(None);
 /// init_pid calls, keyed by pid.
 static PID_INITS: Mutex<Option<HashMap<i32, u32>>> = Mutex::new(None);
@@ -516,10 +517,12 @@ fn overlapping_streams(pid: i32, b_image: u32, a_execs: bool) {
     let addr = peer(&server);
     let addr2 = addr.clone();
     let (b_done_tx, b_done_rx) = mpsc::channel::<()>();
+    let (a_welcomed_tx, a_welcomed_rx) = mpsc::channel::<()>();
     let a = std::thread::spawn(move || {
         let mut p = Producer::create_memfd(4096, 2).unwrap();
         let mut s = connect_fake(&addr, fake_hello(pid, pid, WIRE_VERSION, fake_regs()), &p)
             .expect("welcomed");
+        a_welcomed_tx.send(()).unwrap();
         b_done_rx.recv().unwrap();
         let buf = p.acquire_slice().unwrap();
         buf[..8].copy_from_slice(&0x1234u64.to_le_bytes());
@@ -528,9 +531,12 @@ fn overlapping_streams(pid: i32, b_image: u32, a_execs: bool) {
         let bye = format!("{{\"chunks\":1,\"lost_events\":0,\"exec\":{a_execs}}}\n");
         s.write_all(bye.as_bytes()).unwrap();
     });
-    std::thread::sleep(Duration::from_millis(50));
     let (chunks, want) = make_stream(5, 4096, 7);
     let b = std::thread::spawn(move || {
+        // B connects only once A holds its welcome, and so its context: a
+        // fixed sleep let a loaded machine take B first, end it and drop
+        // the context before A came.
+        a_welcomed_rx.recv().unwrap();
         let mut f = Fake::new(pid, pid + 1);
         f.image = b_image;
         let r = f.play(addr2, &chunks, Ending::Goodbye { lost: 0 });
@@ -597,7 +603,7 @@ impl Cannoli for Gap {
 fn the_process_context_is_taken_before_the_welcome() {
     let server = bind();
     let addr = peer(&server);
-    let pid = 2600;
+    let pid = 2700;
     let q = std::thread::spawn(move || {
         let mut p = Producer::create_memfd(4096, 2).unwrap();
         let mut s = connect_fake(&addr, fake_hello(pid, pid, WIRE_VERSION, fake_regs()), &p)
@@ -1665,16 +1671,16 @@ fn run_forever_serves_any_number_of_processes() {
             std::thread::sleep(Duration::from_millis(5));
         }
     };
-    let (a, want_a) = play(3000, 30);
-    let (b, want_b) = play(3001, 31);
+    let (a, want_a) = play(3500, 30);
+    let (b, want_b) = play(3501, 31);
     assert_eq!(a.join().unwrap(), None);
     assert_eq!(b.join().unwrap(), None);
-    assert!(wait_result(3000) == want_a);
-    assert!(wait_result(3001) == want_b);
+    assert!(wait_result(3500) == want_a);
+    assert!(wait_result(3501) == want_b);
     std::thread::sleep(Duration::from_millis(300));
-    let (c, want_c) = play(3002, 32);
+    let (c, want_c) = play(3502, 32);
     assert_eq!(c.join().unwrap(), None);
-    assert!(wait_result(3002) == want_c);
+    assert!(wait_result(3502) == want_c);
 }
 
 /// One run's own value: what a tool keeps instead of module statics.
