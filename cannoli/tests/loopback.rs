@@ -1411,7 +1411,8 @@ fn a_worker_that_cannot_start_ends_its_stream_counted() {
         return;
     }
     // SAFETY: plain system calls; as root, a uid nobody uses (so that
-    // RLIMIT_NPROC, which root ignores, applies and counts only us).
+    // RLIMIT_NPROC, which root ignores, applies and counts only us; as
+    // another user the limit counts its other programs' threads too).
     unsafe {
         if libc::geteuid() == 0 {
             assert_eq!(libc::setgid(54_321), 0);
@@ -1445,9 +1446,10 @@ fn a_worker_that_cannot_start_ends_its_stream_counted() {
         let _ = s.write_all(g.as_bytes());
     });
     // The threads there are now, and one more: the connection's.
+    let n = threads_of_user(uid) + 1;
     let lim = libc::rlimit {
-        rlim_cur: threads_of_user(uid) + 1,
-        rlim_max: threads_of_user(uid) + 1,
+        rlim_cur: n,
+        rlim_max: n,
     };
     // SAFETY: setrlimit reads `lim`.
     assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &lim) }, 0);
