@@ -1157,9 +1157,9 @@ mod damaged {
         let (rec, bytes, fr) = small_recording(&dir);
         // The whole outputs.
         let mut whole: BTreeMap<&str, Vec<String>> = BTreeMap::new();
-        // A damaged copy may take longer than the whole file (a reader
-        // that waits out a gap, say) but not without bound: the longest
-        // whole read, on this machine under its load, sets the bound.
+        // A damaged copy is read in about the time of the whole file, not
+        // without bound: the longest whole read, on this machine under its
+        // load, sets the bound (no fixed number of seconds).
         let mut whole_took = Duration::ZERO;
         for (which, tool) in readers(&rec, &dir.file("whole.out"), 1) {
             let _ = fs::remove_file(dir.file("whole.out"));
