@@ -258,12 +258,50 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
                 items = rest;
             }
         }
-        for item in items {
+        // Most chunks wait for nothing: a started thread with nothing held,
+        // in a process that knows no thread's id word (one of one thread),
+        // applies its loads, stores and instructions without asking
+        // `waits`, and a folded access with the run of them it starts (a
+        // function's stack and globals between two instruction events).
+        // Only the rare kinds can change that (a `clone`, say), so it is
+        // asked again after each.
+        let mut free = t.waits_for_nothing(st);
+        let mut at = 0;
+        while let Some(item) = items.get(at) {
+            at += 1;
+            if free {
+                // As `Thread::apply` would, without asking its kind again.
+                match *item {
+                    Item::Access(ref a) => {
+                        if a.zone != 0 && t.folded(st, a.zone) {
+                            at += t.skip_run(&items[at - 1..], a.zone) - 1;
+                        } else {
+                            let half_load = t.half_load.take();
+                            t.access(st, *a, half_load);
+                        }
+                        continue;
+                    }
+                    Item::Insn {
+                        pc,
+                        branch,
+                        regs,
+                        value,
+                    } => {
+                        if t.half_load.is_some() {
+                            t.half_load = None;
+                        }
+                        t.insn(pid, st, pc, branch, regs, value);
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
             if !t.deferred.is_empty() || t.waits(st, item) {
                 t.hold(pid, st, thread, item);
             } else {
                 t.apply(pid, st, item);
             }
+            free = t.waits_for_nothing(st);
         }
     }
     release(pid, st, false);
@@ -352,6 +390,14 @@ pub fn release(pid: &Pid, st: &mut Proc, last: bool) {
 }
 
 impl Thread {
+    /// Whether no load, store or instruction of this thread can wait
+    /// ([`Thread::waits`]): it started, holds nothing, and no thread's id
+    /// word is known for a load of 0 to wait on. Applying a load, store
+    /// or instruction keeps it so; a rare kind may not.
+    fn waits_for_nothing(&self, st: &Proc) -> bool {
+        self.started.get() && self.deferred.is_empty() && st.order.tid_words.is_empty()
+    }
+
     /// Whether `item` must wait for another thread's events (see the
     /// module's list).
     #[inline(always)]

@@ -597,6 +597,27 @@ impl Thread {
         }
     }
 
+    /// The run of accesses of folded `zone` that `items` starts with
+    /// (at least its first), each [`skipped`](Thread::skipped) as
+    /// [`Thread::apply`] would: how many. A zone's fold is decided once
+    /// for its segment, and the run ends at any other item (a segment's
+    /// end is one), so only the first needs [`Thread::folded`].
+    #[inline(always)]
+    pub(super) fn skip_run(&mut self, items: &[Item], zone: u8) -> usize {
+        let mut n = 0;
+        for item in items {
+            match item {
+                Item::Access(a) if a.zone == zone => {
+                    let half_load = self.half_load.take();
+                    self.skipped(a, half_load);
+                    n += 1;
+                }
+                _ => break,
+            }
+        }
+        n
+    }
+
     /// The segment being applied ends: its folded zones' words go into
     /// the shadow.
     pub(super) fn fold(&mut self, st: &mut Proc) {
