@@ -15,6 +15,9 @@
 //! whose return still leaves it (a tail call leaves no return address of
 //! its own): a stack shown inside the callee names the caller instead.
 //!
+//! A direct jump ([`is_direct_jump`]) is told apart: it may be a tail
+//! call, which only a call stack of return addresses can ignore.
+//!
 //! MIPS, whose branches have a delay slot that may move the stack pointer,
 //! is decided in `delay`; 32-bit Arm is not decided at all (whether the
 //! code at a pc is Arm or Thumb is not known here), and keeps every
@@ -53,20 +56,82 @@ pub const LONGEST: usize = 4;
 /// `big_endian`: the guest's byte order, that of PowerPC's words (AArch64
 /// fetches its instructions little-endian in either).
 pub fn is_local(isa: Isa, code: &[u8], big_endian: bool) -> bool {
-    let word = |big_endian| -> Option<u32> {
-        let b: [u8; 4] = code.get(..4)?.try_into().ok()?;
-        Some(if big_endian {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
-        })
-    };
+    let word = |big_endian| word(code, big_endian);
     match isa {
         Isa::X86 => x86_local(code),
         Isa::AArch64 => word(false).is_some_and(a64_local),
         Isa::RiscV => riscv_local(code),
         Isa::Ppc => word(big_endian).is_some_and(ppc_local),
     }
+}
+
+/// Whether the instruction whose first bytes are `code` is a direct jump:
+/// unconditional, to a pc-relative target, without link (x86 `jmp rel8`
+/// and `jmp rel32`, AArch64 `b`, RISC-V `j` and `c.j`, PowerPC `b` and a
+/// `bc` that always branches). Compilers make a loop's back edge with one
+/// as often as with a conditional branch (busybox `sha256sum`'s round loop
+/// on AArch64 ends in `b`), and a tail call too. A call stack that names
+/// its frames by their return addresses alone, as `cannoli heap`'s do, is
+/// the same without a tail call's frame: the callee returns where its
+/// caller would have, with the caller's stack pointer, so the frame the
+/// return leaves is the caller's either way. Where the jump lands still
+/// starts a block, with registers. A stack that names the functions it
+/// entered (`cannoli backtrace`) needs the jump, and does not ask.
+pub fn is_direct_jump(isa: Isa, code: &[u8], big_endian: bool) -> bool {
+    let word = |big_endian| word(code, big_endian);
+    match isa {
+        Isa::X86 => x86_jump(code),
+        // B: 000101 imm26.
+        Isa::AArch64 => word(false).is_some_and(|w| w >> 26 == 0b00_0101),
+        Isa::RiscV => riscv_jump(code),
+        Isa::Ppc => word(big_endian).is_some_and(ppc_jump),
+    }
+}
+
+/// The 4-byte word `code` starts with, in the byte order given (none
+/// where the page ended first).
+fn word(code: &[u8], big_endian: bool) -> Option<u32> {
+    let b: [u8; 4] = code.get(..4)?.try_into().ok()?;
+    Some(if big_endian {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    })
+}
+
+/// x86: `jmp rel8` (`eb`) and `jmp rel32` (`e9`), after at most MPX's
+/// `bnd` (`f2`). An operand-size prefix (a 16-bit target) leaves it not
+/// one.
+fn x86_jump(code: &[u8]) -> bool {
+    let bnd = usize::from(code.first() == Some(&0xf2));
+    matches!(code.get(bnd), Some(0xeb | 0xe9))
+}
+
+/// RISC-V: `jal` with `rd` x0 (`j`), and the compressed `c.j` (quadrant
+/// 1, funct3 `101`). RV32's `c.jal` (funct3 `001`) links, and is the
+/// 64-bit guests' `c.addiw`: neither.
+fn riscv_jump(code: &[u8]) -> bool {
+    let Some(&[lo, hi]) = code.get(..2) else {
+        return false;
+    };
+    let half = u16::from_le_bytes([lo, hi]);
+    if half & 3 != 3 {
+        return half & 0xe003 == 0xa001;
+    }
+    let Some(b) = code.get(..4) else {
+        return false;
+    };
+    let w = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    w & 0xfff == 0x06f
+}
+
+/// PowerPC: `b` (primary opcode 18) and `bc` (16) whose `BO` says
+/// "branch always" (`1z1zz`), relative (`AA` 0) and without link (`LK`
+/// 0).
+fn ppc_jump(w: u32) -> bool {
+    let bo = (w >> 21) & 31;
+    let always = w >> 26 == 18 || (w >> 26 == 16 && bo & 0b10100 == 0b10100);
+    always && w & 3 == 0
 }
 
 /// x86: `jcc rel8` (`70`-`7f`), `jcc rel32` (`0f 80`-`0f 8f`), `jrcxz`
@@ -187,6 +252,48 @@ mod tests {
         assert!(!a64(0xd400_0001)); // svc #0
         assert!(!a64(0x9100_43ff)); // add sp, sp, #16
         assert!(!a64(0xd503_201f)); // nop
+    }
+
+    #[test]
+    fn direct_jumps_are_told_on_each_guest() {
+        let x = |b: &[u8]| is_direct_jump(Isa::X86, b, false);
+        assert!(x(&[0xeb, 0xfe])); // jmp rel8
+        assert!(x(&[0xe9, 0, 0, 0])); // jmp rel32
+        assert!(x(&[0xf2, 0xe9, 0, 0])); // bnd jmp rel32
+        assert!(!x(&[0x66, 0xe9, 0, 0])); // jmp with an operand size
+        assert!(!x(&[0xe8, 0, 0, 0])); // call rel32
+        assert!(!x(&[0xff, 0xe0])); // jmp *%rax
+        assert!(!x(&[0x75, 0xf0])); // jne (local, not a jump)
+        assert!(!x(&[]));
+
+        let a = |w: u32| is_direct_jump(Isa::AArch64, &w.to_le_bytes(), false);
+        assert!(a(0x1400_0002)); // b +8
+        assert!(a(0x17ff_ffca)); // b -216 (busybox sha256sum's round loop)
+        assert!(!a(0x9400_0002)); // bl +8
+        assert!(!a(0xd61f_0220)); // br x17
+        assert!(!a(0x5400_0041)); // b.ne +8
+
+        let r = |b: &[u8]| is_direct_jump(Isa::RiscV, b, false);
+        assert!(r(&0x0080_006fu32.to_le_bytes())); // j +8
+        assert!(r(&0xa011u16.to_le_bytes())); // c.j +4
+        assert!(!r(&0x0080_00efu32.to_le_bytes())); // jal ra, +8
+        assert!(!r(&0x2505u16.to_le_bytes())); // c.addiw a0, 1 (c.jal on RV32)
+        assert!(!r(&0x0000_8067u32.to_le_bytes())); // ret
+        assert!(!r(&0x8082u16.to_le_bytes())); // c.jr ra
+        assert!(!r(&[0x6f])); // cut at a page's end
+
+        let p = |w: u32| is_direct_jump(Isa::Ppc, &w.to_le_bytes(), false);
+        assert!(p(0x4800_0008)); // b +8
+        assert!(p(0x4280_0008)); // bc 20, 0, +8: always
+        assert!(!p(0x4800_0009)); // bl +8
+        assert!(!p(0x4800_000a)); // ba (absolute)
+        assert!(!p(0x4182_0008)); // beq +8
+        assert!(!p(0x4e80_0020)); // blr
+        assert!(is_direct_jump(
+            Isa::Ppc,
+            &0x4800_0008u32.to_be_bytes(),
+            true
+        ));
     }
 
     fn rv(bytes: &[u8]) -> bool {

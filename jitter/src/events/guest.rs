@@ -46,9 +46,10 @@ pub fn branch_flag(pc: u64, ends_block: bool) -> bool {
     crate::delay::user_branch_flag(e.mips, pc, ends_block, |a| insn_word(e, a))
 }
 
-/// Whether the instruction at `pc` is a branch that leaves call stacks as
-/// they are: a local branch (`crate::local`; on MIPS, with its delay
-/// slot, [`crate::delay::mips_local_branch`]).
+/// Whether the instruction at `pc` is a branch that leaves call stacks of
+/// return addresses as they are: a local branch or a direct jump
+/// (`crate::local`; on MIPS, a local branch whose delay slot leaves the
+/// stack pointer alone, [`crate::delay::mips_local_branch`]).
 pub fn local_branch(pc: u64) -> bool {
     let Some(e) = env() else {
         return false;
@@ -66,8 +67,10 @@ pub fn local_branch(pc: u64) -> bool {
     // Not past the page's end, which may be unmapped: a shorter read
     // decides the cautious way (not local).
     let room = 4096 - (pc & 4095) as usize;
-    read_guest(pc, crate::local::LONGEST.min(room))
-        .is_some_and(|code| crate::local::is_local(isa, &code, e.big_endian))
+    read_guest(pc, crate::local::LONGEST.min(room)).is_some_and(|code| {
+        crate::local::is_local(isa, &code, e.big_endian)
+            || crate::local::is_direct_jump(isa, &code, e.big_endian)
+    })
 }
 
 /// Whether the instruction at `pc` is the delay slot of a branch (MIPS:
