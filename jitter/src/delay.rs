@@ -24,36 +24,35 @@ pub fn mips_has_delay_slot(w: u32) -> bool {
 }
 
 /// Whether a MIPS branch `w` whose delay slot is `slot` leaves a call stack
-/// as it is: a conditional branch to a pc-relative target that writes no
-/// link register (`beq`/`bne` but the unconditional `b`, `blez`, `bgtz`,
-/// `bltz`, `bgez` but `bgez zero`, their "likely" forms, `bc1t`/`bc1f`
-/// and the like), whose delay slot does not name the stack pointer as a
-/// register it may write (`rt` or `rd` of 29). Compilers make tail calls
-/// with `j` or `jr`, and calls with a link: neither is one of these. Such a
+/// of return addresses as it is: a branch or jump that writes no link
+/// register (`beq`/`bne`, `blez`, `bgtz`, `bltz`, `bgez`, their "likely"
+/// forms, `bc1t`/`bc1f` and the like, the unconditional `b` and `j`), whose
+/// delay slot does not name the stack pointer as a register it may write
+/// (`rt` or `rd` of 29). Calls link, and returns and most tail calls go
+/// through a register (`jr`): neither is one of these. A conditional
 /// branch goes to another instruction of the same function with the same
-/// stack pointer, so a call-stack tool learns nothing from its registers.
+/// stack pointer; `b` and `j` may be a tail call too, which leaves a stack
+/// of return addresses as it is (`crate::local::is_direct_jump` says why).
+/// A call-stack tool of return addresses learns nothing from their
+/// registers.
 pub fn mips_local_branch(w: u32, slot: u32) -> bool {
     let op = w >> 26;
     let rs = (w >> 21) & 31;
     let rt = (w >> 16) & 31;
-    let conditional = match op {
-        // BEQ, BEQL: but `beq zero, zero` is the unconditional `b`.
-        4 | 20 => rs != 0 || rt != 0,
-        // BNE, BLEZ, BGTZ and their likely forms.
-        5..=7 | 21..=23 => true,
-        // REGIMM: BLTZ, BGEZ, BLTZL, BGEZL (not `bgez zero`: `b`).
-        1 => match rt {
-            0 | 2 => true,
-            1 | 3 => rs != 0,
-            _ => false,
-        },
+    let without_link = match op {
+        // J; BEQ, BNE, BLEZ, BGTZ and their likely forms (`beq zero,
+        // zero` is `b`).
+        2 | 4..=7 | 20..=23 => true,
+        // REGIMM: BLTZ, BGEZ (`bgez zero` is `b`), BLTZL, BGEZL; not the
+        // linking forms (`bal` among them).
+        1 => matches!(rt, 0..=3),
         // COP1/COP2 condition branches.
         17 | 18 => matches!(rs, 8..=10),
         _ => false,
     };
     let slot_rt = (slot >> 16) & 31;
     let slot_rd = (slot >> 11) & 31;
-    conditional && slot_rt != 29 && slot_rd != 29 && !mips_has_delay_slot(slot)
+    without_link && slot_rt != 29 && slot_rd != 29 && !mips_has_delay_slot(slot)
 }
 
 /// The `branch` flag the user's hook sees for the instruction at `pc`.
@@ -115,12 +114,16 @@ mod tests {
         assert!(mips_local_branch(0x45010002, nop)); // bc1t +2
         assert!(mips_local_branch(0x14a0fffe, 0x8fbf001c)); // slot: lw ra, 28(sp)
 
-        // Unconditional, linking or through a register: not.
-        assert!(!mips_local_branch(0x1000ffff, nop)); // b -1
-        assert!(!mips_local_branch(0x04010004, nop)); // bgez zero, +4 (b)
+        // Unconditional and direct, no link: a back edge or a tail call.
+        assert!(mips_local_branch(0x1000ffff, nop)); // b -1
+        assert!(mips_local_branch(0x1000ffc4, 0x00402825)); // busybox sha256sum's b, slot move a1, v0
+        assert!(mips_local_branch(0x04010004, nop)); // bgez zero, +4 (b)
+        assert!(mips_local_branch(0x08100200, nop)); // j
+        assert!(!mips_local_branch(0x08100200, 0x27bd0020)); // j, slot addiu sp, sp, 32
+
+        // Linking or through a register: not.
         assert!(!mips_local_branch(0x04110004, nop)); // bal +4
         assert!(!mips_local_branch(0x04500004, nop)); // bltzal v0, +4
-        assert!(!mips_local_branch(0x08100200, nop)); // j
         assert!(!mips_local_branch(0x0c100200, nop)); // jal
         assert!(!mips_local_branch(0x03e00008, nop)); // jr ra
         assert!(!mips_local_branch(0x0320f809, nop)); // jalr t9

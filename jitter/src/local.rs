@@ -19,9 +19,9 @@
 //! call, which only a call stack of return addresses can ignore.
 //!
 //! MIPS, whose branches have a delay slot that may move the stack pointer,
-//! is decided in `delay`; 32-bit Arm is not decided at all (whether the
-//! code at a pc is Arm or Thumb is not known here), and keeps every
-//! branch's registers.
+//! is decided in `delay` (its direct jumps too); 32-bit Arm is not decided
+//! at all (whether the code at a pc is Arm or Thumb is not known here), and
+//! keeps every branch's registers.
 
 /// The guests whose local branches this module decodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

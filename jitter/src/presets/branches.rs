@@ -92,8 +92,8 @@ fn classify(pc: u64, branch: bool, local: bool) -> HookType {
 /// (`Always`): a conditional, pc-relative branch without link (the back
 /// edges of loops, an `if`) and a direct jump (a back edge too, or a tail
 /// call, which leaves a stack of return addresses as it is) on every
-/// guest but 32-bit Arm (`jitter::local`; on MIPS, a conditional branch
-/// whose delay slot leaves the stack pointer alone, `jitter::delay`'s
+/// guest but 32-bit Arm (`jitter::local`; on MIPS, either, where the
+/// delay slot leaves the stack pointer alone, `jitter::delay`'s
 /// `mips_local_branch`). Where it lands still starts a
 /// block, with the registers after it, so the stack pointer a call stack
 /// follows is sampled there as before. A local branch that starts a block
