@@ -56,12 +56,11 @@ pub const LONGEST: usize = 4;
 /// `big_endian`: the guest's byte order, that of PowerPC's words (AArch64
 /// fetches its instructions little-endian in either).
 pub fn is_local(isa: Isa, code: &[u8], big_endian: bool) -> bool {
-    let word = |big_endian| word(code, big_endian);
     match isa {
         Isa::X86 => x86_local(code),
-        Isa::AArch64 => word(false).is_some_and(a64_local),
+        Isa::AArch64 => word(code, false).is_some_and(a64_local),
         Isa::RiscV => riscv_local(code),
-        Isa::Ppc => word(big_endian).is_some_and(ppc_local),
+        Isa::Ppc => word(code, big_endian).is_some_and(ppc_local),
     }
 }
 
@@ -78,13 +77,12 @@ pub fn is_local(isa: Isa, code: &[u8], big_endian: bool) -> bool {
 /// starts a block, with registers. A stack that names the functions it
 /// entered (`cannoli backtrace`) needs the jump, and does not ask.
 pub fn is_direct_jump(isa: Isa, code: &[u8], big_endian: bool) -> bool {
-    let word = |big_endian| word(code, big_endian);
     match isa {
         Isa::X86 => x86_jump(code),
         // B: 000101 imm26.
-        Isa::AArch64 => word(false).is_some_and(|w| w >> 26 == 0b00_0101),
+        Isa::AArch64 => word(code, false).is_some_and(|w| w >> 26 == 0b00_0101),
         Isa::RiscV => riscv_jump(code),
-        Isa::Ppc => word(big_endian).is_some_and(ppc_jump),
+        Isa::Ppc => word(code, big_endian).is_some_and(ppc_jump),
     }
 }
 

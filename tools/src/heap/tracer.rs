@@ -394,13 +394,7 @@ impl Thread {
     /// ([`order::run`]); the rare kinds go through one call.
     #[inline(always)]
     fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
-        // Read before written: most events find none (a write per event
-        // was 8 % of the serial phase's instructions).
-        let half_load = if self.half_load.is_some() {
-            self.half_load.take()
-        } else {
-            None
-        };
+        let half_load = self.take_half_load();
         match *item {
             // By reference: a folded access (most) is not copied out.
             Item::Access(ref a) => {
@@ -422,6 +416,19 @@ impl Thread {
                 self.apply_rare(pid, st, item);
             }
             _ => self.apply_rare(pid, st, item),
+        }
+    }
+
+    /// The split vector load the item before left ([`Thread::access`]),
+    /// taken for the item being applied. Read before written: most events
+    /// find none (a write per event was 8 % of the serial phase's
+    /// instructions).
+    #[inline(always)]
+    fn take_half_load(&mut self) -> Option<(u64, u64, u64)> {
+        if self.half_load.is_some() {
+            self.half_load.take()
+        } else {
+            None
         }
     }
 

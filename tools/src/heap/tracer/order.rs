@@ -276,7 +276,7 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
                         if a.zone != 0 && t.folded(st, a.zone) {
                             at += t.skip_run(&items[at - 1..], a.zone) - 1;
                         } else {
-                            let half_load = t.half_load.take();
+                            let half_load = t.take_half_load();
                             t.access(st, *a, half_load);
                         }
                         continue;
@@ -287,9 +287,7 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
                         regs,
                         value,
                     } => {
-                        if t.half_load.is_some() {
-                            t.half_load = None;
-                        }
+                        t.take_half_load();
                         t.insn(pid, st, pc, branch, regs, value);
                         continue;
                     }

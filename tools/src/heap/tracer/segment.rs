@@ -608,7 +608,7 @@ impl Thread {
         for item in items {
             match item {
                 Item::Access(a) if a.zone == zone => {
-                    let half_load = self.half_load.take();
+                    let half_load = self.take_half_load();
                     self.skipped(a, half_load);
                     n += 1;
                 }
