@@ -74,6 +74,11 @@ pub struct Asm<'a> {
 #[must_use]
 pub struct Fixup(usize);
 
+/// A forward jump with a 32-bit displacement, bound later with
+/// [`Asm::bind32`].
+#[must_use]
+pub struct Fixup32(usize);
+
 impl<'a> Asm<'a> {
     /// An assembler writing into `buf`, whose first byte will execute at
     /// address `rx` (rel32 operands are computed from it).
@@ -138,6 +143,14 @@ impl<'a> Asm<'a> {
         }
     }
 
+    /// `opcode` with a register operand `r` and a memory operand `m`
+    /// (ModRM's reg and r/m fields); `w`: 64-bit (REX.W).
+    fn reg_mem(&mut self, w: bool, opcode: u8, r: Reg, m: Mem) {
+        self.rex(w, r as u8, m.base);
+        self.byte(opcode);
+        self.modrm_mem(r as u8, m);
+    }
+
     fn modrm_reg(&mut self, reg: u8, rm: Reg) {
         self.byte(0b11 << 6 | (reg & 7) << 3 | rm.low());
     }
@@ -160,16 +173,12 @@ impl<'a> Asm<'a> {
 
     /// `mov dword [m], src` (the low 32 bits of `src`).
     pub fn mov_m32_r(&mut self, m: Mem, src: Reg) {
-        self.rex(false, src as u8, m.base);
-        self.byte(0x89);
-        self.modrm_mem(src as u8, m);
+        self.reg_mem(false, 0x89, src, m);
     }
 
     /// `mov qword [m], src`.
     pub fn mov_m64_r(&mut self, m: Mem, src: Reg) {
-        self.rex(true, src as u8, m.base);
-        self.byte(0x89);
-        self.modrm_mem(src as u8, m);
+        self.reg_mem(true, 0x89, src, m);
     }
 
     /// `prefetchw [m]`: a hint to fetch the line for writing (0F 0D /1).
@@ -201,9 +210,22 @@ impl<'a> Asm<'a> {
 
     /// `mov dst, qword [m]`.
     pub fn mov_r_m64(&mut self, dst: Reg, m: Mem) {
-        self.rex(true, dst as u8, m.base);
-        self.byte(0x8b);
-        self.modrm_mem(dst as u8, m);
+        self.reg_mem(true, 0x8b, dst, m);
+    }
+
+    /// `mov dst32, dword [m]` (zero-extends into the full register).
+    pub fn mov_r32_m32(&mut self, dst: Reg, m: Mem) {
+        self.reg_mem(false, 0x8b, dst, m);
+    }
+
+    /// `cmp a, qword [m]` (64-bit): flags from `a - [m]`.
+    pub fn cmp_r_m64(&mut self, a: Reg, m: Mem) {
+        self.reg_mem(true, 0x3b, a, m);
+    }
+
+    /// `cmp a32, dword [m]`: flags from the low halves, `a - [m]`.
+    pub fn cmp_r32_m32(&mut self, a: Reg, m: Mem) {
+        self.reg_mem(false, 0x3b, a, m);
     }
 
     /// `mov dst, src` (64-bit).
@@ -229,9 +251,7 @@ impl<'a> Asm<'a> {
 
     /// `lea dst, [m]`.
     pub fn lea(&mut self, dst: Reg, m: Mem) {
-        self.rex(true, dst as u8, m.base);
-        self.byte(0x8d);
-        self.modrm_mem(dst as u8, m);
+        self.reg_mem(true, 0x8d, dst, m);
     }
 
     /// `add dst, imm` (64-bit).
@@ -311,6 +331,25 @@ impl<'a> Asm<'a> {
     pub fn jb_fwd(&mut self) -> Fixup {
         self.bytes(&[0x72, 0]);
         Fixup(self.len)
+    }
+
+    /// `jne rel8` (not equal), target bound later with [`Asm::bind`].
+    pub fn jne_fwd(&mut self) -> Fixup {
+        self.bytes(&[0x75, 0]);
+        Fixup(self.len)
+    }
+
+    /// `jmp rel32`, target bound later with [`Asm::bind32`] (a jump over
+    /// more code than a short one reaches).
+    pub fn jmp_fwd32(&mut self) -> Fixup32 {
+        self.bytes(&[0xe9, 0, 0, 0, 0]);
+        Fixup32(self.len)
+    }
+
+    /// Points a [`Asm::jmp_fwd32`] at the current position.
+    pub fn bind32(&mut self, f: Fixup32) {
+        let rel = i32::try_from(self.len - f.0).expect("jump out of reach");
+        self.buf[f.0 - 4..f.0].copy_from_slice(&rel.to_le_bytes());
     }
 
     /// Points a forward jump at the current position.
@@ -462,6 +501,22 @@ pub(crate) mod tests {
                 format!("mov -0x40(%rbp),%{name}")
             );
             assert_eq!(
+                one(|a| a.mov_r32_m32(r, mem(Rbp, 0x74))),
+                format!("mov 0x74(%rbp),%{name32}")
+            );
+            assert_eq!(
+                one(|a| a.cmp_r_m64(r, mem(R15, 0x3f8))),
+                format!("cmp 0x3f8(%r15),%{name}")
+            );
+            assert_eq!(
+                one(|a| a.cmp_r32_m32(r, mem(R15, 0x3f8))),
+                format!("cmp 0x3f8(%r15),%{name32}")
+            );
+            assert_eq!(
+                one(|a| a.cmp_r_m64(Rax, mem(r, -8))),
+                format!("cmp -0x8(%{name}),%rax")
+            );
+            assert_eq!(
                 one(|a| a.prefetchw(mem(r, 0x400))),
                 format!("prefetchw 0x400(%{name})")
             );
@@ -530,6 +585,26 @@ pub(crate) mod tests {
         // decodes as a jump to 0x1010.
         let j = jmp8_bytes(0x1000, 0x1010);
         assert_eq!(dis(&j.to_le_bytes(), 0x1000), ["jmp 0x0000000000001010"]);
+    }
+
+    #[test]
+    fn forward_jumps_short_and_long() {
+        let mut buf = [0u8; 512];
+        let mut a = Asm::new(&mut buf, 0x10_0000);
+        let near = a.jne_fwd();
+        let far = a.jmp_fwd32();
+        a.bind(near);
+        for _ in 0..200 {
+            a.nop1();
+        }
+        a.bind32(far);
+        a.ret();
+        let n = a.len();
+        let v = dis(&buf[..n], 0x10_0000);
+        assert_eq!(v[0], "jne 0x0000000000100007");
+        assert_eq!(v[1], "jmp 0x00000000001000cf");
+        assert_eq!(v.last().unwrap(), "ret");
+        assert_eq!(v.len(), 203);
     }
 
     #[test]

@@ -26,6 +26,13 @@
 //! table entry (the table is full) gets a run event saying so and one exec
 //! event per instruction, as before blocks.
 //!
+//! A quiet block start ([`crate::quiet_block_starts`]) has two table
+//! entries: the block's, and one that reports its first instruction
+//! without registers. Its code compares the stack pointer with the one
+//! the chunk's last word holds ([`stream::SP_SLOT`]) and writes the run
+//! event of the second where they are the same, else the first's and the
+//! register event ([`regs::write_quiet`]).
+//!
 //! Every event the JIT writes is checked against the window at once, so a
 //! chunk's [`HEADROOM`] only has to hold one event past the window's end.
 //!
@@ -301,6 +308,11 @@ struct Lifter {
     /// The register events the block's code writes itself ([`regs`]),
     /// by instruction: those whose `hook_insn` answered [`WANT_SYNCED`].
     in_place: Vec<Option<regs::InPlace>>,
+    /// Where the first instruction is a quiet block start
+    /// ([`crate::quiet_block_starts`]): the table entry that reports it
+    /// without registers. Its run event is then written at the
+    /// instruction's `cannoli_sync` ([`synced`]), not before.
+    quiet_run: Option<u64>,
 }
 
 impl Lifter {
@@ -315,6 +327,7 @@ impl Lifter {
             pending_load: None,
             unfetched: 0,
             in_place: Vec::new(),
+            quiet_run: None,
         }
     }
 
@@ -417,7 +430,10 @@ pub fn lift_insn(a: &mut Asm, pc: u64) {
         if !l.started {
             l.started = true;
             l.run = start_block(l);
+            l.quiet_run = quiet_run(l);
             match l.run {
+                // Written with the registers, or instead of them.
+                Run::Entry(_) if l.quiet_run.is_some() => {}
                 Run::Entry(id) => run_event(a, id),
                 Run::PerInsn => no_entry_run(a),
                 Run::Unhooked => {}
@@ -450,11 +466,33 @@ pub fn synced(a: &mut Asm) {
             return None;
         }
         let p = l.in_place.get(l.index).copied().flatten()?;
-        Some((l.pcs[l.index], p))
+        let quiet = match (l.index, l.run, l.quiet_run) {
+            (0, Run::Entry(id), Some(q)) => Some((id, q)),
+            _ => None,
+        };
+        Some((l.pcs[l.index], p, quiet))
     });
-    if let Some((pc, p)) = todo {
-        regs::write(a, pc, &p);
+    match todo {
+        Some((pc, p, Some((id, quiet)))) => regs::write_quiet(a, pc, &p, id, quiet),
+        Some((pc, p, None)) => regs::write(a, pc, &p),
+        None => {}
     }
+}
+
+/// The table entry of the block being lifted with its first instruction
+/// reported without registers, where that instruction is a quiet block
+/// start ([`crate::quiet_block_starts`]): hooked for `Register`, its
+/// narrowed registers written in place, in a block reported by a run
+/// event. `None` elsewhere, or where the table has no room.
+fn quiet_run(l: &Lifter) -> Option<u64> {
+    if !matches!(l.run, Run::Entry(_)) || l.hooks.first() != Some(&HookType::Register) {
+        return None;
+    }
+    let p = l.in_place.first().copied().flatten()?;
+    if !p.may_be_quiet() {
+        return None;
+    }
+    crate::blocks::append(&l.pcs, |i| i == 0 || l.hooks[i] == HookType::Always)
 }
 
 /// At the first instruction's code generation: the block's translation

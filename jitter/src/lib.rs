@@ -101,6 +101,32 @@ pub fn narrow_registers_named(names: &[&str]) -> bool {
     register_mask(names).map(narrow_registers).is_some()
 }
 
+/// Makes the first instruction of a block, hooked for `Register` with the
+/// registers narrowed ([`narrow_registers`]), report its registers only
+/// where a tool that follows the stack pointer named `sp` (as
+/// [`register_mask`] names it) could learn something from them: where an
+/// event of another kind than an instruction without registers or a load
+/// or store came since the last register event of the thread's chunk (a
+/// branch's, a syscall's, a signal's: the block is where they landed), where
+/// that event was in another chunk (each chunk starts with one), or where
+/// the stack pointer moved since. Elsewhere it is reported as an `Always`
+/// instruction. Most block starts are a loop's back edge landing at the
+/// stack pointer it left, and their registers cost QEMU more than a third
+/// of its time under `cannoli heap`. The client sees an instruction
+/// without registers where its stack pointer and everything a landing
+/// tells are what the last register event said. Call it with
+/// [`narrow_registers`]; false, nothing changed, where this guest has no
+/// register named `sp`.
+pub fn quiet_block_starts(sp: &str) -> bool {
+    match register_mask(&[sp]) {
+        Some(m) if m.count_ones() == 1 => {
+            events::quiet(m.trailing_zeros());
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Called from `hook_inst`: the instruction it is asked about reports every
 /// register, whatever [`narrow_registers`] said (a probed function's entry,
 /// whose arguments a tool reads, or a return whose delay slot it

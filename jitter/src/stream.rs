@@ -56,6 +56,37 @@ pub fn geometry() -> (usize, usize) {
 /// before a memory event); it is kept generous.
 pub const HEADROOM: usize = 1024;
 
+/// Where, from a window's end, the chunk's last word is: the stack
+/// pointer of the last register event a quiet block start wrote in this
+/// window, or all ones where another kind of event came since (see
+/// `codegen::regs`, quiet block starts). Events never reach it: the JIT's
+/// end before `end + 8 + MAX_JIT_EVENT`, and one written here that
+/// reaches past the window's end is followed by a flush, which gives a
+/// new window whose word is all ones again.
+pub const SP_SLOT: i32 = HEADROOM as i32 - 8;
+const _: () = assert!(8 + wire::MAX_JIT_EVENT <= SP_SLOT as usize);
+
+impl Window {
+    /// The window `[start, end)`, its chunk's stack pointer word
+    /// ([`SP_SLOT`]) forgotten.
+    fn fresh(start: u64, end: u64) -> Window {
+        forget_sp(end);
+        Window { cursor: start, end }
+    }
+}
+
+/// Forgets the stack pointer of the window ending at `end` ([`SP_SLOT`]):
+/// an event of another kind than an instruction or an access was written,
+/// so the next quiet block start reports its registers.
+fn forget_sp(end: u64) {
+    // SAFETY: `end` is the end of this thread's current window, whose
+    // chunk (or untraced buffer) reaches `HEADROOM` bytes past it; only
+    // this thread writes the chunk until it publishes it, and the client
+    // reads no byte past the events it was handed. A raw write, no
+    // reference: the memory is shared with the client.
+    unsafe { ((end + SP_SLOT as u64) as *mut u64).write(u64::MAX) };
+}
+
 /// Largest ring [`geometry`] gives (well below `mempipe::MAX_RING_LEN`).
 const MAX_RING_BYTES: usize = 4 << 30;
 
@@ -165,10 +196,7 @@ impl Stream {
 
     fn window(&self) -> Window {
         let start = self.chunk as u64;
-        Window {
-            cursor: start,
-            end: start + (self.chunk_len() - HEADROOM) as u64,
-        }
+        Window::fresh(start, start + (self.chunk_len() - HEADROOM) as u64)
     }
 
     /// Takes the next chunk; switches to untraced mode if the client is gone.
@@ -314,10 +342,7 @@ impl Untraced {
 
     fn window() -> Window {
         let start = Self::buffer() as u64;
-        Window {
-            cursor: start,
-            end: start + (8 * Self::WORDS - HEADROOM) as u64,
-        }
+        Window::fresh(start, start + (8 * Self::WORDS - HEADROOM) as u64)
     }
 
     /// Counts what was written up to `cursor` and starts over.
@@ -697,6 +722,7 @@ pub fn append_in_window<const H: usize>(
     }
     debug_assert_eq!(written, n, "fewer words than the event's length");
     c.cursor += len;
+    forget_sp(c.end);
     crate::prefetch::ring_lines_ahead(c.cursor, c.end);
     true
 }
@@ -787,6 +813,8 @@ fn append_in(s: &mut Option<Stream>, c: &mut Cursor, words: &[u64], payload: &[u
         let w = flush(s, c.cursor);
         c.cursor = w.cursor;
         c.end = w.end;
+    } else {
+        forget_sp(c.end);
     }
 }
 
@@ -891,7 +919,8 @@ mod tests {
 
     #[test]
     fn append_in_window_writes_only_below_the_end() {
-        let mut buf = [0u64; 8];
+        // A window of 6 words and its chunk's headroom.
+        let mut buf = vec![0u64; 6 + HEADROOM / 8];
         let start = buf.as_mut_ptr() as u64;
         let mut c = Cursor {
             cursor: start,
@@ -904,7 +933,11 @@ mod tests {
         // One more word would reach the end: refused, nothing written.
         assert!(!append_in_window(&mut c, &[9], 0, 0..));
         assert_eq!(c.cursor, start + 5 * 8);
-        assert_eq!(buf, [7, 8, 10, 11, 12, 0, 0, 0]);
+        assert_eq!(buf[..8], [7, 8, 10, 11, 12, 0, 0, 0]);
+        // The event forgot the stack pointer of the last quiet block
+        // start, in the chunk's last word; no other word was written.
+        assert_eq!(buf.last(), Some(&u64::MAX));
+        assert!(buf[8..buf.len() - 1].iter().all(|&w| w == 0));
         // No window: refused.
         let mut none = Cursor {
             cursor: 0,

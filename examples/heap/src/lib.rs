@@ -10,7 +10,10 @@
 //!   stack and where branches land, every other instruction as an exec
 //!   event; there only the registers the plan's `regs=` setting names
 //!   (the stack pointer, the link register and the return value: see
-//!   [`jitter::register_mask`]), every register at the plan's pcs;
+//!   [`jitter::register_mask`]), every register at the plan's pcs; with
+//!   the plan's `quiet=` setting, a block start's registers only where
+//!   the stack pointer moved or another kind of event came between
+//!   ([`jitter::quiet_block_starts`]);
 //! * every load and store, with its value (the checks, and the memory a
 //!   leak scan reads);
 //! * a number of the process's order at the plan's pcs
@@ -40,7 +43,11 @@ fn plan() -> MutexGuard<'static, Plan> {
         if let Some(names) = &plan.regs {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             // A name this guest lacks keeps every register.
-            jitter::narrow_registers_named(&names);
+            if jitter::narrow_registers_named(&names) {
+                if let Some(sp) = &plan.quiet {
+                    jitter::quiet_block_starts(sp);
+                }
+            }
         }
         Mutex::new(plan)
     });

@@ -44,8 +44,9 @@
 //! last copy writes 4 bytes past the event, inside the chunk's headroom,
 //! where the next event goes (the cursor never counts them).
 
-use super::{advance, fetched, store_word, with_lifter, CURSOR, ENV};
+use super::{advance, fetched, run_event, store_word, with_lifter, CURSOR, END, ENV};
 use crate::asm::{mem, Asm, Reg};
+use crate::stream::SP_SLOT;
 use std::sync::LazyLock;
 use wire::{frame, tag};
 
@@ -89,6 +90,10 @@ pub(super) struct InPlace {
     /// Every register, as the helper writes them when asked for every one
     /// (`mask` has them all).
     every: bool,
+    /// Where the stack pointer lies from env, where block starts are quiet
+    /// ([`crate::quiet_block_starts`]): a block start's event leaves it in
+    /// the chunk's [`SP_SLOT`] word, any other register event forgets it.
+    quiet_sp_at: Option<i32>,
 }
 
 /// The event to write in place of the helper for an instruction hooked
@@ -110,13 +115,58 @@ pub(super) fn in_place(kind: u32, asked: crate::events::Asked) -> Option<InPlace
         (false, Some(mask)) => (mask.count_ones() <= MOST).then_some((mask, false))?,
         _ => ((1u64 << n) - 1, true),
     };
+    let quiet_sp_at = crate::events::quiet_sp()
+        .filter(|&i| i < n)
+        .map(|i| e.regs_env_offset + (e.reg_bytes * i) as i32);
     Some(InPlace {
         kind,
         mask,
         reg_bytes: e.reg_bytes,
         regs_at: e.regs_env_offset,
         every,
+        quiet_sp_at,
     })
+}
+
+impl InPlace {
+    /// Whether the event may be left out where nothing moved: a block
+    /// start's narrowed registers, where block starts are quiet.
+    pub(super) fn may_be_quiet(&self) -> bool {
+        self.quiet_sp_at.is_some() && !self.every && self.kind == wire::RegsKind::Regs as u32
+    }
+}
+
+/// A quiet block start ([`crate::quiet_block_starts`]), at a block's first
+/// instruction, where env holds every guest register (no instruction of
+/// the block ran): where the stack pointer is the one the chunk's
+/// [`SP_SLOT`] word holds, only the run event of table entry `quiet_run`
+/// (the block with its first instruction among those it reports without
+/// registers); elsewhere the run event of `regs_run` and `p`'s event, as
+/// [`write`] writes it. The comparison needs a register: `rax`, saved
+/// around it on the stack (the JIT may clobber only the flags, which
+/// `pop` leaves as the comparison set them).
+pub(super) fn write_quiet(a: &mut Asm, pc: u64, p: &InPlace, regs_run: u64, quiet_run: u64) {
+    let at = p
+        .quiet_sp_at
+        .expect("a quiet block start knows its stack pointer");
+    a.push(Reg::Rax);
+    if p.reg_bytes == 8 {
+        a.mov_r_m64(Reg::Rax, mem(ENV, at));
+        a.cmp_r_m64(Reg::Rax, mem(END, SP_SLOT));
+    } else {
+        a.mov_r32_m32(Reg::Rax, mem(ENV, at));
+        a.cmp_r32_m32(Reg::Rax, mem(END, SP_SLOT));
+    }
+    a.pop(Reg::Rax);
+    let moved = a.jne_fwd();
+    run_event(a, quiet_run);
+    let done = a.jmp_fwd32();
+    a.bind(moved);
+    run_event(a, regs_run);
+    let len = encode(a, pc, p);
+    advance(a, len);
+    a.bind32(done);
+    with_lifter(|l| fetched(a, l, len, false));
 }
 
 /// Writes `p`'s event for the instruction at `pc` and steps over it.
@@ -148,6 +198,14 @@ fn encode(a: &mut Asm, pc: u64, p: &InPlace) -> i32 {
     if size == 4 && slot % 2 == 1 {
         a.mov_m32_imm32(mem(CURSOR, 24 + 4 * slot), 0);
     }
+    // Before the cursor's step, which may flush: the word is this chunk's.
+    if p.may_be_quiet() {
+        let at = p.quiet_sp_at.unwrap_or_default();
+        a.push_m64(mem(ENV, at));
+        a.pop_m64(mem(END, SP_SLOT));
+    } else if p.quiet_sp_at.is_some() {
+        a.mov_m64_imm32(mem(END, SP_SLOT), -1);
+    }
     8 * (3 + words as i32)
 }
 
@@ -170,6 +228,9 @@ fn encode_every(a: &mut Asm, pc: u64, p: &InPlace) -> i32 {
     if p.reg_bytes == 4 && n % 2 == 1 {
         // The last word's upper half came from past the last register.
         a.mov_m32_imm32(mem(CURSOR, head + 4 * n), 0);
+    }
+    if p.quiet_sp_at.is_some() {
+        a.mov_m64_imm32(mem(END, SP_SLOT), -1);
     }
     head + 8 * words
 }
@@ -219,6 +280,14 @@ mod tests {
     /// Runs the encoded moves on a model of memory: env's registers and the
     /// event's bytes, as the CPU would.
     fn run(pc: u64, p: &InPlace, env: &[u8]) -> Vec<u8> {
+        run_with_slot(pc, p, env).0
+    }
+
+    /// [`run`], and what the chunk's stack pointer word ([`SP_SLOT`] from
+    /// the window's end, `r15`) was left holding, if it was written.
+    fn run_with_slot(pc: u64, p: &InPlace, env: &[u8]) -> (Vec<u8>, Option<u64>) {
+        let slot_at = format!("{SP_SLOT:#x}(%r15)");
+        let mut slot = None;
         let (lines, len) = code(pc, p);
         let mut out = vec![0xeeu8; len as usize + 8];
         let mut stack = Vec::new();
@@ -245,6 +314,7 @@ mod tests {
                     let at = (disp(args) - p.regs_at as i64) as usize;
                     stack.push(u64::from_le_bytes(env[at..at + 8].try_into().unwrap()));
                 }
+                "popq" if args == slot_at => slot = stack.pop(),
                 "popq" => {
                     let at = disp(args) as usize;
                     out[at..at + 8].copy_from_slice(&stack.pop().unwrap().to_le_bytes());
@@ -272,6 +342,10 @@ mod tests {
                     let n = 8 * rcx.unwrap() as usize;
                     out[d..d + n].copy_from_slice(&env[s..s + n]);
                 }
+                "movq" if args.ends_with(&slot_at) => {
+                    assert_eq!(args, format!("$0xffffffffffffffff,{slot_at}"));
+                    slot = Some(u64::MAX);
+                }
                 "movq" | "movl" => {
                     let (imm, dst) = args.split_once(',').unwrap();
                     let v = u64::from_str_radix(imm.trim_start_matches("$0x"), 16).unwrap();
@@ -289,7 +363,7 @@ mod tests {
         }
         assert!(stack.is_empty());
         out.truncate(len as usize);
-        out
+        (out, slot)
     }
 
     /// The helper's event for the same registers, built as
@@ -344,6 +418,7 @@ mod tests {
                     reg_bytes,
                     regs_at: 0x40,
                     every: false,
+                    quiet_sp_at: None,
                 };
                 let got = run(pc, &p, &env);
                 let want = helper_event(pc, &p, &env);
@@ -391,6 +466,7 @@ mod tests {
                     reg_bytes,
                     regs_at,
                     every: true,
+                    quiet_sp_at: None,
                 };
                 let pc = 0x7fff_1234_5678;
                 assert_eq!(
@@ -405,6 +481,113 @@ mod tests {
                 // The cursor's step and check, and a prefetchw, follow.
                 assert!(a.len() + 32 <= 256, "{} bytes of code", a.len());
             }
+        }
+    }
+
+    #[test]
+    fn a_block_start_leaves_its_stack_pointer_and_other_events_forget_it() {
+        let env: Vec<u8> = (0..400u32).map(|i| (i * 7 + 3) as u8).collect();
+        // mipsel's narrowed set (sp is register 29) and x86_64's (rsp, 4).
+        for (reg_bytes, mask, sp) in [(4, 1 << 2 | 1 << 29 | 1 << 31, 29), (8, 1 << 4 | 1, 4)] {
+            let at = |i: u32| (reg_bytes * i) as usize;
+            let sp_word = u64::from_le_bytes(env[at(sp)..at(sp) + 8].try_into().unwrap());
+            for kind in [
+                wire::RegsKind::Regs,
+                wire::RegsKind::BranchYes,
+                wire::RegsKind::BranchNo,
+            ] {
+                let p = InPlace {
+                    kind: kind as u32,
+                    mask,
+                    reg_bytes,
+                    regs_at: 0x40,
+                    every: false,
+                    quiet_sp_at: Some(0x40 + at(sp) as i32),
+                };
+                let (got, slot) = run_with_slot(0x40_1000, &p, &env);
+                // The event is the helper's, whatever the word.
+                assert_eq!(got, helper_event(0x40_1000, &p, &env));
+                if kind == wire::RegsKind::Regs {
+                    // A 32-bit guest's word: the stack pointer in its low
+                    // half, which is all that is compared.
+                    assert_eq!(slot, Some(sp_word), "{kind:?}");
+                    assert_eq!(slot.map(|w| w as u32), Some(sp_word as u32));
+                } else {
+                    assert_eq!(slot, Some(u64::MAX), "{kind:?}");
+                }
+                let (_, len) = code(0x40_1000, &p);
+                assert!(len as usize + 8 <= MOST_BYTES);
+            }
+            // Every register (a probe's pc): forgets it.
+            let p = InPlace {
+                kind: wire::RegsKind::Regs as u32,
+                mask: (1 << 32) - 1,
+                reg_bytes,
+                regs_at: 0x40,
+                every: true,
+                quiet_sp_at: Some(0x40 + at(sp) as i32),
+            };
+            assert_eq!(run_with_slot(0x40_1000, &p, &env).1, Some(u64::MAX));
+        }
+    }
+
+    /// The byte offset of the `k`th instruction of `code`.
+    fn lines_len(code: &[u8], k: usize) -> u64 {
+        let mut d = iced_x86::Decoder::with_ip(64, code, 0, iced_x86::DecoderOptions::NONE);
+        (0..k).map(|_| d.decode().len() as u64).sum()
+    }
+
+    #[test]
+    fn a_quiet_block_start_compares_then_writes_one_of_two_runs() {
+        for (reg_bytes, sp_at, cmp) in [
+            (4, 0x40 + 4 * 29, "cmp 0x3f8(%r15),%eax"),
+            (8, 0x40 + 8 * 4, "cmp 0x3f8(%r15),%rax"),
+        ] {
+            let p = InPlace {
+                kind: wire::RegsKind::Regs as u32,
+                mask: 1 << 4 | 1 << 29 | 1,
+                reg_bytes,
+                regs_at: 0x40,
+                every: false,
+                quiet_sp_at: Some(sp_at),
+            };
+            assert!(p.may_be_quiet());
+            let mut buf = [0u8; 512];
+            let mut a = Asm::new(&mut buf, 0x1000);
+            write_quiet(&mut a, 0x40_1000, &p, 0x11, 0x22);
+            let n = a.len();
+            // The whole splice, with the prefetchw before it, within QEMU's
+            // 256 bytes.
+            assert!(n + 8 <= 256, "{n} bytes of code");
+            let lines = dis(&buf[..n], 0x1000);
+            let load = if reg_bytes == 8 {
+                format!("mov {sp_at:#x}(%rbp),%rax")
+            } else {
+                format!("mov {sp_at:#x}(%rbp),%eax")
+            };
+            assert_eq!(
+                lines[..4],
+                ["push %rax".to_string(), load, cmp.into(), "pop %rax".into()]
+            );
+            assert!(lines[4].starts_with("jne "), "{lines:?}");
+            // Equal: the quiet run event and the cursor's step, then a
+            // jump over the rest; moved: the other run event, the
+            // registers, and the stack pointer left in the word.
+            let run = |id: u64| format!("movl ${id:#x},(%r14)");
+            assert_eq!(lines[5], run(0x22));
+            let jmp = lines.iter().position(|l| l.starts_with("jmp ")).unwrap();
+            assert_eq!(jmp, 11, "{lines:?}");
+            assert_eq!(lines[jmp + 1], run(0x11));
+            let left = lines.iter().position(|l| l == "popq 0x3f8(%r15)").unwrap();
+            assert_eq!(lines[left - 1], format!("pushq {sp_at:#x}(%rbp)"));
+            let step = if reg_bytes == 8 { 0x30 } else { 0x28 };
+            assert_eq!(lines[left + 1], format!("add ${step:#x},%r14"));
+            // The short jump lands on the other run event, the long one
+            // where the code ends.
+            let target = |l: &str| u64::from_str_radix(&l[l.len() - 16..], 16).unwrap();
+            assert_eq!(target(&lines[4]), 0x1000 + lines_len(&buf, jmp + 1));
+            let end = 0x1000 + lines_len(&buf, left + 5);
+            assert_eq!(target(&lines[jmp]), end, "{lines:?}");
         }
     }
 }

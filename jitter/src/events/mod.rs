@@ -26,7 +26,9 @@ pub use fork::fork_child;
 pub use guest::{branch_flag, in_delay_slot, local_branch};
 pub use mappings::{mmap, mprotect, munmap};
 pub use order::order_here;
-pub use registers::{asking_for_registers, every_here, insn_helper, narrow, narrowed_mask, Asked};
+pub use registers::{
+    asking_for_registers, every_here, insn_helper, narrow, narrowed_mask, quiet, quiet_sp, Asked,
+};
 pub use signals::signal;
 pub(crate) use syscalls::FORK_LOCK;
 pub use syscalls::{

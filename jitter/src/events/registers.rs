@@ -21,7 +21,7 @@
 use super::guest::env;
 use crate::stream::{self, Cursor};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use wire::{frame, tag};
 
 /// The registers events carry where their instruction did not ask for
@@ -32,6 +32,20 @@ static NARROWED: AtomicU64 = AtomicU64::new(u64::MAX);
 thread_local! {
     /// Set by [`every_here`] while the user's `hook_inst` runs.
     static EVERY_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The stack pointer's register, its index plus one, where block starts
+/// are quiet ([`crate::quiet_block_starts`]); 0 where they are not.
+static QUIET_SP: AtomicU32 = AtomicU32::new(0);
+
+/// See [`crate::quiet_block_starts`]: `sp` is the stack pointer's index.
+pub fn quiet(sp: u32) {
+    QUIET_SP.store(sp + 1, Ordering::Relaxed);
+}
+
+/// The stack pointer's index where block starts are quiet.
+pub fn quiet_sp() -> Option<u32> {
+    QUIET_SP.load(Ordering::Relaxed).checked_sub(1)
 }
 
 /// See [`crate::narrow_registers`].

@@ -9,7 +9,10 @@
 //! every other instruction as an exec event; `order=1`: every pc of the
 //! plan takes a number of the process's order; `regs=NAME,NAME,...`: the
 //! registers that registers events carry away from the plan's pcs, see
-//! [`crate::register_mask`]), then one hex pc per line.
+//! [`crate::register_mask`]; `quiet=NAME`: block starts report those
+//! registers only where the stack pointer NAME moved or an event of
+//! another kind came between, see [`crate::quiet_block_starts`]), then
+//! one hex pc per line.
 //! `program PATH` names the program those pcs are in: a QEMU an exec
 //! started on another program hooks none of them (nor the ranges, nor a
 //! position-independent program's), only the libraries' (see
@@ -61,6 +64,8 @@ pub struct Plan {
     /// `regs=NAME,...`: the registers events carry at instructions other
     /// than the plan's pcs (which carry every register), by name.
     pub regs: Option<Vec<String>>,
+    /// `quiet=NAME`: block starts are quiet, NAME the stack pointer.
+    pub quiet: Option<String>,
     exe: Option<(u64, String)>,
     /// `program PATH`: the program the plan was made for.
     program: Option<String>,
@@ -93,6 +98,7 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
         count: false,
         order: false,
         regs: None,
+        quiet: None,
         exe: None,
         program: None,
         anchor: None,
@@ -116,6 +122,13 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
                     return Err(format!("bad register list {list:?}"));
                 }
                 plan.regs = Some(names);
+            }
+            _ if kv.starts_with("quiet=") => {
+                let name = &kv["quiet=".len()..];
+                if name.is_empty() || name.contains(',') {
+                    return Err(format!("bad stack pointer {name:?}"));
+                }
+                plan.quiet = Some(name.to_string());
             }
             _ => return Err(format!("unknown setting {kv:?}")),
         }
@@ -423,6 +436,11 @@ mod tests {
         assert!(parse("stores=0 order=1\n", Some("")).unwrap().order);
         assert_eq!(p.regs.unwrap(), ["sp", "ra", "v0"]);
         assert_eq!(parse("stores=0\n", Some("")).unwrap().regs, None);
+        let p = parse("regs=rsp,rax quiet=rsp\n", Some("")).unwrap();
+        assert_eq!(p.quiet.as_deref(), Some("rsp"));
+        assert_eq!(parse("regs=sp\n", Some("")).unwrap().quiet, None);
+        assert!(parse("quiet=\n", Some("")).is_err());
+        assert!(parse("quiet=sp,ra\n", Some("")).is_err());
         let e = parse("regs=sp,,ra\n", Some("")).err().unwrap();
         assert!(e.contains("bad register list \"sp,,ra\""), "{e}");
         assert!(parse("regs=\n", Some("")).is_err());

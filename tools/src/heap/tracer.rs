@@ -25,7 +25,7 @@ mod stream;
 pub use fork::{settle as settle_forks, Forks};
 pub use item::{Item, MemAccess};
 pub use segment::wanted as fold_segments;
-pub use stream::{narrowed_registers, Stream};
+pub use stream::{narrowed_registers, quiet_sp, Stream};
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};

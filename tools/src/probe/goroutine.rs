@@ -562,6 +562,7 @@ mod tests {
             count: true,
             flow: false,
             narrow: None,
+            quiet: None,
             shown: Vec::new(),
         }
     }

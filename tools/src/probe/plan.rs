@@ -180,6 +180,10 @@ pub struct Plan {
     /// from the sites, which carry every register; `None`: every register
     /// everywhere. The hook library's `regs=` setting.
     pub narrow: Option<Vec<&'static str>>,
+    /// The stack pointer, by name, where block starts report their
+    /// registers only where it moved or another kind of event came
+    /// between (the hook library's `quiet=` setting, with `narrow`).
+    pub quiet: Option<&'static str>,
     /// Each target's name as a person reads it where that differs from
     /// its symbol (a C++ or Rust function's qualified name): `--flow`'s
     /// and the timeline's. Empty where none does.
@@ -229,6 +233,7 @@ impl Plan {
             count,
             flow,
             narrow: None,
+            quiet: None,
             shown: Vec::new(),
         };
         // The program's own sites: in `sites`, or in module 0 when it is
@@ -544,6 +549,9 @@ impl Plan {
         }
         if let Some(names) = &self.narrow {
             let _ = write!(s, " regs={}", names.join(","));
+            if let Some(sp) = self.quiet {
+                let _ = write!(s, " quiet={sp}");
+            }
         }
         s.push('\n');
         let _ = writeln!(s, "program {}", self.exe.0.display());

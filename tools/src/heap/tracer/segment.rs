@@ -434,10 +434,13 @@ fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool) {
 /// An instruction event with registers, with stack pointer `sp`, is to
 /// be pushed next: the frames it gives up are given up in the open
 /// segment too (`red_zone`: see [`super::Layout`]), and a segment opens
-/// if none is.
-/// Only where the run folds; `open`: a segment may open (not once the
-/// process had a second thread).
-pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, open: bool) {
+/// if none is. Only where the run folds; `open`: a segment may open (not
+/// once the process had a second thread). At the chunk's first such event
+/// the stack pointer before it is not known here, so the segment opens
+/// after it instead: true where the caller is to call [`open_after`] once
+/// the event is pushed. (Where block starts are quiet, a chunk of a
+/// loop may have no other.)
+pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, open: bool) -> bool {
     let prev = head(trace).sp;
     if let Some((lo, hi)) = given_up(prev, sp, red_zone) {
         if hi - lo > KILL_MAX {
@@ -446,19 +449,39 @@ pub fn regs(trace: &mut Vec<Item>, sp: u64, red_zone: u64, open: bool) {
             d.kill(lo, hi);
         }
     }
-    let at = trace.len();
     let h = head(trace);
     h.sp = sp;
-    if open && prev != 0 && h.open == 0 {
-        h.open = at;
-        h.plain = 0;
-        h.building = Some(Box::default());
-        let placeholder = Delta {
-            in_head: true,
-            ..Delta::default()
-        };
-        trace.push(Item::Zones(Arc::new(placeholder)));
+    if !open || h.open != 0 {
+        return false;
     }
+    if prev == 0 {
+        return true;
+    }
+    open_segment(trace);
+    false
+}
+
+/// Opens a segment after the chunk's first instruction event with
+/// registers, where [`regs`] said so (not after an allocation function's
+/// registers, which close the open segment).
+pub fn open_after(trace: &mut Vec<Item>) {
+    if head(trace).open == 0 {
+        open_segment(trace);
+    }
+}
+
+/// A segment opens at the trace's end.
+fn open_segment(trace: &mut Vec<Item>) {
+    let at = trace.len();
+    let h = head(trace);
+    h.open = at;
+    h.plain = 0;
+    h.building = Some(Box::default());
+    let placeholder = Delta {
+        in_head: true,
+        ..Delta::default()
+    };
+    trace.push(Item::Zones(Arc::new(placeholder)));
 }
 
 /// The open segment, if any, ends here: an allocation function's
@@ -645,8 +668,11 @@ pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64) -> Shadow 
         match item {
             Item::Access(a) => access(&mut trace, *a, big_endian, true),
             Item::Insn { regs: Some(r), .. } => {
-                regs(&mut trace, r.sp, red_zone, true);
+                let after = regs(&mut trace, r.sp, red_zone, true);
                 trace.push(item.clone());
+                if after {
+                    open_after(&mut trace);
+                }
             }
             _ => trace.push(item.clone()),
         }
@@ -829,7 +855,7 @@ mod tests {
     }
 
     #[test]
-    fn a_segment_opens_at_the_second_register_event_and_closes_at_a_barrier() {
+    fn a_segment_opens_after_the_first_register_event_and_closes_at_a_barrier() {
         let insn = |sp| Item::Insn {
             pc: 4,
             branch: true,
@@ -847,11 +873,21 @@ mod tests {
         };
         let mut trace = Vec::new();
         access(&mut trace, store, false, true);
-        regs(&mut trace, STACK - 32, 0, true);
+        // The chunk's first: the stack pointer before it is not known, so
+        // the segment opens after it.
+        assert!(regs(&mut trace, STACK - 32, 0, true));
+        trace.push(insn(STACK - 32));
+        open_after(&mut trace);
+        access(&mut trace, store, false, true);
+        // Inside the open segment.
+        assert!(!regs(&mut trace, STACK - 32, 0, true));
         trace.push(insn(STACK - 32));
         access(&mut trace, store, false, true);
-        regs(&mut trace, STACK - 32, 0, true);
-        trace.push(insn(STACK - 32));
+        close(&mut trace);
+        // After the barrier, the next register event opens one before it.
+        access(&mut trace, store, false, true);
+        assert!(!regs(&mut trace, STACK - 48, 0, true));
+        trace.push(insn(STACK - 48));
         access(&mut trace, store, false, true);
         close(&mut trace);
         let kinds: Vec<&str> = trace
@@ -868,7 +904,10 @@ mod tests {
             .collect();
         assert_eq!(
             kinds,
-            ["head", "access", "insn", "access", "zones", "insn", "folded", "flush"]
+            [
+                "head", "access", "insn", "zones", "folded", "insn", "folded", "flush", "access",
+                "zones", "insn", "folded", "flush"
+            ]
         );
     }
 
@@ -942,9 +981,7 @@ mod tests {
                         // or a block's first instruction.
                         let branch = rng.below(2) == 0;
                         sp = STACK - 8 * rng.below(64);
-                        if fold {
-                            regs(&mut trace, sp, 0, true);
-                        }
+                        let after = fold && regs(&mut trace, sp, 0, true);
                         if branch {
                             event(&mut trace);
                         } else {
@@ -963,6 +1000,8 @@ mod tests {
                                 pc: 0x1000,
                                 regs: Box::new([]),
                             });
+                        } else if after {
+                            open_after(&mut trace);
                         }
                     }
                     _ => {

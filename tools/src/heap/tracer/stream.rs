@@ -46,6 +46,25 @@ pub fn narrowed_registers(abi: Abi) -> Vec<&'static str> {
         .collect()
 }
 
+/// Whether QEMU loads a vector as 8-byte pieces that the serial phase
+/// joins into one check on guests of `arch` (see [`Layout`]'s
+/// `split_vectors`).
+fn splits_vectors(arch: &str) -> bool {
+    Isa::of(arch) == Isa::Arm || matches!(arch, "ppc64" | "ppc64le")
+}
+
+/// The hook library's `quiet=` setting for a guest of `abi`: its stack
+/// pointer, whose block starts then report their registers only where it
+/// moved or another kind of event came between
+/// (`jitter::quiet_block_starts`); those left out are idle ones (the
+/// segments' `idle`), which the parallel phase drops anyway. Not where vectors are split: there an
+/// idle block start between two 8-byte loads of one pc is kept, so that
+/// they are not joined as one vector's pieces, and QEMU does not see the
+/// loads before it.
+pub fn quiet_sp(abi: Abi) -> Option<&'static str> {
+    (!splits_vectors(abi.arch())).then(|| abi.sp_reg())
+}
+
 /// A guest thread's stream: its state, which any thread of the process
 /// may advance once what it waits for has happened (`order`).
 pub struct Stream {
@@ -148,8 +167,7 @@ impl Cannoli for Stream {
                 "ppc64" | "ppc64le" => 288,
                 _ => 0,
             },
-            split_vectors: Isa::of(&ci.arch) == Isa::Arm
-                || matches!(&*ci.arch, "ppc64" | "ppc64le"),
+            split_vectors: splits_vectors(&ci.arch),
             // Without rules, cautious.
             plain_needed: if rules.is_some_and(|r| !r.delay_slot) {
                 1
@@ -220,12 +238,13 @@ impl Cannoli for Stream {
         trace: &mut Vec<Item>,
     ) {
         let bt = l.bt(regs);
+        let mut open_after = false;
         let idle = match bt {
             Some(r) if pid.run.fold => {
                 // Decided before the head learns this stack pointer.
                 let idle = !branch && segment::idle(trace, r.sp, l.plain_needed);
                 let open = !pid.threaded.load(Ordering::Relaxed);
-                segment::regs(trace, r.sp, l.red_zone, open);
+                open_after = segment::regs(trace, r.sp, l.red_zone, open);
                 idle
             }
             Some(r) => segment::sp_seen(trace, r.sp, !branch, l.plain_needed),
@@ -252,6 +271,8 @@ impl Cannoli for Stream {
             let n = regs.len() / 8;
             let v: Box<[u64]> = (0..n).filter_map(|i| l.read(regs, i)).collect();
             trace.push(Item::Hit { pc, regs: v });
+        } else if open_after {
+            segment::open_after(trace);
         }
     }
 
