@@ -37,8 +37,10 @@
 //! back), and no block was ever near the zone's range, which stays true
 //! until the next allocation (an event that closes the segment). A
 //! folded zone's accesses are skipped but for the call stack's push check
-//! and a split vector's first piece; at the segment's end its words go
-//! into the shadow ([`Shadow::fold_word`]). Any other zone's accesses run
+//! and a split vector's first piece, a run of them at once where neither
+//! can be (the parallel phase counts each run of one zone's accesses
+//! with no other item between, [`MemAccess::run`]); at the segment's end
+//! its words go into the shadow ([`Shadow::fold_word`]). Any other zone's accesses run
 //! as before, in order: zones are disjoint, so the order between them
 //! does not matter, and an access across a zone's edge leaves the whole
 //! segment unfolded.
@@ -106,6 +108,9 @@ pub struct Head {
     /// closes; the chunk's last segment's stays here (the serial phase
     /// meets this item first).
     building: Option<Box<Delta>>,
+    /// The index of the first access of the run the last item is in
+    /// ([`MemAccess::run`]; 0: none yet).
+    run_at: usize,
 }
 
 /// One zone: its accesses keep shadow bytes in `window` only, and
@@ -428,6 +433,23 @@ fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool) {
     if let Some(d) = head(trace).building.as_deref_mut() {
         a.zone = d.add(&a, big_endian);
     }
+    if a.zone != 0 {
+        // A run goes on while its zone's accesses follow one another.
+        let at = trace.len();
+        let goes_on = matches!(trace.last(), Some(Item::Access(b)) if b.zone == a.zone);
+        let h = head(trace);
+        match h.run_at {
+            first if goes_on && first != 0 => {
+                if let Some(Item::Access(f)) = trace.get_mut(first) {
+                    f.run += 1;
+                }
+            }
+            _ => {
+                h.run_at = at;
+                a.run = 1;
+            }
+        }
+    }
     trace.push(Item::Access(a));
 }
 
@@ -624,9 +646,21 @@ impl Thread {
     /// (at least its first), each [`skipped`](Thread::skipped) as
     /// [`Thread::apply`] would: how many. A zone's fold is decided once
     /// for its segment, and the run ends at any other item (a segment's
-    /// end is one), so only the first needs [`Thread::folded`].
+    /// end is one), so only the first needs [`Thread::folded`]. Where a
+    /// skipped access has nothing left to do (no split vector's pieces on
+    /// this guest, no `call`'s push awaited), a run that starts with
+    /// `items`' first goes at once: the parallel phase counted it
+    /// ([`MemAccess::run`]).
     #[inline(always)]
     pub(super) fn skip_run(&mut self, items: &[Item], zone: u8) -> usize {
+        if let Some(Item::Access(a)) = items.first() {
+            let idle = !self.layout.split_vectors
+                && self.half_load.is_none()
+                && (self.rules.is_none() || self.bt.branch_flag.is_none());
+            if a.run > 0 && idle {
+                return a.run as usize;
+            }
+        }
         let mut n = 0;
         for item in items {
             match item {
@@ -796,6 +830,7 @@ mod tests {
                         size,
                         store: rng.below(2) == 0,
                         zone: 0,
+                        run: 0,
                     }));
                 }
             }
@@ -870,6 +905,7 @@ mod tests {
             size: 4,
             store: true,
             zone: 0,
+            run: 0,
         };
         let mut trace = Vec::new();
         access(&mut trace, store, false, true);
@@ -967,12 +1003,18 @@ mod tests {
                     3 | 4 => {
                         let a = MemAccess {
                             pc: 0x1000,
-                            addr: sp - 8 * rng.below(8),
+                            // Most on the stack, some in another zone.
+                            addr: if rng.below(4) == 0 {
+                                0x1000_0000 + 8 * rng.below(8)
+                            } else {
+                                sp - 8 * rng.below(8)
+                            },
                             val: rng.next(),
                             hi: 0,
                             size: 8,
                             store: rng.below(2) == 0,
                             zone: 0,
+                            run: 0,
                         };
                         access(&mut trace, a, false, fold);
                     }
@@ -1014,6 +1056,30 @@ mod tests {
                     looked_back(&trace, usize::from(needed)),
                     "round {round}"
                 );
+            }
+            runs_are_what_follows(&trace, round);
+        }
+    }
+
+    /// Each access with a zone starts a run ([`MemAccess::run`]) exactly
+    /// where the item before it is no access of its zone, and the run
+    /// counts the accesses of the zone that follow one another from it.
+    fn runs_are_what_follows(trace: &[Item], round: usize) {
+        let zone_at = |i: usize| match trace.get(i) {
+            Some(Item::Access(a)) if a.zone != 0 => Some(a.zone),
+            _ => None,
+        };
+        for (i, item) in trace.iter().enumerate() {
+            let Item::Access(a) = item else { continue };
+            if a.zone == 0 {
+                assert_eq!(a.run, 0, "round {round}, item {i}");
+                continue;
+            }
+            let starts = i == 0 || zone_at(i - 1) != Some(a.zone);
+            assert_eq!(a.run > 0, starts, "round {round}, item {i}");
+            if starts {
+                let n = (i..).take_while(|&j| zone_at(j) == Some(a.zone)).count();
+                assert_eq!(a.run as usize, n, "round {round}, item {i}");
             }
         }
     }

@@ -299,6 +299,7 @@ impl Cannoli for Stream {
             size: sz,
             store: false,
             zone: 0,
+            run: 0,
         };
         segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
     }
@@ -321,6 +322,7 @@ impl Cannoli for Stream {
             size: sz,
             store: true,
             zone: 0,
+            run: 0,
         };
         segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
     }
@@ -335,6 +337,7 @@ impl Cannoli for Stream {
             size: a.size,
             store: a.store,
             zone: 0,
+            run: 0,
         };
         segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
     }
