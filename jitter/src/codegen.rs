@@ -717,6 +717,12 @@ pub fn lift_mem(a: &mut Asm, x: &Access) {
         );
         store_word(a, 8, x.pc);
     }
+    if !x.store && x.size_log2 == 3 && crate::events::word_loads_forget_sp() {
+        // The next quiet block start reports its registers (see
+        // `crate::quiet_block_starts`); before the cursor's step, which
+        // may flush: the word is this chunk's.
+        a.mov_m64_imm32(mem(END, stream::SP_SLOT), -1);
+    }
     advance(a, len);
     with_lifter(|l| fetched(a, l, len, false));
 }

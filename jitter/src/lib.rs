@@ -114,13 +114,16 @@ pub fn narrow_registers_named(names: &[&str]) -> bool {
 /// stack pointer it left, and their registers cost QEMU more than a third
 /// of its time under `cannoli heap`. The client sees an instruction
 /// without registers where its stack pointer and everything a landing
-/// tells are what the last register event said. Call it with
-/// [`narrow_registers`]; false, nothing changed, where this guest has no
-/// register named `sp`.
-pub fn quiet_block_starts(sp: &str) -> bool {
+/// tells are what the last register event said. `after_word_loads`
+/// false: a block start right after an 8-byte load reports its registers
+/// whatever the stack pointer (for a client that joins a split vector's
+/// 8-byte pieces by their pc, which needs an event between two runs of one
+/// load). Call it with [`narrow_registers`]; false, nothing changed, where
+/// this guest has no register named `sp`.
+pub fn quiet_block_starts(sp: &str, after_word_loads: bool) -> bool {
     match register_mask(&[sp]) {
         Some(m) if m.count_ones() == 1 => {
-            events::quiet(m.trailing_zeros());
+            events::quiet(m.trailing_zeros(), after_word_loads);
             true
         }
         _ => false,

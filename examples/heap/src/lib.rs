@@ -13,7 +13,8 @@
 //!   [`jitter::register_mask`]), every register at the plan's pcs; with
 //!   the plan's `quiet=` setting, a block start's registers only where
 //!   the stack pointer moved or another kind of event came between
-//!   ([`jitter::quiet_block_starts`]);
+//!   ([`jitter::quiet_block_starts`]; with `quiet_words=1`, an 8-byte
+//!   load among those);
 //! * every load and store, with its value (the checks, and the memory a
 //!   leak scan reads);
 //! * a number of the process's order at the plan's pcs
@@ -45,7 +46,7 @@ fn plan() -> MutexGuard<'static, Plan> {
             // A name this guest lacks keeps every register.
             if jitter::narrow_registers_named(&names) {
                 if let Some(sp) = &plan.quiet {
-                    jitter::quiet_block_starts(sp);
+                    jitter::quiet_block_starts(sp, !plan.quiet_words);
                 }
             }
         }

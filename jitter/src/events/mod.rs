@@ -27,7 +27,8 @@ pub use guest::{branch_flag, in_delay_slot, local_branch};
 pub use mappings::{mmap, mprotect, munmap};
 pub use order::order_here;
 pub use registers::{
-    asking_for_registers, every_here, insn_helper, narrow, narrowed_mask, quiet, quiet_sp, Asked,
+    asking_for_registers, every_here, insn_helper, narrow, narrowed_mask, quiet, quiet_sp,
+    word_loads_forget_sp, Asked,
 };
 pub use signals::signal;
 pub(crate) use syscalls::FORK_LOCK;

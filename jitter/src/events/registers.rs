@@ -21,7 +21,7 @@
 use super::guest::env;
 use crate::stream::{self, Cursor};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use wire::{frame, tag};
 
 /// The registers events carry where their instruction did not ask for
@@ -38,9 +38,19 @@ thread_local! {
 /// are quiet ([`crate::quiet_block_starts`]); 0 where they are not.
 static QUIET_SP: AtomicU32 = AtomicU32::new(0);
 
+/// Where block starts are quiet: an 8-byte load makes the next one report
+/// its registers.
+static QUIET_NOT_AFTER_WORD_LOADS: AtomicBool = AtomicBool::new(false);
+
 /// See [`crate::quiet_block_starts`]: `sp` is the stack pointer's index.
-pub fn quiet(sp: u32) {
+pub fn quiet(sp: u32, after_word_loads: bool) {
+    QUIET_NOT_AFTER_WORD_LOADS.store(!after_word_loads, Ordering::Relaxed);
     QUIET_SP.store(sp + 1, Ordering::Relaxed);
+}
+
+/// Whether an 8-byte load forgets the stack pointer of quiet block starts.
+pub fn word_loads_forget_sp() -> bool {
+    quiet_sp().is_some() && QUIET_NOT_AFTER_WORD_LOADS.load(Ordering::Relaxed)
 }
 
 /// The stack pointer's index where block starts are quiet.

@@ -11,8 +11,9 @@
 //! registers that registers events carry away from the plan's pcs, see
 //! [`crate::register_mask`]; `quiet=NAME`: block starts report those
 //! registers only where the stack pointer NAME moved or an event of
-//! another kind came between, see [`crate::quiet_block_starts`]), then
-//! one hex pc per line.
+//! another kind came between, see [`crate::quiet_block_starts`];
+//! `quiet_words=1`: an 8-byte load is such an event too), then one hex
+//! pc per line.
 //! `program PATH` names the program those pcs are in: a QEMU an exec
 //! started on another program hooks none of them (nor the ranges, nor a
 //! position-independent program's), only the libraries' (see
@@ -66,6 +67,8 @@ pub struct Plan {
     pub regs: Option<Vec<String>>,
     /// `quiet=NAME`: block starts are quiet, NAME the stack pointer.
     pub quiet: Option<String>,
+    /// `quiet_words=1`: but not right after an 8-byte load.
+    pub quiet_words: bool,
     exe: Option<(u64, String)>,
     /// `program PATH`: the program the plan was made for.
     program: Option<String>,
@@ -99,6 +102,7 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
         order: false,
         regs: None,
         quiet: None,
+        quiet_words: false,
         exe: None,
         program: None,
         anchor: None,
@@ -112,9 +116,10 @@ pub fn parse(text: &str, qemu_maps: Option<&str>) -> Result<Plan, String> {
     for kv in head.split_whitespace() {
         match kv {
             "stores=1" => plan.stores = true,
+            "quiet_words=1" => plan.quiet_words = true,
             "count=1" => plan.count = true,
             "order=1" => plan.order = true,
-            "stores=0" | "count=0" | "order=0" => {}
+            "stores=0" | "count=0" | "order=0" | "quiet_words=0" => {}
             _ if kv.starts_with("regs=") => {
                 let list = &kv["regs=".len()..];
                 let names: Vec<String> = list.split(',').map(String::from).collect();
@@ -438,6 +443,12 @@ mod tests {
         assert_eq!(parse("stores=0\n", Some("")).unwrap().regs, None);
         let p = parse("regs=rsp,rax quiet=rsp\n", Some("")).unwrap();
         assert_eq!(p.quiet.as_deref(), Some("rsp"));
+        assert!(!p.quiet_words);
+        assert!(
+            parse("quiet=r1 quiet_words=1\n", Some(""))
+                .unwrap()
+                .quiet_words
+        );
         assert_eq!(parse("regs=sp\n", Some("")).unwrap().quiet, None);
         assert!(parse("quiet=\n", Some("")).is_err());
         assert!(parse("quiet=sp,ra\n", Some("")).is_err());

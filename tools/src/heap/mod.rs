@@ -313,7 +313,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         plan.narrow = Some(tracer::narrowed_registers(plan.abi));
         // And at most block starts none (a loop's back edge, landing at
         // the stack pointer it left).
-        plan.quiet = tracer::quiet_sp(plan.abi);
+        (plan.quiet, plan.quiet_words) = tracer::quiet_sp(plan.abi);
         Ok(plan)
     });
     let plan = match plan {

@@ -563,6 +563,7 @@ mod tests {
             flow: false,
             narrow: None,
             quiet: None,
+            quiet_words: false,
             shown: Vec::new(),
         }
     }

@@ -184,6 +184,9 @@ pub struct Plan {
     /// registers only where it moved or another kind of event came
     /// between (the hook library's `quiet=` setting, with `narrow`).
     pub quiet: Option<&'static str>,
+    /// With `quiet`: a block start right after an 8-byte load reports its
+    /// registers anyway (`quiet_words=1`).
+    pub quiet_words: bool,
     /// Each target's name as a person reads it where that differs from
     /// its symbol (a C++ or Rust function's qualified name): `--flow`'s
     /// and the timeline's. Empty where none does.
@@ -234,6 +237,7 @@ impl Plan {
             flow,
             narrow: None,
             quiet: None,
+            quiet_words: false,
             shown: Vec::new(),
         };
         // The program's own sites: in `sites`, or in module 0 when it is
@@ -551,6 +555,9 @@ impl Plan {
             let _ = write!(s, " regs={}", names.join(","));
             if let Some(sp) = self.quiet {
                 let _ = write!(s, " quiet={sp}");
+                if self.quiet_words {
+                    s.push_str(" quiet_words=1");
+                }
             }
         }
         s.push('\n');

@@ -53,16 +53,21 @@ fn splits_vectors(arch: &str) -> bool {
     Isa::of(arch) == Isa::Arm || matches!(arch, "ppc64" | "ppc64le")
 }
 
-/// The hook library's `quiet=` setting for a guest of `abi`: its stack
-/// pointer, whose block starts then report their registers only where it
-/// moved or another kind of event came between
+/// The hook library's `quiet=` and `quiet_words=` settings for a guest of
+/// `abi`: its stack pointer, whose block starts then report their
+/// registers only where it moved or another kind of event came between
 /// (`jitter::quiet_block_starts`); those left out are idle ones (the
-/// segments' `idle`), which the parallel phase drops anyway. Not where vectors are split: there an
-/// idle block start between two 8-byte loads of one pc is kept, so that
-/// they are not joined as one vector's pieces, and QEMU does not see the
-/// loads before it.
-pub fn quiet_sp(abi: Abi) -> Option<&'static str> {
-    (!splits_vectors(abi.arch())).then(|| abi.sp_reg())
+/// segments' `idle`), which the parallel phase drops anyway. Where
+/// vectors are split, an idle block start right after an 8-byte load is
+/// kept, so that two runs of one load are not joined as one vector's
+/// pieces: there an 8-byte load is such an event too. Not on 32-bit Arm,
+/// where every branch reports its registers (whether it goes to Arm or
+/// Thumb code is not known at lift time), so that a block start always
+/// comes after another kind of event and the comparison would cost QEMU
+/// time for nothing (8 % more under busybox `sha256sum`).
+pub fn quiet_sp(abi: Abi) -> (Option<&'static str>, bool) {
+    let sp = (abi != Abi::Aapcs).then(|| abi.sp_reg());
+    (sp, splits_vectors(abi.arch()))
 }
 
 /// A guest thread's stream: its state, which any thread of the process
