@@ -199,12 +199,13 @@ fn encode(a: &mut Asm, pc: u64, p: &InPlace) -> i32 {
         a.mov_m32_imm32(mem(CURSOR, 24 + 4 * slot), 0);
     }
     // Before the cursor's step, which may flush: the word is this chunk's.
-    if p.may_be_quiet() {
-        let at = p.quiet_sp_at.unwrap_or_default();
-        a.push_m64(mem(ENV, at));
-        a.pop_m64(mem(END, SP_SLOT));
-    } else if p.quiet_sp_at.is_some() {
-        a.mov_m64_imm32(mem(END, SP_SLOT), -1);
+    match p.quiet_sp_at {
+        Some(at) if p.may_be_quiet() => {
+            a.push_m64(mem(ENV, at));
+            a.pop_m64(mem(END, SP_SLOT));
+        }
+        Some(_) => a.mov_m64_imm32(mem(END, SP_SLOT), -1),
+        None => {}
     }
     8 * (3 + words as i32)
 }
