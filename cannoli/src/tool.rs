@@ -379,6 +379,16 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
         Self::block(pid, tid, b.pc, b.lens, trace);
     }
 
+    /// The events of one piece of a stream were all delivered to `trace`:
+    /// a chunk's body (on the worker that decoded it), a chunk's head
+    /// stitched in order, or the block still open at the stream's end.
+    /// A tool that builds something across a chunk's callbacks (the heap's
+    /// folded segments) finishes it here, before the trace goes to the
+    /// serial phase. Called on the thread that decoded the events; by
+    /// default nothing.
+    #[inline(always)]
+    fn decoded(_pid: &Self::PidContext, _tid: &Self::TidContext, _trace: &mut Vec<Self::Trace>) {}
+
     /// Serial phase: called with each chunk's trace values strictly in
     /// execution order, one chunk at a time. Chunks that produced no trace
     /// values are skipped.

@@ -37,6 +37,7 @@ pub(crate) fn decode<T: Cannoli>(
     let mut d = with_words(body, |words| {
         decode_chunk::<T>(pid, tid, words, body, lay, cache, trace, seam)
     });
+    T::decoded(pid, tid, trace);
     match &mut d.error {
         // The stray bytes after the last whole word are skipped too: a
         // malformed event's `skipped_bytes` runs to the end of the chunk.

@@ -128,6 +128,7 @@ pub(crate) fn stitch<T: Cannoli>(
         open.map(Open::to_owned)
     };
     *carry = next;
+    T::decoded(pid, tid, trace);
     cur.events(0)
 }
 
@@ -139,8 +140,10 @@ pub(crate) fn finish<T: Cannoli>(
     carry: &mut Option<OpenBlock>,
     trace: &mut Vec<T::Trace>,
 ) -> u64 {
-    match carry.take() {
+    let n = match carry.take() {
         Some(o) => expand::<T>(pid, tid, &o.block, o.next, o.block.len(), trace),
         None => 0,
-    }
+    };
+    T::decoded(pid, tid, trace);
+    n
 }

@@ -394,11 +394,12 @@ impl Thread {
     /// ([`order::run`]); the rare kinds go through one call.
     #[inline(always)]
     fn apply(&mut self, pid: &Pid, st: &mut Proc, item: &Item) {
+        self.step(st);
         let half_load = self.take_half_load();
         match *item {
-            // By reference: a folded access (most) is not copied out.
+            // By reference: a folded access is not copied out.
             Item::Access(ref a) => {
-                if a.zone != 0 && self.folded(st, a.zone) {
+                if self.folded(a.zone) {
                     self.skipped(a, half_load);
                 } else {
                     self.access(st, *a, half_load);
@@ -657,7 +658,7 @@ impl Thread {
                 st.execed = false;
                 st.exit_regs = args.to_vec();
             }
-            Item::Chunk(h) => self.chunk(st, h),
+            Item::Chunk(_) => {}
             Item::Flush => {}
             Item::Zones(d) => self.segment(st, d),
             Item::Insn { .. } | Item::Access(_) => unreachable!("applied inline"),

@@ -89,9 +89,4 @@ pub struct MemAccess {
     /// Its zone of the segment it is in (1-based; 0: none, see
     /// `segment`).
     pub zone: u8,
-    /// Where it has a zone and the item before it is no access of that
-    /// zone: how many accesses of the zone follow one another from it,
-    /// itself included, with no other item between (a run, which the
-    /// serial phase may skip at once where the zone is folded); else 0.
-    pub run: u32,
 }

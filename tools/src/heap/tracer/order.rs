@@ -261,11 +261,11 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
         // Most chunks wait for nothing: a started thread with nothing held,
         // in a process that knows no thread's id word (one of one thread),
         // applies its loads, stores and instructions without asking
-        // `waits`, and a folded access with the run of them it starts (a
-        // function's stack and globals between two instruction events).
-        // Only the rare kinds can change that (a `clone`, say), so it is
-        // asked again after each.
+        // `waits`. Only the rare kinds can change that (a `clone`, say), so
+        // it is asked again after each.
         let mut free = t.waits_for_nothing(st);
+        // A segment is being applied: only a rare kind starts or ends one.
+        let mut seg = t.in_segment();
         let mut at = 0;
         while let Some(item) = items.get(at) {
             at += 1;
@@ -273,10 +273,13 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
                 // As `Thread::apply` would, without asking its kind again.
                 match *item {
                     Item::Access(ref a) => {
-                        if a.zone != 0 && t.folded(st, a.zone) {
-                            at += t.skip_run(&items[at - 1..], a.zone) - 1;
+                        if seg {
+                            t.step(st);
+                        }
+                        let half_load = t.take_half_load();
+                        if seg && t.folded(a.zone) {
+                            t.skipped(a, half_load);
                         } else {
-                            let half_load = t.take_half_load();
                             t.access(st, *a, half_load);
                         }
                         continue;
@@ -287,6 +290,9 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
                         regs,
                         value,
                     } => {
+                        if seg {
+                            t.step(st);
+                        }
                         t.take_half_load();
                         t.insn(pid, st, pc, branch, regs, value);
                         continue;
@@ -300,6 +306,7 @@ pub fn run(pid: &Pid, st: &mut Proc, thread: &Arc<Mutex<Thread>>, items: &[Item]
                 t.apply(pid, st, item);
             }
             free = t.waits_for_nothing(st);
+            seg = t.in_segment();
         }
     }
     release(pid, st, false);

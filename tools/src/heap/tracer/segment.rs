@@ -19,35 +19,45 @@
 //! event that reads or replaces the shadow, changes the heap or waits for
 //! another thread ([`Item::Flush`] before an allocation function's
 //! registers, an order number, a mapping, a signal, a `clone`, a fork, an
-//! exec, an exit), and at the chunk's end. Within it, each access goes
-//! to the zone of its megabyte of address space (at most [`MAX_ZONES`]
-//! of them; an access beyond goes the old way), and each byte it touches
-//! is folded into a [`Delta`]: stored (what a store or a load of a byte
-//! not given up leaves), seen (a load the serial phase applies only where
-//! its shadow has not given the byte up) or killed. The stack's frames
-//! given up when the stack pointer rises ([`Shadow::kill`], applied by the
-//! serial phase at the instruction event) are given up in the delta too,
-//! so that a store before the rise is not applied after it.
+//! exec, an exit), and at the chunk's end ([`end`], from the library's
+//! `decoded`). Within it, each access goes to the zone of its megabyte of
+//! address space (at most [`MAX_ZONES`] of them; an access beyond goes
+//! the old way), and each byte it touches is folded into a [`Delta`]:
+//! stored (what a store or a load of a byte not given up leaves), seen (a
+//! load the serial phase applies only where its shadow has not given the
+//! byte up) or killed. The stack's frames given up when the stack pointer
+//! rises ([`Shadow::kill`], applied by the serial phase at the instruction
+//! event) are given up in the delta too, so that a store before the rise
+//! is not applied after it. The access itself is then set aside in the
+//! delta, by zone, with how many of the segment's items came before it
+//! ([`Aside`]), rather than pushed: the serial phase does not visit it
+//! where its zone is folded. Those it may need in the trace stay there:
+//! a store at the last branch's pc (x86's `call` pushes the return address
+//! that the call stacks read), on a guest whose vectors come split an
+//! 8-byte load and the access right after one (the pieces of one vector
+//! load are joined where nothing comes between them), and an access of
+//! more than 8 bytes.
 //!
 //! **The serial phase** meets [`Item::Zones`] first, then the segment's
-//! events in order. At a zone's first access it decides whether the zone
-//! is folded: no allocation function is running (the allocator's own
-//! accesses are tagged), the process has one thread (another's events
-//! could come between this thread's, and a thread's events can be held
-//! back), and no block was ever near the zone's range, which stays true
-//! until the next allocation (an event that closes the segment). A
-//! folded zone's accesses are skipped but for the call stack's push check
-//! and a split vector's first piece, a run of them at once where neither
-//! can be (the parallel phase counts each run of one zone's accesses
-//! with no other item between, [`MemAccess::run`]); at the segment's end
-//! its words go into the shadow ([`Shadow::fold_word`]). Any other zone's accesses run
-//! as before, in order: zones are disjoint, so the order between them
-//! does not matter, and an access across a zone's edge leaves the whole
-//! segment unfolded.
+//! items in order, ending with its [`Item::Flush`]. At the start it
+//! decides for each zone whether it is folded: no allocation function is
+//! running (the allocator's own accesses are tagged), the process has one
+//! thread (another's events could come between this thread's, and a
+//! thread's events can be held back), nothing crossed a zone's edge, and
+//! no block was ever near the zone's range, which stays true until the
+//! next allocation (an event that closes the segment). A folded zone's
+//! set-aside accesses are never visited, and one left in the trace only
+//! does what the call stacks or a split vector need of it; at the
+//! segment's end its words go into the shadow ([`Shadow::fold_word`]).
+//! The set-aside accesses of a zone not folded are applied as any access,
+//! each before the item it came before (in their order across zones
+//! where several are due there), so that the order of accesses, call
+//! stacks and findings is the one of the events.
 //!
 //! The result is the shadow, heap and findings that applying every
 //! access gives (the unit test below on random runs of accesses and
-//! returns; the e2e `heap::folding_changes_nothing` on every guest).
+//! returns, with every zone folded, none and some; the e2e
+//! `heap::folding_changes_nothing` on every guest).
 //! Folding pays where the serial phase bounds the run, with many workers
 //! ([`wanted`]); a process that ever had a second thread builds no
 //! segments from then on.
@@ -105,12 +115,12 @@ pub struct Head {
     /// The index of the open segment's [`Item::Zones`] (0: none).
     open: usize,
     /// The open segment's delta, moved to its [`Item::Zones`] when it
-    /// closes; the chunk's last segment's stays here (the serial phase
-    /// meets this item first).
+    /// closes (at the latest when the chunk's events end, [`end`]).
     building: Option<Box<Delta>>,
-    /// The index of the first access of the run the last item is in
-    /// ([`MemAccess::run`]; 0: none yet).
-    run_at: usize,
+    /// The pc of the last branch pushed: a store at that pc (x86's `call`
+    /// pushing its return address) stays in the trace, where the serial
+    /// phase's call stacks look for it.
+    branch_pc: u64,
 }
 
 /// One zone: its accesses keep shadow bytes in `window` only, and
@@ -134,19 +144,93 @@ struct Word {
     killed: u8,
 }
 
+/// A load or store of at most 8 bytes the parallel phase set aside (see
+/// the module's doc).
+#[derive(Debug, Clone, Copy)]
+pub struct Aside {
+    /// How many of the segment's items come before it (after its
+    /// [`Item::Zones`]).
+    pub at: u32,
+    /// Its place among the segment's set-aside accesses of every zone.
+    pub seq: u32,
+    pc: u64,
+    addr: u64,
+    val: u64,
+    size: u8,
+    store: bool,
+}
+
+impl Aside {
+    /// The access, as the trace would have held it.
+    #[inline(always)]
+    pub fn access(&self, zone: usize) -> MemAccess {
+        MemAccess {
+            pc: self.pc,
+            addr: self.addr,
+            val: self.val,
+            hi: 0,
+            size: self.size,
+            store: self.store,
+            zone: zone as u8 + 1,
+        }
+    }
+}
+
+/// A zone's set-aside accesses in execution order, in blocks of
+/// [`ASIDES`], so that a long list grows without being copied.
+#[derive(Debug, Clone, Default)]
+pub struct Asides {
+    blocks: Vec<Vec<Aside>>,
+}
+
+/// The set-aside accesses a block of [`Asides`] holds.
+const ASIDES: usize = 1024;
+
+impl Asides {
+    #[inline(always)]
+    fn push(&mut self, x: Aside) {
+        match self.blocks.last_mut() {
+            Some(b) if b.len() < ASIDES => b.push(x),
+            _ => {
+                let mut b = Vec::with_capacity(ASIDES);
+                b.push(x);
+                self.blocks.push(b);
+            }
+        }
+    }
+
+    /// The `i`th, if there are so many.
+    #[inline(always)]
+    pub fn get(&self, i: usize) -> Option<&Aside> {
+        self.blocks.get(i / ASIDES)?.get(i % ASIDES)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = &Aside> {
+        self.blocks.iter().flatten()
+    }
+}
+
 /// A segment's folded accesses.
 #[derive(Debug, Clone)]
 pub struct Delta {
     pub zones: Vec<Zone>,
     /// An access crossed a zone's edge: nothing of the segment is folded.
     pub crossed: bool,
-    /// The chunk's last segment: its delta is its chunk's [`Head`]'s.
-    in_head: bool,
     words: Vec<Word>,
     index: AddrMap<u32>,
     /// Words looked up lately and their indexes, by the word's address's
     /// low bits; `u64::MAX`: none.
     recent: Box<[(u64, u32); RECENT]>,
+    /// The accesses set aside, by zone, in execution order: the serial
+    /// phase applies those of a zone it does not fold where they came.
+    aside: [Asides; MAX_ZONES],
+    /// How many were set aside.
+    asides: u32,
 }
 
 impl Default for Delta {
@@ -154,10 +238,11 @@ impl Default for Delta {
         Delta {
             zones: Vec::new(),
             crossed: false,
-            in_head: false,
             words: Vec::new(),
             index: AddrMap::default(),
             recent: Box::new([(u64::MAX, 0); RECENT]),
+            aside: Default::default(),
+            asides: 0,
         }
     }
 }
@@ -297,6 +382,53 @@ impl Delta {
         &mut self.words[i as usize]
     }
 
+    /// Sets aside access `a` of zone `a.zone` (1-based), `at` items into
+    /// the segment.
+    #[inline(always)]
+    fn set_aside(&mut self, at: u32, a: &MemAccess) {
+        let seq = self.asides;
+        self.asides += 1;
+        self.aside[usize::from(a.zone - 1) % MAX_ZONES].push(Aside {
+            at,
+            seq,
+            pc: a.pc,
+            addr: a.addr,
+            val: a.val,
+            size: a.size,
+            store: a.store,
+        });
+    }
+
+    /// The first set-aside access, in execution order, that is due no
+    /// later than item `upto` of the segment, among the zones not in
+    /// `folded` (bit z: zone z), where zone z's first not yet applied is
+    /// `next[z]`: its zone and the access.
+    pub fn next_aside(
+        &self,
+        next: &[u32; MAX_ZONES],
+        folded: u8,
+        upto: u32,
+    ) -> Option<(usize, &Aside)> {
+        let mut best: Option<(usize, &Aside)> = None;
+        for (z, (list, &n)) in self
+            .aside
+            .iter()
+            .zip(next)
+            .enumerate()
+            .take(self.zones.len())
+        {
+            if folded & (1 << z) != 0 {
+                continue;
+            }
+            if let Some(x) = list.get(n as usize) {
+                if x.at <= upto && best.map_or(true, |(_, b)| x.seq < b.seq) {
+                    best = Some((z, x));
+                }
+            }
+        }
+        best
+    }
+
     /// The bytes of `[lo, hi)` are given up.
     fn kill(&mut self, lo: u64, hi: u64) {
         if !self.zones.iter().any(|z| z.lo < hi && lo < z.hi) {
@@ -412,41 +544,47 @@ pub fn event(trace: &mut Vec<Item>) {
     head(trace).plain = 0;
 }
 
-/// A load or store: pushed, folded into the open segment if there is one.
-/// Small, to be inlined into the decoder's loop where no segment is open
-/// (always, on a machine of few cores: `fold` false).
+/// A branch's instruction event at `pc` is to be pushed next: an event
+/// of another kind ([`event`]), and its stores stay in the trace.
 #[inline(always)]
-pub fn access(trace: &mut Vec<Item>, a: MemAccess, big_endian: bool, fold: bool) {
+pub fn branch(trace: &mut Vec<Item>, pc: u64) {
+    let h = head(trace);
+    h.plain = 0;
+    h.branch_pc = pc;
+}
+
+/// A load or store: folded into the open segment if there is one, and
+/// then set aside there or pushed. Small, to be inlined into the
+/// decoder's loop where no segment is open (always, on a machine of few
+/// cores: `fold` false). `split`: the guest's vectors come split
+/// ([`super::Layout`]).
+#[inline(always)]
+pub fn access(trace: &mut Vec<Item>, a: MemAccess, big_endian: bool, fold: bool, split: bool) {
     begin(trace);
     if fold {
         match trace.first() {
             Some(Item::Chunk(h)) if h.building.is_none() => {}
-            _ => return fold_access(trace, a, big_endian),
+            _ => return fold_access(trace, a, big_endian, split),
         }
     }
     trace.push(Item::Access(a));
 }
 
-/// [`access`] into an open segment, or as a folding chunk's first item.
+/// [`access`] into an open segment: folded, and set aside unless the
+/// serial phase may need it in the trace even where its zone is folded
+/// (a store at a branch's pc; where vectors come split, an 8-byte load
+/// and the access right after one, which keeps two loads apart), or it is
+/// wider than 8 bytes.
 #[inline(never)]
-fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool) {
-    if let Some(d) = head(trace).building.as_deref_mut() {
-        a.zone = d.add(&a, big_endian);
-    }
-    if a.zone != 0 {
-        // A run goes on while its zone's accesses follow one another.
-        let at = trace.len();
-        let goes_on = matches!(trace.last(), Some(Item::Access(b)) if b.zone == a.zone);
-        let h = head(trace);
-        match h.run_at {
-            first if goes_on && first != 0 => {
-                if let Some(Item::Access(f)) = trace.get_mut(first) {
-                    f.run += 1;
-                }
-            }
-            _ => {
-                h.run_at = at;
-                a.run = 1;
+fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool, split: bool) {
+    let at = trace.len();
+    let keep = a.size > 8 || split && ((a.size == 8 && !a.store) || after_word_load(trace));
+    if let Some(Item::Chunk(h)) = trace.first_mut() {
+        if let Some(d) = h.building.as_deref_mut() {
+            a.zone = d.add(&a, big_endian);
+            if a.zone != 0 && !keep && !(a.store && a.pc == h.branch_pc) {
+                d.set_aside((at - h.open - 1) as u32, &a);
+                return;
             }
         }
     }
@@ -499,11 +637,8 @@ fn open_segment(trace: &mut Vec<Item>) {
     h.open = at;
     h.plain = 0;
     h.building = Some(Box::default());
-    let placeholder = Delta {
-        in_head: true,
-        ..Delta::default()
-    };
-    trace.push(Item::Zones(Arc::new(placeholder)));
+    // Replaced by the segment's delta when it closes.
+    trace.push(Item::Flush);
 }
 
 /// The open segment, if any, ends here: an allocation function's
@@ -521,6 +656,14 @@ pub fn close(trace: &mut Vec<Item>) {
     }
 }
 
+/// The chunk's events end ([`cannoli::Cannoli::decoded`]): so does the
+/// open segment, so that every segment's delta is in its
+/// [`Item::Zones`] and every segment ends with an [`Item::Flush`].
+#[inline]
+pub fn end(trace: &mut Vec<Item>) {
+    close(trace);
+}
+
 /// An event that ends the open segment (see the module's doc) is to be
 /// pushed next.
 #[inline]
@@ -536,17 +679,46 @@ pub fn barrier(trace: &mut Vec<Item>) {
 pub struct Segments {
     /// The one whose events are being applied.
     applying: Option<Applying>,
-    /// The delta of the last segment of the chunk being applied.
-    tail: Option<Arc<Delta>>,
 }
 
 /// A segment being applied.
 struct Applying {
     delta: Arc<Delta>,
-    /// Zones whose first access came (bit z: zone z).
-    decided: u8,
-    /// Zones folded.
+    /// Zones folded (bit z: zone z), decided at the segment's start.
     folded: u8,
+    /// The segment's items applied so far.
+    count: u32,
+    /// The item before which the next set-aside access of a zone not
+    /// folded is due (`u32::MAX`: none is left).
+    due: u32,
+    /// Per zone, its first set-aside access not yet applied.
+    next: [u32; MAX_ZONES],
+    /// The one zone not folded that set accesses aside, where there is
+    /// one (most segments with any: the heap's own zone).
+    only: Option<usize>,
+}
+
+impl Applying {
+    /// The next set-aside access, in execution order, of a zone not
+    /// folded that is due no later than item `upto`: its zone and itself.
+    #[inline(always)]
+    fn next_due(&self, upto: u32) -> Option<(usize, Aside)> {
+        match self.only {
+            Some(z) => self.delta.aside[z]
+                .get(self.next[z] as usize)
+                .filter(|x| x.at <= upto)
+                .map(|x| (z, *x)),
+            None => self
+                .delta
+                .next_aside(&self.next, self.folded, upto)
+                .map(|(z, x)| (z, *x)),
+        }
+    }
+
+    /// Where the next set-aside access of a zone not folded is due.
+    fn due(&self) -> u32 {
+        self.next_due(u32::MAX).map_or(u32::MAX, |(_, x)| x.at)
+    }
 }
 
 /// Whether a run with `workers` worker threads a guest thread folds
@@ -566,64 +738,91 @@ pub fn wanted(workers: usize) -> bool {
 }
 
 impl Thread {
-    /// [`Item::Chunk`]: a chunk starts.
-    pub(super) fn chunk(&mut self, st: &mut Proc, h: &Head) {
-        self.fold(st);
-        // What the serial phase needs of the last segment's delta (not
-        // its index), taken here as the items are borrowed.
-        self.segments.tail = h.building.as_deref().map(|d| {
-            Arc::new(Delta {
-                zones: d.zones.clone(),
-                crossed: d.crossed,
-                words: d.words.clone(),
-                ..Delta::default()
-            })
-        });
-    }
-
-    /// [`Item::Zones`]: a segment starts.
+    /// [`Item::Zones`]: a segment starts. Each zone is folded or not for
+    /// the whole segment, decided here: no allocation function is
+    /// running, the process has one thread, nothing crossed a zone's
+    /// edge, and no block was ever near the zone's range. None of that
+    /// changes before the segment ends (an allocation function's entry or
+    /// return ends it first; a tail call that ends one happens only while
+    /// one is running).
     pub(super) fn segment(&mut self, st: &mut Proc, d: &Arc<Delta>) {
         self.fold(st);
-        let d = if d.in_head {
-            match self.segments.tail.take() {
-                Some(d) => d,
-                None => return,
+        let mut folded = 0;
+        if !d.crossed && self.calls.is_empty() && !st.order.threads_created() {
+            for (z, zone) in d.zones.iter().enumerate() {
+                if st.heap.untouched(zone.lo, zone.hi) {
+                    folded |= 1 << z;
+                }
             }
-        } else {
-            d.clone()
+        }
+        let mut unfolded =
+            (0..d.zones.len()).filter(|&z| folded & (1 << z) == 0 && !d.aside[z].is_empty());
+        let only = match (unfolded.next(), unfolded.next()) {
+            (Some(z), None) => Some(z),
+            _ => None,
         };
-        if !d.crossed && !d.zones.is_empty() && !st.order.threads_created() {
-            self.segments.applying = Some(Applying {
-                delta: d,
-                decided: 0,
-                folded: 0,
-            });
+        let mut s = Applying {
+            delta: d.clone(),
+            folded,
+            count: 0,
+            due: u32::MAX,
+            next: [0; MAX_ZONES],
+            only,
+        };
+        s.due = s.due();
+        self.segments.applying = Some(s);
+    }
+
+    /// Whether a segment is being applied.
+    #[inline(always)]
+    pub(super) fn in_segment(&self) -> bool {
+        self.segments.applying.is_some()
+    }
+
+    /// An item of the segment being applied is to be applied next: the
+    /// set-aside accesses due before it go first. Every item goes through
+    /// here, in order, once ([`Thread::apply`] and the serial loop).
+    #[inline(always)]
+    pub(super) fn step(&mut self, st: &mut Proc) {
+        if let Some(s) = &mut self.segments.applying {
+            let at = s.count;
+            s.count += 1;
+            if s.due == at {
+                self.apply_asides(st, at);
+            }
+        }
+    }
+
+    /// Applies, in execution order, the set-aside accesses of the zones
+    /// not folded that are due no later than item `upto`.
+    #[inline(never)]
+    fn apply_asides(&mut self, st: &mut Proc, upto: u32) {
+        loop {
+            let Some(s) = &mut self.segments.applying else {
+                return;
+            };
+            let Some((z, x)) = s.next_due(upto) else {
+                s.due = s.due();
+                return;
+            };
+            s.next[z] += 1;
+            let half_load = self.take_half_load();
+            self.access(st, x.access(z), half_load);
         }
     }
 
     /// Whether the access of `zone` (1-based, 0: none) of the segment
-    /// being applied is folded: decided at the zone's first access.
+    /// being applied is folded.
     #[inline(always)]
-    pub(super) fn folded(&mut self, st: &Proc, zone: u8) -> bool {
-        let Some(s) = &mut self.segments.applying else {
-            return false;
-        };
-        if zone == 0 {
-            return false;
+    pub(super) fn folded(&self, zone: u8) -> bool {
+        match &self.segments.applying {
+            Some(s) if zone != 0 => s.folded & (1 << (zone - 1)) != 0,
+            _ => false,
         }
-        let bit = 1u8 << (zone - 1);
-        if s.decided & bit == 0 {
-            s.decided |= bit;
-            let z = &s.delta.zones[usize::from(zone - 1)];
-            if self.calls.is_empty() && st.heap.untouched(z.lo, z.hi) {
-                s.folded |= bit;
-            }
-        }
-        s.folded & bit != 0
     }
 
-    /// A folded access: what it does besides the shadow and the check
-    /// (as [`Thread::access`] does it).
+    /// A folded access in the trace: what it does besides the shadow and
+    /// the check (as [`Thread::access`] does it).
     #[inline(always)]
     pub(super) fn skipped(&mut self, a: &MemAccess, half_load: Option<(u64, u64, u64)>) {
         if a.store {
@@ -642,42 +841,19 @@ impl Thread {
         }
     }
 
-    /// The run of accesses of folded `zone` that `items` starts with
-    /// (at least its first), each [`skipped`](Thread::skipped) as
-    /// [`Thread::apply`] would: how many. A zone's fold is decided once
-    /// for its segment, and the run ends at any other item (a segment's
-    /// end is one), so only the first needs [`Thread::folded`]. Where a
-    /// skipped access has nothing left to do (no split vector's pieces on
-    /// this guest, no `call`'s push awaited), a run that starts with
-    /// `items`' first goes at once: the parallel phase counted it
-    /// ([`MemAccess::run`]).
-    #[inline(always)]
-    pub(super) fn skip_run(&mut self, items: &[Item], zone: u8) -> usize {
-        if let Some(Item::Access(a)) = items.first() {
-            let idle = !self.layout.split_vectors
-                && self.half_load.is_none()
-                && (self.rules.is_none() || self.bt.branch_flag.is_none());
-            if a.run > 0 && idle {
-                return a.run as usize;
-            }
-        }
-        let mut n = 0;
-        for item in items {
-            match item {
-                Item::Access(a) if a.zone == zone => {
-                    let half_load = self.take_half_load();
-                    self.skipped(a, half_load);
-                    n += 1;
-                }
-                _ => break,
-            }
-        }
-        n
-    }
-
-    /// The segment being applied ends: its folded zones' words go into
-    /// the shadow.
+    /// The segment being applied ends (at its [`Item::Flush`]): the
+    /// set-aside accesses of zones not folded not applied yet are applied
+    /// (none, where the segment ended with its flush), and the folded
+    /// zones' words go into the shadow.
     pub(super) fn fold(&mut self, st: &mut Proc) {
+        if self
+            .segments
+            .applying
+            .as_ref()
+            .is_some_and(|s| s.due != u32::MAX)
+        {
+            self.apply_asides(st, u32::MAX);
+        }
         let Some(s) = self.segments.applying.take() else {
             return;
         };
@@ -693,14 +869,17 @@ impl Thread {
     }
 }
 
-/// Folds `accesses` as a segment would (for tests): the shadow's words.
+/// Folds `items` as the parallel phase would, then applies the trace as
+/// the serial phase would with the zones of `folds` (bit z: zone z)
+/// folded in every segment that crossed no zone's edge (for tests): the
+/// shadow.
 #[cfg(test)]
-pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64) -> Shadow {
+pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64, folds: u8) -> Shadow {
     let mut trace = Vec::new();
     begin(&mut trace);
     for item in items {
         match item {
-            Item::Access(a) => access(&mut trace, *a, big_endian, true),
+            Item::Access(a) => access(&mut trace, *a, big_endian, true, false),
             Item::Insn { regs: Some(r), .. } => {
                 let after = regs(&mut trace, r.sp, red_zone, true);
                 trace.push(item.clone());
@@ -711,34 +890,50 @@ pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64) -> Shadow 
             _ => trace.push(item.clone()),
         }
     }
+    end(&mut trace);
+    struct Seg {
+        delta: Arc<Delta>,
+        folded: u8,
+        count: u32,
+        next: [u32; MAX_ZONES],
+    }
     let mut sh = Shadow::default();
     let mut sp_last = 0;
-    let mut segment: Option<Arc<Delta>> = None;
-    let apply = |sh: &mut Shadow, d: &Option<Arc<Delta>>| {
-        if let Some(d) = d {
-            for w in &d.words {
-                sh.fold_word(w.addr, w.bytes.to_le_bytes(), w.stored, w.seen);
+    let mut segment: Option<Seg> = None;
+    for item in &trace {
+        if let Some(s) = &mut segment {
+            let at = s.count;
+            s.count += 1;
+            while let Some((z, x)) = s.delta.next_aside(&s.next, s.folded, at) {
+                let a = x.access(z);
+                s.next[z] += 1;
+                plain_access(&mut sh, &a, big_endian);
             }
         }
-    };
-    let mut tail = None;
-    for item in &trace {
         match item {
             Item::Zones(d) => {
-                apply(&mut sh, &segment);
-                let d = if d.in_head {
-                    tail.take()
-                } else {
-                    Some(d.clone())
-                };
-                segment = d.filter(|d| !d.crossed);
+                segment = Some(Seg {
+                    delta: d.clone(),
+                    folded: if d.crossed { 0 } else { folds },
+                    count: 0,
+                    next: [0; MAX_ZONES],
+                });
             }
-            Item::Chunk(h) => {
-                apply(&mut sh, &segment.take());
-                tail = h.building.as_deref().map(|d| Arc::new(d.clone()));
+            Item::Flush => {
+                if let Some(s) = segment.take() {
+                    assert!(s.delta.next_aside(&s.next, s.folded, u32::MAX).is_none());
+                    for w in &s.delta.words {
+                        if s.folded & (1 << w.zone) != 0 {
+                            sh.fold_word(w.addr, w.bytes.to_le_bytes(), w.stored, w.seen);
+                        }
+                    }
+                }
             }
-            Item::Flush => apply(&mut sh, &segment.take()),
-            Item::Access(a) if a.zone != 0 && segment.is_some() => {}
+            Item::Access(a)
+                if a.zone != 0
+                    && segment
+                        .as_ref()
+                        .is_some_and(|s| s.folded & (1 << (a.zone - 1)) != 0) => {}
             Item::Access(a) => plain_access(&mut sh, a, big_endian),
             Item::Insn { regs: Some(r), .. } => {
                 if let Some((lo, hi)) = given_up(sp_last, r.sp, red_zone) {
@@ -749,7 +944,7 @@ pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64) -> Shadow 
             _ => {}
         }
     }
-    apply(&mut sh, &segment);
+    assert!(segment.is_none(), "every segment ends with its flush");
     sh
 }
 
@@ -830,7 +1025,6 @@ mod tests {
                         size,
                         store: rng.below(2) == 0,
                         zone: 0,
-                        run: 0,
                     }));
                 }
             }
@@ -880,11 +1074,15 @@ mod tests {
                         _ => {}
                     }
                 }
-                let mut folded = folded_shadow(&items, be, red_zone);
-                assert!(
-                    bytes(&mut plain) == bytes(&mut folded),
-                    "round {round}, big-endian {be}"
-                );
+                let want = bytes(&mut plain);
+                // Every zone folded, none, and some.
+                for folds in [u8::MAX, 0, rng.next() as u8] {
+                    let mut folded = folded_shadow(&items, be, red_zone, folds);
+                    assert!(
+                        want == bytes(&mut folded),
+                        "round {round}, big-endian {be}, folds {folds:#x}"
+                    );
+                }
             }
         }
     }
@@ -905,46 +1103,100 @@ mod tests {
             size: 4,
             store: true,
             zone: 0,
-            run: 0,
         };
         let mut trace = Vec::new();
-        access(&mut trace, store, false, true);
+        access(&mut trace, store, false, true, false);
         // The chunk's first: the stack pointer before it is not known, so
         // the segment opens after it.
         assert!(regs(&mut trace, STACK - 32, 0, true));
         trace.push(insn(STACK - 32));
         open_after(&mut trace);
-        access(&mut trace, store, false, true);
+        access(&mut trace, store, false, true, false);
         // Inside the open segment.
         assert!(!regs(&mut trace, STACK - 32, 0, true));
         trace.push(insn(STACK - 32));
-        access(&mut trace, store, false, true);
+        access(&mut trace, store, false, true, false);
         close(&mut trace);
         // After the barrier, the next register event opens one before it.
-        access(&mut trace, store, false, true);
+        access(&mut trace, store, false, true, false);
         assert!(!regs(&mut trace, STACK - 48, 0, true));
         trace.push(insn(STACK - 48));
-        access(&mut trace, store, false, true);
+        access(&mut trace, store, false, true, false);
         close(&mut trace);
         let kinds: Vec<&str> = trace
             .iter()
             .map(|i| match i {
                 Item::Chunk(_) => "head",
                 Item::Access(a) if a.zone == 0 => "access",
-                Item::Access(_) => "folded",
+                Item::Access(_) => "kept",
                 Item::Insn { .. } => "insn",
                 Item::Zones(_) => "zones",
                 Item::Flush => "flush",
                 _ => "other",
             })
             .collect();
+        // The accesses inside a segment are set aside, where they came.
         assert_eq!(
             kinds,
             [
-                "head", "access", "insn", "zones", "folded", "insn", "folded", "flush", "access",
-                "zones", "insn", "folded", "flush"
+                "head", "access", "insn", "zones", "insn", "flush", "access", "zones", "insn",
+                "flush"
             ]
         );
+        let asides = |i: usize| match &trace[i] {
+            Item::Zones(d) => d.aside[0].iter().map(|x| (x.at, x.seq)).collect::<Vec<_>>(),
+            _ => panic!("item {i} is no segment's start"),
+        };
+        assert_eq!(asides(3), [(0, 0), (1, 1)]);
+        assert_eq!(asides(7), [(1, 0)]);
+    }
+
+    /// What stays in the trace inside a segment: a store at the last
+    /// branch's pc, and where vectors come split, an 8-byte load and the
+    /// access right after one.
+    #[test]
+    fn what_the_serial_phase_may_need_stays_in_the_trace() {
+        let insn = |sp| Item::Insn {
+            pc: 4,
+            branch: false,
+            regs: Some(Regs { sp, ra: None }),
+            value: None,
+        };
+        let at = |pc, size, store| MemAccess {
+            pc,
+            addr: STACK - 64,
+            val: 1,
+            hi: 0,
+            size,
+            store,
+            zone: 0,
+        };
+        for split in [false, true] {
+            let mut trace = Vec::new();
+            assert!(regs(&mut trace, STACK, 0, true));
+            trace.push(insn(STACK));
+            open_after(&mut trace);
+            branch(&mut trace, 0x40);
+            trace.push(insn(STACK));
+            access(&mut trace, at(0x40, 8, true), false, true, split);
+            access(&mut trace, at(0x44, 8, true), false, true, split);
+            access(&mut trace, at(0x48, 8, false), false, true, split);
+            access(&mut trace, at(0x4c, 4, false), false, true, split);
+            access(&mut trace, at(0x50, 4, false), false, true, split);
+            end(&mut trace);
+            let kept: Vec<u64> = trace
+                .iter()
+                .filter_map(|i| match i {
+                    Item::Access(a) => Some(a.pc),
+                    _ => None,
+                })
+                .collect();
+            if split {
+                assert_eq!(kept, [0x40, 0x48, 0x4c]);
+            } else {
+                assert_eq!(kept, [0x40]);
+            }
+        }
     }
 
     /// What the head's count stands for: the instructions without a
@@ -1014,9 +1266,8 @@ mod tests {
                             size: 8,
                             store: rng.below(2) == 0,
                             zone: 0,
-                            run: 0,
                         };
-                        access(&mut trace, a, false, fold);
+                        access(&mut trace, a, false, fold, false);
                     }
                     5 | 6 => {
                         // An instruction event with registers: a branch,
@@ -1025,7 +1276,7 @@ mod tests {
                         sp = STACK - 8 * rng.below(64);
                         let after = fold && regs(&mut trace, sp, 0, true);
                         if branch {
-                            event(&mut trace);
+                            super::branch(&mut trace, 0x1000);
                         } else {
                             plain_pushed(&mut trace, 1);
                         }
@@ -1056,30 +1307,6 @@ mod tests {
                     looked_back(&trace, usize::from(needed)),
                     "round {round}"
                 );
-            }
-            runs_are_what_follows(&trace, round);
-        }
-    }
-
-    /// Each access with a zone starts a run ([`MemAccess::run`]) exactly
-    /// where the item before it is no access of its zone, and the run
-    /// counts the accesses of the zone that follow one another from it.
-    fn runs_are_what_follows(trace: &[Item], round: usize) {
-        let zone_at = |i: usize| match trace.get(i) {
-            Some(Item::Access(a)) if a.zone != 0 => Some(a.zone),
-            _ => None,
-        };
-        for (i, item) in trace.iter().enumerate() {
-            let Item::Access(a) = item else { continue };
-            if a.zone == 0 {
-                assert_eq!(a.run, 0, "round {round}, item {i}");
-                continue;
-            }
-            let starts = i == 0 || zone_at(i - 1) != Some(a.zone);
-            assert_eq!(a.run > 0, starts, "round {round}, item {i}");
-            if starts {
-                let n = (i..).take_while(|&j| zone_at(j) == Some(a.zone)).count();
-                assert_eq!(a.run as usize, n, "round {round}, item {i}");
             }
         }
     }

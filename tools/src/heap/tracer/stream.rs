@@ -256,7 +256,7 @@ impl Cannoli for Stream {
             None => false,
         };
         if branch {
-            segment::event(trace);
+            segment::branch(trace, pc);
         } else {
             segment::plain_pushed(trace, 1);
         }
@@ -287,15 +287,7 @@ impl Cannoli for Stream {
     }
 
     #[inline(always)]
-    fn read(
-        p: &Pid,
-        _l: &Arc<Layout>,
-        pc: u64,
-        addr: u64,
-        val: u64,
-        sz: u8,
-        trace: &mut Vec<Item>,
-    ) {
+    fn read(p: &Pid, l: &Arc<Layout>, pc: u64, addr: u64, val: u64, sz: u8, trace: &mut Vec<Item>) {
         let a = MemAccess {
             pc,
             addr,
@@ -304,15 +296,14 @@ impl Cannoli for Stream {
             size: sz,
             store: false,
             zone: 0,
-            run: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, l.split_vectors);
     }
 
     #[inline(always)]
     fn write(
         p: &Pid,
-        _l: &Arc<Layout>,
+        l: &Arc<Layout>,
         pc: u64,
         addr: u64,
         val: u64,
@@ -327,13 +318,12 @@ impl Cannoli for Stream {
             size: sz,
             store: true,
             zone: 0,
-            run: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, l.split_vectors);
     }
 
     #[inline(always)]
-    fn access_wide(p: &Pid, _l: &Arc<Layout>, a: &cannoli::Access, trace: &mut Vec<Item>) {
+    fn access_wide(p: &Pid, l: &Arc<Layout>, a: &cannoli::Access, trace: &mut Vec<Item>) {
         let a = MemAccess {
             pc: a.pc,
             addr: a.addr,
@@ -342,9 +332,8 @@ impl Cannoli for Stream {
             size: a.size,
             store: a.store,
             zone: 0,
-            run: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold);
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, l.split_vectors);
     }
 
     fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
@@ -424,6 +413,10 @@ impl Cannoli for Stream {
             }),
             _ => {}
         }
+    }
+
+    fn decoded(_pid: &Pid, _l: &Arc<Layout>, trace: &mut Vec<Item>) {
+        segment::end(trace);
     }
 
     fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
