@@ -94,6 +94,8 @@ pub struct Pid {
     /// A `clone` of a thread was seen by the parallel phase: segments,
     /// which only a process of one thread folds, are not built.
     threaded: AtomicBool,
+    /// Where the heap lately was, for the parallel phase's segments.
+    heap_windows: segment::HeapWindows,
 }
 
 pub struct Proc {
@@ -660,7 +662,7 @@ impl Thread {
             }
             Item::Chunk(_) => {}
             Item::Flush => {}
-            Item::Zones(d) => self.segment(st, d),
+            Item::Zones(d) => self.segment(st, d, &pid.heap_windows),
             Item::Insn { .. } | Item::Access(_) => unreachable!("applied inline"),
         }
     }

@@ -35,8 +35,10 @@
 //! a store at the last branch's pc (x86's `call` pushes the return address
 //! that the call stacks read), on a guest whose vectors come split an
 //! 8-byte load and the access right after one (the pieces of one vector
-//! load are joined where nothing comes between them), and an access of
-//! more than 8 bytes.
+//! load are joined where nothing comes between them), an access of
+//! more than 8 bytes, and an access of a window where the serial phase
+//! lately found the heap ([`HeapWindows`]: likely not folded, and then
+//! applied at less cost from the trace than set aside).
 //!
 //! **The serial phase** meets [`Item::Zones`] first, then the segment's
 //! items in order, ending with its [`Item::Flush`]. At the start it
@@ -62,6 +64,7 @@
 //! ([`wanted`]); a process that ever had a second thread builds no
 //! segments from then on.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[cfg(test)]
@@ -75,6 +78,51 @@ pub const MAX_ZONES: usize = 8;
 
 /// A zone is the accesses to one `1 << ZONE_SHIFT`-byte window.
 const ZONE_SHIFT: u32 = 20;
+
+/// Slots of [`HeapWindows`] (a power of two).
+const HEAP_WINDOWS: usize = 64;
+
+/// The windows (of a zone's size) the serial phase lately found a zone
+/// of not folded because a block is near (the heap's own, most often),
+/// for the parallel phase to leave their accesses in the trace: applied
+/// there in the serial loop's own path rather than merged back one place
+/// at a time. Only a hint, read and written without order: an access left
+/// in the trace or set aside gives the same result either way, so a
+/// stale or lost entry costs time only.
+#[derive(Debug)]
+pub struct HeapWindows {
+    /// Window number + 1 by its low bits; 0: none.
+    slots: [AtomicU64; HEAP_WINDOWS],
+}
+
+impl Default for HeapWindows {
+    fn default() -> HeapWindows {
+        HeapWindows {
+            slots: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl HeapWindows {
+    /// Whether `window` is one of them.
+    #[inline(always)]
+    fn has(&self, window: u64) -> bool {
+        let slot = &self.slots[window as usize % HEAP_WINDOWS];
+        slot.load(Ordering::Relaxed) == window.wrapping_add(1)
+    }
+
+    /// A zone of `window` was folded (`false`) or not because a block is
+    /// near (`true`): what the next segments will most likely find.
+    fn note(&self, window: u64, heap: bool) {
+        let slot = &self.slots[window as usize % HEAP_WINDOWS];
+        let had = slot.load(Ordering::Relaxed) == window.wrapping_add(1);
+        if heap && !had {
+            slot.store(window.wrapping_add(1), Ordering::Relaxed);
+        } else if !heap && had {
+            slot.store(0, Ordering::Relaxed);
+        }
+    }
+}
 
 /// The longest range a rise of the stack pointer gives up that an open
 /// segment folds; a longer one (a `longjmp`, a switch of stacks) ends it.
@@ -559,26 +607,37 @@ pub fn branch(trace: &mut Vec<Item>, pc: u64) {
 /// cores: `fold` false). `split`: the guest's vectors come split
 /// ([`super::Layout`]).
 #[inline(always)]
-pub fn access(trace: &mut Vec<Item>, a: MemAccess, big_endian: bool, fold: bool, split: bool) {
+pub fn access(trace: &mut Vec<Item>, a: MemAccess, big_endian: bool, fold: bool, on: &Guest) {
     begin(trace);
     if fold {
         match trace.first() {
             Some(Item::Chunk(h)) if h.building.is_none() => {}
-            _ => return fold_access(trace, a, big_endian, split),
+            _ => return fold_access(trace, a, big_endian, on),
         }
     }
     trace.push(Item::Access(a));
 }
 
+/// What [`access`] needs to know of the guest besides the access.
+pub struct Guest<'a> {
+    /// Its vectors come split ([`super::Layout`]).
+    pub split: bool,
+    /// Where its heap lately was.
+    pub heap: &'a HeapWindows,
+}
+
 /// [`access`] into an open segment: folded, and set aside unless the
 /// serial phase may need it in the trace even where its zone is folded
 /// (a store at a branch's pc; where vectors come split, an 8-byte load
-/// and the access right after one, which keeps two loads apart), or it is
-/// wider than 8 bytes.
+/// and the access right after one, which keeps two loads apart), it is
+/// wider than 8 bytes, or its window was lately the heap's (where it is
+/// most likely applied, which the trace does at less cost).
 #[inline(never)]
-fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool, split: bool) {
+fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool, on: &Guest) {
     let at = trace.len();
-    let keep = a.size > 8 || split && ((a.size == 8 && !a.store) || after_word_load(trace));
+    let keep = a.size > 8
+        || on.split && ((a.size == 8 && !a.store) || after_word_load(trace))
+        || on.heap.has(a.addr >> ZONE_SHIFT);
     if let Some(Item::Chunk(h)) = trace.first_mut() {
         if let Some(d) = h.building.as_deref_mut() {
             a.zone = d.add(&a, big_endian);
@@ -745,14 +804,16 @@ impl Thread {
     /// changes before the segment ends (an allocation function's entry or
     /// return ends it first; a tail call that ends one happens only while
     /// one is running).
-    pub(super) fn segment(&mut self, st: &mut Proc, d: &Arc<Delta>) {
+    pub(super) fn segment(&mut self, st: &mut Proc, d: &Arc<Delta>, heap: &HeapWindows) {
         self.fold(st);
         let mut folded = 0;
         if !d.crossed && self.calls.is_empty() && !st.order.threads_created() {
             for (z, zone) in d.zones.iter().enumerate() {
-                if st.heap.untouched(zone.lo, zone.hi) {
+                let untouched = st.heap.untouched(zone.lo, zone.hi);
+                if untouched {
                     folded |= 1 << z;
                 }
+                heap.note(zone.window, !untouched);
             }
         }
         let mut unfolded =
@@ -874,12 +935,19 @@ impl Thread {
 /// folded in every segment that crossed no zone's edge (for tests): the
 /// shadow.
 #[cfg(test)]
-pub fn folded_shadow(items: &[Item], big_endian: bool, red_zone: u64, folds: u8) -> Shadow {
+pub fn folded_shadow(
+    items: &[Item],
+    big_endian: bool,
+    red_zone: u64,
+    folds: u8,
+    heap: &HeapWindows,
+) -> Shadow {
+    let on = Guest { split: false, heap };
     let mut trace = Vec::new();
     begin(&mut trace);
     for item in items {
         match item {
-            Item::Access(a) => access(&mut trace, *a, big_endian, true, false),
+            Item::Access(a) => access(&mut trace, *a, big_endian, true, &on),
             Item::Insn { regs: Some(r), .. } => {
                 let after = regs(&mut trace, r.sp, red_zone, true);
                 trace.push(item.clone());
@@ -1075,9 +1143,14 @@ mod tests {
                     }
                 }
                 let want = bytes(&mut plain);
-                // Every zone folded, none, and some.
+                // Every zone folded, none, and some; the globals' window
+                // taken for the heap's (its accesses left in the trace) or not.
+                let heap = HeapWindows::default();
+                if round % 3 == 0 {
+                    heap.note(0x40_0ff0 >> ZONE_SHIFT, true);
+                }
                 for folds in [u8::MAX, 0, rng.next() as u8] {
-                    let mut folded = folded_shadow(&items, be, red_zone, folds);
+                    let mut folded = folded_shadow(&items, be, red_zone, folds, &heap);
                     assert!(
                         want == bytes(&mut folded),
                         "round {round}, big-endian {be}, folds {folds:#x}"
@@ -1105,23 +1178,68 @@ mod tests {
             zone: 0,
         };
         let mut trace = Vec::new();
-        access(&mut trace, store, false, true, false);
+        access(
+            &mut trace,
+            store,
+            false,
+            true,
+            &Guest {
+                split: false,
+                heap: &HeapWindows::default(),
+            },
+        );
         // The chunk's first: the stack pointer before it is not known, so
         // the segment opens after it.
         assert!(regs(&mut trace, STACK - 32, 0, true));
         trace.push(insn(STACK - 32));
         open_after(&mut trace);
-        access(&mut trace, store, false, true, false);
+        access(
+            &mut trace,
+            store,
+            false,
+            true,
+            &Guest {
+                split: false,
+                heap: &HeapWindows::default(),
+            },
+        );
         // Inside the open segment.
         assert!(!regs(&mut trace, STACK - 32, 0, true));
         trace.push(insn(STACK - 32));
-        access(&mut trace, store, false, true, false);
+        access(
+            &mut trace,
+            store,
+            false,
+            true,
+            &Guest {
+                split: false,
+                heap: &HeapWindows::default(),
+            },
+        );
         close(&mut trace);
         // After the barrier, the next register event opens one before it.
-        access(&mut trace, store, false, true, false);
+        access(
+            &mut trace,
+            store,
+            false,
+            true,
+            &Guest {
+                split: false,
+                heap: &HeapWindows::default(),
+            },
+        );
         assert!(!regs(&mut trace, STACK - 48, 0, true));
         trace.push(insn(STACK - 48));
-        access(&mut trace, store, false, true, false);
+        access(
+            &mut trace,
+            store,
+            false,
+            true,
+            &Guest {
+                split: false,
+                heap: &HeapWindows::default(),
+            },
+        );
         close(&mut trace);
         let kinds: Vec<&str> = trace
             .iter()
@@ -1171,18 +1289,20 @@ mod tests {
             store,
             zone: 0,
         };
+        let heap = HeapWindows::default();
         for split in [false, true] {
+            let on = Guest { split, heap: &heap };
             let mut trace = Vec::new();
             assert!(regs(&mut trace, STACK, 0, true));
             trace.push(insn(STACK));
             open_after(&mut trace);
             branch(&mut trace, 0x40);
             trace.push(insn(STACK));
-            access(&mut trace, at(0x40, 8, true), false, true, split);
-            access(&mut trace, at(0x44, 8, true), false, true, split);
-            access(&mut trace, at(0x48, 8, false), false, true, split);
-            access(&mut trace, at(0x4c, 4, false), false, true, split);
-            access(&mut trace, at(0x50, 4, false), false, true, split);
+            access(&mut trace, at(0x40, 8, true), false, true, &on);
+            access(&mut trace, at(0x44, 8, true), false, true, &on);
+            access(&mut trace, at(0x48, 8, false), false, true, &on);
+            access(&mut trace, at(0x4c, 4, false), false, true, &on);
+            access(&mut trace, at(0x50, 4, false), false, true, &on);
             end(&mut trace);
             let kept: Vec<u64> = trace
                 .iter()
@@ -1197,6 +1317,24 @@ mod tests {
                 assert_eq!(kept, [0x40]);
             }
         }
+        // A window lately the heap's keeps every access of it.
+        heap.note((STACK - 64) >> ZONE_SHIFT, true);
+        let on = Guest {
+            split: false,
+            heap: &heap,
+        };
+        let mut trace = Vec::new();
+        assert!(regs(&mut trace, STACK, 0, true));
+        trace.push(insn(STACK));
+        open_after(&mut trace);
+        access(&mut trace, at(0x4c, 4, false), false, true, &on);
+        access(&mut trace, at(0x50, 4, true), false, true, &on);
+        end(&mut trace);
+        let kept = trace
+            .iter()
+            .filter(|i| matches!(i, Item::Access(a) if a.zone == 1))
+            .count();
+        assert_eq!(kept, 2);
     }
 
     /// What the head's count stands for: the instructions without a
@@ -1267,7 +1405,16 @@ mod tests {
                             store: rng.below(2) == 0,
                             zone: 0,
                         };
-                        access(&mut trace, a, false, fold, false);
+                        access(
+                            &mut trace,
+                            a,
+                            false,
+                            fold,
+                            &Guest {
+                                split: false,
+                                heap: &HeapWindows::default(),
+                            },
+                        );
                     }
                     5 | 6 => {
                         // An instruction event with registers: a branch,

@@ -107,6 +107,7 @@ impl Cannoli for Stream {
             advanced: Condvar::new(),
             filter,
             threaded: AtomicBool::new(false),
+            heap_windows: segment::HeapWindows::default(),
             state: Mutex::new(Proc {
                 heap: Heap::new(word),
                 shadow: Shadow::default(),
@@ -297,7 +298,11 @@ impl Cannoli for Stream {
             store: false,
             zone: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, l.split_vectors);
+        let on = segment::Guest {
+            split: l.split_vectors,
+            heap: &p.heap_windows,
+        };
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, &on);
     }
 
     #[inline(always)]
@@ -319,7 +324,11 @@ impl Cannoli for Stream {
             store: true,
             zone: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, l.split_vectors);
+        let on = segment::Guest {
+            split: l.split_vectors,
+            heap: &p.heap_windows,
+        };
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, &on);
     }
 
     #[inline(always)]
@@ -333,7 +342,11 @@ impl Cannoli for Stream {
             store: a.store,
             zone: 0,
         };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, l.split_vectors);
+        let on = segment::Guest {
+            split: l.split_vectors,
+            heap: &p.heap_windows,
+        };
+        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, &on);
     }
 
     fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
