@@ -276,12 +276,20 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
             );
         } else if specs.is_empty() {
             // A stripped static program: its C library's code finds them.
-            let tried = match sig::discover(&img, &custom) {
+            // Its string functions are looked for at the same time, on a
+            // core of their own: each search reads and matches the whole
+            // archive, before the program can start.
+            let (discovered, string_funcs) = std::thread::scope(|s| {
+                let strings = s.spawn(|| sig::string_funcs(&img));
+                let found = sig::discover(&img, &custom);
+                (found, strings.join())
+            });
+            let tried = match discovered {
                 Ok(found) if found.usable() => {
                     eprintln!("heap: {}", found_line(&img, &found));
                     img.add_funcs(found.funcs.into_iter().map(|(f, _)| f).collect());
                     // Not found: their over-reads are reported, as before.
-                    if let Ok(s) = sig::string_funcs(&img) {
+                    if let Ok(Ok(s)) = string_funcs {
                         strings = s.iter().map(|f| (f.start, f.end)).collect();
                     }
                     (specs, missing) = alloc::specs(&img, &custom)?;
