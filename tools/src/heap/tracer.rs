@@ -355,6 +355,17 @@ fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {
 }
 
 impl Pid {
+    /// A load or store, to the chunk's trace (the parallel phase's
+    /// `segment::access`, with what it needs of the guest).
+    #[inline(always)]
+    fn access(&self, l: &Layout, a: MemAccess, trace: &mut Vec<Item>) {
+        let on = segment::Guest {
+            split: l.split_vectors,
+            heap: &self.heap_windows,
+        };
+        segment::access(trace, a, self.run.plan.big_endian, self.run.fold, &on);
+    }
+
     /// Whether registers at `pc` are an allocation function's. The
     /// filter inline (it tells most pcs), the maps not.
     #[inline(always)]

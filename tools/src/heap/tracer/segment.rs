@@ -19,7 +19,7 @@
 //! event that reads or replaces the shadow, changes the heap or waits for
 //! another thread ([`Item::Flush`] before an allocation function's
 //! registers, an order number, a mapping, a signal, a `clone`, a fork, an
-//! exec, an exit), and at the chunk's end ([`end`], from the library's
+//! exec, an exit), and at the chunk's end ([`close`], from the library's
 //! `decoded`). Within it, each access goes to the zone of its megabyte of
 //! address space (at most [`MAX_ZONES`] of them; an access beyond goes
 //! the old way), and each byte it touches is folded into a [`Delta`]:
@@ -163,7 +163,7 @@ pub struct Head {
     /// The index of the open segment's [`Item::Zones`] (0: none).
     open: usize,
     /// The open segment's delta, moved to its [`Item::Zones`] when it
-    /// closes (at the latest when the chunk's events end, [`end`]).
+    /// closes (at the latest when the chunk's events end, [`close`]).
     building: Option<Box<Delta>>,
     /// The pc of the last branch pushed: a store at that pc (x86's `call`
     /// pushing its return address) stays in the trace, where the serial
@@ -701,7 +701,10 @@ fn open_segment(trace: &mut Vec<Item>) {
 }
 
 /// The open segment, if any, ends here: an allocation function's
-/// registers are to be pushed next (the chunk has its head already).
+/// registers are to be pushed next (the chunk has its head already), or
+/// the chunk's events end ([`cannoli::Cannoli::decoded`]), so that every
+/// segment's delta is in its [`Item::Zones`] and every segment ends with
+/// an [`Item::Flush`].
 #[inline]
 pub fn close(trace: &mut Vec<Item>) {
     let Some(Item::Chunk(h)) = trace.first_mut() else {
@@ -713,14 +716,6 @@ pub fn close(trace: &mut Vec<Item>) {
         trace[at] = Item::Zones(Arc::new(*d));
         trace.push(Item::Flush);
     }
-}
-
-/// The chunk's events end ([`cannoli::Cannoli::decoded`]): so does the
-/// open segment, so that every segment's delta is in its
-/// [`Item::Zones`] and every segment ends with an [`Item::Flush`].
-#[inline]
-pub fn end(trace: &mut Vec<Item>) {
-    close(trace);
 }
 
 /// An event that ends the open segment (see the module's doc) is to be
@@ -958,7 +953,7 @@ pub fn folded_shadow(
             _ => trace.push(item.clone()),
         }
     }
-    end(&mut trace);
+    close(&mut trace);
     struct Seg {
         delta: Arc<Delta>,
         folded: u8,
@@ -1168,6 +1163,11 @@ mod tests {
             regs: Some(Regs { sp, ra: None }),
             value: None,
         };
+        let heap = HeapWindows::default();
+        let on = Guest {
+            split: false,
+            heap: &heap,
+        };
         let store = MemAccess {
             pc: 8,
             addr: STACK - 16,
@@ -1178,68 +1178,23 @@ mod tests {
             zone: 0,
         };
         let mut trace = Vec::new();
-        access(
-            &mut trace,
-            store,
-            false,
-            true,
-            &Guest {
-                split: false,
-                heap: &HeapWindows::default(),
-            },
-        );
+        access(&mut trace, store, false, true, &on);
         // The chunk's first: the stack pointer before it is not known, so
         // the segment opens after it.
         assert!(regs(&mut trace, STACK - 32, 0, true));
         trace.push(insn(STACK - 32));
         open_after(&mut trace);
-        access(
-            &mut trace,
-            store,
-            false,
-            true,
-            &Guest {
-                split: false,
-                heap: &HeapWindows::default(),
-            },
-        );
+        access(&mut trace, store, false, true, &on);
         // Inside the open segment.
         assert!(!regs(&mut trace, STACK - 32, 0, true));
         trace.push(insn(STACK - 32));
-        access(
-            &mut trace,
-            store,
-            false,
-            true,
-            &Guest {
-                split: false,
-                heap: &HeapWindows::default(),
-            },
-        );
+        access(&mut trace, store, false, true, &on);
         close(&mut trace);
         // After the barrier, the next register event opens one before it.
-        access(
-            &mut trace,
-            store,
-            false,
-            true,
-            &Guest {
-                split: false,
-                heap: &HeapWindows::default(),
-            },
-        );
+        access(&mut trace, store, false, true, &on);
         assert!(!regs(&mut trace, STACK - 48, 0, true));
         trace.push(insn(STACK - 48));
-        access(
-            &mut trace,
-            store,
-            false,
-            true,
-            &Guest {
-                split: false,
-                heap: &HeapWindows::default(),
-            },
-        );
+        access(&mut trace, store, false, true, &on);
         close(&mut trace);
         let kinds: Vec<&str> = trace
             .iter()
@@ -1303,7 +1258,7 @@ mod tests {
             access(&mut trace, at(0x48, 8, false), false, true, &on);
             access(&mut trace, at(0x4c, 4, false), false, true, &on);
             access(&mut trace, at(0x50, 4, false), false, true, &on);
-            end(&mut trace);
+            close(&mut trace);
             let kept: Vec<u64> = trace
                 .iter()
                 .filter_map(|i| match i {
@@ -1329,7 +1284,7 @@ mod tests {
         open_after(&mut trace);
         access(&mut trace, at(0x4c, 4, false), false, true, &on);
         access(&mut trace, at(0x50, 4, true), false, true, &on);
-        end(&mut trace);
+        close(&mut trace);
         let kept = trace
             .iter()
             .filter(|i| matches!(i, Item::Access(a) if a.zone == 1))
@@ -1362,6 +1317,11 @@ mod tests {
     /// push them, folding or not.
     #[test]
     fn the_heads_count_is_what_a_look_back_finds() {
+        let heap = HeapWindows::default();
+        let on = Guest {
+            split: false,
+            heap: &heap,
+        };
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
         for round in 0..200 {
             let fold = round % 2 == 0;
@@ -1405,16 +1365,7 @@ mod tests {
                             store: rng.below(2) == 0,
                             zone: 0,
                         };
-                        access(
-                            &mut trace,
-                            a,
-                            false,
-                            fold,
-                            &Guest {
-                                split: false,
-                                heap: &HeapWindows::default(),
-                            },
-                        );
+                        access(&mut trace, a, false, fold, &on);
                     }
                     5 | 6 => {
                         // An instruction event with registers: a branch,

@@ -298,11 +298,7 @@ impl Cannoli for Stream {
             store: false,
             zone: 0,
         };
-        let on = segment::Guest {
-            split: l.split_vectors,
-            heap: &p.heap_windows,
-        };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, &on);
+        p.access(l, a, trace);
     }
 
     #[inline(always)]
@@ -324,11 +320,7 @@ impl Cannoli for Stream {
             store: true,
             zone: 0,
         };
-        let on = segment::Guest {
-            split: l.split_vectors,
-            heap: &p.heap_windows,
-        };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, &on);
+        p.access(l, a, trace);
     }
 
     #[inline(always)]
@@ -342,11 +334,7 @@ impl Cannoli for Stream {
             store: a.store,
             zone: 0,
         };
-        let on = segment::Guest {
-            split: l.split_vectors,
-            heap: &p.heap_windows,
-        };
-        segment::access(trace, a, p.run.plan.big_endian, p.run.fold, &on);
+        p.access(l, a, trace);
     }
 
     fn block(_p: &Pid, _l: &Arc<Layout>, pc: u64, lens: &[u8], trace: &mut Vec<Item>) {
@@ -428,8 +416,9 @@ impl Cannoli for Stream {
         }
     }
 
+    /// The open segment ends with the chunk's events.
     fn decoded(_pid: &Pid, _l: &Arc<Layout>, trace: &mut Vec<Item>) {
-        segment::end(trace);
+        segment::close(trace);
     }
 
     fn trace(&mut self, pid: &Pid, _l: &Arc<Layout>, trace: &[Item]) {
