@@ -45,6 +45,17 @@ impl BlockSource for mempipe::TableReader {
 /// of two (variable-length instructions): events are placed by a scan.
 pub(crate) const IRREGULAR: u8 = u8::MAX;
 
+/// How many bits each byte value has set ([`Block::reported`]).
+static BYTE_ONES: [u8; 256] = {
+    let mut t = [0; 256];
+    let mut i = 0;
+    while i < 256 {
+        t[i] = (i as u8).count_ones() as u8;
+        i += 1;
+    }
+    t
+};
+
 /// One translated block, checked and ready for the decode loop. Cloning it
 /// takes two reference counts; the slots of [`BlockCache`] hold it inline
 /// (see the module's doc).
@@ -96,6 +107,37 @@ impl Block {
     #[inline(always)]
     pub fn len(&self) -> usize {
         self.pcs.len()
+    }
+
+    /// How many of the instructions `from..to` (`to` at most
+    /// [`Block::len`]) are reported executed: what expanding them would
+    /// give, counted without visiting them.
+    #[inline(always)]
+    pub fn reported(&self, from: usize, to: usize) -> u64 {
+        let Some(mask) = self.mask.as_deref() else {
+            return to.saturating_sub(from) as u64;
+        };
+        if from >= to {
+            return 0;
+        }
+        // The bits of `from..to` lie in words `first..=last`; `ones(w)`:
+        // the low `w` bits (1 to 64).
+        let ones = |w: usize| u64::MAX >> (64 - w);
+        let (first, last) = (from / 64, (to - 1) / 64);
+        let head = mask[first] >> (from % 64);
+        if first == last {
+            // Between two events of one block: the common case, and mostly
+            // a few instructions, counted by a table (`count_ones` is some
+            // 15 instructions on x86-64's baseline, which has no popcnt).
+            let bits = head & ones(to - from);
+            return match u8::try_from(bits) {
+                Ok(b) => u64::from(BYTE_ONES[usize::from(b)]),
+                Err(_) => u64::from(bits.count_ones()),
+            };
+        }
+        let middle: u32 = mask[first + 1..last].iter().map(|w| w.count_ones()).sum();
+        let tail = mask[last] & ones(to - last * 64);
+        u64::from(head.count_ones() + middle + tail.count_ones())
     }
 
     /// Whether instruction `i` (below [`Block::len`]) is reported executed.
@@ -257,6 +299,32 @@ pub(crate) mod tests {
             pcs: pcs.to_vec(),
             exec: w[1 + pcs.len()..].to_vec(),
         }
+    }
+
+    #[test]
+    fn reported_counts_what_the_mask_reports() {
+        // Lengths around the mask's word edges, bits from a fixed sequence.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for len in [1, 5, 63, 64, 65, 127, 128, 129, 200] {
+            let pcs: Vec<u64> = (0..len as u64).map(|i| 0x1000 + 4 * i).collect();
+            let exec: Vec<bool> = (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x % 3 != 0
+                })
+                .collect();
+            let b = Block::new(entry(&pcs, &exec)).unwrap();
+            for from in 0..=len {
+                for to in from..=len {
+                    let want = (from..to).filter(|&i| b.is_exec(i)).count() as u64;
+                    assert_eq!(b.reported(from, to), want, "{len} {from}..{to}");
+                }
+            }
+        }
+        let all = Block::new(entry(&[1, 2, 3], &[true; 3])).unwrap();
+        assert_eq!(all.reported(1, 3), 2);
     }
 
     #[test]

@@ -110,6 +110,24 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
         }
     }
 
+    /// Whether [`Cannoli::exec_run`] could do anything now, were the next
+    /// instructions given to it. By default true. A tool that wants only a
+    /// few instructions after some of its events (the heap wants the one or
+    /// two after a branch) answers false in between; the library then
+    /// counts the instructions it would have given instead of finding
+    /// their runs (the mask of a block with hooked instructions has a gap
+    /// at each, and finding the runs between two loads cost more than the
+    /// heap's work on them). False must mean that `exec_run`, and `exec`,
+    /// would leave `trace` and every context as they are.
+    #[inline(always)]
+    fn wants_runs(
+        _pid: &Self::PidContext,
+        _tid: &Self::TidContext,
+        _trace: &mut Vec<Self::Trace>,
+    ) -> bool {
+        true
+    }
+
     /// The instruction at `pc` is about to execute (a `Register` hook), with
     /// the guest's general purpose registers: `regs` holds one little-endian
     /// `u64` word per register, [`ClientInfo::regs`]`.count` of them, in the

@@ -44,8 +44,10 @@ pub(super) fn expand<T: Cannoli>(
     if b.all() {
         T::exec_run(pid, tid, pcs, trace);
         pcs.len() as u64
-    } else {
+    } else if T::wants_runs(pid, tid, trace) {
         expand_masked::<T>(pid, tid, b, from, to, trace)
+    } else {
+        b.reported(from, to)
     }
 }
 

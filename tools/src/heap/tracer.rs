@@ -12,18 +12,21 @@
 //!
 //! Here: the process ([`Pid`], [`Proc`]) and how a thread applies its
 //! events ([`Thread`]); `item` the events ([`Item`]), `stream` the
-//! library's side (the callbacks), `order` the order kept between a
+//! library's side (the callbacks), `layout` a thread's registers,
+//! `order` the order kept between a
 //! process's threads, `segment` the loads and stores far from the heap
 //! that the parallel phase folds into what they leave in the shadow.
 
 mod fork;
 mod item;
+mod layout;
 mod order;
 mod segment;
 mod stream;
 
 pub use fork::{settle as settle_forks, Forks};
 pub use item::{Item, MemAccess};
+pub use layout::Layout;
 pub use segment::wanted as fold_segments;
 pub use stream::{narrowed_registers, quiet_sp, Stream};
 
@@ -243,46 +246,6 @@ impl Pid {
                 self.plan.exe.0.display()
             );
         }
-    }
-}
-
-/// A thread's register layout.
-pub struct Layout {
-    mask: u64,
-    args: Vec<Option<usize>>,
-    ret: Option<usize>,
-    sp: Option<usize>,
-    ra: Option<usize>,
-    bits64: bool,
-    /// The bytes below the stack pointer the ABI lets a function use
-    /// without moving it, which memcheck keeps valid (its
-    /// `VG_STACK_REDZONE_SZB`): 128 on x86_64, 288 on ppc64, else none.
-    red_zone: u64,
-    /// QEMU loads a vector of 16 bytes or more as 8-byte pieces, one
-    /// access event each (ppc64's `lxvd2x`, arm's `vld1` of several d
-    /// registers, as NEON `memchr` does around a string's start): each
-    /// piece after the first follows the one before with the same pc, and
-    /// they are checked as the one vector load memcheck sees. Not on guests
-    /// where one instruction makes 8-byte loads that are not a vector
-    /// (aarch64's `ldp`, x86's `rep lodsq`: those load 16 bytes as one).
-    split_vectors: bool,
-    /// How many instructions without a branch after any other event the
-    /// serial phase needs ([`plain_wanted`](super::parallel::plain_wanted)):
-    /// 2 where branches have a delay slot (MIPS), else 1.
-    plain_needed: u8,
-}
-
-impl Layout {
-    fn read(&self, regs: &[u8], i: usize) -> Option<u64> {
-        let w = regs.get(i * 8..i * 8 + 8)?;
-        Some(u64::from_le_bytes(w.try_into().unwrap()) & self.mask)
-    }
-
-    fn bt(&self, regs: &[u8]) -> Option<Regs> {
-        Some(Regs {
-            ra: self.ra.and_then(|i| self.read(regs, i)),
-            sp: self.read(regs, self.sp?)?,
-        })
     }
 }
 

@@ -64,6 +64,24 @@ fn expect(words: &[u64], want: Vec<Ev>) {
     assert_eq!(t, want, "{words:x?}");
 }
 
+/// Decodes `words` as [`run_blocks`] does, for tool `T` (one with no
+/// contexts).
+fn decode_as<T: Cannoli<PidContext = (), TidContext = ()>>(
+    words: &[u64],
+) -> (Vec<T::Trace>, Decoded) {
+    let mut got = Vec::new();
+    let d = decode_stream::<T>(
+        &(),
+        &(),
+        &[&bytes(words)],
+        &layout(32),
+        Some(&cache()),
+        &mut got,
+    );
+    assert_eq!(d.error, None, "{words:x?}");
+    (got, d)
+}
+
 fn cat(parts: &[&[u64]]) -> Vec<u64> {
     parts.concat()
 }
@@ -102,16 +120,7 @@ fn exec_run_gets_the_same_pcs_in_contiguous_runs() {
         &[cut_w(0x1000 + 4 * 50), 0x10, run_w(2)],
     ]);
     let (want, _) = run_blocks(&words, Some(&cache()));
-    let mut got = Vec::new();
-    let d = decode_stream::<Runs>(
-        &(),
-        &(),
-        &[&bytes(&words)],
-        &layout(32),
-        Some(&cache()),
-        &mut got,
-    );
-    assert_eq!(d.error, None);
+    let (got, _) = decode_as::<Runs>(&words);
     let flat: Vec<Ev> = got
         .iter()
         .flat_map(|(_, pcs)| {
@@ -131,6 +140,62 @@ fn exec_run_gets_the_same_pcs_in_contiguous_runs() {
     assert_eq!(got[1], (true, vec![0x200]));
     assert!(got.iter().all(|(run, pcs)| !run || !pcs.is_empty()));
     assert!(got.iter().filter(|(run, _)| *run).count() > 10);
+}
+
+/// A tool that wants only the first instruction after each load (as the
+/// heap wants the ones after a branch) and says so in `wants_runs` gets
+/// exactly those, and the instructions it did not want are still counted.
+#[test]
+fn a_tool_that_wants_no_runs_gets_them_counted() {
+    pub struct AfterLoads;
+    impl AfterLoads {
+        fn wanting(t: &[Ev]) -> bool {
+            matches!(t.last(), None | Some(Ev::Read(..)))
+        }
+    }
+    impl Cannoli for AfterLoads {
+        type Trace = Ev;
+        type TidContext = ();
+        type PidContext = ();
+        fn init_pid(_: &ClientInfo) -> Arc<()> {
+            Arc::new(())
+        }
+        fn init_tid(_: &(), _: &ClientInfo) -> (Self, ()) {
+            (AfterLoads, ())
+        }
+        fn wants_runs(_: &(), _: &(), t: &mut Vec<Ev>) -> bool {
+            Self::wanting(t)
+        }
+        fn exec(_: &(), _: &(), pc: u64, t: &mut Vec<Ev>) {
+            if Self::wanting(t) {
+                t.push(Ev::Exec(pc));
+            }
+        }
+        fn read(_: &(), _: &(), pc: u64, a: u64, v: u64, n: u8, t: &mut Vec<Ev>) {
+            t.push(Ev::Read(pc, a, v, n));
+        }
+    }
+    let words = cat(&[
+        &[run_w(0), run_w(1)],
+        &load(0x204),
+        &[run_w(3)],
+        &load(0x1000 + 4 * 40),
+        &load(0x1000 + 4 * 44),
+        &[cut_w(0x1000 + 4 * 50), 0x10, run_w(3)],
+        &load(0x1000 + 4 * 68),
+        &[run_w(1)],
+    ]);
+    let (all, d) = run_blocks(&words, Some(&cache()));
+    let (got, g) = decode_as::<AfterLoads>(&words);
+    let mut want: Vec<Ev> = Vec::new();
+    for e in all {
+        if matches!(e, Ev::Read(..)) || AfterLoads::wanting(&want) {
+            want.push(e);
+        }
+    }
+    assert_eq!(got, want);
+    assert_eq!(g.events, d.events, "every instruction counted");
+    assert!(want.len() == 9 && d.events > 80);
 }
 
 #[test]

@@ -213,6 +213,12 @@ impl Cannoli for Stream {
         Self::exec_run(pid, l, &[pc], trace);
     }
 
+    /// None once the serial phase needs no more ([`Self::exec_run`]).
+    #[inline(always)]
+    fn wants_runs(_pid: &Pid, l: &Arc<Layout>, trace: &mut Vec<Item>) -> bool {
+        segment::plain_wanted(trace, l.plain_needed) > 0
+    }
+
     /// Only the instructions [`plain_wanted`](crate::heap::parallel::plain_wanted)
     /// says the serial phase needs.
     #[inline(always)]
