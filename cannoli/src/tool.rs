@@ -113,12 +113,14 @@ pub trait Cannoli: Send + Sync + Sized + 'static {
     /// Whether [`Cannoli::exec_run`] could do anything now, were the next
     /// instructions given to it. By default true. A tool that wants only a
     /// few instructions after some of its events (the heap wants the one or
-    /// two after a branch) answers false in between; the library then
-    /// counts the instructions it would have given instead of finding
-    /// their runs (the mask of a block with hooked instructions has a gap
-    /// at each, and finding the runs between two loads cost more than the
-    /// heap's work on them). False must mean that `exec_run`, and `exec`,
-    /// would leave `trace` and every context as they are.
+    /// two after a branch, the call stacks the one where a branch landed)
+    /// answers false in between; the library then counts the instructions
+    /// it would have given instead of expanding them (finding the runs
+    /// between the gaps a block's hooked instructions leave in its mask,
+    /// or calling `exec` once a pc, cost more than the tool's work on
+    /// them). Asked before each expansion. False must mean that
+    /// `exec_run`, and `exec`, would leave `trace` and every context as
+    /// they are.
     #[inline(always)]
     fn wants_runs(
         _pid: &Self::PidContext,

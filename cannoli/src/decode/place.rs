@@ -40,14 +40,15 @@ pub(super) fn expand<T: Cannoli>(
     to: usize,
     trace: &mut Vec<T::Trace>,
 ) -> u64 {
+    if !T::wants_runs(pid, tid, trace) {
+        return b.reported(from, to);
+    }
     let pcs = &b.pcs[from..to];
     if b.all() {
         T::exec_run(pid, tid, pcs, trace);
         pcs.len() as u64
-    } else if T::wants_runs(pid, tid, trace) {
-        expand_masked::<T>(pid, tid, b, from, to, trace)
     } else {
-        b.reported(from, to)
+        expand_masked::<T>(pid, tid, b, from, to, trace)
     }
 }
 

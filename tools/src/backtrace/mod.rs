@@ -579,6 +579,13 @@ impl Cannoli for Backtrace {
         (Backtrace, tid)
     }
 
+    /// Only where [`Self::exec`] would keep one: the instructions of a
+    /// block between two branches are counted, not visited.
+    #[inline]
+    fn wants_runs(_pid: &Pid, tid: &Tid, trace: &mut Vec<Item>) -> bool {
+        after_branch(trace, tid.delay_slot)
+    }
+
     #[inline]
     fn exec(_pid: &Pid, tid: &Tid, pc: u64, trace: &mut Vec<Item>) {
         if after_branch(trace, tid.delay_slot) {

@@ -183,7 +183,7 @@ fn a_tool_that_wants_no_runs_gets_them_counted() {
         &load(0x1000 + 4 * 44),
         &[cut_w(0x1000 + 4 * 50), 0x10, run_w(3)],
         &load(0x1000 + 4 * 68),
-        &[run_w(1)],
+        &[run_w(1), run_w(0), run_w(2)],
     ]);
     let (all, d) = run_blocks(&words, Some(&cache()));
     let (got, g) = decode_as::<AfterLoads>(&words);
