@@ -1050,6 +1050,17 @@ mod tests {
     use super::super::super::super::backtrace::state::Regs;
     use super::*;
 
+    /// An instruction event at pc 0x1000, with the stack pointer `sp` if
+    /// it has registers.
+    fn insn(branch: bool, sp: Option<u64>) -> Item {
+        Item::Insn {
+            pc: 0x1000,
+            branch,
+            regs: sp.map(|sp| Regs { sp, ra: None }),
+            value: None,
+        }
+    }
+
     /// xorshift64: a fixed sequence, no crate needed.
     struct Rng(u64);
 
@@ -1081,12 +1092,7 @@ mod tests {
                         1 => sp - 8 * rng.below(24),
                         _ => sp + 0x2000 * rng.below(2),
                     };
-                    items.push(Item::Insn {
-                        pc: 0x1000,
-                        branch: true,
-                        regs: Some(Regs { sp, ra: None }),
-                        value: None,
-                    });
+                    items.push(insn(true, Some(sp)));
                 }
                 _ => {
                     let addr = match rng.below(32) {
@@ -1184,12 +1190,7 @@ mod tests {
 
     #[test]
     fn a_segment_opens_after_the_first_register_event_and_closes_at_a_barrier() {
-        let insn = |sp| Item::Insn {
-            pc: 4,
-            branch: true,
-            regs: Some(Regs { sp, ra: None }),
-            value: None,
-        };
+        let insn_at = |sp| insn(true, Some(sp));
         let heap = HeapWindows::default();
         let on = Guest {
             split: false,
@@ -1209,18 +1210,18 @@ mod tests {
         // The chunk's first: the stack pointer before it is not known, so
         // the segment opens after it.
         assert!(regs(&mut trace, STACK - 32, 0, true));
-        trace.push(insn(STACK - 32));
+        trace.push(insn_at(STACK - 32));
         open_after(&mut trace);
         access(&mut trace, store, false, true, &on);
         // Inside the open segment.
         assert!(!regs(&mut trace, STACK - 32, 0, true));
-        trace.push(insn(STACK - 32));
+        trace.push(insn_at(STACK - 32));
         access(&mut trace, store, false, true, &on);
         close(&mut trace);
         // After the barrier, the next register event opens one before it.
         access(&mut trace, store, false, true, &on);
         assert!(!regs(&mut trace, STACK - 48, 0, true));
-        trace.push(insn(STACK - 48));
+        trace.push(insn_at(STACK - 48));
         access(&mut trace, store, false, true, &on);
         close(&mut trace);
         let kinds: Vec<&str> = trace
@@ -1256,12 +1257,7 @@ mod tests {
     /// access right after one.
     #[test]
     fn what_the_serial_phase_may_need_stays_in_the_trace() {
-        let insn = |sp| Item::Insn {
-            pc: 4,
-            branch: false,
-            regs: Some(Regs { sp, ra: None }),
-            value: None,
-        };
+        let insn_at = |sp| insn(false, Some(sp));
         let at = |pc, size, store| MemAccess {
             pc,
             addr: STACK - 64,
@@ -1276,10 +1272,10 @@ mod tests {
             let on = Guest { split, heap: &heap };
             let mut trace = Vec::new();
             assert!(regs(&mut trace, STACK, 0, true));
-            trace.push(insn(STACK));
+            trace.push(insn_at(STACK));
             open_after(&mut trace);
             branch(&mut trace, 0x40);
-            trace.push(insn(STACK));
+            trace.push(insn_at(STACK));
             access(&mut trace, at(0x40, 8, true), false, true, &on);
             access(&mut trace, at(0x44, 8, true), false, true, &on);
             access(&mut trace, at(0x48, 8, false), false, true, &on);
@@ -1307,7 +1303,7 @@ mod tests {
         };
         let mut trace = Vec::new();
         assert!(regs(&mut trace, STACK, 0, true));
-        trace.push(insn(STACK));
+        trace.push(insn_at(STACK));
         open_after(&mut trace);
         access(&mut trace, at(0x4c, 4, false), false, true, &on);
         access(&mut trace, at(0x50, 4, true), false, true, &on);
@@ -1366,12 +1362,7 @@ mod tests {
                             "round {round}"
                         );
                         for _ in 0..n {
-                            trace.push(Item::Insn {
-                                pc: 0x1000,
-                                branch: false,
-                                regs: None,
-                                value: None,
-                            });
+                            trace.push(insn(false, None));
                         }
                         if n > 0 {
                             plain_pushed(&mut trace, n);
@@ -1405,12 +1396,7 @@ mod tests {
                         } else {
                             plain_pushed(&mut trace, 1);
                         }
-                        trace.push(Item::Insn {
-                            pc: 0x1000,
-                            branch,
-                            regs: Some(Regs { sp, ra: None }),
-                            value: None,
-                        });
+                        trace.push(insn(branch, Some(sp)));
                         if rng.below(8) == 0 {
                             close(&mut trace);
                             event(&mut trace);
