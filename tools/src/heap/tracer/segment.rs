@@ -132,11 +132,13 @@ impl HeapWindows {
 const KILL_MAX: u64 = KILL_MAKES_PAGES;
 
 /// The fewest workers a guest thread with which a run folds by default
-/// ([`wanted`]): about where the parallel phase's work, over the workers,
-/// falls below the serial phase's (callgrind of busybox `sha256sum`:
-/// some 1.07 G instructions parallel and 0.43 G serial unfolded, 1.4 G
-/// and 0.25 G folded).
-const FOLD_WORKERS: usize = 5;
+/// ([`wanted`]): where, on every guest, the longer of the serial phase
+/// and the whole work over the workers is shorter folded (callgrind of
+/// busybox `sha256sum`, 2026-12-02: x86_64 1.01 G instructions in all
+/// and 0.37 G serial unfolded, 1.09 G and 0.14 G folded; 32-bit Arm,
+/// the guest that gains least, 2.13 G and 0.60 G against 2.24 G and
+/// 0.29 G, behind at 3 workers and ahead from 4).
+const FOLD_WORKERS: usize = 4;
 
 /// The longest vector load QEMU splits into 8-byte pieces that the heap
 /// checks as one (four of arm's d registers are 32 bytes).
@@ -322,6 +324,7 @@ static BYTE_MASKS: [u64; 256] = {
 
 impl Delta {
     /// Folds one access; its zone (1-based) or 0 (not folded).
+    #[inline(always)]
     fn add(&mut self, a: &MemAccess, big_endian: bool) -> u8 {
         let len = match a.size {
             16 => 16,
@@ -617,9 +620,8 @@ pub fn branch(trace: &mut Vec<Item>, pc: u64) {
 }
 
 /// A load or store: folded into the open segment if there is one, and
-/// then set aside there or pushed. Small, to be inlined into the
-/// decoder's loop where no segment is open (always, on a machine of few
-/// cores: `fold` false). `split`: the guest's vectors come split
+/// then set aside there or pushed. Inlined into the decoder's loop, the
+/// fold too ([`fold_access`]). `split`: the guest's vectors come split
 /// ([`super::Layout`]).
 #[inline(always)]
 pub fn access(trace: &mut Vec<Item>, a: MemAccess, big_endian: bool, fold: bool, on: &Guest) {
@@ -646,8 +648,12 @@ pub struct Guest<'a> {
 /// (a store at a branch's pc; where vectors come split, an 8-byte load
 /// and the access right after one, which keeps two loads apart), it is
 /// wider than 8 bytes, or its window was lately the heap's (where it is
-/// most likely applied, which the trace does at less cost).
-#[inline(never)]
+/// most likely applied, which the trace does at less cost). Inlined with
+/// [`Delta::add`], so that the access stays in registers: a call each
+/// cost a tenth of a folded run's instructions (callgrind, busybox
+/// `sha256sum`: mipsel and i386 -11 %), and the path that does not fold
+/// is no dearer (-1 %).
+#[inline(always)]
 fn fold_access(trace: &mut Vec<Item>, mut a: MemAccess, big_endian: bool, on: &Guest) {
     let at = trace.len();
     let keep = a.size > 8
@@ -792,11 +798,11 @@ impl Applying {
 
 /// Whether a run with `workers` worker threads a guest thread folds
 /// segments. Folding moves work from the serial phase to the parallel
-/// one and adds some (a word looked up per access): with few workers the
-/// parallel phase is what bounds the run, and the whole costs more
-/// (`cannoli heap` of busybox `sha256sum` of 2 MB on 2 cores: 1.11x the
-/// CPU and the wall), while with many the serial phase bounds it, and
-/// folding takes a third of its instructions away. `CANNOLI_HEAP_FOLD=0`
+/// one and may add some (a word looked up per access): with few workers
+/// the parallel phase is what bounds the run, and the whole costs from
+/// 3 % less (i386, aarch64) to 8 % more (x86_64) folded, while with many
+/// the serial phase bounds it, and folding takes from half (32-bit Arm)
+/// to nineteen parts in twenty (aarch64) of it away. `CANNOLI_HEAP_FOLD=0`
 /// or `1` decides instead (the e2e test compares the two).
 pub fn wanted(workers: usize) -> bool {
     match std::env::var("CANNOLI_HEAP_FOLD").as_deref() {
