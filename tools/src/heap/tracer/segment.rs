@@ -802,7 +802,7 @@ impl Applying {
 /// the parallel phase is what bounds the run, and the whole costs from
 /// 3 % less (i386, aarch64) to 8 % more (x86_64) folded, while with many
 /// the serial phase bounds it, and folding takes from half (32-bit Arm)
-/// to nineteen parts in twenty (aarch64) of it away. `CANNOLI_HEAP_FOLD=0`
+/// to more than nine tenths (aarch64) of it away. `CANNOLI_HEAP_FOLD=0`
 /// or `1` decides instead (the e2e test compares the two).
 pub fn wanted(workers: usize) -> bool {
     match std::env::var("CANNOLI_HEAP_FOLD").as_deref() {
