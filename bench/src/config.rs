@@ -31,6 +31,9 @@ pub enum Kind {
     /// `cannoli probe` with the workload's probe points (`crate::probe`);
     /// only workloads that have some.
     Probe,
+    /// `cannoli heap` with its default workers (`crate::heap`): every load
+    /// and store checked against the live blocks.
+    Heap,
 }
 
 /// Which plugin library.
@@ -193,6 +196,13 @@ const TAIL: &[Config] = &[
     Config {
         name: "probe",
         kind: Kind::Probe,
+        peer: None,
+        best_peer: None,
+    },
+    // `cannoli heap`, its report checked clean.
+    Config {
+        name: "heap",
+        kind: Kind::Heap,
         peer: None,
         best_peer: None,
     },

@@ -32,6 +32,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod config;
+mod heap;
 mod plot;
 mod probe;
 mod proc;
@@ -52,7 +53,7 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
   --workload     nop-loop, busybox-sha256, sortcrc, rss-10x (default: all)
   --config       plain, never, plugin-insn, plugin-mem, plugin-insn-mem, plugin-tb,
                  plugin-tb-mem, cannoli-pc-<N>w, cannoli-pcmem-<N>w, record-pc,
-                 record-pcmem, replay-pc-2w, probe, record-pc-l-3, record-pc-l1, record-pc-l3,
+                 record-pcmem, replay-pc-2w, probe, heap, record-pc-l-3, record-pc-l1, record-pc-l3,
                  record-pcmem-l-3, record-pcmem-l1, record-pcmem-l3 (default: all but
                  the record-*-lN, with the cannoli rows of --workers)
                  cannoli-pc-<N>w / cannoli-pcmem-<N>w: cannoli tracing every pc /
@@ -70,6 +71,11 @@ usage: bench [--quick] [--runs N] [--workload NAME[,NAME]] [--config NAME[,NAME]
                  probe: `cannoli probe` at the workload's probe points, hits to
                  /dev/null, their number checked (busybox-sha256 only: ten pcs of
                  the SHA-256 block and update functions, about 1 M hits)
+                 heap: `cannoli heap --json` with its default workers, every load
+                 and store checked against the live blocks; its report must find
+                 nothing and lose nothing, and its allocations must be the same
+                 in every run. The goals of probe and heap against plain follow
+                 the main table
   --workers N[,N] the worker threads of the generated cannoli rows, e.g. 1,2,4,8,14
                  (default: from the machine's CPUs, one of them left to QEMU: 1, 2,
                  4, 8, ... below CPUs - 1, and CPUs - 1; at least 1,2; 16 CPUs give

@@ -102,6 +102,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
                 .ok_or("the workload has no probe points")?;
             return crate::probe::run(ctx, w, c.name, probes);
         }
+        Kind::Heap => return crate::heap::run(ctx, w, c.name),
         _ => {}
     }
     let tag = format!("{}.{}", w.name, c.name);
@@ -123,7 +124,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
     }
     let mut client = None;
     match c.kind {
-        Kind::Plain | Kind::Record { .. } | Kind::Replay { .. } | Kind::Probe => {}
+        Kind::Plain | Kind::Record { .. } | Kind::Replay { .. } | Kind::Probe | Kind::Heap => {}
         Kind::Plugins(plugins) => {
             for (lib, opts) in plugins {
                 let path = match lib {

@@ -6,7 +6,8 @@
 //! (`examples/benchmark`'s `Fold::push_all`, `bench/plugins/tbpeer.c`'s
 //! `fold_block`), written apart, in two languages; the checksum is the one
 //! function of the pc stream both must compute, with `libinsn.so` counting
-//! the stream.
+//! the stream. The `heap` row's report must be clean on each of these
+//! correct programs (nothing found, nothing lost).
 
 use std::process::Command;
 
@@ -18,7 +19,7 @@ fn quick_rows_agree_with_qemus_plugins() {
             "--workload",
             "nop-loop,busybox-sha256,sortcrc",
             "--config",
-            "plugin-insn,plugin-tb,cannoli-pc-1w,cannoli-pc-2w,cannoli-pcmem-2w",
+            "plugin-insn,plugin-tb,cannoli-pc-1w,cannoli-pc-2w,cannoli-pcmem-2w,heap",
         ])
         .output()
         .expect("cannot run bench");
@@ -35,6 +36,7 @@ fn quick_rows_agree_with_qemus_plugins() {
         "cannoli-pc-1w",
         "cannoli-pc-2w",
         "cannoli-pcmem-2w",
+        "heap",
     ] {
         let rows = stdout
             .lines()

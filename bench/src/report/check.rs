@@ -104,6 +104,16 @@ pub(super) fn check(cell: &Cell, truth: &Truth, reference_stdout: Option<&str>) 
             }
         }
     }
+    // The heap row's allocation events are the program's calls of the
+    // allocation functions: the same in every run of one guest.
+    if cell.config.kind == Kind::Heap {
+        let v: Vec<u64> = cell.samples.iter().filter_map(|s| s.events).collect();
+        if let (Some(lo), Some(hi)) = (v.iter().min(), v.iter().max()) {
+            if lo != hi {
+                warn.push(format!("allocation events vary between runs: {lo} to {hi}"));
+            }
+        }
+    }
     // A plugin configuration other than the reference (the TB peer, or
     // libmem.so loaded beside it) must count what the reference counts.
     let reference = [

@@ -2,8 +2,10 @@
 //!
 //! - `check.rs`: the reference counts and the cross-checks
 //! - `recording.rs`: the record and replay table and the RSS comparison
+//! - `goals.rs`: the probe and heap rows against plain
 
 mod check;
+mod goals;
 mod recording;
 #[cfg(test)]
 mod tests;
@@ -15,6 +17,7 @@ use crate::workload::Workload;
 
 pub use check::guest_insns;
 use check::{check, truth};
+use goals::tool_goals;
 use recording::{recording_table, rss_comparison};
 
 /// All runs of one workload under one configuration.
@@ -63,9 +66,11 @@ impl Cell {
     /// What the tool saw: the client's events, or the plugins' totals.
     fn events(&self) -> Option<u64> {
         match self.config.kind {
-            Kind::Cannoli { .. } | Kind::Record { .. } | Kind::Replay { .. } | Kind::Probe => {
-                self.med(|s| s.events)
-            }
+            Kind::Cannoli { .. }
+            | Kind::Record { .. }
+            | Kind::Replay { .. }
+            | Kind::Probe
+            | Kind::Heap => self.med(|s| s.events),
             Kind::Plugins(_) => self.med(|s| match (s.insns, s.mem) {
                 (None, None) => None,
                 (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
@@ -231,6 +236,12 @@ pub fn render(
     if let Some(rec) = recording_table(workloads, cells) {
         out += "\n";
         out += &rec;
+    }
+
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(g) = tool_goals(workloads, cells, cpus) {
+        out += "\n";
+        out += &g;
     }
 
     if let Some(rss) = rss_comparison(workloads, cells) {

@@ -349,3 +349,49 @@ fn rows_of_the_worker_list_and_of_the_filter() {
         ["cannoli-pc-1w", "record-pc", "replay-pc-2w"]
     );
 }
+
+/// The probe and heap rows are judged against plain on their workload;
+/// the heap's goal only on a many-core machine. A heap row whose runs
+/// saw different allocation events is flagged.
+#[test]
+fn tool_goals_against_plain() {
+    let root = std::path::Path::new("/nonexistent");
+    let ws = crate::workload::all(root, true);
+    let sha = ws.iter().position(|w| w.name == "busybox-sha256").unwrap();
+    let cell = |name: &str, samples: Vec<Sample>| Cell {
+        workload: sha,
+        config: config::by_name(name).unwrap(),
+        samples,
+        errors: vec![],
+    };
+    let cells = vec![
+        cell("plain", vec![sample(1.0, None, None)]),
+        cell("probe", vec![sample(1.05, Some(10), None)]),
+        cell("heap", vec![sample(4.0, Some(9), None)]),
+    ];
+    let g = goals::tool_goals(&ws, &cells, 16).unwrap();
+    assert!(
+        g.contains("busybox-sha256: probe 1.050 s = 1.05x plain's 1.000 s, at most 1.1x: met"),
+        "{g}"
+    );
+    assert!(
+        g.contains(
+            "heap 4.000 s = 4.00x plain's 1.000 s, at most 3x on a many-core machine: NOT met"
+        ),
+        "{g}"
+    );
+    let g = goals::tool_goals(&ws, &cells, 2).unwrap();
+    assert!(g.contains("not judged on 2 CPUs"), "{g}");
+    // Without plain there is nothing to judge against.
+    assert!(goals::tool_goals(&ws, &cells[1..], 16).is_none());
+
+    let varied = vec![cell(
+        "heap",
+        vec![sample(4.0, Some(9), None), sample(4.0, Some(10), None)],
+    )];
+    let r = render(&["- host".into()], 2, &ws, &varied, &[]);
+    assert!(
+        r.contains("busybox-sha256/heap: allocation events vary between runs: 9 to 10"),
+        "{r}"
+    );
+}
