@@ -8,8 +8,9 @@
 #   1. plain QEMU's busybox sha256sum (20 MB) beside 0, 4, 8 and CPUs-1
 #      busy loops that touch no memory, five runs each, and 0 again;
 #   2. the bench's busybox and sortcrc PC and PC+mem rows at 4, 8 and
-#      CPUs-1 workers, twice in turn as they are and with helpers called
-#      in only when four chunks wait (CANNOLI_CALL_IN=4).
+#      CPUs-1 workers, twice in turn as they are (a call-in wakes the
+#      helper that parked last) and with the helper parked longest woken
+#      first (CANNOLI_WAKE_OLDEST=1, the crew before 2026-12-03).
 # If the busy loops slow plain QEMU as much as the workers slow it, the
 # host's clock or its sharing of cores is the cause, not the crew. Here,
 # first: bash scripts/device-kit.sh; carry devkit; run `bash
@@ -48,9 +49,9 @@ for w in $(printf '%s\n' 4 8 $((cpus - 1)) | sort -nu); do
   configs="$configs,cannoli-pc-${w}w,cannoli-pcmem-${w}w"
 done
 for round in 1 2; do
-  for knob in default call-in-4; do
+  for knob in default wake-oldest; do
     env=()
-    [ $knob = call-in-4 ] && env=(CANNOLI_CALL_IN=4)
+    [ $knob = wake-oldest ] && env=(CANNOLI_WAKE_OLDEST=1)
     env "${env[@]}" timeout 200 target/release/bench --no-build --runs 5 \
       --workload busybox-sha256,sortcrc --config "$configs" \
       >"$out/crew-$knob-$round.md" 2>"$out/crew-$knob-$round.err"

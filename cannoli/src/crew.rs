@@ -7,15 +7,25 @@
 //! resequencer puts them back in order. The first worker always waits on
 //! the ring (a short spin, then a futex that QEMU wakes only while someone
 //! sleeps there; see [`EAGER_SPIN`]). The others, *helpers*, never wait on
-//! the ring, so QEMU never pays a wake-up for them: they park on the
-//! crew's own condition variable, and a worker that finds chunks waiting
-//! behind the one it took calls one in (a wake-up of a few microseconds,
-//! against a chunk's work of a hundred or more). A helper that finds more
-//! waiting calls the next, so the crew grows to what the backlog needs
-//! within a chunk or two, and shrinks as helpers find the ring empty and
-//! park. Nothing spins while the ring is empty. Helper threads are started
-//! only when first called in, so a stream that one worker keeps up with
-//! costs one thread.
+//! the ring, so QEMU never pays a wake-up for them: they park in the
+//! crew's own stack of idle helpers ([`Idle`]), and a worker that finds
+//! chunks waiting behind the one it took calls one in (a wake-up of a few
+//! microseconds, against a chunk's work of a hundred or more). A helper
+//! that finds more waiting calls the next, so the crew grows to what the
+//! backlog needs within a chunk or two, and shrinks as helpers find the
+//! ring empty and park. Nothing spins while the ring is empty. Helper
+//! threads are started only when first called in, so a stream that one
+//! worker keeps up with costs one thread.
+//!
+//! The helper called in is the one that parked last, not the one that
+//! waited longest: the fewest helpers take turns, their caches warm with
+//! the decoder's tables, and the others stay asleep (a thread pool's LIFO
+//! wake). Woken oldest first, every helper takes chunks in turn; on a
+//! 16-core VM that way, 15 workers made QEMU's own thread 10-25 % slower
+//! than 4 did, which this order is meant to avoid (not yet measured
+//! there: docs/performance.md, "Helpers called in last-parked first").
+//! `CANNOLI_WAKE_OLDEST=1` wakes the oldest instead, for measuring one
+//! against the other.
 //!
 //! When helpers are called in depends on whether a core is free for them:
 //!
@@ -38,8 +48,8 @@
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
-use std::thread::Scope;
+use std::sync::{Mutex, OnceLock};
+use std::thread::{Scope, Thread};
 use std::time::{Duration, Instant};
 
 use mempipe::{Chunk, Consumer};
@@ -86,6 +96,12 @@ fn call_in() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(CALL_IN, |n: u64| n.clamp(1, 64))
+}
+
+/// Whether `CANNOLI_WAKE_OLDEST=1` asks that the helper parked longest be
+/// called in first (see the module doc).
+fn wake_oldest() -> bool {
+    std::env::var_os("CANNOLI_WAKE_OLDEST").is_some_and(|v| v == "1")
 }
 
 /// The most worker threads the default gives a stream.
@@ -190,10 +206,8 @@ pub(crate) struct Crew<'a> {
     call_in: u64,
     /// Helper threads started (they keep their index: 1, 2, ...).
     helpers: AtomicUsize,
-    lock: Mutex<()>,
-    wake: Condvar,
-    /// Helpers parked (so that a call-in skips the wake-up when none is).
-    parked: AtomicU32,
+    /// The helpers parked.
+    idle: Idle,
     done: AtomicBool,
     /// The first worker could not be started: nothing drains the ring.
     failed: OnceLock<String>,
@@ -227,9 +241,7 @@ impl<'a> Crew<'a> {
             spin: eager_spin(),
             call_in: call_in(),
             helpers: AtomicUsize::new(0),
-            lock: Mutex::new(()),
-            wake: Condvar::new(),
-            parked: AtomicU32::new(0),
+            idle: Idle::new(wake_oldest()),
             done: AtomicBool::new(false),
             failed: OnceLock::new(),
             helped: AtomicU64::new(0),
@@ -344,9 +356,7 @@ impl<'a> Crew<'a> {
         if self.wanted < 2 || !self.help_wanted() {
             return;
         }
-        if self.parked.load(Ordering::SeqCst) > 0 {
-            let _g = lock(&self.lock);
-            self.wake.notify_one();
+        if self.idle.wake_one() {
             return;
         }
         // Start another helper, if fewer than wanted are running.
@@ -371,20 +381,14 @@ impl<'a> Crew<'a> {
 
     /// A helper waits to be called in (or for the end).
     fn park(&self) {
-        let g = lock(&self.lock);
-        self.parked.fetch_add(1, Ordering::SeqCst);
-        let ready =
-            self.done.load(Ordering::SeqCst) || self.consumer.is_finished() || self.help_wanted();
-        if !ready {
-            let _ = self.wake.wait_timeout(g, PARK_SLICE);
-        }
-        self.parked.fetch_sub(1, Ordering::SeqCst);
+        self.idle.park(|| {
+            self.done.load(Ordering::SeqCst) || self.consumer.is_finished() || self.help_wanted()
+        });
     }
 
     fn finish(&self) {
         self.done.store(true, Ordering::SeqCst);
-        let _g = lock(&self.lock);
-        self.wake.notify_all();
+        self.idle.wake_all();
     }
 
     /// The first worker's periodic re-decision (see the module doc).
@@ -410,6 +414,93 @@ impl<'a> Crew<'a> {
         let holding = w.relay_until.is_some_and(|t| now < t);
         self.eager
             .store(self.machine.has_spare_core() && !holding, Ordering::Relaxed);
+    }
+}
+
+/// The parked helpers of one crew, as a stack: a call-in wakes the one on
+/// top, the helper that parked last (or, `oldest`, the one at the bottom).
+///
+/// A helper counts itself in [`Idle::parked`] before it looks whether it
+/// is wanted after all, and a worker that called one in reads that count
+/// after it saw the chunks waiting, so one of the two always sees the
+/// other: a call-in is never lost while a helper goes to sleep. A helper
+/// also re-checks on its own every [`PARK_SLICE`], keeping its place in
+/// the stack.
+struct Idle {
+    stack: Mutex<Vec<Thread>>,
+    /// Helpers parked or about to (so that a call-in skips the lock when
+    /// none is).
+    parked: AtomicU32,
+    oldest: bool,
+}
+
+impl Idle {
+    fn new(oldest: bool) -> Idle {
+        Idle {
+            stack: Mutex::new(Vec::new()),
+            parked: AtomicU32::new(0),
+            oldest,
+        }
+    }
+
+    /// The calling thread sleeps until a call-in wakes it or `ready()`
+    /// (checked now and every [`PARK_SLICE`]) says it has work or the
+    /// stream ended.
+    fn park(&self, ready: impl Fn() -> bool) {
+        let me = std::thread::current();
+        {
+            let mut stack = lock(&self.stack);
+            self.parked.fetch_add(1, Ordering::SeqCst);
+            if ready() {
+                self.parked.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+            stack.push(me.clone());
+        }
+        loop {
+            // A wake-up may come before this (the token makes park return
+            // at once) or without a call-in (checked below).
+            std::thread::park_timeout(PARK_SLICE);
+            let mut stack = lock(&self.stack);
+            let Some(at) = stack.iter().rposition(|t| t.id() == me.id()) else {
+                // A call-in took it off the stack.
+                return;
+            };
+            if ready() {
+                stack.remove(at);
+                self.parked.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+        }
+    }
+
+    /// Wakes one parked helper; false if none was parked.
+    fn wake_one(&self) -> bool {
+        if self.parked.load(Ordering::SeqCst) == 0 {
+            return false;
+        }
+        let woken = {
+            let mut stack = lock(&self.stack);
+            let t = if self.oldest && !stack.is_empty() {
+                Some(stack.remove(0))
+            } else {
+                stack.pop()
+            };
+            if t.is_some() {
+                self.parked.fetch_sub(1, Ordering::SeqCst);
+            }
+            t
+        };
+        woken.map(|t| t.unpark()).is_some()
+    }
+
+    /// Wakes every parked helper (the stream ended).
+    fn wake_all(&self) {
+        let all = std::mem::take(&mut *lock(&self.stack));
+        self.parked.fetch_sub(all.len() as u32, Ordering::SeqCst);
+        for t in all {
+            t.unpark();
+        }
     }
 }
 
@@ -602,6 +693,64 @@ mod tests {
         let (taken, helped) = crew_run(&machine, 2, Duration::from_micros(100), false);
         assert_eq!(taken.iter().sum::<u64>(), CHUNKS);
         assert_eq!(helped, taken[1]);
+    }
+
+    /// A call-in wakes the helper that parked last (or, asked to, the
+    /// oldest); the other sleeps on through its own re-checks, in its
+    /// place, until the next call-in or the end. By count: the only waits
+    /// are for the helpers to park and wake (bounded, so that a wrong
+    /// order fails instead of hanging).
+    #[test]
+    fn the_helper_parked_last_is_called_in_first() {
+        let wait_until = |f: &dyn Fn() -> bool| {
+            let since = Instant::now();
+            while !f() && since.elapsed() < Duration::from_secs(60) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            f()
+        };
+        for oldest in [false, true] {
+            let idle = Idle::new(oldest);
+            let woke: [AtomicBool; 3] = Default::default();
+            let stop = AtomicBool::new(false);
+            let seen = std::thread::scope(|s| {
+                for (i, w) in woke.iter().enumerate() {
+                    let (idle, stop) = (&idle, &stop);
+                    s.spawn(move || {
+                        idle.park(|| stop.load(Ordering::SeqCst));
+                        w.store(true, Ordering::SeqCst);
+                    });
+                    wait_until(&|| lock(&idle.stack).len() == i + 1);
+                }
+                let order: [usize; 3] = if oldest { [0, 1, 2] } else { [2, 1, 0] };
+                let woken = |i: usize| woke[order[i]].load(Ordering::SeqCst);
+                let mut seen = vec![idle.wake_one()];
+                seen.push(wait_until(&|| woken(0)));
+                // Long enough for the others to re-check on their own.
+                std::thread::sleep(3 * PARK_SLICE);
+                seen.extend([!woken(1), !woken(2)]);
+                seen.push(idle.parked.load(Ordering::SeqCst) == 2);
+                seen.push(idle.wake_one());
+                seen.push(wait_until(&|| woken(1)));
+                seen.push(!woken(2));
+                stop.store(true, Ordering::SeqCst);
+                idle.wake_all();
+                seen
+            });
+            assert!(seen.iter().all(|&ok| ok), "oldest {oldest}: {seen:?}");
+            assert!(woke.iter().all(|w| w.load(Ordering::SeqCst)));
+            assert_eq!(idle.parked.load(Ordering::SeqCst), 0);
+            assert!(!idle.wake_one(), "nobody is parked");
+        }
+    }
+
+    /// A helper that is wanted when it would park does not sleep.
+    #[test]
+    fn a_ready_helper_does_not_park() {
+        let idle = Idle::new(false);
+        idle.park(|| true);
+        assert_eq!(idle.parked.load(Ordering::SeqCst), 0);
+        assert!(lock(&idle.stack).is_empty());
     }
 
     #[test]
