@@ -11,51 +11,32 @@
 //! functions) are the row's *events*; the report checks that every run
 //! has the same number.
 
-use std::fs;
-use std::time::Instant;
+use std::ffi::OsStr;
 
-use crate::run::{cannoli_binary, cannoli_command, tail, wait_watching_rss, Ctx, Sample};
+use crate::run::{read_text, run_tool, Ctx, Sample};
 use crate::workload::Workload;
 
-/// Runs `cannoli heap` on `w`, as the other rows run QEMU
-/// ([`cannoli_command`]), with the tool's default workers.
+/// Runs `cannoli heap` on `w`, as the other rows run QEMU ([`run_tool`]),
+/// with the tool's default workers.
 pub fn run(ctx: &Ctx, w: &Workload, name: &str) -> Result<Sample, String> {
-    let cannoli = cannoli_binary(ctx)?;
-    let (mut cmd, stdout_path, stderr_path) = cannoli_command(ctx, w, name, &cannoli)?;
     let report_path = ctx.out.join(format!("{}.{name}.json", w.name));
-    cmd.args(["heap", "--json", "-o"])
-        .arg(&report_path)
-        .arg(&w.guest)
-        .args(&w.args);
-
-    let start = Instant::now();
-    let mut p = crate::proc::Proc::spawn("cannoli heap", &mut cmd)?;
-    let (own_kb, qemu_kb) = wait_watching_rss(&mut p, start + ctx.timeout)?;
-    let exit = p.exit().expect("reaped");
-    if !exit.success() {
-        return Err(format!(
-            "cannoli heap {}{}",
-            exit.describe(),
-            tail(&stderr_path)
-        ));
-    }
-    let wall = (exit.at - start).as_secs_f64();
-    let read = |p: &std::path::Path| {
-        fs::read(p)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .map_err(|e| format!("cannot read {}: {e}", p.display()))
-    };
-    let stdout = read(&stdout_path)?;
-    let report = read(&report_path)?;
+    let args = [
+        OsStr::new("heap"),
+        OsStr::new("--json"),
+        OsStr::new("-o"),
+        report_path.as_os_str(),
+    ];
+    let run = run_tool(ctx, w, name, &args)?;
+    let report = read_text(&report_path)?;
     let events = clean_summary(&report).map_err(|e| format!("{}: {e}", report_path.display()))?;
     Ok(Sample {
-        wall,
-        total: wall,
-        qemu_rss_kb: qemu_kb.unwrap_or(exit.maxrss_kb),
-        client_rss_kb: Some(own_kb.unwrap_or(exit.maxrss_kb)),
+        wall: run.wall,
+        total: run.wall,
+        qemu_rss_kb: run.qemu_rss_kb,
+        client_rss_kb: Some(run.tool_rss_kb),
         events: Some(events),
         lost: Some(0),
-        stdout,
+        stdout: run.stdout,
         ..Sample::default()
     })
 }

@@ -9,11 +9,9 @@
 //! its block function once per 64 bytes of input, plus the padding block,
 //! and busybox calls its update function once per 4096-byte read).
 
-use std::fs;
-use std::path::Path;
-use std::time::Instant;
+use std::ffi::OsStr;
 
-use crate::run::{cannoli_binary, cannoli_command, tail, wait_watching_rss, Ctx, Sample};
+use crate::run::{read_text, run_tool, Ctx, Sample};
 use crate::workload::Workload;
 
 /// What a workload's probe row probes, and how many hits that must give.
@@ -57,37 +55,17 @@ pub fn sha256_reads(bytes: u64) -> u64 {
 }
 
 /// Runs `cannoli probe` on `w` with `probes`, as the other rows run QEMU
-/// ([`cannoli_command`]).
+/// ([`run_tool`]).
 pub fn run(ctx: &Ctx, w: &Workload, name: &str, probes: &Probes) -> Result<Sample, String> {
-    let cannoli = cannoli_binary(ctx)?;
-    let (mut cmd, stdout_path, stderr_path) = cannoli_command(ctx, w, name, &cannoli)?;
-    cmd.arg("probe");
+    let mut args = vec![OsStr::new("probe")];
     for p in probes.points {
-        cmd.args(["-p", p]);
+        args.extend([OsStr::new("-p"), OsStr::new(p)]);
     }
-    cmd.args(["-o", "/dev/null"]).arg(&w.guest).args(&w.args);
-
-    let start = Instant::now();
-    let mut p = crate::proc::Proc::spawn("cannoli probe", &mut cmd)?;
-    let (own_kb, qemu_kb) = wait_watching_rss(&mut p, start + ctx.timeout)?;
-    let exit = p.exit().expect("reaped");
-    if !exit.success() {
-        return Err(format!(
-            "cannoli probe {}{}",
-            exit.describe(),
-            tail(&stderr_path)
-        ));
-    }
-    let wall = (exit.at - start).as_secs_f64();
-    let read = |p: &Path| {
-        fs::read(p)
-            .map(|b| String::from_utf8_lossy(&b).into_owned())
-            .map_err(|e| format!("cannot read {}: {e}", p.display()))
-    };
-    let stdout = read(&stdout_path)?;
-    let stderr = read(&stderr_path)?;
+    args.extend([OsStr::new("-o"), OsStr::new("/dev/null")]);
+    let run = run_tool(ctx, w, name, &args)?;
+    let stderr = read_text(&run.stderr_path)?;
     let hits = parse_hits(&stderr)
-        .ok_or_else(|| format!("cannot find the hit count in {}", stderr_path.display()))?;
+        .ok_or_else(|| format!("cannot find the hit count in {}", run.stderr_path.display()))?;
     if hits != probes.hits {
         return Err(format!(
             "{hits} probe hits, not the workload's {} (difference {:+})",
@@ -96,13 +74,13 @@ pub fn run(ctx: &Ctx, w: &Workload, name: &str, probes: &Probes) -> Result<Sampl
         ));
     }
     Ok(Sample {
-        wall,
-        total: wall,
-        qemu_rss_kb: qemu_kb.unwrap_or(exit.maxrss_kb),
-        client_rss_kb: Some(own_kb.unwrap_or(exit.maxrss_kb)),
+        wall: run.wall,
+        total: run.wall,
+        qemu_rss_kb: run.qemu_rss_kb,
+        client_rss_kb: Some(run.tool_rss_kb),
         events: Some(hits),
         lost: Some(0),
-        stdout,
+        stdout: run.stdout,
         ..Sample::default()
     })
 }

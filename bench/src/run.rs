@@ -201,9 +201,7 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
     if !qexit.success() {
         return Err(format!("QEMU {}{}", qexit.describe(), tail(&stderr_path)));
     }
-    sample.stdout = fs::read(&stdout_path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .map_err(|e| format!("cannot read {}: {e}", stdout_path.display()))?;
+    sample.stdout = read_text(&stdout_path)?;
 
     if let Some(mut cl) = client {
         let grace = qexit.at + CLIENT_GRACE;
@@ -348,6 +346,53 @@ pub fn cannoli_command(
     Ok((cmd, stdout_path, stderr_path))
 }
 
+/// What a `cannoli` tool's run left: its wall time (start to exit), the
+/// peak RSS of the tool and of QEMU, and the guest's stdout.
+pub struct ToolRun {
+    pub wall: f64,
+    pub tool_rss_kb: u64,
+    pub qemu_rss_kb: u64,
+    pub stdout: String,
+    /// The tool's stderr file.
+    pub stderr_path: PathBuf,
+}
+
+/// Runs `cannoli TOOL ARGS... GUEST GUEST_ARGS...` on `w` as the other
+/// rows run QEMU ([`cannoli_command`]), to its exit; an error unless it
+/// exits 0. `args` start with the tool's name.
+pub fn run_tool(
+    ctx: &Ctx,
+    w: &Workload,
+    name: &str,
+    args: &[&std::ffi::OsStr],
+) -> Result<ToolRun, String> {
+    let cannoli = cannoli_binary(ctx)?;
+    let (mut cmd, stdout_path, stderr_path) = cannoli_command(ctx, w, name, &cannoli)?;
+    cmd.args(args).arg(&w.guest).args(&w.args);
+    let what = format!("cannoli {}", args[0].to_string_lossy());
+    let start = Instant::now();
+    let mut p = Proc::spawn(&what, &mut cmd)?;
+    let (own_kb, qemu_kb) = wait_watching_rss(&mut p, start + ctx.timeout)?;
+    let exit = p.exit().expect("reaped");
+    if !exit.success() {
+        return Err(format!("{what} {}{}", exit.describe(), tail(&stderr_path)));
+    }
+    Ok(ToolRun {
+        wall: (exit.at - start).as_secs_f64(),
+        tool_rss_kb: own_kb.unwrap_or(exit.maxrss_kb),
+        qemu_rss_kb: qemu_kb.unwrap_or(exit.maxrss_kb),
+        stdout: read_text(&stdout_path)?,
+        stderr_path,
+    })
+}
+
+/// A file's text (lossy UTF-8), or why it cannot be read.
+pub fn read_text(path: &Path) -> Result<String, String> {
+    fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
 /// Runs `cannoli record` on `w` into `path`: the same QEMU, `-seed 1`,
 /// empty environment, working directory and guest path as the other rows
 /// (through `CANNOLI_QEMU` and `CANNOLI_QEMU_ARGS`), so the guest runs the
@@ -384,9 +429,7 @@ fn record(
         ));
     }
     let wall = (exit.at - start).as_secs_f64();
-    let stdout = fs::read(&stdout_path)
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .map_err(|e| format!("cannot read {}: {e}", stdout_path.display()))?;
+    let stdout = read_text(&stdout_path)?;
 
     let out = Command::new(&cannoli)
         .args(["info", "--json"])
