@@ -29,16 +29,7 @@ pub fn run(ctx: &Ctx, w: &Workload, name: &str) -> Result<Sample, String> {
     let run = run_tool(ctx, w, name, &args)?;
     let report = read_text(&report_path)?;
     let events = clean_summary(&report).map_err(|e| format!("{}: {e}", report_path.display()))?;
-    Ok(Sample {
-        wall: run.wall,
-        total: run.wall,
-        qemu_rss_kb: run.qemu_rss_kb,
-        client_rss_kb: Some(run.tool_rss_kb),
-        events: Some(events),
-        lost: Some(0),
-        stdout: run.stdout,
-        ..Sample::default()
-    })
+    Ok(run.sample(events))
 }
 
 /// The allocation events of a clean report (`--json`: one object per

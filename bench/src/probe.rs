@@ -73,16 +73,7 @@ pub fn run(ctx: &Ctx, w: &Workload, name: &str, probes: &Probes) -> Result<Sampl
             hits as i128 - probes.hits as i128
         ));
     }
-    Ok(Sample {
-        wall: run.wall,
-        total: run.wall,
-        qemu_rss_kb: run.qemu_rss_kb,
-        client_rss_kb: Some(run.tool_rss_kb),
-        events: Some(hits),
-        lost: Some(0),
-        stdout: run.stdout,
-        ..Sample::default()
-    })
+    Ok(run.sample(hits))
 }
 
 /// N from `probe: N hits of ...`.

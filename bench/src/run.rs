@@ -357,6 +357,23 @@ pub struct ToolRun {
     pub stderr_path: PathBuf,
 }
 
+impl ToolRun {
+    /// The row's sample: the run's wall (no client to wait for), its RSS,
+    /// the guest's stdout, and `events` the tool saw, none lost.
+    pub fn sample(self, events: u64) -> Sample {
+        Sample {
+            wall: self.wall,
+            total: self.wall,
+            qemu_rss_kb: self.qemu_rss_kb,
+            client_rss_kb: Some(self.tool_rss_kb),
+            events: Some(events),
+            lost: Some(0),
+            stdout: self.stdout,
+            ..Sample::default()
+        }
+    }
+}
+
 /// Runs `cannoli TOOL ARGS... GUEST GUEST_ARGS...` on `w` as the other
 /// rows run QEMU ([`cannoli_command`]), to its exit; an error unless it
 /// exits 0. `args` start with the tool's name.

@@ -72,6 +72,9 @@ pub fn guest_insns(cells: &[Cell], workload: usize) -> Option<(u64, &'static str
     truth(&wc).insns
 }
 
+/// A count a run reports.
+type Count = fn(&Sample) -> Option<u64>;
+
 /// The checks of one cell, as warning texts.
 pub(super) fn check(cell: &Cell, truth: &Truth, reference_stdout: Option<&str>) -> Vec<String> {
     let mut warn = Vec::new();
@@ -90,27 +93,18 @@ pub(super) fn check(cell: &Cell, truth: &Truth, reference_stdout: Option<&str>) 
             ));
         }
     }
-    for (what, f) in [
-        (
-            "instruction",
-            (|s: &Sample| s.insns) as fn(&Sample) -> Option<u64>,
-        ),
-        ("memory access", |s| s.mem),
-    ] {
+    let mut counts: Vec<(&str, Count)> =
+        vec![("instruction", |s| s.insns), ("memory access", |s| s.mem)];
+    // The heap row's events are the program's calls of the allocation
+    // functions: the same in every run of one guest.
+    if cell.config.kind == Kind::Heap {
+        counts.push(("allocation event", |s| s.events));
+    }
+    for (what, f) in counts {
         let v: Vec<u64> = cell.samples.iter().filter_map(f).collect();
         if let (Some(lo), Some(hi)) = (v.iter().min(), v.iter().max()) {
             if lo != hi {
                 warn.push(format!("{what} count varies between runs: {lo} to {hi}"));
-            }
-        }
-    }
-    // The heap row's allocation events are the program's calls of the
-    // allocation functions: the same in every run of one guest.
-    if cell.config.kind == Kind::Heap {
-        let v: Vec<u64> = cell.samples.iter().filter_map(|s| s.events).collect();
-        if let (Some(lo), Some(hi)) = (v.iter().min(), v.iter().max()) {
-            if lo != hi {
-                warn.push(format!("allocation events vary between runs: {lo} to {hi}"));
             }
         }
     }

@@ -391,7 +391,7 @@ fn tool_goals_against_plain() {
     )];
     let r = render(&["- host".into()], 2, &ws, &varied, &[]);
     assert!(
-        r.contains("busybox-sha256/heap: allocation events vary between runs: 9 to 10"),
+        r.contains("busybox-sha256/heap: allocation event count varies between runs: 9 to 10"),
         "{r}"
     );
 }
