@@ -1,14 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-or-later
-//! A small XML reader, enough for Valgrind's `--xml=yes` output
-//! ([`crate::memcheck`]): elements, text, the five named entities and
-//! character references, comments, CDATA, the declaration and a DOCTYPE.
-//! Attributes are read past (Valgrind's protocol has none that matter).
-//!
-//! Written here rather than taken from a crate: the format Valgrind writes
-//! is small and fixed, and the e2e crate stays free of a parser it would
-//! use once.
-
-use std::fmt;
+//! Valgrind's `--xml=yes` output ([`crate::memcheck`]) as an owned tree
+//! of elements and text, read with `roxmltree` (a DTD is allowed;
+//! attributes are dropped, as Valgrind's protocol has none that matter).
 
 /// One element: its name, and its children in document order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,20 +17,10 @@ pub enum Node {
     Text(String),
 }
 
-/// Why a document could not be read, and where (a byte offset).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct XmlError {
-    pub at: usize,
-    pub what: String,
-}
-
-impl fmt::Display for XmlError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "XML error at byte {}: {}", self.at, self.what)
-    }
-}
-
-impl std::error::Error for XmlError {}
+/// Why a document could not be read (the parser's message says where).
+#[derive(Debug, thiserror::Error)]
+#[error("XML error: {0}")]
+pub struct XmlError(#[from] roxmltree::Error);
 
 impl Element {
     /// The child elements, in order.
@@ -78,182 +61,30 @@ impl Element {
 
 /// Reads a whole document; returns its root element.
 pub fn parse(doc: &str) -> Result<Element, XmlError> {
-    let mut r = Reader { s: doc, pos: 0 };
-    r.skip_misc()?;
-    let root = r.element()?;
-    r.skip_misc()?;
-    if r.pos < r.s.len() {
-        return Err(r.err("content after the root element"));
-    }
-    Ok(root)
+    let opt = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..roxmltree::ParsingOptions::default()
+    };
+    let d = roxmltree::Document::parse_with_options(doc, opt)?;
+    Ok(owned(d.root_element()))
 }
 
-struct Reader<'a> {
-    s: &'a str,
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn err(&self, what: &str) -> XmlError {
-        XmlError {
-            at: self.pos,
-            what: what.to_string(),
-        }
-    }
-
-    fn rest(&self) -> &'a str {
-        &self.s[self.pos..]
-    }
-
-    /// Moves past `end`, which must come; `what` names the construct.
-    fn skip_past(&mut self, end: &str, what: &str) -> Result<(), XmlError> {
-        match self.rest().find(end) {
-            Some(i) => {
-                self.pos += i + end.len();
-                Ok(())
-            }
-            None => Err(self.err(&format!("unterminated {what}"))),
-        }
-    }
-
-    /// White space, comments, processing instructions and a DOCTYPE.
-    fn skip_misc(&mut self) -> Result<(), XmlError> {
-        loop {
-            let t = self.rest();
-            let trimmed = t.trim_start();
-            self.pos += t.len() - trimmed.len();
-            if trimmed.starts_with("<?") {
-                self.skip_past("?>", "processing instruction")?;
-            } else if trimmed.starts_with("<!--") {
-                self.skip_past("-->", "comment")?;
-            } else if trimmed.starts_with("<!DOCTYPE") {
-                self.skip_past(">", "DOCTYPE")?;
-            } else {
-                return Ok(());
-            }
-        }
-    }
-
-    fn name(&mut self) -> Result<String, XmlError> {
-        let n = self
-            .rest()
-            .find(|c: char| c.is_whitespace() || c == '>' || c == '/')
-            .unwrap_or(self.rest().len());
-        if n == 0 {
-            return Err(self.err("expected a name"));
-        }
-        let name = self.rest()[..n].to_string();
-        self.pos += n;
-        Ok(name)
-    }
-
-    /// An element, at its `<`.
-    fn element(&mut self) -> Result<Element, XmlError> {
-        if !self.rest().starts_with('<') {
-            return Err(self.err("expected an element"));
-        }
-        self.pos += 1;
-        let name = self.name()?;
-        // Attributes: skipped, minding quoted `>`.
-        let mut quote = None;
-        let mut self_closing = false;
-        loop {
-            let Some(c) = self.rest().chars().next() else {
-                return Err(self.err(&format!("unterminated start tag <{name}")));
-            };
-            self.pos += c.len_utf8();
-            match (quote, c) {
-                (Some(q), c) if c == q => quote = None,
-                (Some(_), _) => {}
-                (None, '"' | '\'') => quote = Some(c),
-                (None, '>') => break,
-                (None, '/') if self.rest().starts_with('>') => {
-                    self.pos += 1;
-                    self_closing = true;
-                    break;
+/// `n`'s element and text descendants as an [`Element`] (comments and
+/// processing instructions dropped).
+fn owned(n: roxmltree::Node<'_, '_>) -> Element {
+    Element {
+        name: n.tag_name().name().to_string(),
+        children: n
+            .children()
+            .filter_map(|c| {
+                if c.is_element() {
+                    Some(Node::Element(owned(c)))
+                } else {
+                    c.text().map(|t| Node::Text(t.to_string()))
                 }
-                _ => {}
-            }
-        }
-        let mut e = Element {
-            name,
-            children: Vec::new(),
-        };
-        if self_closing {
-            return Ok(e);
-        }
-        let mut text = String::new();
-        loop {
-            let t = self.rest();
-            if t.is_empty() {
-                return Err(self.err(&format!("element <{}> is not closed", e.name)));
-            }
-            if let Some(after) = t.strip_prefix("</") {
-                let close = after
-                    .find('>')
-                    .ok_or_else(|| self.err("unterminated end tag"))?;
-                if after[..close].trim() != e.name {
-                    return Err(self.err(&format!(
-                        "</{}> closes <{}>",
-                        after[..close].trim(),
-                        e.name
-                    )));
-                }
-                self.pos += 2 + close + 1;
-                flush(&mut text, &mut e);
-                return Ok(e);
-            } else if t.starts_with("<!--") {
-                self.skip_past("-->", "comment")?;
-            } else if let Some(after) = t.strip_prefix("<![CDATA[") {
-                let end = after
-                    .find("]]>")
-                    .ok_or_else(|| self.err("unterminated CDATA"))?;
-                text.push_str(&after[..end]);
-                self.pos += 9 + end + 3;
-            } else if t.starts_with("<?") {
-                self.skip_past("?>", "processing instruction")?;
-            } else if t.starts_with('<') {
-                flush(&mut text, &mut e);
-                let child = self.element()?;
-                e.children.push(Node::Element(child));
-            } else if let Some(after) = t.strip_prefix('&') {
-                let end = after
-                    .find(';')
-                    .ok_or_else(|| self.err("unterminated entity"))?;
-                text.push(entity(&after[..end]).ok_or_else(|| self.err("unknown entity"))?);
-                self.pos += 1 + end + 1;
-            } else {
-                let n = t.find(['<', '&']).unwrap_or(t.len());
-                text.push_str(&t[..n]);
-                self.pos += n;
-            }
-        }
+            })
+            .collect(),
     }
-}
-
-fn flush(text: &mut String, e: &mut Element) {
-    if !text.is_empty() {
-        e.children.push(Node::Text(std::mem::take(text)));
-    }
-}
-
-/// The character an entity reference (without `&` and `;`) stands for.
-fn entity(name: &str) -> Option<char> {
-    Some(match name {
-        "lt" => '<',
-        "gt" => '>',
-        "amp" => '&',
-        "quot" => '"',
-        "apos" => '\'',
-        _ => {
-            let n = name.strip_prefix('#')?;
-            let v = match n.strip_prefix('x').or_else(|| n.strip_prefix('X')) {
-                Some(h) => u32::from_str_radix(h, 16).ok()?,
-                None => n.parse().ok()?,
-            };
-            char::from_u32(v)?
-        }
-    })
 }
 
 #[cfg(test)]

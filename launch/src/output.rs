@@ -282,7 +282,8 @@ impl Write for Output {
 }
 
 /// The output file could not be created.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create {path}: {source}")]
 pub struct OpenError {
     /// The file, as given.
     pub path: String,
@@ -290,26 +291,16 @@ pub struct OpenError {
     pub source: io::Error,
 }
 
-impl fmt::Display for OpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot create {}: {}", self.path, self.source)
-    }
-}
-
-impl std::error::Error for OpenError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
 /// Writing an [`Output`] failed: what is there is incomplete.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("writing {what} to {dest} failed: {error}; the output is incomplete")]
 pub struct OutputError {
     /// "the trace", "the drcov file", ...
     pub what: String,
     /// "stdout" or the file's path.
     pub dest: String,
     /// What the write failed with.
+    #[source]
     pub error: io::Error,
 }
 
@@ -319,22 +310,6 @@ impl OutputError {
     pub fn report(&self, tool: &str) -> i32 {
         eprintln!("{tool}: {self}");
         cannoli::EXIT_INCOMPLETE
-    }
-}
-
-impl fmt::Display for OutputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "writing {} to {} failed: {}; the output is incomplete",
-            self.what, self.dest, self.error
-        )
-    }
-}
-
-impl std::error::Error for OutputError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
     }
 }
 

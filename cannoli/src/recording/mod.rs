@@ -14,7 +14,6 @@
 //! run (the server's recording mode); `reader` opens it; `replay` feeds it
 //! to a tool.
 
-use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -227,9 +226,10 @@ pub struct Replayed {
 }
 
 /// Errors of opening a recording: one line each, naming the file.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Reading the file failed.
+    #[error("{}: {source}", path.display())]
     Io {
         /// The recording.
         path: PathBuf,
@@ -237,6 +237,7 @@ pub enum Error {
         source: io::Error,
     },
     /// Not a recording, another format version, or damaged beyond use.
+    #[error("{}: {what}", path.display())]
     Format {
         /// The recording.
         path: PathBuf,
@@ -245,27 +246,8 @@ pub enum Error {
     },
     /// The tool failed the replay ([`crate::Cannoli::trace_flow`]
     /// returned an error).
-    Tool(crate::ToolError),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            Error::Format { path, what } => write!(f, "{}: {what}", path.display()),
-            Error::Tool(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            Error::Io { source, .. } => Some(source),
-            Error::Format { .. } => None,
-            Error::Tool(e) => Some(e),
-        }
-    }
+    #[error("{0}")]
+    Tool(#[source] crate::ToolError),
 }
 
 /// Feeds the recording at `path` through `T` as the live run would have:

@@ -92,31 +92,15 @@ pub struct StreamRec {
 }
 
 /// Why a frame could not be read.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     /// Reading the file failed.
+    #[error(transparent)]
     Io(io::Error),
     /// The frame is not what the index says, or its checksum or size is
     /// wrong.
+    #[error("{0}")]
     Damaged(String),
-}
-
-impl std::fmt::Display for FrameError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FrameError::Io(e) => write!(f, "{e}"),
-            FrameError::Damaged(w) => f.write_str(w),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FrameError::Io(e) => e.source(),
-            FrameError::Damaged(_) => None,
-        }
-    }
 }
 
 impl Recording {
