@@ -1,7 +1,7 @@
 //! One measurement: a workload under a configuration, start to finish.
 
 use crate::config::{Config, Hooks, Kind, Lib};
-use crate::proc::{wait_any, Proc};
+use crate::proc::{wait_any, Exit, Proc};
 use crate::setup::Qemu;
 use crate::workload::Workload;
 use std::collections::HashSet;
@@ -216,31 +216,12 @@ pub fn run_once(ctx: &Ctx, w: &Workload, c: &Config) -> Result<Sample, String> {
             }
             wait_any(&mut [&mut cl.proc], grace)?;
         }
-        let cexit = cl.proc.exit().expect("reaped");
-        sample.total = (cexit.at - start).as_secs_f64();
-        sample.client_rss_kb = Some(cexit.maxrss_kb);
-        let out = cl.stdout.join().unwrap_or_default();
-        // The client has exited, so its stderr reader ends soon.
-        let mut errs = Vec::new();
-        while let Ok(l) = cl.lines.recv_timeout(Duration::from_secs(2)) {
-            errs.push(l);
-        }
-        if !cexit.success() {
-            return Err(format!(
-                "the benchmark client ended with {}: {}",
-                cexit.describe(),
-                errs.last().map(String::as_str).unwrap_or("(no message)")
-            ));
-        }
-        let (events, lost) = parse_client_line(&out).ok_or_else(|| {
-            format!(
-                "unexpected output from the benchmark client: {:?}",
-                out.trim()
-            )
-        })?;
-        sample.events = Some(events);
-        sample.lost = Some(lost);
-        sample.pc_checksum = find_checksum(&out);
+        let done = cl.finished("the benchmark client")?;
+        sample.total = (done.exit.at - start).as_secs_f64();
+        sample.client_rss_kb = Some(done.exit.maxrss_kb);
+        sample.events = Some(done.events);
+        sample.lost = Some(done.lost);
+        sample.pc_checksum = find_checksum(&done.stdout);
     }
 
     if let Kind::Plugins(_) = c.kind {
@@ -517,34 +498,16 @@ fn run_replay(ctx: &Ctx, w: &Workload, name: &str, workers: usize) -> Result<Sam
         }
         wait_any(&mut [&mut cl.proc], deadline)?;
     }
-    let exit = cl.proc.exit().expect("reaped");
-    let out = cl.stdout.join().unwrap_or_default();
-    let mut errs = Vec::new();
-    while let Ok(l) = cl.lines.recv_timeout(Duration::from_secs(2)) {
-        errs.push(l);
-    }
-    if !exit.success() {
-        return Err(format!(
-            "the benchmark client (--replay) ended with {}: {}",
-            exit.describe(),
-            errs.last().map(String::as_str).unwrap_or("(no message)")
-        ));
-    }
-    let (events, lost) = parse_client_line(&out).ok_or_else(|| {
-        format!(
-            "unexpected output from the benchmark client: {:?}",
-            out.trim()
-        )
-    })?;
-    let wall = (exit.at - start).as_secs_f64();
+    let done = cl.finished("the benchmark client (--replay)")?;
+    let wall = (done.exit.at - start).as_secs_f64();
     Ok(Sample {
         wall,
         total: wall,
         qemu_rss_kb: 0,
-        client_rss_kb: Some(exit.maxrss_kb),
-        events: Some(events),
-        lost: Some(lost),
-        pc_checksum: find_checksum(&out),
+        client_rss_kb: Some(done.exit.maxrss_kb),
+        events: Some(done.events),
+        lost: Some(done.lost),
+        pc_checksum: find_checksum(&done.stdout),
         ..Sample::default()
     })
 }
@@ -748,6 +711,50 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+/// What a client that exited reported.
+struct Finished {
+    exit: Exit,
+    /// All it wrote to stdout.
+    stdout: String,
+    /// Its count of events, and of events lost.
+    events: u64,
+    lost: u64,
+}
+
+impl Client {
+    /// The result of a client that has exited (reaped by `wait_any`):
+    /// its stdout and its line of counts, or why there is none, its last
+    /// stderr line naming `who` (e.g. "the benchmark client") failing.
+    fn finished(self, who: &str) -> Result<Finished, String> {
+        let exit = self.proc.exit().expect("reaped");
+        let stdout = self.stdout.join().unwrap_or_default();
+        // The client has exited, so its stderr reader ends soon.
+        let mut errs = Vec::new();
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
+            errs.push(l);
+        }
+        if !exit.success() {
+            return Err(format!(
+                "{who} ended with {}: {}",
+                exit.describe(),
+                errs.last().map(String::as_str).unwrap_or("(no message)")
+            ));
+        }
+        let (events, lost) = parse_client_line(&stdout).ok_or_else(|| {
+            format!(
+                "unexpected output from the benchmark client: {:?}",
+                stdout.trim()
+            )
+        })?;
+        Ok(Finished {
+            exit,
+            stdout,
+            events,
+            lost,
+        })
     }
 }
 

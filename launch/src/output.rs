@@ -97,17 +97,27 @@ impl Output {
         }
     }
 
+    /// [`Output::create`] for `Some(path)` (a tool's `-o FILE`), else
+    /// `default` ([`Output::stdout`] or [`Output::stderr`]).
+    pub fn create_or(
+        path: Option<&Path>,
+        what: &str,
+        default: fn(&str) -> Output,
+    ) -> Result<Output, OpenError> {
+        match path {
+            None => Ok(default(what)),
+            Some(p) => Output::create(p, what),
+        }
+    }
+
     /// [`Output::create`] for `Some(path)`, else [`Output::stdout`]; a file
     /// that cannot be created ends the tool with one line naming it (status
     /// 1: nothing ran yet).
     pub fn to_or_exit(path: Option<&Path>, what: &str) -> Output {
-        match path {
-            None => Output::stdout(what),
-            Some(p) => Output::create(p, what).unwrap_or_else(|e| {
-                eprintln!("{}: {e}", crate::tool_name());
-                std::process::exit(1)
-            }),
-        }
+        Output::create_or(path, what, Output::stdout).unwrap_or_else(|e| {
+            eprintln!("{}: {e}", crate::tool_name());
+            std::process::exit(1)
+        })
     }
 
     fn new(sink: Sink, what: &str, dest: String) -> Output {

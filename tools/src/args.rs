@@ -31,6 +31,15 @@ pub fn parse_from<P: Parser>(tool: &str, args: impl IntoIterator<Item = OsString
     }
 }
 
+/// `--threads N` of every tool that traces (`#[command(flatten)]` into its
+/// [`clap::Args`]): one option, one help line, one default everywhere.
+#[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Workers {
+    /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
+    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = threads)]
+    pub threads: usize,
+}
+
 /// `--threads N` of every tool: a number, at least 1.
 pub fn threads(v: &str) -> Result<usize, NotAThreadCount> {
     match v.parse() {

@@ -13,6 +13,7 @@ pub mod elf;
 pub mod heap;
 pub mod info;
 pub mod input;
+pub mod output;
 pub mod probe;
 pub mod progress;
 pub mod record;

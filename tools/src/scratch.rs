@@ -45,6 +45,16 @@ impl Scratch {
             .map_err(|e| format!("{tool}: cannot write the hook library's plan: {e}"))
     }
 
+    /// [`Scratch::plan`] of `text()` for a live run; `None` for a replay,
+    /// which starts no QEMU (and does not build the text).
+    pub fn plan_unless_replay(
+        tool: &str,
+        replay: bool,
+        text: impl FnOnce() -> String,
+    ) -> Result<Option<Scratch>, String> {
+        (!replay).then(|| Scratch::plan(tool, &text())).transpose()
+    }
+
     /// Where it is.
     pub fn path(&self) -> &Path {
         &self.path

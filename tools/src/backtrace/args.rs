@@ -38,9 +38,8 @@ pub struct Args {
     /// Guest ELF to read symbols from (default: the guest's exe)
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
-    /// Worker threads per traced thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::args::Workers,
     /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
     /// 127.0.0.1:11458); with a PROGRAM the client listens on a free port
     #[arg(long, value_name = "ADDR", conflicts_with = "program")]
@@ -80,10 +79,13 @@ mod tests {
         let o = parse("--binary /bin/x --threads 4 -o /tmp/t.jsonl -q").unwrap();
         assert_eq!(o.binary.as_deref(), Some(Path::new("/bin/x")));
         assert_eq!(o.output.as_deref(), Some(Path::new("/tmp/t.jsonl")));
-        assert_eq!((o.threads, o.quiet), (4, true));
+        assert_eq!((o.workers.threads, o.quiet), (4, true));
         assert!(o.program.is_empty() && o.replay.is_none());
         let o = parse("").unwrap();
-        assert_eq!((o.threads, o.quiet), (cannoli::default_workers(), false));
+        assert_eq!(
+            (o.workers.threads, o.quiet),
+            (cannoli::default_workers(), false)
+        );
         let o = parse("--listen=127.0.0.1:5").unwrap();
         assert_eq!(o.listen.as_deref(), Some("127.0.0.1:5"));
         assert!(parse("--threads").unwrap_err().contains("--threads"));

@@ -18,6 +18,8 @@ use super::symbols::Functions;
 use super::tracer::Backtrace;
 #[cfg(doc)]
 use super::tracer::Pid;
+use crate::output;
+use launch::Output;
 
 /// What a recording must hold for backtrace: registers at branches and
 /// where they land, and the stores of branches (a recording made with the
@@ -72,19 +74,13 @@ fn registers_read(args: &Args) -> Option<Vec<&'static str>> {
 /// recording's), [`cannoli::EXIT_INCOMPLETE`] if events or the output are
 /// incomplete, 1 (or the launcher's status) if nothing could run.
 pub fn main(args: Args) -> i32 {
-    let w = match &args.output {
-        None => launch::Output::stdout("the trace"),
-        Some(p) => match launch::Output::create(p, "the trace") {
-            Ok(w) => w,
-            Err(e) => {
-                eprintln!("backtrace: {e}");
-                return 1;
-            }
-        },
+    let path = args.output.as_deref();
+    let Some(w) = output::open("backtrace", path, "the trace", Output::stdout) else {
+        return 1;
     };
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "backtrace",
-        threads: args.threads,
+        threads: args.workers.threads,
     });
     if let Some(names) = registers_read(&args) {
         launcher = launcher.qemu_env(REGS_ENV, names.join(","));

@@ -21,9 +21,8 @@ pub struct Args {
     /// directory, coverage.drcov without PROGRAM)
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::args::Workers,
     /// Read a recording made by `cannoli record` instead of running a
     /// program
     #[arg(long, value_name = "FILE", conflicts_with = "program")]
@@ -62,12 +61,12 @@ mod tests {
     fn options_and_the_program() {
         let o = parse("").unwrap();
         assert_eq!(
-            (o.threads, o.output, o.replay),
+            (o.workers.threads, o.output, o.replay),
             (cannoli::default_workers(), None, None)
         );
         let o = parse("-o a.drcov --threads 3 ./prog -o x --threads").unwrap();
         assert_eq!(o.output.as_deref(), Some(Path::new("a.drcov")));
-        assert_eq!(o.threads, 3);
+        assert_eq!(o.workers.threads, 3);
         assert_eq!(o.program, crate::args::words("./prog -o x --threads"));
         assert_eq!(
             parse("-- -odd").unwrap().program,

@@ -35,7 +35,7 @@ pub fn main(args: Args) -> i32 {
     let run = Run::default();
     let launcher = launch::Launcher::new(launch::Options {
         hooks: "coverage",
-        threads: args.threads,
+        threads: args.workers.threads,
     })
     .state(run.clone());
     let report =

@@ -26,9 +26,8 @@ pub struct Args {
     /// Write the findings to FILE (default: stderr)
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::args::Workers,
     /// Read a recording made by `cannoli record --hooks regs` instead of
     /// running a program
     #[arg(long, value_name = "FILE", conflicts_with = "program")]

@@ -21,6 +21,9 @@ use super::rows::Allocations;
 use super::shared::Run;
 use super::sig;
 use super::tracer::{self, lock};
+use crate::output;
+use crate::scratch::Scratch;
+use launch::Output;
 
 /// The exit status when something was found.
 pub const FOUND_EXIT: i32 = 99;
@@ -159,23 +162,13 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         .iter()
         .map(|t| alloc::role_of(&custom, &t.name).unwrap_or(Role::Internal))
         .collect();
-    let out = match &args.output {
-        Some(path) => match launch::Output::create(path, "the findings") {
-            Ok(w) => w,
-            Err(e) => {
-                eprintln!("heap: {e}");
-                return 1;
-            }
-        },
-        None => launch::Output::stderr("the findings"),
+    let path = args.output.as_deref();
+    let Some(out) = output::open("heap", path, "the findings", Output::stderr) else {
+        return 1;
     };
     // The hook library's plan, a new file of this run, named to QEMU alone.
-    let plan_file = match args
-        .replay
-        .is_none()
-        .then(|| crate::scratch::Scratch::plan("heap", &plan.hooks()))
-        .transpose()
-    {
+    let replay = args.replay.is_some();
+    let plan_file = match Scratch::plan_unless_replay("heap", replay, || plan.hooks()) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("{e}");
@@ -193,7 +186,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         summary: Mutex::new(Summary::default()),
         tables: Mutex::new(HashMap::new()),
         threads: Mutex::new(HashSet::new()),
-        fold: tracer::fold_segments(args.threads),
+        fold: tracer::fold_segments(args.workers.threads),
         rows: Mutex::new(rows),
         rows_error: Mutex::new(None),
         forks: Mutex::new(tracer::Forks::default()),
@@ -201,7 +194,7 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
     });
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "heap",
-        threads: args.threads,
+        threads: args.workers.threads,
     })
     .state(run.clone());
     if let Some(f) = &plan_file {

@@ -19,6 +19,9 @@ use super::program::{program_image, replay_image};
 use super::spec::{self, Spec};
 use super::state::{lock, Mode, RunState};
 use super::tracer;
+use crate::output;
+use crate::scratch::Scratch;
+use launch::Output;
 
 /// The variable the hook library reads its plan's file name from (QEMU
 /// hides `CANNOLI_*` variables from the guest).
@@ -147,24 +150,14 @@ pub fn main(args: Args) -> i32 {
             return 2;
         }
     };
-    let out = match &args.output {
-        Some(path) => match launch::Output::create(path, "the probe hits") {
-            Ok(w) => w,
-            Err(e) => {
-                eprintln!("probe: {e}");
-                return 1;
-            }
-        },
-        None => launch::Output::stdout("the probe hits"),
+    let path = args.output.as_deref();
+    let Some(out) = output::open("probe", path, "the probe hits", Output::stdout) else {
+        return 1;
     };
     // The hook library's plan, in a file of this run (a glob can hook more
     // pcs than an environment variable holds), named to QEMU alone.
-    let plan_file = match args
-        .replay
-        .is_none()
-        .then(|| crate::scratch::Scratch::plan("probe", &plan.hooks()))
-        .transpose()
-    {
+    let replay = args.replay.is_some();
+    let plan_file = match Scratch::plan_unless_replay("probe", replay, || plan.hooks()) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("{e}");
@@ -193,7 +186,7 @@ pub fn main(args: Args) -> i32 {
     });
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "probe",
-        threads: args.threads,
+        threads: args.workers.threads,
     })
     .state(run.clone());
     if let Some(f) = &plan_file {

@@ -28,9 +28,8 @@ pub struct Args {
     /// Only instructions that changed a register
     #[arg(long)]
     pub changed: bool,
-    /// Worker threads per guest thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::args::Workers,
     /// Read a recording made by `cannoli record` (with registers at every
     /// instruction) instead of running a program; --func then looks in the
     /// recorded program's symbol table
@@ -67,9 +66,9 @@ mod tests {
         assert_eq!(a.output.as_deref(), Some(Path::new("t.txt")));
         assert_eq!(a.ranges, [(0x10, 0x20), (0x30, 0x40)]);
         assert_eq!(a.funcs, ["f"]);
-        assert_eq!((a.changed, a.threads), (true, 3));
+        assert_eq!((a.changed, a.workers.threads), (true, 3));
         let a = parse("").unwrap();
-        assert_eq!((a.changed, a.threads, a.replay), (false, 2, None));
+        assert_eq!((a.changed, a.workers.threads, a.replay), (false, 2, None));
         assert!(parse("--range 10-5").unwrap_err().contains("want LO-HI"));
         assert!(parse("--range 10").unwrap_err().contains("want LO-HI"));
         assert!(parse("--threads 0").unwrap_err().contains("at least 1"));

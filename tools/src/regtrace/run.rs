@@ -13,6 +13,8 @@ use super::args::Args;
 use super::filter::ReplayRanges;
 use super::ranges::{fixed_plan, func_ranges, pie_plan, FuncError};
 use super::tracer::{lock, Out, Run, Tracer};
+use crate::output;
+use launch::Output;
 
 /// The environment variable the hook library reads its ranges from.
 const RANGES_ENV: &str = "CANNOLI_REGTRACE_RANGES";
@@ -77,15 +79,9 @@ pub fn main(args: Args) -> i32 {
         }
         ranges_env = Some(v);
     }
-    let w = match &args.output {
-        None => launch::Output::stdout("the trace"),
-        Some(path) => match launch::Output::create(path, "the trace") {
-            Ok(w) => w,
-            Err(e) => {
-                eprintln!("regtrace: {e}");
-                return 1;
-            }
-        },
+    let path = args.output.as_deref();
+    let Some(w) = output::open("regtrace", path, "the trace", Output::stdout) else {
+        return 1;
     };
     let run = Arc::new(Run {
         changed_only: args.changed,
@@ -103,7 +99,7 @@ pub fn main(args: Args) -> i32 {
     let start = Instant::now();
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "regtrace",
-        threads: args.threads,
+        threads: args.workers.threads,
     })
     .state(run.clone());
     if let Some(v) = ranges_env {

@@ -22,9 +22,8 @@ pub struct Args {
     /// Load address to add to the symbols (PIE binaries)
     #[arg(long, value_name = "ADDR", default_value = "0", value_parser = parse_num)]
     pub base: u64,
-    /// Worker threads per traced thread: by default one per core beyond QEMU's thread, 2 to 16
-    #[arg(long, value_name = "N", default_value_t = cannoli::default_workers(), value_parser = crate::args::threads)]
-    pub threads: usize,
+    #[command(flatten)]
+    pub workers: crate::args::Workers,
     /// Without PROGRAM: address to listen on (default $CANNOLI_ADDR or
     /// 127.0.0.1:11458)
     #[arg(long, value_name = "ADDR", conflicts_with = "program")]
@@ -115,7 +114,7 @@ mod tests {
                 .unwrap();
         assert_eq!(o.binary.as_deref(), Some(std::path::Path::new("/bin/x")));
         assert_eq!(
-            (o.threads, o.no_mem, o.limit, o.color(), o.base),
+            (o.workers.threads, o.no_mem, o.limit, o.color(), o.base),
             (4, true, Some(10), false, 0x1000)
         );
         let o = parse("--listen=127.0.0.1:5 --colour=always").unwrap();
@@ -123,7 +122,10 @@ mod tests {
         assert!(o.color());
         assert!(o.program.is_empty());
         let o = parse("").unwrap();
-        assert_eq!((o.threads, o.base, o.no_mem, o.limit), (2, 0, false, None));
+        assert_eq!(
+            (o.workers.threads, o.base, o.no_mem, o.limit),
+            (2, 0, false, None)
+        );
         assert!(parse("--threads").unwrap_err().contains("--threads"));
         assert!(parse("--threads x").unwrap_err().contains("number"));
         assert!(parse("--threads 0").unwrap_err().contains("at least 1"));
@@ -139,7 +141,7 @@ mod tests {
         assert_eq!(o.program, crate::args::words("./prog --limit 3 -x"));
         let o = parse("--threads 1 -- --weird-name a").unwrap();
         assert_eq!(
-            (o.threads, o.program),
+            (o.workers.threads, o.program),
             (1, crate::args::words("--weird-name a"))
         );
         let o = parse("-o /tmp/t.txt prog").unwrap();

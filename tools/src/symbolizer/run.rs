@@ -15,6 +15,8 @@ use super::symbols::Symbols;
 #[cfg(doc)]
 use super::tracer::Pid;
 use super::tracer::{Out, Symbolizer};
+use crate::output;
+use launch::Output;
 
 /// What the callbacks need of the command line.
 pub(super) struct Settings {
@@ -41,19 +43,13 @@ pub(super) struct Run {
 /// Runs the symbolizer; returns the exit status (the program's, or 1 or
 /// 2 when something went wrong before or around it).
 pub fn main(args: Args) -> i32 {
-    let w = match &args.output {
-        None => launch::Output::stdout("the trace"),
-        Some(path) => match launch::Output::create(path, "the trace") {
-            Ok(w) => w,
-            Err(e) => {
-                eprintln!("symbolizer: {e}");
-                return 1;
-            }
-        },
+    let path = args.output.as_deref();
+    let Some(w) = output::open("symbolizer", path, "the trace", Output::stdout) else {
+        return 1;
     };
     let mut launcher = launch::Launcher::new(launch::Options {
         hooks: "symbolizer",
-        threads: args.threads,
+        threads: args.workers.threads,
     });
     if let Some(addr) = &args.listen {
         launcher = launcher.listen(addr.clone());
