@@ -109,9 +109,16 @@ impl ClientInfo {
     /// The value of the register called `name` in a registers event, masked
     /// to the guest register width; `None` if there is no such register.
     pub fn reg(&self, regs: &[u8], name: &str) -> Option<u64> {
-        let i = self.regs.names.iter().position(|n| n == name)?;
+        let i = self.reg_index(name)?;
         let w = regs.get(i * 8..i * 8 + 8)?;
         Some(u64::from_le_bytes(w.try_into().unwrap()) & self.reg_mask())
+    }
+
+    /// Where the register called `name` is in a registers event (its
+    /// index, in words); `None` if the event has no such register.
+    pub fn reg_index(&self, name: &str) -> Option<usize> {
+        let count = (self.regs.count as usize).min(self.regs.names.len());
+        self.regs.names[..count].iter().position(|n| n == name)
     }
 
     /// The name of guest syscall number `num`, where QEMU's side knows it.
@@ -120,7 +127,7 @@ impl ClientInfo {
     }
 
     /// Mask of a register value: `regs.bytes` wide (all 64 bits if unknown).
-    fn reg_mask(&self) -> u64 {
+    pub fn reg_mask(&self) -> u64 {
         match self.regs.bytes {
             1..=7 => (1u64 << (self.regs.bytes * 8)) - 1,
             _ => u64::MAX,

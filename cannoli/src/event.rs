@@ -126,3 +126,38 @@ pub struct Block<'a> {
     /// not tell).
     pub lens: &'a [u8],
 }
+
+impl Block<'_> {
+    /// Each instruction's address and length, in order, up to the first
+    /// length QEMU could not tell: the addresses after it are unknown.
+    pub fn insns(&self) -> impl Iterator<Item = (u64, u8)> + '_ {
+        let mut at = self.pc;
+        self.lens.iter().take_while(|&&n| n != 0).map(move |&n| {
+            let pc = at;
+            at = at.wrapping_add(u64::from(n));
+            (pc, n)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Block;
+
+    #[test]
+    fn a_block_s_instructions_end_at_the_first_unknown_length() {
+        let b = Block {
+            pc: 0x1000,
+            lens: &[4, 2, 0, 4],
+        };
+        assert_eq!(b.insns().collect::<Vec<_>>(), [(0x1000, 4), (0x1004, 2)]);
+        let wraps = Block {
+            pc: u64::MAX - 1,
+            lens: &[2, 2],
+        };
+        assert_eq!(
+            wraps.insns().collect::<Vec<_>>(),
+            [(u64::MAX - 1, 2), (0, 2)]
+        );
+    }
+}

@@ -39,5 +39,5 @@ mod tables;
 mod tracer;
 
 pub use args::{Args, ABOUT};
-pub(crate) use resolver::{Module, Resolver};
+pub(crate) use resolver::{Exe, Module, Resolver};
 pub use run::main;

@@ -2,6 +2,7 @@
 //! How guest code is named: the mapped modules and the resolver that looks
 //! a pc up in the executable's functions or a library's (heap uses it too).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::probe::shadow::AddrMap;
@@ -22,6 +23,37 @@ pub(crate) struct Module {
     pub(crate) path: Arc<str>,
     pub(crate) funcs: Option<Arc<Functions>>,
     pub(crate) bias: u64,
+}
+
+/// The executable a process's symbols come from: as QEMU (or `--binary`)
+/// named it, and canonicalized, so that a mapping of it is known by either
+/// name (QEMU maps it by the name it was given; a link may lead to it).
+#[derive(Debug, Clone)]
+pub(crate) struct Exe {
+    named: PathBuf,
+    canon: Option<PathBuf>,
+}
+
+impl Exe {
+    pub(crate) fn new(named: PathBuf) -> Exe {
+        let canon = std::fs::canonicalize(&named).ok();
+        Exe { named, canon }
+    }
+
+    /// The name QEMU (or `--binary`) gave it.
+    pub(crate) fn named(&self) -> &Path {
+        &self.named
+    }
+
+    /// Whether a mapping's `path` is this executable.
+    pub(crate) fn is(&self, path: &str) -> bool {
+        let p = Path::new(path);
+        p == self.named
+            || self
+                .canon
+                .as_ref()
+                .is_some_and(|c| std::fs::canonicalize(p).is_ok_and(|q| &q == c))
+    }
 }
 
 /// Names guest code: the executable's functions (moved by the load bias of a

@@ -4,7 +4,7 @@
 //! each thread's backtrace state and writes the lines.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -14,7 +14,7 @@ use crate::probe::shadow::AddrMap;
 
 use super::arch::{self, Rules};
 use super::output::emit;
-use super::resolver::{Module, Resolver};
+use super::resolver::{Exe, Module, Resolver};
 use super::run::Run;
 use super::state::{BacktraceState, Regs};
 use super::symbols::Functions;
@@ -89,7 +89,7 @@ pub(super) struct Tid {
     funcs: Arc<Functions>,
     /// The executable the symbols come from, as QEMU or --binary named it,
     /// and canonicalized.
-    exe: Option<(PathBuf, Option<PathBuf>)>,
+    exe: Option<Exe>,
     rules: Option<Rules>,
     /// `rules.delay_slot`, for the parallel callbacks.
     delay_slot: bool,
@@ -112,14 +112,7 @@ impl Tid {
     }
 
     fn is_exe(&self, path: &str) -> bool {
-        let Some((named, canon)) = &self.exe else {
-            return false;
-        };
-        let p = Path::new(path);
-        p == named
-            || canon
-                .as_ref()
-                .is_some_and(|c| std::fs::canonicalize(p).is_ok_and(|q| &q == c))
+        self.exe.as_ref().is_some_and(|e| e.is(path))
     }
 }
 
@@ -188,18 +181,10 @@ impl Cannoli for Backtrace {
                 ci.tid
             );
         }
-        let index = |name: Option<&str>| {
-            let name = name?;
-            ci.regs.names[..ci.regs.count as usize]
-                .iter()
-                .position(|n| n == name)
-        };
+        let index = |name: Option<&str>| ci.reg_index(name?);
         let ra = index(rules.and_then(|r| r.ra));
         let sp = index(rules.map(|r| r.sp));
-        let mask = match ci.regs.bytes {
-            1..=7 => (1u64 << (ci.regs.bytes * 8)) - 1,
-            _ => u64::MAX,
-        };
+        let mask = ci.reg_mask();
         // A thread id can come back (a new thread, a program after execve):
         // it starts with an empty backtrace.
         pid.state
@@ -210,10 +195,7 @@ impl Cannoli for Backtrace {
         let tid = Tid {
             tid: ci.tid,
             funcs: table_for(&pid.run, exe.as_deref()),
-            exe: exe.map(|p| {
-                let c = std::fs::canonicalize(&p).ok();
-                (p, c)
-            }),
+            exe: exe.map(Exe::new),
             rules,
             delay_slot: rules.is_some_and(|r| r.delay_slot),
             ra,
@@ -350,11 +332,9 @@ impl Cannoli for Backtrace {
                 }
                 Item::Write { pc, addr, val, sz } => st.write(&rules, *pc, *addr, *val, *sz),
                 Item::Block { pc, lens: l } => {
-                    let mut at = *pc;
                     // A length of 0 (unknown) leaves the rest unsized.
-                    for &n in l.iter().take_while(|&&n| n != 0) {
+                    for (at, n) in (cannoli::Block { pc: *pc, lens: l }).insns() {
                         lens.insert(at, n);
-                        at = at.wrapping_add(u64::from(n));
                     }
                 }
                 Item::Map {

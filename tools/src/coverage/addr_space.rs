@@ -50,15 +50,13 @@ impl AddrSpace {
     /// end of a mapping). A length of 0 (QEMU could not tell) ends the
     /// block's usable part: the pcs after it are unknown.
     pub(super) fn block(&mut self, c: &mut Coverage, pc: u64, lens: &[u8]) {
-        let mut at = pc;
-        for &len in lens.iter().take_while(|&&n| n != 0) {
+        for (at, len) in (cannoli::Block { pc, lens }).insns() {
             match self.space.lookup(at) {
                 Some(m) => c.len(m, at, len),
                 None => {
                     self.early_lens.insert(at, len);
                 }
             }
-            at = at.wrapping_add(len as u64);
         }
     }
 

@@ -16,18 +16,12 @@ use super::space::Module;
 /// Link-time address minus run-time address of module `m`'s code (0 if
 /// the file says nothing), as [`entry`] works it out.
 fn link_bias(data: &[u8], m: &Module) -> u64 {
-    let Ok(file) = object::File::parse(data) else {
-        return 0;
-    };
-    for seg in file.segments() {
-        let (off, size) = seg.file_range();
-        if off <= m.offset && m.offset < off + size.max(1) {
-            let want = seg.address().wrapping_add(m.offset - off);
-            return want.wrapping_sub(m.start);
-        }
-    }
-    0
+    object::File::parse(data)
+        .ok()
+        .and_then(|file| load_bias(&file, m))
+        .unwrap_or(0)
 }
+
 /// One module of the output, with its blocks.
 pub(super) struct ModuleOut {
     pub(super) row: DrcovModule,
@@ -36,21 +30,26 @@ pub(super) struct ModuleOut {
     pub(super) bytes: u64,
 }
 
-/// The entry point of the ELF image in `data` as loaded for `m`.
+/// The entry point of the ELF image in `data` as loaded for `m` (0 if the
+/// file says nothing).
 fn entry(data: &[u8], m: &Module) -> u64 {
     let Ok(file) = object::File::parse(data) else {
         return 0;
     };
-    // The load bias: where the segment holding the mapping's file offset
-    // landed, against where the file says it goes.
-    for seg in file.segments() {
+    load_bias(&file, m).map_or(0, |b| file.entry().wrapping_sub(b))
+}
+
+/// Link-time address minus run-time address of `m`: where the segment
+/// holding the mapping's file offset landed, against where the file says
+/// it goes.
+fn load_bias(file: &object::File<'_>, m: &Module) -> Option<u64> {
+    file.segments().find_map(|seg| {
         let (off, size) = seg.file_range();
-        if off <= m.offset && m.offset < off + size.max(1) {
+        (off <= m.offset && m.offset < off + size.max(1)).then(|| {
             let want = seg.address().wrapping_add(m.offset - off);
-            return file.entry().wrapping_add(m.start.wrapping_sub(want));
-        }
-    }
-    0
+            want.wrapping_sub(m.start)
+        })
+    })
 }
 
 /// Builds each module's blocks. Modules without blocks are kept if they

@@ -39,10 +39,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use super::super::backtrace::arch::Rules;
 use super::super::backtrace::state::{BacktraceState, Regs, Symbolize};
 use super::super::backtrace::symbols::Functions;
-use super::super::backtrace::{Module, Resolver};
+use super::super::backtrace::{Exe, Module, Resolver};
 use super::super::demangle::demangle;
 use super::super::probe::conv::returns_genuinely;
-use super::super::probe::isa::{self, Ret};
+use super::super::probe::isa::Ret;
 use super::super::probe::plan::{Plan, Site};
 use super::super::probe::shadow::{AddrMap, Shadow};
 use super::alloc::Role;
@@ -107,7 +107,7 @@ pub struct Proc {
     pub word: u64,
     pub big_endian: bool,
     funcs: Arc<Functions>,
-    exe: Option<(PathBuf, Option<PathBuf>)>,
+    exe: Option<Exe>,
     bias: Option<u64>,
     loads: HashMap<Arc<str>, u64>,
     modules: Vec<Module>,
@@ -193,14 +193,7 @@ impl Proc {
     }
 
     fn is_exe(&self, path: &str) -> bool {
-        let Some((named, canon)) = &self.exe else {
-            return false;
-        };
-        let p = Path::new(path);
-        p == named
-            || canon
-                .as_ref()
-                .is_some_and(|c| std::fs::canonicalize(p).is_ok_and(|q| &q == c))
+        self.exe.as_ref().is_some_and(|e| e.is(path))
     }
 }
 
@@ -216,7 +209,7 @@ impl Drop for Pid {
         } else {
             leaks::report(&self.run, self.pid, &mut st, &dead);
         }
-        let exe = st.exe.as_ref().map(|(named, _)| named.clone());
+        let exe = st.exe.as_ref().map(|e| e.named().to_path_buf());
         drop(st);
         fork::ended(self);
         self.say_if_unchecked(exe);
@@ -571,10 +564,8 @@ impl Thread {
                 }
             }
             Item::Block { pc, lens } => {
-                let mut at = *pc;
-                for &n in lens.iter().take_while(|&&n| n != 0) {
+                for (at, n) in (cannoli::Block { pc: *pc, lens }).insns() {
                     st.lens.insert(at, n);
-                    at = at.wrapping_add(u64::from(n));
                 }
             }
             Item::Map {
@@ -771,17 +762,12 @@ impl Thread {
 
     fn returned(&mut self, _pid: &Pid, st: &mut Proc, t: usize, r: &Ret, regs: &[u64]) {
         let l = self.layout.clone();
-        let mut after: Vec<u64> = regs.to_vec();
-        let mut known = vec![true; after.len()];
-        if let Some(w) = r.delay {
-            isa::mips_delay(w, &mut after, &mut known, l.bits64);
-        }
-        let ok = |i: Option<usize>| i.filter(|&i| known.get(i) == Some(&true));
-        let Some(sp) = ok(l.sp).and_then(|i| after.get(i)).copied() else {
+        let after = r.after(regs, l.bits64);
+        let Some(sp) = after.get(l.sp) else {
             return;
         };
         let key = sp.wrapping_add(r.pops);
-        let value = ok(l.ret).and_then(|i| after.get(i)).copied();
+        let value = after.get(l.ret);
         let genuine = returns_genuinely(&self.calls, key, t, |f| (f.key, f.target));
         while let Some(top) = self.calls.last() {
             if top.key > key {

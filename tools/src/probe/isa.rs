@@ -45,6 +45,38 @@ pub struct Ret {
     pub delay: Option<u32>,
 }
 
+impl Ret {
+    /// The registers as this return leaves them: `regs` at the return
+    /// instruction, with a MIPS delay slot's work done (`bits64`: on a
+    /// 64-bit guest).
+    pub fn after(&self, regs: &[u64], bits64: bool) -> AfterReturn {
+        let mut after = AfterReturn {
+            regs: regs.to_vec(),
+            known: vec![true; regs.len()],
+        };
+        if let Some(w) = self.delay {
+            mips_delay(w, &mut after.regs, &mut after.known, bits64);
+        }
+        after
+    }
+}
+
+/// The registers after a return ([`Ret::after`]), some perhaps unknown: a
+/// delay slot that loads a register.
+#[derive(Debug, Clone)]
+pub struct AfterReturn {
+    regs: Vec<u64>,
+    known: Vec<bool>,
+}
+
+impl AfterReturn {
+    /// Register `i`'s value, if there is such a register and it is known.
+    pub fn get(&self, i: Option<usize>) -> Option<u64> {
+        let i = i?;
+        (*self.known.get(i)?).then(|| self.regs[i])
+    }
+}
+
 fn word(b: &[u8], big: bool) -> u32 {
     let a: [u8; 4] = b[..4].try_into().unwrap();
     if big {

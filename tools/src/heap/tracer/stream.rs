@@ -14,8 +14,8 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use cannoli::{Cannoli, ClientInfo, ReplayOrder};
 
 use super::{fork, lock, order, segment, table, Item, Layout, MemAccess, Pid, Proc, Thread};
-use crate::backtrace::arch;
 use crate::backtrace::state::BacktraceState;
+use crate::backtrace::{arch, Exe};
 use crate::coverage::isa::Isa;
 use crate::heap::blocks::Heap;
 use crate::heap::parallel::SiteFilter;
@@ -114,10 +114,7 @@ impl Cannoli for Stream {
                 word,
                 big_endian: run.plan.big_endian,
                 funcs,
-                exe: exe.map(|p| {
-                    let c = std::fs::canonicalize(&p).ok();
-                    (p, c)
-                }),
+                exe: exe.map(Exe::new),
                 bias: None,
                 loads: HashMap::new(),
                 modules: Vec::new(),
@@ -151,18 +148,12 @@ impl Cannoli for Stream {
     }
 
     fn init_tid(pid: &Pid, ci: &ClientInfo) -> (Stream, Arc<Layout>) {
-        let names = &ci.regs.names[..ci.regs.count as usize];
-        let find = |n: &str| names.iter().position(|x| x == n);
+        let find = |n: &str| ci.reg_index(n);
         let rules = arch::rules(&ci.arch);
         let abi = pid.run.plan.abi;
-        let bytes = ci.regs.bytes;
         let [sp, ra, ret] = away_from_sites(abi, rules).map(|n| n.and_then(find));
         let layout = Arc::new(Layout {
-            mask: if (1..8).contains(&bytes) {
-                (1u64 << (bytes * 8)) - 1
-            } else {
-                u64::MAX
-            },
+            mask: ci.reg_mask(),
             args: abi.arg_regs().iter().map(|n| find(n)).collect(),
             ret,
             sp,

@@ -112,9 +112,8 @@ impl Cannoli for Probe {
         let plan = &pid.plan;
         pid.run.threads.fetch_add(1, Ordering::Relaxed);
         let names: Vec<String> = ci.regs.names.clone();
-        let find = |n: &str| names.iter().position(|x| x == n);
+        let find = |n: &str| ci.reg_index(n);
         let abi = plan.abi;
-        let bytes = ci.regs.bytes;
         let layout = Arc::new(ThreadRegs {
             args: abi.arg_regs().iter().map(|n| find(n)).collect(),
             go_args: Conv::new(abi, true)
@@ -128,11 +127,7 @@ impl Cannoli for Probe {
                 .flatten(),
             ret: find(abi.ret_reg()),
             sp: find(abi.sp_reg()),
-            mask: if (1..8).contains(&bytes) {
-                (1u64 << (bytes * 8)) - 1
-            } else {
-                u64::MAX
-            },
+            mask: ci.reg_mask(),
             bits64: ci.guest_bits == 64,
             lines: pid.run.mode == Mode::Text && !plan.count && pid.run.timeline.is_none(),
             split: match pid.run.mode {
@@ -525,17 +520,12 @@ impl Probe {
     fn returned(&mut self, pc: u64, t: usize, r: &isa::Ret, regs: &[u64], insn: u64) {
         let plan = self.plan.clone();
         let l = self.layout.clone();
-        let mut after: Vec<u64> = regs.to_vec();
-        let mut known = vec![true; after.len()];
-        if let Some(w) = r.delay {
-            isa::mips_delay(w, &mut after, &mut known, l.bits64);
-        }
-        let ok = |i: Option<usize>| i.filter(|&i| known.get(i) == Some(&true));
-        let Some(sp) = reg(&after, ok(l.sp)) else {
+        let after = r.after(regs, l.bits64);
+        let Some(sp) = after.get(l.sp) else {
             return;
         };
         let key = sp.wrapping_add(r.pops);
-        let value = reg(&after, ok(l.ret));
+        let value = after.get(l.ret);
         if let Some(g) = self.goroutine(t, regs) {
             let slot = plan.targets[t].ret_slot;
             let slot = slot.and_then(|s| {
