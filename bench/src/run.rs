@@ -732,23 +732,19 @@ impl Client {
         let exit = self.proc.exit().expect("reaped");
         let stdout = self.stdout.join().unwrap_or_default();
         // The client has exited, so its stderr reader ends soon.
-        let mut errs = Vec::new();
+        let mut last = None;
         while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(2)) {
-            errs.push(l);
+            last = Some(l);
         }
         if !exit.success() {
             return Err(format!(
                 "{who} ended with {}: {}",
                 exit.describe(),
-                errs.last().map(String::as_str).unwrap_or("(no message)")
+                last.as_deref().unwrap_or("(no message)")
             ));
         }
-        let (events, lost) = parse_client_line(&stdout).ok_or_else(|| {
-            format!(
-                "unexpected output from the benchmark client: {:?}",
-                stdout.trim()
-            )
-        })?;
+        let (events, lost) = parse_client_line(&stdout)
+            .ok_or_else(|| format!("unexpected output from {who}: {:?}", stdout.trim()))?;
         Ok(Finished {
             exit,
             stdout,

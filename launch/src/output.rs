@@ -110,16 +110,6 @@ impl Output {
         }
     }
 
-    /// [`Output::create`] for `Some(path)`, else [`Output::stdout`]; a file
-    /// that cannot be created ends the tool with one line naming it (status
-    /// 1: nothing ran yet).
-    pub fn to_or_exit(path: Option<&Path>, what: &str) -> Output {
-        Output::create_or(path, what, Output::stdout).unwrap_or_else(|e| {
-            eprintln!("{}: {e}", crate::tool_name());
-            std::process::exit(1)
-        })
-    }
-
     fn new(sink: Sink, what: &str, dest: String) -> Output {
         Output {
             w: BufWriter::with_capacity(BUFFER, sink),
