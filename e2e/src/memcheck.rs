@@ -19,7 +19,9 @@
 //! planted program (`dyn_heapbugs`, the same source as `heapbugs`).
 //!
 //! [`heap_usage`] reads the "total heap usage: N allocs, M frees" line of
-//! a run without XML (memcheck writes it only to its text log).
+//! a run without XML (memcheck writes it only to its text log). Every run
+//! also asks for a suppression of each error (`--gen-suppressions=all`,
+//! kept as [`Report::suppressions`]), for `cannoli heap --suppressions`.
 
 use std::fs::{self, File};
 use std::path::Path;
@@ -58,6 +60,26 @@ pub struct Report {
     pub stdout: Vec<u8>,
     /// Its XML documents, one per process (the first process's first).
     pub xml: Vec<std::path::PathBuf>,
+    /// The suppression memcheck wrote for each error (`--gen-suppressions=all`:
+    /// its `<rawtext>`), in its order.
+    pub suppressions: Vec<String>,
+}
+
+/// The planted cases of `heapbugs`, as the program lists them (run with
+/// no argument; the x86_64 build, on the host).
+pub fn planted_cases() -> Vec<String> {
+    let o = Command::new(crate::guest("x86_64", "heapbugs"))
+        .output()
+        .expect("run heapbugs");
+    assert!(
+        o.status.success(),
+        "heapbugs with no argument: {:?}",
+        o.status
+    );
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }
 
 /// The function name of a symbol as the heap tests compare it: without a
@@ -162,6 +184,16 @@ pub fn parse_xml(doc: &str) -> Result<(Vec<Finding>, Vec<String>), xml::XmlError
     Ok((findings, kinds))
 }
 
+/// The suppression memcheck wrote for each `<error>` of the document (its
+/// `<suppression>`'s `<rawtext>`), in order.
+pub fn error_suppressions(doc: &str) -> Result<Vec<String>, xml::XmlError> {
+    let root = xml::parse(doc)?;
+    Ok(root
+        .all("error")
+        .filter_map(|e| e.child("suppression")?.child_text("rawtext"))
+        .collect())
+}
+
 /// The innermost program function of each `<error>`'s first stack (an
 /// access's, a free's, a leaked block's allocation), in the document's
 /// order, as [`parse_xml`] gives the kinds.
@@ -218,6 +250,8 @@ pub fn run_memcheck(dir: &RunDir, tag: &str, prog: &Path, args: &[&str]) -> Repo
             dir.file(&format!("{tag}.%p.xml")).display()
         ),
         "--leak-check=full".to_string(),
+        // A suppression of each error, for `cannoli heap --suppressions`.
+        "--gen-suppressions=all".to_string(),
     ];
     let status = valgrind(dir, tag, &opts, prog, args);
     let prefix = format!("{tag}.");
@@ -239,13 +273,14 @@ pub fn run_memcheck(dir: &RunDir, tag: &str, prog: &Path, args: &[&str]) -> Repo
         "memcheck wrote no XML for {tag}; its log:\n{}",
         fs::read_to_string(dir.file(&format!("{tag}.log"))).unwrap_or_default()
     );
-    let (mut findings, mut all_kinds) = (Vec::new(), Vec::new());
+    let (mut findings, mut all_kinds, mut suppressions) = (Vec::new(), Vec::new(), Vec::new());
     for path in &docs {
         let doc = fs::read_to_string(path).unwrap_or_default();
         match parse_xml(&doc) {
             Ok((f, k)) => {
                 findings.extend(f);
                 all_kinds.extend(k);
+                suppressions.extend(error_suppressions(&doc).unwrap_or_default());
             }
             Err(_) if !doc.contains("</valgrindoutput>") && !doc.contains("<error>") => {}
             Err(e) => panic!("{}: {e}", path.display()),
@@ -257,6 +292,7 @@ pub fn run_memcheck(dir: &RunDir, tag: &str, prog: &Path, args: &[&str]) -> Repo
         status,
         stdout: fs::read(dir.file(&format!("{tag}.stdout"))).unwrap_or_default(),
         xml: docs,
+        suppressions,
     }
 }
 

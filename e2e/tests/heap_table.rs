@@ -24,7 +24,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
 use e2e::memcheck::{self, base_function, innermost_program_function};
 use e2e::parquet::duckdb;
@@ -212,13 +211,7 @@ fn has_frame(function: &str) -> String {
 
 /// The planted cases, as the program lists them (run with no argument).
 fn cases() -> Vec<String> {
-    let o = Command::new(guest("x86_64", "heapbugs"))
-        .output()
-        .expect("run heapbugs");
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
+    memcheck::planted_cases()
 }
 
 #[test]

@@ -18,6 +18,7 @@ mod flake;
 mod golang;
 mod guestview;
 mod heap;
+mod heap_suppress;
 mod heap_table;
 mod hooks;
 mod hostile;

@@ -37,6 +37,16 @@ pub struct Args {
     /// parquet`)
     #[arg(long, value_name = "DIR")]
     pub parquet: Option<PathBuf>,
+    /// Leave out the findings a suppression of FILE matches (repeatable):
+    /// memcheck's format, so a file `valgrind --gen-suppressions=all`
+    /// wrote works as it is (Memcheck:Addr1..32, Free and Leak; fun:,
+    /// obj: and ... frames, * and ? globs)
+    #[arg(long = "suppressions", value_name = "FILE")]
+    pub suppressions: Vec<PathBuf>,
+    /// After each finding, print a suppression that matches it (as
+    /// memcheck's --gen-suppressions=all; in --json, its "suppression")
+    #[arg(long)]
+    pub gen_suppressions: bool,
     /// The program to run under the patched QEMU, and its arguments
     #[arg(value_name = "PROGRAM", trailing_var_arg = true)]
     pub program: Vec<OsString>,

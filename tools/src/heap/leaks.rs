@@ -159,10 +159,7 @@ pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
             summary.indirect_bytes += b.size;
             summary.indirect_blocks += 1;
         } else if lost {
-            summary.leaked_bytes += b.size;
-            summary.leaked_blocks += 1;
-            *summary.found.entry(Kind::Leak.name()).or_default() += 1;
-            found.push(Finding {
+            let f = Finding {
                 op: Op::Exit,
                 pc: b.pc,
                 size: b.size,
@@ -174,7 +171,17 @@ pub fn report(run: &Run, pid: i32, st: &mut Proc, dead: &[(u64, u64)]) {
                     addr: b.addr,
                     block: Some(b),
                 },
-            });
+            };
+            if let Some(label) = run.suppressed(&f) {
+                summary.suppressed_bytes += f.size;
+                summary.suppressed_blocks += 1;
+                *summary.suppressed.entry(label).or_default() += 1;
+                continue;
+            }
+            summary.leaked_bytes += f.size;
+            summary.leaked_blocks += 1;
+            *summary.found.entry(Kind::Leak.name()).or_default() += 1;
+            found.push(f);
         } else {
             summary.reachable_bytes += b.size;
             summary.reachable_blocks += 1;

@@ -9,6 +9,7 @@
 //! cannoli heap --alloc my_alloc=malloc --alloc my_free=free ./prog
 //! cannoli heap --replay run.cnl                # cannoli record --hooks regs
 //! cannoli heap --parquet out ./prog            # + out/allocations/*.parquet
+//! cannoli heap --suppressions my.supp ./prog   # memcheck's suppressions
 //! ```
 //!
 //! Why this way: valgrind does not run most foreign-architecture guests,
@@ -28,7 +29,8 @@
 //! ("total heap usage"), the peak of live bytes and when it was reached,
 //! live bytes over the run, and the sites that allocated most; `--parquet`
 //! writes every block as a row of the allocations table ([`rows`]), for
-//! the SQL questions a summary cannot foresee.
+//! the SQL questions a summary cannot foresee. Findings a user has seen
+//! before are left out by memcheck's own suppression files ([`suppress`]).
 //!
 //! Exit status: [`FOUND_EXIT`] when anything was found (memcheck's
 //! `--error-exitcode`), [`cannoli::EXIT_INCOMPLETE`] when events were
@@ -45,6 +47,7 @@ pub mod rows;
 mod run;
 mod shared;
 pub mod sig;
+pub mod suppress;
 #[cfg(test)]
 mod tests;
 pub mod tracer;

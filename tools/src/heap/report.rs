@@ -2,7 +2,7 @@
 //! How a finding reads: memcheck's and ASan's wording as text, or one JSON
 //! object per finding (`--json`), and the summary at the end.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
@@ -167,8 +167,15 @@ pub struct Summary {
     pub indirect_blocks: u64,
     pub reachable_bytes: u64,
     pub reachable_blocks: u64,
-    /// Findings by kind (every occurrence, also those not printed again).
+    /// Findings by kind (every occurrence, also those not printed again),
+    /// less those suppressed.
     pub found: HashMap<&'static str, u64>,
+    /// Suppressed findings (every occurrence) by the suppression that
+    /// matched them (`NAME (FILE:LINE)`), and the blocks and bytes of
+    /// the leaks among them (memcheck's "suppressed" leak line).
+    pub suppressed: BTreeMap<Arc<str>, u64>,
+    pub suppressed_bytes: u64,
+    pub suppressed_blocks: u64,
     /// Allocations and bytes by site (the allocation's caller).
     pub sites: HashMap<Arc<str>, (u64, u64)>,
     /// Live bytes after each allocation or free: `(event number, bytes)`,
@@ -266,6 +273,9 @@ impl Summary {
             "reachable_bytes": self.reachable_bytes,
             "reachable_blocks": self.reachable_blocks,
             "findings": found,
+            "suppressed": self.suppressed.iter().map(|(l, n)| (l.to_string(), json!(n))).collect::<serde_json::Map<String, Value>>(),
+            "suppressed_bytes": self.suppressed_bytes,
+            "suppressed_blocks": self.suppressed_blocks,
             "lost_events": lost,
             "unordered_events": self.unordered,
             "top_sites": self.top_sites(10).iter().map(|(s, (n, b))| json!({"site": &***s, "allocations": n, "bytes": b})).collect::<Vec<_>>(),
@@ -306,6 +316,13 @@ impl Summary {
             self.reachable_bytes,
             self.reachable_blocks
         );
+        if self.suppressed_blocks > 0 {
+            let _ = writeln!(
+                s,
+                "{p}   suppressed: {} bytes in {} blocks",
+                self.suppressed_bytes, self.suppressed_blocks
+            );
+        }
         for (site, (n, b)) in self.top_sites(5) {
             let _ = writeln!(s, "{p}   {b:>10} bytes in {n:>6} allocations from {site}");
         }
@@ -332,6 +349,13 @@ impl Summary {
                 String::new()
             }
         );
+        if !self.suppressed.is_empty() {
+            let n: u64 = self.suppressed.values().sum();
+            let _ = writeln!(s, "{p} suppressed: {n} findings");
+            for (label, n) in &self.suppressed {
+                let _ = writeln!(s, "{p}   used_suppression: {n:>6} {label}");
+            }
+        }
         if self.unordered > 0 {
             let _ = writeln!(s, "{p} {}", self.unordered_line());
         }

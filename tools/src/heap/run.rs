@@ -20,6 +20,7 @@ use super::rows;
 use super::rows::Allocations;
 use super::shared::Run;
 use super::sig;
+use super::suppress::Suppressions;
 use super::tracer::{self, lock};
 use crate::output;
 use crate::scratch::Scratch;
@@ -157,6 +158,14 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
             return 2;
         }
     };
+    let program = plan.exe.0.clone();
+    let suppressions = match Suppressions::read(&args.suppressions, &program) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("heap: {e}");
+            return 2;
+        }
+    };
     let roles = plan
         .targets
         .iter()
@@ -182,6 +191,8 @@ pub fn main_with(args: Args, rows: Option<Box<dyn Allocations>>) -> i32 {
         library_strings: Mutex::new(HashMap::new()),
         unchecked: Mutex::new(HashSet::new()),
         json: args.json,
+        gen_suppressions: args.gen_suppressions.then(|| program.clone()),
+        suppressions,
         out: Mutex::new(Some(out)),
         summary: Mutex::new(Summary::default()),
         tables: Mutex::new(HashMap::new()),

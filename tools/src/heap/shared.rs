@@ -19,6 +19,7 @@ use super::rows::{Allocations, Row};
 #[cfg(doc)]
 use super::run::main;
 use super::sig;
+use super::suppress::{self, Suppressions};
 use super::tracer::{self, lock};
 
 /// `[start, end)` address ranges, shared.
@@ -41,6 +42,11 @@ pub struct Run {
     /// unchecked, each said once.
     pub unchecked: Mutex<HashSet<String>>,
     pub(super) json: bool,
+    /// `--suppressions`: findings left out.
+    pub(super) suppressions: Suppressions,
+    /// `--gen-suppressions`: the program, whose name a suppression's
+    /// `obj:` line gives for a frame of its own sections.
+    pub(super) gen_suppressions: Option<std::path::PathBuf>,
     pub(super) out: Mutex<Option<launch::Output>>,
     pub summary: Mutex<Summary>,
     pub tables: Mutex<HashMap<String, Option<Arc<Functions>>>>,
@@ -60,14 +66,33 @@ pub struct Run {
 }
 
 impl Run {
-    /// Writes one finding; after a write error nothing more is written.
+    /// The suppression that leaves `f` out, as the summary names it.
+    pub fn suppressed(&self, f: &Finding) -> Option<Arc<str>> {
+        self.suppressions
+            .matching(f)
+            .map(|s| format!("{} ({})", s.name, s.at).into())
+    }
+
+    /// Writes one finding (and, with `--gen-suppressions`, a suppression
+    /// of it); after a write error nothing more is written.
     pub fn emit(&self, f: &Finding) {
         let mut text = String::new();
+        let supp = self
+            .gen_suppressions
+            .as_ref()
+            .map(|p| suppress::generate(f, p));
         if self.json {
-            text = f.json().to_string();
+            let mut v = f.json();
+            if let Some(s) = supp {
+                v["suppression"] = s.into();
+            }
+            text = v.to_string();
             text.push('\n');
         } else {
             f.text(&mut text);
+            if let Some(s) = supp {
+                text.push_str(&s);
+            }
         }
         if let Some(w) = lock(&self.out).as_mut().filter(|w| w.is_writing()) {
             let _ = w.write_all(text.as_bytes());

@@ -117,8 +117,9 @@ pub struct Proc {
     seq: u64,
     /// Shared libraries holding allocation functions, `[start, end)`.
     alloc_modules: Vec<(u64, u64)>,
-    /// Findings already printed, by (kind, pc).
-    seen: std::collections::HashSet<(Kind, u64)>,
+    /// Findings already met, by (kind, pc), with the label of the
+    /// suppression that left them out.
+    seen: HashMap<(Kind, u64), Option<Arc<str>>>,
     /// The order kept between the threads ([`order`]).
     order: order::Order,
     /// The argument registers of the `exit_group` that ended the process:
@@ -651,25 +652,35 @@ impl Thread {
         v.into()
     }
 
+    /// A bad access or free: written the first time at its pc (unless a
+    /// suppression matches it), counted every time.
     fn found(&mut self, st: &mut Proc, bad: Bad, op: Op, pc: u64, size: u64) {
         let kind = bad.kind;
-        *lock(&self.run.summary)
-            .found
-            .entry(kind.name())
-            .or_default() += 1;
-        if !st.seen.insert((kind, pc)) {
-            return;
-        }
-        let f = Finding {
-            bad,
-            op,
-            pc,
-            size,
-            pid: self.pid,
-            tid: self.tid,
-            stack: self.stack(st, pc),
+        let muted = match st.seen.get(&(kind, pc)) {
+            Some(muted) => muted.clone(),
+            None => {
+                let f = Finding {
+                    bad,
+                    op,
+                    pc,
+                    size,
+                    pid: self.pid,
+                    tid: self.tid,
+                    stack: self.stack(st, pc),
+                };
+                let muted = self.run.suppressed(&f);
+                if muted.is_none() {
+                    self.run.emit(&f);
+                }
+                st.seen.insert((kind, pc), muted.clone());
+                muted
+            }
         };
-        self.run.emit(&f);
+        let mut summary = lock(&self.run.summary);
+        match muted {
+            None => *summary.found.entry(kind.name()).or_default() += 1,
+            Some(label) => *summary.suppressed.entry(label).or_default() += 1,
+        }
     }
 
     fn arg(&self, st: &Proc, regs: &[u64], i: usize) -> u64 {
