@@ -237,3 +237,21 @@ fn a_bad_suppressions_file_is_one_line() {
         assert!(r.stdout.is_empty(), "the program ran: {:?}", r.stdout);
     }
 }
+
+/// memcheck writes a C++ frame by its mangled name (`fun:_Znwm`), where
+/// the stacks show it demangled: its suppression of `heapcxx`'s leak
+/// (x86_64, the host's g++) leaves the leak out all the same.
+#[test]
+fn memchecks_mangled_cxx_frames_match() {
+    let dir = RunDir::new();
+    let prog = e2e::gxx(dir.path(), "heapcxx");
+    let m = memcheck::run_memcheck(&dir, "mc-leak", &prog, &["leak"]);
+    let [supp] = &m.suppressions[..] else {
+        panic!("memcheck on heapcxx leak: {:?}", m.suppressions);
+    };
+    assert!(supp.contains("fun:_Zn"), "{supp}");
+    let r = heap_with(&dir, "leak", supp, &prog, "leak");
+    assert!(r.findings.is_empty(), "{supp}\n{}", r.context);
+    assert_eq!(r.status, 0, "{}", r.context);
+    assert_eq!(r.summary["suppressed_blocks"], 1, "{}", r.context);
+}
