@@ -8,6 +8,9 @@
 //!   finding, the program's own exit status, the summary counting it as
 //!   suppressed), and the other bugs' suppressions must leave it in (the
 //!   finding and the non-zero exit as without them);
+//! * memcheck's suppressions of C++ code (`fun:_Znwm`, mangled) and of
+//!   the host's stripped programs that leak (`obj:/usr/bin/stat`,
+//!   `fun:(below main)`) leave those leaks out;
 //! * `--gen-suppressions` writes, on every guest, a suppression that
 //!   leaves its own finding out when it is read back;
 //! * a file that is not one is one line, naming its line.
@@ -254,4 +257,58 @@ fn memchecks_mangled_cxx_frames_match() {
     assert!(r.findings.is_empty(), "{supp}\n{}", r.context);
     assert_eq!(r.status, 0, "{}", r.context);
     assert_eq!(r.summary["suppressed_blocks"], 1, "{}", r.context);
+}
+
+/// The host's own stripped programs that leak (memcheck reports the same
+/// leaks: `heap::host_programs`): memcheck's suppressions of them name
+/// their code by file (`obj:/usr/bin/stat`) and the C library's caller of
+/// `main` as `(below main)` (named by libc6-dbg's symbols, which memcheck
+/// reads too), and leave every leak out.
+#[test]
+fn memchecks_suppressions_of_stripped_host_programs() {
+    let dir = RunDir::new();
+    fs::write(dir.file("in.txt"), "b 2\na 1\n").unwrap();
+    let runs: &[(&str, &[&str])] = &[
+        ("/usr/bin/stat", &["in.txt"]),
+        ("/usr/bin/tar", &["cf", "/dev/null", "in.txt"]),
+        ("/usr/bin/date", &["-u", "-d", "@0"]),
+        ("/usr/bin/tr", &["a-z", "A-Z"]),
+    ];
+    let mut bad = Vec::new();
+    for (i, (p, a)) in runs.iter().enumerate() {
+        let m = memcheck::run_memcheck(&dir, &format!("mc{i}"), Path::new(p), a);
+        let leaks = m.findings.iter().filter(|f| f.kind == "leak").count() as u64;
+        assert!(
+            leaks > 0,
+            "memcheck found no leak in {p}: {:?}",
+            m.all_kinds
+        );
+        let supp = m.suppressions.join("\n");
+        let out = dir.file(&format!("host{i}.json"));
+        let file = dir.file(&format!("host{i}.supp"));
+        fs::write(&file, &supp).unwrap();
+        let r = Tool::new("cannoli")
+            .args(["heap", "--json", "-o"])
+            .arg(&out)
+            .arg("--suppressions")
+            .arg(&file)
+            .arg(p)
+            .args(*a)
+            .run(&dir, &format!("host{i}"), timeout())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = fs::read_to_string(&out).unwrap_or_default();
+        let summary = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find_map(|v| v.get("summary").cloned())
+            .unwrap_or(Value::Null);
+        if r.status.code() != Some(0) || summary["suppressed_blocks"] != leaks {
+            bad.push(format!(
+                "{p}: exit {:?}, {leaks} leaks memcheck suppressed with\n{supp}\ncannoli heap:\n{text}{}",
+                r.status.code(),
+                e2e::tail(&r.stderr, 10)
+            ));
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n\n"));
 }

@@ -45,3 +45,15 @@ pub fn parse<'d>(path: &std::path::Path, data: &'d [u8]) -> Result<object::File<
         source,
     })
 }
+
+/// Where the separate debug file of `file` is installed, by its build id
+/// (`/usr/lib/debug/.build-id/NN/REST.debug`, where Debian's `-dbg`
+/// packages put them), if it is.
+pub fn debug_file(file: &object::File) -> Option<PathBuf> {
+    use object::Object;
+    let id = file.build_id().ok()??;
+    let (first, rest) = id.split_first()?;
+    let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
+    let path = PathBuf::from(format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug"));
+    path.is_file().then_some(path)
+}

@@ -65,6 +65,18 @@ impl Functions {
 
     /// Reads the function symbols (STT_FUNC, STT_GNU_IFUNC) of an ELF file.
     pub fn from_elf(path: &Path) -> Result<Functions, ReadError> {
+        Functions::read(path, false)
+    }
+
+    /// [`Functions::from_elf`], and where the file keeps only `.dynsym`
+    /// (Debian's libc), also the symbols of its installed debug file
+    /// ([`crate::elf::debug_file`]): the local functions too, as memcheck
+    /// names them (`__libc_start_call_main`, below `main`).
+    pub fn from_elf_and_debug(path: &Path) -> Result<Functions, ReadError> {
+        Functions::read(path, true)
+    }
+
+    fn read(path: &Path, debug: bool) -> Result<Functions, ReadError> {
         let data = crate::elf::read(path)?;
         let file = crate::elf::parse(path, &data)?;
         let (first_page, code) = match &file {
@@ -81,6 +93,13 @@ impl Functions {
                 .dynamic_symbols()
                 .filter_map(|s| raw_symbol(&file, &s))
                 .collect();
+            if let Some(d) = debug.then(|| crate::elf::debug_file(&file)).flatten() {
+                if let Ok(data) = crate::elf::read(&d) {
+                    if let Ok(f) = crate::elf::parse(&d, &data) {
+                        raw.extend(f.symbols().filter_map(|s| raw_symbol(&f, &s)));
+                    }
+                }
+            }
         }
         let mut sections: Vec<Func> = file
             .sections()

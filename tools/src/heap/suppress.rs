@@ -40,7 +40,8 @@
 //! matches any text and `?` one character. glibc's own names of the
 //! allocation functions (`cfree`, `__libc_malloc`...) also answer to the
 //! names memcheck shows for them (`free`, `malloc`...), which are what its
-//! replacement functions are called.
+//! replacement functions are called, and the C library's function that
+//! calls `main` (`__libc_start_call_main`) to `(below main)`.
 
 use std::path::{Path, PathBuf};
 
@@ -216,7 +217,9 @@ fn frames_match(lines: &[Frame], stack: &[Parts]) -> bool {
 fn frame_matches(line: &Frame, f: &Parts) -> bool {
     match (line, f.fun, f.obj) {
         (Frame::Fun(p), Some(name), _) => {
-            glob(p, name) || memcheck_name(name).is_some_and(|m| glob(p, m))
+            glob(p, name)
+                || memcheck_name(name).is_some_and(|m| glob(p, m))
+                || (below_main(name) && glob(p, BELOW_MAIN))
         }
         (Frame::Obj(p), _, Some(file)) => {
             let last = p.rsplit('/').next().unwrap_or(p);
@@ -224,6 +227,19 @@ fn frame_matches(line: &Frame, f: &Parts) -> bool {
         }
         _ => false,
     }
+}
+
+/// What memcheck calls the C library's function that calls `main`.
+const BELOW_MAIN: &str = "(below main)";
+
+/// Whether `name` is one of the C library's functions that call `main`,
+/// which memcheck shows as [`BELOW_MAIN`] (and ends a stack with): glibc's
+/// `__libc_start_main` (and its versioned and `_impl` forms),
+/// `__libc_start_call_main` and the older `generic_start_main`.
+fn below_main(name: &str) -> bool {
+    name == "__libc_start_call_main"
+        || name.starts_with("__libc_start_main")
+        || name.starts_with("generic_start_main")
 }
 
 /// The name memcheck shows for a C library's own name of an allocation
@@ -424,7 +440,8 @@ fn kind_line(f: &Finding) -> String {
 }
 
 /// A suppression that matches `f` (in memcheck's words, as its
-/// `--gen-suppressions=all` writes them): its stack up to `main`.
+/// `--gen-suppressions=all` writes them): its stack up to `main`, or up
+/// to the function below it in a program whose `main` has no name.
 pub fn generate(f: &Finding, program: &Path) -> String {
     let s = Suppressions {
         list: Vec::new(),
@@ -437,6 +454,7 @@ pub fn generate(f: &Finding, program: &Path) -> String {
     for frame in f.stack.iter() {
         let p = s.parts(frame);
         let line = match (p.fun, p.obj) {
+            (Some(name), _) if below_main(name) => format!("fun:{BELOW_MAIN}"),
             (Some(name), _) => format!("fun:{}", memcheck_name(name).unwrap_or(name)),
             (None, Some("")) => format!(
                 "obj:*/{}",
@@ -453,7 +471,7 @@ pub fn generate(f: &Finding, program: &Path) -> String {
             out.push_str(&line);
             out.push('\n');
         }
-        if p.fun == Some("main") {
+        if p.fun.is_some_and(|f| f == "main" || below_main(f)) {
             break;
         }
     }

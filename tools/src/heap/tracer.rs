@@ -307,7 +307,7 @@ fn table(run: &Run, path: &Path) -> Option<Arc<Functions>> {
     let key = path.to_string_lossy().into_owned();
     lock(&run.tables)
         .entry(key)
-        .or_insert_with(|| Functions::from_elf(path).ok().map(Arc::new))
+        .or_insert_with(|| Functions::from_elf_and_debug(path).ok().map(Arc::new))
         .clone()
 }
 

@@ -157,7 +157,7 @@ impl Image {
         // (`strlen`'s `__strlen_avx2`...): its installed debug file has.
         let mut debug = None;
         if file.symbols().next().is_none() {
-            if let Some(d) = debug_file(&file) {
+            if let Some(d) = crate::elf::debug_file(&file) {
                 if let Some(more) = std::fs::read(&d)
                     .ok()
                     .and_then(|data| object::File::parse(&*data).ok().map(|f| functions(&f, abi)))
@@ -328,17 +328,6 @@ fn functions(file: &object::File, abi: Abi) -> Vec<Func> {
             })
         })
         .collect()
-}
-
-/// Where the separate debug file of `file` is installed, by its build id
-/// (`/usr/lib/debug/.build-id/NN/REST.debug`, where Debian's `-dbg`
-/// packages put them), if it is.
-fn debug_file(file: &object::File) -> Option<PathBuf> {
-    let id = file.build_id().ok()??;
-    let (first, rest) = id.split_first()?;
-    let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
-    let path = PathBuf::from(format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug"));
-    path.is_file().then_some(path)
 }
 
 /// Bytes from an ELFv2 function's global entry to its local entry, from

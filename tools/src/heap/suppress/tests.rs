@@ -291,3 +291,43 @@ fn many_dots_take_no_time() {
         .matching(&finding(Kind::Leak, Op::Exit, 1, &stack[..59]))
         .is_none());
 }
+
+/// What memcheck wrote for a leak of the host's stripped `tr`: its own
+/// code by file, and the C library's caller of `main` as `(below main)`.
+#[test]
+fn below_main_and_a_stripped_programs_frames() {
+    let s = set("{
+   <insert_a_suppression_name_here>
+   Memcheck:Leak
+   match-leak-kinds: definite
+   fun:malloc
+   obj:/usr/bin/tr
+   obj:/usr/bin/tr
+   fun:(below main)
+}
+");
+    let s = Suppressions {
+        program: "tr".into(),
+        ..s
+    };
+    let stack = &[
+        "malloc+0x0",
+        ".text+0x5839",
+        ".text+0x4bb",
+        "__libc_start_call_main+0x7a",
+        "__libc_start_main_impl+0x85",
+        ".text+0x1041",
+    ];
+    let leak = finding(Kind::Leak, Op::Exit, 32, stack);
+    assert!(s.matching(&leak).is_some());
+    let mut other = stack.to_vec();
+    other[3] = "libc.so.6+0x2724a";
+    assert!(s
+        .matching(&finding(Kind::Leak, Op::Exit, 32, &other))
+        .is_none());
+    let text = generate(&leak, Path::new("/usr/bin/tr"));
+    assert_eq!(
+        text,
+        "{\n   <insert_a_suppression_name_here>\n   Memcheck:Leak\n   match-leak-kinds: definite\n   fun:malloc\n   obj:*/tr\n   obj:*/tr\n   fun:(below main)\n}\n"
+    );
+}
