@@ -121,10 +121,10 @@ impl Suppressions {
             })?;
             list.extend(parse(&text, &p.display().to_string())?);
         }
-        let program = program
-            .file_name()
-            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
-        Ok(Suppressions { list, program })
+        Ok(Suppressions {
+            list,
+            program: file_name(program),
+        })
     }
 
     /// The first suppression that matches `f`.
@@ -148,7 +148,9 @@ impl Suppressions {
                 fun: None,
                 obj: Some(&self.program),
             }
-        } else if name.contains(".so") {
+        } else if name.contains(".so") || name == self.program {
+            // A library's file (`libc.so.6`), or the program's own where
+            // it has no section headers to name.
             Parts {
                 fun: None,
                 obj: Some(name),
@@ -445,7 +447,7 @@ fn kind_line(f: &Finding) -> String {
 pub fn generate(f: &Finding, program: &Path) -> String {
     let s = Suppressions {
         list: Vec::new(),
-        program: String::new(),
+        program: file_name(program),
     };
     let mut out = format!(
         "{{\n   <insert_a_suppression_name_here>\n   {}\n",
@@ -456,12 +458,6 @@ pub fn generate(f: &Finding, program: &Path) -> String {
         let line = match (p.fun, p.obj) {
             (Some(name), _) if below_main(name) => format!("fun:{BELOW_MAIN}"),
             (Some(name), _) => format!("fun:{}", memcheck_name(name).unwrap_or(name)),
-            (None, Some("")) => format!(
-                "obj:*/{}",
-                program
-                    .file_name()
-                    .map_or(String::new(), |n| n.to_string_lossy().into_owned())
-            ),
             (None, Some(file)) => format!("obj:*/{file}"),
             // Nothing names it.
             (None, None) => "...".into(),
@@ -477,6 +473,12 @@ pub fn generate(f: &Finding, program: &Path) -> String {
     }
     out.push_str("}\n");
     out
+}
+
+/// The last component of `path`, as text.
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

@@ -142,6 +142,13 @@ fn dots_globs_and_objects() {
     let s = set("{\n x\n Memcheck:Leak\n fun:malloc\n obj:*/prog\n}\n");
     let stripped = finding(Kind::Leak, Op::Exit, 8, &["malloc+0x0", ".text+0x1234"]);
     assert!(s.matching(&stripped).is_some());
+    // And so is one of a program without section headers.
+    let headless = finding(Kind::Leak, Op::Exit, 8, &["malloc+0x0", "prog+0x1234"]);
+    assert!(s.matching(&headless).is_some());
+    assert_eq!(
+        generate(&headless, Path::new("/x/prog")),
+        "{\n   <insert_a_suppression_name_here>\n   Memcheck:Leak\n   match-leak-kinds: definite\n   fun:malloc\n   obj:*/prog\n}\n"
+    );
 }
 
 #[test]
